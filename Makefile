@@ -1,0 +1,31 @@
+# Common paths. `make test` is what CI runs (through .ci/run); `make demo` is the README's main job.
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all build deps test test-unit test-asan test-python fuzz demo clean format test-cuda
+
+all: build
+
+deps:
+	bash scripts/setup-deps.sh
+
+build:
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: deps build
+	bash scripts/run-tests.sh
+
+test-cuda: build
+	$(BUILD)/tests/test_cuda
+
+demo: deps build
+	bash scripts/demo.sh
+
+format:
+	clang-format -i $$(git ls-files 'src/*.cpp' 'src/*.h' 'src/*.cu' 'src/*.cuh' 'tests/*.cpp' 'tests/*.cu')
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz

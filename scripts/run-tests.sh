@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Runs every test: the unit and CLI tests of the normal build, the same unit tests under ASan+UBSan,
+# a bounded libFuzzer run of the safetensors header parser, and the Python tests (references: tokenizers,
+# jinja2, the openai SDK). Expects scripts/setup-deps.sh and `make build` to have run (make test does both).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+ASAN_BUILD=${ASAN_BUILD:-build-asan}
+JOBS=${JOBS:-$(nproc)}
+export GRIDQ_SOURCE_DIR=$PWD
+
+echo "== unit + CLI tests ($BUILD)"
+ctest --test-dir "$BUILD" --output-on-failure -j "$JOBS" --timeout 900
+
+echo "== sanitizer build (ASan+UBSan) of the unit tests"
+cmake -S . -B "$ASAN_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DGRIDQ_SANITIZE=ON -DGRIDQ_CUDA=OFF \
+  -DCMAKE_CXX_FLAGS="-O1" >/dev/null
+cmake --build "$ASAN_BUILD" -j "$JOBS"
+ASAN_OPTIONS=detect_leaks=1 ctest --test-dir "$ASAN_BUILD" --output-on-failure -j "$JOBS" -L unit --timeout 1800
+
+if [ -f tests/fuzz/CMakeLists.txt ]; then
+  echo "== libFuzzer: safetensors header parser (bounded)"
+  cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DGRIDQ_FUZZ=ON \
+    -DGRIDQ_TESTS=OFF -DGRIDQ_CUDA=OFF >/dev/null
+  cmake --build build-fuzz -j "$JOBS" --target fuzz_safetensors_header
+  mkdir -p build-fuzz/corpus
+  build-fuzz/tests/fuzz/fuzz_safetensors_header -max_total_time="${FUZZ_SECONDS:-60}" -rss_limit_mb=2048 \
+    build-fuzz/corpus tests/fuzz/seeds
+fi
+
+if [ -d tests/python ] && ls tests/python/test_*.py >/dev/null 2>&1; then
+  echo "== Python tests"
+  GRIDQ_BIN="$PWD/$BUILD/gridq" .venv/bin/python -m pytest -q tests/python
+fi

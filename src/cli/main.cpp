@@ -1,0 +1,44 @@
+// gridq: one program, one subcommand per job (architecture.md). Commands live in cmd_*.cpp files.
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+
+#include "cli/command.h"
+
+namespace gridq::cli {
+
+std::vector<Command>& registry() {
+  static std::vector<Command> commands;
+  return commands;
+}
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "gridq: error: %s\n", message.c_str());
+  return 1;
+}
+
+}  // namespace gridq::cli
+
+int main(int argc, char** argv) {
+  using namespace gridq::cli;
+  CLI::App app{"gridq: quantize and serve Mixture-of-Experts language models (gridbook format)\n"
+               "Examples:\n"
+               "  gridq inspect models/laguna-tiny-code\n"
+               "  gridq generate models/laguna-tiny-code --prompt \"def fibonacci(n):\"\n"};
+  app.set_version_flag("--version", std::string(GRIDQ_VERSION) + " (" + GRIDQ_GIT_COMMIT + ")");
+  app.require_subcommand(1);
+  auto& cmds = registry();
+  std::sort(cmds.begin(), cmds.end(), [](const Command& a, const Command& b) { return a.name < b.name; });
+  std::function<int()> action;
+  for (auto& c : cmds) {
+    CLI::App* sub = app.add_subcommand(c.name, c.help);
+    auto run = c.setup(*sub);
+    sub->callback([&action, run] { action = run; });
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return action ? action() : 0;
+}
