@@ -1,0 +1,71 @@
+#include "cli/cli_model.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "io/checkpoint.h"
+
+namespace gridq::cli {
+
+void add_run_options(CLI::App& sub, RunOptions& o) {
+  sub.add_option("--threads", o.threads, "CPU threads (0 = all cores)");
+  sub.add_option("--prefill-chunk", o.prefill_chunk, "tokens per prefill forward")->check(CLI::PositiveNumber);
+}
+
+void add_sampling_options(CLI::App& sub, SamplingCli& s) {
+  sub.add_option("--max-tokens", s.max_tokens, "tokens to generate at most")->check(CLI::NonNegativeNumber);
+  sub.add_option("--temperature", s.temperature, "sampling temperature (0 = greedy)");
+  sub.add_option("--top-k", s.top_k, "keep the k most likely tokens (0 = off)");
+  sub.add_option("--top-p", s.top_p, "nucleus sampling mass (1 = off)");
+  sub.add_option("--min-p", s.min_p, "drop tokens below min_p x the top probability (0 = off)");
+  sub.add_option("--repetition-penalty", s.repetition_penalty, "HF-style repetition penalty (1 = off)");
+  sub.add_option("--presence-penalty", s.presence_penalty, "OpenAI-style presence penalty");
+  sub.add_option("--frequency-penalty", s.frequency_penalty, "OpenAI-style frequency penalty");
+  sub.add_option("--seed", s.seed, "RNG seed (same seed -> same tokens)");
+  sub.add_option("--stop", s.stop, "stop string (repeatable)");
+}
+
+runtime::SamplingParams to_params(const SamplingCli& s) {
+  runtime::SamplingParams p;
+  p.temperature = s.temperature;
+  p.top_k = s.top_k;
+  p.top_p = s.top_p;
+  p.min_p = s.min_p;
+  p.repetition_penalty = s.repetition_penalty;
+  p.presence_penalty = s.presence_penalty;
+  p.frequency_penalty = s.frequency_penalty;
+  p.seed = s.seed;
+  p.stop_strings = s.stop;
+  return p;
+}
+
+Expected<std::unique_ptr<runtime::Engine>> open_engine(const std::string& model_dir, const RunOptions& o) {
+  runtime::EngineOptions eo;
+  eo.threads = o.threads;
+  eo.prefill_chunk = o.prefill_chunk;
+  return runtime::Engine::open(model_dir, eo);
+}
+
+Expected<text::Tokenizer> open_tokenizer(const std::string& model_dir) {
+  return text::Tokenizer::from_file((std::filesystem::path(model_dir) / "tokenizer.json").string());
+}
+
+std::vector<int32_t> eos_ids(const runtime::Engine& eng) {
+  std::vector<int32_t> ids(eng.spec().eos_token_ids.begin(), eng.spec().eos_token_ids.end());
+  const auto gc = std::filesystem::path(eng.model_dir()) / "generation_config.json";
+  if (std::filesystem::exists(gc)) {
+    auto j = io::read_json_file(gc.string());
+    if (j.ok() && j->contains("eos_token_id")) {
+      const auto& e = (*j)["eos_token_id"];
+      if (e.is_number_integer()) ids.push_back(e.get<int32_t>());
+      if (e.is_array())
+        for (const auto& v : e)
+          if (v.is_number_integer()) ids.push_back(v.get<int32_t>());
+    }
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+}  // namespace gridq::cli

@@ -1,0 +1,35 @@
+#include "model/loader.h"
+
+namespace gridq::model {
+
+TensorTable tensor_table(const io::Checkpoint& ckpt) {
+  TensorTable t;
+  for (const auto& f : ckpt.files())
+    for (const auto& info : f->tensors()) t[info.name] = &info;
+  return t;
+}
+
+Expected<Adapted> adapt(const nlohmann::json& config, const TensorTable& tensors) {
+  auto it = config.find("architectures");
+  if (it == config.end() || !it->is_array() || it->empty() || !(*it)[0].is_string())
+    return err("config.json: 'architectures' missing or empty");
+  if (it->size() != 1) return err("config.json: 'architectures' lists {} entries (expected 1)", it->size());
+  const std::string arch = (*it)[0].get<std::string>();
+  if (arch == "LagunaForCausalLM") return adapt_laguna(config, tensors);
+  if (arch == "Qwen3MoeForCausalLM") return adapt_qwen3_moe(config, tensors);
+  if (arch == "LlamaForCausalLM" || arch == "Qwen3ForCausalLM") return adapt_llama(config, tensors);
+  return err("config.json: architecture '{}' is not supported (supported: LagunaForCausalLM, Qwen3MoeForCausalLM, "
+             "LlamaForCausalLM, Qwen3ForCausalLM)", arch);
+}
+
+Expected<LoadedModel> load_model(const std::string& dir) {
+  GRIDQ_ASSIGN_OR_RETURN(auto ckpt, io::Checkpoint::open(dir));
+  GRIDQ_ASSIGN_OR_RETURN(Adapted a, adapt(ckpt->config(), tensor_table(*ckpt)));
+  LoadedModel m;
+  m.spec = std::move(a.spec);
+  m.weights = std::move(a.weights);
+  m.checkpoint = std::move(ckpt);
+  return m;
+}
+
+}  // namespace gridq::model

@@ -1,0 +1,42 @@
+// A product codebook in the form the encoders search: float64 entries per sub-table. Sub-vector v of a row
+// (columns [v·d, v·d + d), d = sub_dim) uses sub-table v mod n_sub, so a codeword is sub0 ‖ sub1 ‖ … in column
+// order (format.md §5).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "gridbook/codec.h"
+
+namespace gridq::quant {
+
+struct DenseBook {
+  int n_sub = 0;
+  int sub_dim = 0;
+  std::vector<int> entries;            // [n_sub] 2^{b_i}
+  std::vector<std::vector<double>> t;  // [n_sub][entries_i, sub_dim] row-major
+  gridbook::SubSplit split;            // widths/offsets for composing full codes
+
+  static DenseBook from(const gridbook::Codebook& cb);
+
+  // The full k-bit code of one codeword from its n_sub sub-indices.
+  uint64_t compose(const uint32_t* sub_idx) const {
+    uint64_t code = 0;
+    for (int i = 0; i < n_sub; ++i) code |= uint64_t{sub_idx[i]} << split.offset[i];
+    return code;
+  }
+};
+
+inline DenseBook DenseBook::from(const gridbook::Codebook& cb) {
+  DenseBook b;
+  b.n_sub = cb.rung.n_sub();
+  b.sub_dim = cb.rung.sub_dim();
+  b.split = cb.split;
+  for (int i = 0; i < b.n_sub; ++i) {
+    b.entries.push_back(static_cast<int>(cb.sub[i].size() / b.sub_dim));
+    b.t.emplace_back(cb.sub[i].begin(), cb.sub[i].end());
+  }
+  return b;
+}
+
+}  // namespace gridq::quant

@@ -1,0 +1,36 @@
+// The interface every backend (cpu/, cuda/) implements: per-sequence KV state and one batched forward.
+// The Engine (engine.h) owns sequence ids, chunking and logits bookkeeping; a backend only runs tokens.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+#include "model/model_spec.h"
+
+namespace gridq::runtime {
+
+using SeqId = int64_t;
+
+enum class LogitsMode { kNone, kLast, kAll };
+
+struct BatchItem {
+  SeqId seq = 0;
+  std::span<const int32_t> tokens;  // appended at positions seq_length .. seq_length + n - 1
+  LogitsMode logits = LogitsMode::kLast;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const model::ModelSpec& spec() const = 0;
+  virtual Status add_sequence(SeqId id) = 0;
+  virtual void remove_sequence(SeqId id) = 0;
+  virtual int64_t sequence_length(SeqId id) const = 0;
+  // Runs all items in one forward (each item's tokens see only its own sequence). Appends to `logits`
+  // [rows, vocab] fp32 one row per requested position, items in order, positions ascending.
+  virtual Status forward(std::span<const BatchItem> items, std::vector<float>& logits) = 0;
+};
+
+}  // namespace gridq::runtime

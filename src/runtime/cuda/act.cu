@@ -1,0 +1,156 @@
+// Activation kernels: FP8 per-token quantization, FP4 group-16 QDQ and RMSNorm with both contracts fused
+// into its output (format.md §14). One block per token row.
+#include "runtime/cuda/device_util.cuh"
+#include "runtime/cuda/kparams.h"
+
+namespace gridq::cuda::detail {
+namespace {
+
+constexpr int kActThreads = 256;
+
+__device__ float block_max(float v, float* red) {
+  for (int m = 16; m; m >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, m));
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  v = red[0];
+  for (int i = 1; i < kActThreads / 32; ++i) v = fmaxf(v, red[i]);
+  __syncthreads();
+  return v;
+}
+__device__ int block_or(int v, int* red) {
+  v = __any_sync(0xffffffffu, v);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  v = 0;
+  for (int i = 0; i < kActThreads / 32; ++i) v |= red[i];
+  __syncthreads();
+  return v;
+}
+// Fixed-order sum (deterministic): per-thread strided partials, warp tree, then warps in order.
+__device__ float block_sum(float v, float* red) {
+  for (int m = 16; m; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  v = 0.0f;
+  for (int i = 0; i < kActThreads / 32; ++i) v += red[i];
+  __syncthreads();
+  return v;
+}
+
+// FP8 per-token (codes, scale) of a BF16 row held as FP32 values produced on the fly by `val(k)`.
+template <typename F>
+__device__ void fp8_row(F val, int K, uint8_t* q, float* s_out, float* red, int* ired) {
+  float a = 0.0f;
+  int nan = 0;
+  for (int k = threadIdx.x; k < K; k += kActThreads) {
+    float x = val(k);
+    nan |= isnan(x);
+    a = fmaxf(a, fabsf(x));
+  }
+  a = block_max(a, red);
+  nan = block_or(nan, ired);
+  const float s = nan ? __int_as_float(0x7FC00000) : fp8_token_scale(a);
+  for (int k = threadIdx.x; k < K; k += kActThreads) q[k] = nan ? uint8_t{0x7F} : fp8_quant_elem(val(k), s);
+  if (threadIdx.x == 0) *s_out = s;
+}
+
+// FP4 QDQ of a row: one thread per group of 16.
+template <typename F>
+__device__ void fp4_row(F val, int K, uint16_t* y) {
+  for (int gidx = threadIdx.x; gidx < K / 16; gidx += kActThreads) {
+    float x[16];
+    float a = 0.0f;
+    int nan = 0;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      x[j] = val(gidx * 16 + j);
+      nan |= isnan(x[j]);
+      a = fmaxf(a, fabsf(x[j]));
+    }
+    const float s = fp4_group_scale(a);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) y[gidx * 16 + j] = nan ? uint16_t{0x7FC0} : fp4_qdq_elem(x[j], s);
+  }
+}
+
+__global__ void __launch_bounds__(kActThreads) quantize_fp8_kernel(const uint16_t* x, int K, uint8_t* q, float* s) {
+  __shared__ float red[kActThreads / 32];
+  __shared__ int ired[kActThreads / 32];
+  pdl_launch_dependents();
+  pdl_wait();
+  const long long m = blockIdx.x;
+  const uint16_t* xr = x + m * K;
+  fp8_row([&](int k) { return bf16_bits_to_f32(xr[k]); }, K, q + m * K, s + m, red, ired);
+}
+
+__global__ void __launch_bounds__(kActThreads) qdq_fp4_kernel(const uint16_t* x, int K, uint16_t* y) {
+  pdl_launch_dependents();
+  pdl_wait();
+  const long long m = blockIdx.x;
+  const uint16_t* xr = x + m * K;
+  fp4_row([&](int k) { return bf16_bits_to_f32(xr[k]); }, K, y + m * K);
+}
+
+// y = bf16(w·(x·r)) with r = 1/sqrt(mean(x²) + eps) (the CPU backend's order); the BF16 row is staged in shared memory so that the
+// fused FP4 / FP8 contracts read exactly the values written to y.
+__global__ void __launch_bounds__(kActThreads) rmsnorm_kernel(const uint16_t* x, const uint16_t* w, int H, float eps,
+                                                            uint16_t* y, uint16_t* y_fp4, uint8_t* y_q, float* y_s) {
+  extern __shared__ uint16_t row[];
+  __shared__ float red[kActThreads / 32];
+  __shared__ int ired[kActThreads / 32];
+  pdl_launch_dependents();
+  pdl_wait();
+  const long long m = blockIdx.x;
+  const uint16_t* xr = x + m * H;
+  float ss = 0.0f;
+  for (int k = threadIdx.x; k < H; k += kActThreads) {
+    const float v = bf16_bits_to_f32(xr[k]);
+    ss = fmaf(v, v, ss);
+  }
+  ss = block_sum(ss, red);
+  const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, static_cast<float>(H)), eps)));
+  for (int k = threadIdx.x; k < H; k += kActThreads) {
+    const uint16_t o = f32_to_bf16_bits(__fmul_rn(bf16_bits_to_f32(w[k]), __fmul_rn(bf16_bits_to_f32(xr[k]), r)));
+    row[k] = o;
+    if (y) y[m * H + k] = o;
+  }
+  __syncthreads();
+  if (y_fp4) fp4_row([&](int k) { return bf16_bits_to_f32(row[k]); }, H, y_fp4 + m * H);
+  if (y_q) fp8_row([&](int k) { return bf16_bits_to_f32(row[k]); }, H, y_q + m * H, y_s + m, red, ired);
+}
+
+template <typename Kern, typename... Args>
+cudaError_t launch_rows(Kern kern, int M, size_t smem, cudaStream_t st, bool pdl, Args... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(M));
+  cfg.blockDim = dim3(kActThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  cudaError_t e = cudaLaunchKernelEx(&cfg, kern, args...);
+  return e != cudaSuccess ? e : cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t raw_quantize_fp8(const uint16_t* x, int M, int K, uint8_t* q, float* s, cudaStream_t st, bool pdl) {
+  return launch_rows(quantize_fp8_kernel, M, 0, st, pdl, x, K, q, s);
+}
+cudaError_t raw_qdq_fp4(const uint16_t* x, int M, int K, uint16_t* y, cudaStream_t st, bool pdl) {
+  return launch_rows(qdq_fp4_kernel, M, 0, st, pdl, x, K, y);
+}
+cudaError_t raw_rmsnorm(const uint16_t* x, const uint16_t* w, int M, int H, float eps, uint16_t* y,
+                        uint16_t* y_fp4, uint8_t* y_q, float* y_s, cudaStream_t st, bool pdl) {
+  const size_t smem = static_cast<size_t>(H) * 2;
+  if (smem > 48 * 1024) {
+    cudaError_t e = cudaFuncSetAttribute(rmsnorm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (e != cudaSuccess) return e;
+  }
+  return launch_rows(rmsnorm_kernel, M, smem, st, pdl, x, w, H, eps, y, y_fp4, y_q, y_s);
+}
+
+}  // namespace gridq::cuda::detail

@@ -1,0 +1,254 @@
+// Host side of the kernel API (kernels.h): argument checks that fail closed with a message naming the
+// operation and the rule, KParams setup, and cudaError_t -> Status conversion with the call site.
+#include <string>
+
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/kernels.h"
+#include "runtime/cuda/kparams.h"
+
+namespace gridq::cuda {
+
+using namespace detail;
+
+static_assert(Workspace::kMaxCounters == detail::kMaxCounters);
+static_assert(Workspace::kMaxPartialFloats == detail::kMaxPartialFloats);
+
+namespace {
+
+// Below this many weight bytes per warp the split-K reduction costs more than the extra warps buy.
+constexpr long long kMinWarpBytes = 2048;
+
+Status launched(cudaError_t e, const char* what, const char* file, int line) {
+  if (e == cudaErrorNotSupported)
+    return err("{}: no CUDA kernel is built for this weight format / mode combination ({}:{})", what, file, line);
+  return cuda_status(e, what, file, line);
+}
+#define GRIDQ_LAUNCHED(expr, what) GRIDQ_RETURN_IF_ERROR(launched((expr), what, __FILE__, __LINE__))
+
+int fmt_of(WeightFormat f) {
+  return f == WeightFormat::BF16 ? kFmtBF16 : f == WeightFormat::FP8 ? kFmtFP8 : kFmtCB;
+}
+
+Status fill_params(const DeviceMatrix& w, KParams& p, const char* what) {
+  if (w.tiles == nullptr) return err("{}: weight matrix has no device bytes", what);
+  if (w.rows <= 0 || w.rows % 16) return err("{}: rows {} is not a positive multiple of 16", what, w.rows);
+  p = KParams{};
+  p.w = w.tiles;
+  p.expert_stride = w.expert_stride;
+  p.row_scale = w.row_scale;
+  p.codebook = w.codebook;
+  p.rows = w.rows;
+  p.R = w.rows / 16;
+  p.K = w.in;
+  p.out_scale = 1.0f;
+  p.max_slots = 1;
+  if (w.format == WeightFormat::CB) {
+    if (w.in <= 0 || w.in % 256) return err("{}: in {} is not a positive multiple of 256", what, w.in);
+    if (w.codebook == nullptr) return err("{}: NVFP4-CB matrix without a device codebook", what);
+    if (w.k < 12 || w.k > 24 || w.k % 2) return err("{}: no kernel for NVFP4_CB_K{} (built: K12/16/20/24)", what, w.k);
+    if (w.layout_version != 1 && w.layout_version != 2)
+      return err("{}: layout_version {} is not 1 or 2", what, w.layout_version);
+    p.S = w.in / 256;
+    for (int c = 0; c < 16; ++c) {
+      if (w.layout_version == 2 && (w.v2_table_bf16[c] == 0 || (w.v2_table_bf16[c] & 0x8000)))
+        return err("{}: v2 scale table entry {} is not a positive BF16 value", what, c);
+      p.stab[c] = static_cast<int>(w.v2_table_bf16[c]) - (127 << 7);
+    }
+  } else {
+    if (w.in <= 0 || w.in % 64) return err("{}: in {} is not a positive multiple of 64", what, w.in);
+    p.S = w.in / 64;
+    if (w.format == WeightFormat::FP8 && w.row_scale == nullptr)
+      return err("{}: FP8 matrix without weight_scale", what);
+  }
+  return {};
+}
+
+Status check_ws(const Workspace& ws, long long tiles, const char* what) {
+  if (ws.counters == nullptr || ws.partials == nullptr) return err("{}: workspace not allocated", what);
+  if (tiles > Workspace::kMaxCounters)
+    return err("{}: {} tiles exceed the workspace's {} counters", what, tiles, Workspace::kMaxCounters);
+  return {};
+}
+
+Status check_m(int M, const char* what) {
+  if (M < 1 || M > kMaxTokens) return err("{}: M = {} outside 1..{}", what, M, kMaxTokens);
+  return {};
+}
+
+}  // namespace
+
+Status gemv(const GemvArgs& a, const Workspace& ws, cudaStream_t stream, bool pdl) {
+  if (a.w == nullptr) return err("gemv: no weight matrix");
+  GRIDQ_RETURN_IF_ERROR(check_m(a.M, "gemv"));
+  if (a.x == nullptr || a.y == nullptr) return err("gemv: null activation or output");
+  const DeviceMatrix& w = *a.w;
+  KParams p;
+  GRIDQ_RETURN_IF_ERROR(fill_params(w, p, "gemv"));
+  GRIDQ_RETURN_IF_ERROR(check_ws(ws, p.R, "gemv"));
+  if (w.format == WeightFormat::FP8 && a.xscale == nullptr)
+    return err("gemv: FP8 W8A8 needs the per-token activation scales");
+  p.M = a.M;
+  p.x = a.x;
+  p.xscale = a.xscale;
+  p.y = a.y;
+  p.y_f32 = a.out == OutType::F32 ? 1 : 0;
+  p.counters = ws.counters;
+  p.partials = ws.partials;
+  const long long units = static_cast<long long>(p.R) * p.S;
+  GRIDQ_LAUNCHED(raw_gemv(fmt_of(w.format), w.k, w.layout_version, kStore, a.M > 8 ? 2 : 1, p, units, stream, pdl,
+                          kMinWarpBytes),
+                 "gemv");
+  return {};
+}
+
+Status gemv_swiglu(const DeviceMatrix& w, int M, const void* x, uint16_t* h, bool qdq, const Workspace& ws,
+                   cudaStream_t stream, bool pdl) {
+  GRIDQ_RETURN_IF_ERROR(check_m(M, "gemv_swiglu"));
+  if (w.rows % 32) return err("gemv_swiglu: rows {} is not 2·I with I a multiple of 16", w.rows);
+  if (x == nullptr || h == nullptr) return err("gemv_swiglu: null activation or output");
+  if (w.format == WeightFormat::FP8) return err("gemv_swiglu: no fused FP8 kernel (BF16 and NVFP4-CB K16 v2)");
+  KParams p;
+  GRIDQ_RETURN_IF_ERROR(fill_params(w, p, "gemv_swiglu"));
+  p.rows = w.rows / 2;
+  p.R = p.rows / 16;
+  GRIDQ_RETURN_IF_ERROR(check_ws(ws, p.R, "gemv_swiglu"));
+  p.M = M;
+  p.x = x;
+  p.y = h;
+  p.qdq_fp4 = qdq ? 1 : 0;
+  p.counters = ws.counters;
+  p.partials = ws.partials;
+  const long long units = static_cast<long long>(p.R) * p.S;
+  GRIDQ_LAUNCHED(raw_gemv(fmt_of(w.format), w.k, w.layout_version, kSwiglu, M > 8 ? 2 : 1, p, units, stream, pdl,
+                          kMinWarpBytes),
+                 "gemv_swiglu");
+  return {};
+}
+
+Status moe_gate_up(const MoeArgs& a, const Workspace& ws, cudaStream_t stream, bool pdl) {
+  if (a.gate_up == nullptr || a.gate_up->format != WeightFormat::CB)
+    return err("moe_gate_up: routed experts must be NVFP4-CB");
+  GRIDQ_RETURN_IF_ERROR(check_m(a.M, "moe_gate_up"));
+  if (a.x == nullptr || a.h == nullptr || a.nslots == nullptr || a.slot_expert == nullptr)
+    return err("moe_gate_up: null argument");
+  if (a.max_slots < 1) return err("moe_gate_up: max_slots {} < 1", a.max_slots);
+  const DeviceMatrix& w = *a.gate_up;
+  if (w.rows % 32) return err("moe_gate_up: rows {} is not 2·I", w.rows);
+  KParams p;
+  GRIDQ_RETURN_IF_ERROR(fill_params(w, p, "moe_gate_up"));
+  p.rows = w.rows / 2;
+  p.R = p.rows / 16;
+  GRIDQ_RETURN_IF_ERROR(check_ws(ws, static_cast<long long>(a.max_slots) * p.R, "moe_gate_up"));
+  p.M = a.M;
+  p.x = a.x;
+  p.y = a.h;
+  p.qdq_fp4 = 1;
+  p.nslots = a.nslots;
+  p.slot_expert = a.slot_expert;
+  p.max_slots = a.max_slots;
+  p.counters = ws.counters;
+  p.partials = ws.partials;
+  const long long units = static_cast<long long>(a.max_slots) * p.R * p.S;
+  GRIDQ_LAUNCHED(raw_gemv(kFmtCB, w.k, w.layout_version, kSwiglu, a.M > 8 ? 2 : 1, p, units, stream, pdl,
+                          kMinWarpBytes),
+                 "moe_gate_up (MoE kernels are built for NVFP4-CB K16 v2)");
+  return {};
+}
+
+Status moe_down(const MoeArgs& a, const Workspace& ws, cudaStream_t stream, bool pdl) {
+  if (a.down == nullptr || a.down->format != WeightFormat::CB) return err("moe_down: routed experts must be NVFP4-CB");
+  GRIDQ_RETURN_IF_ERROR(check_m(a.M, "moe_down"));
+  if (a.h == nullptr || a.out == nullptr || a.nslots == nullptr || a.slot_expert == nullptr ||
+      a.slot_weight == nullptr)
+    return err("moe_down: null argument");
+  if (a.max_slots < 1) return err("moe_down: max_slots {} < 1", a.max_slots);
+  const DeviceMatrix& w = *a.down;
+  KParams p;
+  GRIDQ_RETURN_IF_ERROR(fill_params(w, p, "moe_down"));
+  GRIDQ_RETURN_IF_ERROR(check_ws(ws, p.R, "moe_down"));
+  p.M = a.M;
+  p.x = a.h;
+  p.y = a.out;
+  p.nslots = a.nslots;
+  p.slot_expert = a.slot_expert;
+  p.slot_weight = a.slot_weight;
+  p.max_slots = a.max_slots;
+  p.out_scale = a.routed_scale;
+  p.add = a.add;
+  p.counters = ws.counters;
+  p.partials = ws.partials;
+  const long long units = static_cast<long long>(a.max_slots) * p.R * p.S;
+  GRIDQ_LAUNCHED(raw_gemv(kFmtCB, w.k, w.layout_version, kMoeDown, a.M > 8 ? 2 : 1, p, units, stream, pdl,
+                          kMinWarpBytes),
+                 "moe_down (MoE kernels are built for NVFP4-CB K16 v2)");
+  return {};
+}
+
+Status cb_decode_dense(const DeviceMatrix& w, uint16_t* out, cudaStream_t stream) {
+  if (w.format != WeightFormat::CB) return err("cb_decode_dense: matrix is not NVFP4-CB");
+  if (out == nullptr) return err("cb_decode_dense: null output");
+  KParams p;
+  GRIDQ_RETURN_IF_ERROR(fill_params(w, p, "cb_decode_dense"));
+  GRIDQ_LAUNCHED(raw_cb_decode(w.k, w.layout_version, p, out, stream), "cb_decode_dense");
+  return {};
+}
+
+Status quantize_fp8_tokens(const uint16_t* x, int M, int K, uint8_t* q, float* s, cudaStream_t stream, bool pdl) {
+  GRIDQ_RETURN_IF_ERROR(check_m(M, "quantize_fp8_tokens"));
+  if (!x || !q || !s || K <= 0) return err("quantize_fp8_tokens: null argument or K {} <= 0", K);
+  GRIDQ_LAUNCHED(raw_quantize_fp8(x, M, K, q, s, stream, pdl), "quantize_fp8_tokens");
+  return {};
+}
+
+Status qdq_fp4(const uint16_t* x, int M, int K, uint16_t* y, cudaStream_t stream, bool pdl) {
+  if (M < 1) return err("qdq_fp4: M = {} < 1", M);
+  if (K <= 0 || K % 16) return err("qdq_fp4: row length {} is not a positive multiple of 16", K);
+  if (!x || !y) return err("qdq_fp4: null argument");
+  GRIDQ_LAUNCHED(raw_qdq_fp4(x, M, K, y, stream, pdl), "qdq_fp4");
+  return {};
+}
+
+Status rmsnorm(const RmsNormArgs& a, cudaStream_t stream, bool pdl) {
+  if (a.M < 1) return err("rmsnorm: M = {} < 1", a.M);
+  if (a.H <= 0 || a.H > 96 * 1024) return err("rmsnorm: H = {} outside 1..98304", a.H);
+  if (!a.x || !a.w) return err("rmsnorm: null input or weight");
+  if (a.y_fp4 && a.H % 16) return err("rmsnorm: FP4 output needs H % 16 == 0 (H = {})", a.H);
+  if ((a.y_q == nullptr) != (a.y_s == nullptr)) return err("rmsnorm: FP8 output needs both codes and scales");
+  GRIDQ_LAUNCHED(raw_rmsnorm(a.x, a.w, a.M, a.H, a.eps, a.y, a.y_fp4, a.y_q, a.y_s, stream, pdl), "rmsnorm");
+  return {};
+}
+
+Status route(const RouteArgs& a, cudaStream_t stream, bool pdl) {
+  GRIDQ_RETURN_IF_ERROR(check_m(a.M, "route"));
+  if (a.E < 1 || a.E > 512) return err("route: E = {} outside 1..512", a.E);
+  if (a.topk < 1 || a.topk > 16 || a.topk > a.E) return err("route: top-k {} outside 1..min(16, E)", a.topk);
+  if (!a.logits || !a.bias || !a.nslots || !a.slot_expert || !a.slot_weight) return err("route: null argument");
+  GRIDQ_LAUNCHED(raw_route(a.logits, a.bias, a.M, a.E, a.topk, a.nslots, a.slot_expert, a.slot_weight, a.topk_ids,
+                           a.topk_w, stream, pdl),
+                 "route");
+  return {};
+}
+
+Status fill_random_bytes(void* p, size_t n, uint64_t seed, cudaStream_t s) {
+  GRIDQ_LAUNCHED(raw_fill_bytes(p, n, seed, s), "fill_random_bytes");
+  return {};
+}
+Status fill_random_bf16(uint16_t* p, size_t n, float a, uint64_t seed, cudaStream_t s) {
+  GRIDQ_LAUNCHED(raw_fill_bf16(p, n, a, seed, s), "fill_random_bf16");
+  return {};
+}
+Status fill_random_e4m3(uint8_t* p, size_t n, uint64_t seed, cudaStream_t s) {
+  GRIDQ_LAUNCHED(raw_fill_e4m3(p, n, seed, s), "fill_random_e4m3");
+  return {};
+}
+Status fill_random_f32(float* p, size_t n, float lo, float hi, uint64_t seed, cudaStream_t s) {
+  GRIDQ_LAUNCHED(raw_fill_f32(p, n, lo, hi, seed, s), "fill_random_f32");
+  return {};
+}
+Status fill_random_cb_tiles(uint8_t* p, int k, int v, long long units, uint64_t seed, cudaStream_t s) {
+  if (k < 12 || k > 24 || k % 2 || (v != 1 && v != 2)) return err("fill_random_cb_tiles: k {} v {} unsupported", k, v);
+  GRIDQ_LAUNCHED(raw_fill_cb_tiles(p, k, v, units, seed, s), "fill_random_cb_tiles");
+  return {};
+}
+
+}  // namespace gridq::cuda

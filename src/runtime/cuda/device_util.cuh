@@ -1,0 +1,128 @@
+// Small device helpers shared by the kernels: PTX wrappers (PDL, bulk L2 prefetch, streaming loads, mma),
+// BF16 packing and the exact activation-contract arithmetic of format.md §14.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+namespace gridq::cuda::detail {
+
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
+// Asks the copy engine to pull [p, p+bytes) into L2 (bytes % 16 == 0, p 16-byte aligned); no registers held.
+__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+
+// Weight loads: read once per kernel, so keep them out of L1.
+__device__ __forceinline__ uint4 ld_stream16(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint32_t ld_stream4(const void* p) {
+  uint32_t v;
+  asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint32_t ld_stream2(const void* p) {
+  uint16_t v;
+  asm("ld.global.nc.L1::no_allocate.u16 %0, [%1];" : "=h"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint32_t ld_stream1(const void* p) {
+  uint16_t v;
+  asm("ld.global.nc.L1::no_allocate.u8 %0, [%1];" : "=h"(v) : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// D = A·B + D, A 16×16 BF16 (row), B 16×8 BF16 (col), FP32 accumulators.
+__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// D = A·B + D, A 16×32 E4M3, B 32×8 E4M3, FP32 accumulators.
+__device__ __forceinline__ void mma_e4m3(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Packed BF16 multiply (RN). FP4 codebook value × E4M3-exact scale is exact in BF16 (format.md §16).
+__device__ __forceinline__ uint32_t hmul2_bits(uint32_t a, uint32_t b) {
+  __nv_bfloat162 x = *reinterpret_cast<__nv_bfloat162*>(&a);
+  __nv_bfloat162 y = *reinterpret_cast<__nv_bfloat162*>(&b);
+  __nv_bfloat162 r = __hmul2(x, y);
+  return *reinterpret_cast<uint32_t*>(&r);
+}
+
+__device__ __forceinline__ float bf16_bits_to_f32(uint32_t h) { return __uint_as_float(h << 16); }
+__device__ __forceinline__ uint16_t f32_to_bf16_bits(float f) {
+  __nv_bfloat16 b = __float2bfloat16_rn(f);
+  return *reinterpret_cast<uint16_t*>(&b);
+}
+__device__ __forceinline__ float bf16_round(float f) { return bf16_bits_to_f32(f32_to_bf16_bits(f)); }
+
+// format.md §14.1 step 4: nearest FP4 grid value, exact ties to the lower value.
+__device__ __forceinline__ float fp4_snap(float v) {
+  constexpr float G[15] = {-6.f, -4.f, -3.f, -2.f, -1.5f, -1.f, -0.5f, 0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
+  int i = 15;
+#pragma unroll
+  for (int j = 14; j >= 0; --j)
+    if (G[j] >= v) i = j;
+  float lo = G[i - 1 < 0 ? 0 : i - 1];
+  float hi = G[i > 14 ? 14 : i];
+  // fabsf(hi - v) etc. are exact-order FP32 ops; __fsub_rn keeps the compiler from contracting.
+  return fabsf(__fsub_rn(hi, v)) < fabsf(__fsub_rn(v, lo)) ? hi : lo;
+}
+
+// FP4 group scale from the group absmax a (no NaN): fl32(max(a, 1e-8)·fl32(1/6)).
+__device__ __forceinline__ float fp4_group_scale(float a) {
+  return __fmul_rn(fmaxf(a, 1e-8f), __uint_as_float(0x3E2AAAABu));
+}
+// One element of the FP4 contract given the group scale: bf16_rn(fl32(q·s)), q = snap(fl32(x/s)).
+__device__ __forceinline__ uint16_t fp4_qdq_elem(float x, float s) {
+  float q = fp4_snap(__fdiv_rn(x, s));
+  return f32_to_bf16_bits(__fmul_rn(q, s));
+}
+
+// format.md §14.2: s = max(fl32(a·fl32(1/448)), fl32(1/229376)); NaN stays NaN.
+__device__ __forceinline__ float fp8_token_scale(float a) {
+  float s = __fmul_rn(a, 1.0f / 448.0f);
+  if (isnan(s)) return s;
+  return fmaxf(s, 1.0f / 229376.0f);
+}
+__device__ __forceinline__ uint8_t fp8_quant_elem(float x, float s) {
+  float v = __fdiv_rn(x, s);
+  v = fminf(fmaxf(v, -448.0f), 448.0f);
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+}
+
+__device__ __forceinline__ float silu_f32(float z) { return __fdiv_rn(z, __fadd_rn(1.0f, expf(-z))); }
+
+// splitmix64: deterministic pseudo-random stream for synthetic data.
+__device__ __forceinline__ uint64_t mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace gridq::cuda::detail

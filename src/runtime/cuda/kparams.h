@@ -1,0 +1,69 @@
+// Internal interface between the host-side API (api.cpp, compiled by the host compiler) and the kernel
+// translation units (*.cu). Plain data and cudaError_t only: the .cu files never include core/status.h,
+// because nvcc's front end cannot compile fmt's compile-time format checks.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace gridq::cuda::detail {
+
+inline constexpr long long kMaxCounters = 1 << 15;
+inline constexpr long long kMaxPartialFloats = 1LL << 23;
+
+enum Mode : int {
+  kStore = 0,   // y = acc (· scales), BF16 or FP32
+  kSwiglu = 1,  // unit = gate tile + up tile; h = silu(gate)·up (+FP4 QDQ); MoE slots when slot_expert != null
+  kMoeDown = 2  // tile's K-run spans all slots; fold with routing weights; out = scale·Σ + add
+};
+
+enum Fmt : int { kFmtBF16 = 0, kFmtFP8 = 1, kFmtCB = 2 };
+
+struct KParams {
+  const uint8_t* w;
+  long long expert_stride;
+  const float* row_scale;
+  const uint16_t* codebook;
+  int stab[16];  // CB v2: BF16 bits of T[c] minus 127<<7
+  int rows;      // output rows (kSwiglu: I, the gate half)
+  int R;         // 16-row tiles per matrix (kSwiglu: of the gate half)
+  int S;         // units along K
+  int K;
+  int M;
+  const void* x;
+  const float* xscale;
+  void* y;
+  int y_f32;
+  int qdq_fp4;
+  const int* nslots;
+  const int* slot_expert;
+  const float* slot_weight;
+  float out_scale;
+  const float* add;
+  int max_slots;
+  int* counters;
+  float* partials;
+};
+
+// Launches the GEMV engine for (format, k, layout_version, mode, token tiles nt = 1|2). Returns
+// cudaErrorNotSupported when that combination is not instantiated.
+cudaError_t raw_gemv(int fmt, int k, int v, int mode, int nt, const KParams& p, long long max_units,
+                     cudaStream_t s, bool pdl, long long min_warp_bytes);
+cudaError_t raw_cb_decode(int k, int v, const KParams& p, uint16_t* out, cudaStream_t s);
+
+cudaError_t raw_quantize_fp8(const uint16_t* x, int M, int K, uint8_t* q, float* s, cudaStream_t st, bool pdl);
+cudaError_t raw_qdq_fp4(const uint16_t* x, int M, int K, uint16_t* y, cudaStream_t st, bool pdl);
+cudaError_t raw_rmsnorm(const uint16_t* x, const uint16_t* w, int M, int H, float eps, uint16_t* y,
+                        uint16_t* y_fp4, uint8_t* y_q, float* y_s, cudaStream_t st, bool pdl);
+cudaError_t raw_route(const float* logits, const float* bias, int M, int E, int topk, int* nslots,
+                      int* slot_expert, float* slot_weight, int* topk_ids, float* topk_w, cudaStream_t st,
+                      bool pdl);
+
+cudaError_t raw_fill_bytes(void* p, size_t n, uint64_t seed, cudaStream_t s);
+cudaError_t raw_fill_bf16(uint16_t* p, size_t n, float a, uint64_t seed, cudaStream_t s);
+cudaError_t raw_fill_e4m3(uint8_t* p, size_t n, uint64_t seed, cudaStream_t s);
+cudaError_t raw_fill_f32(float* p, size_t n, float lo, float hi, uint64_t seed, cudaStream_t s);
+cudaError_t raw_fill_cb_tiles(uint8_t* p, int k, int v, long long units, uint64_t seed, cudaStream_t s);
+
+}  // namespace gridq::cuda::detail

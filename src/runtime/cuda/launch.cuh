@@ -1,0 +1,80 @@
+// Kernel-side launch of one gemv_kernel instantiation: single-wave grid from the occupancy calculator,
+// dynamic shared memory opt-in, optional programmatic dependent launch.
+#pragma once
+
+#include <algorithm>
+
+#include "runtime/cuda/gemv_impl.cuh"
+
+namespace gridq::cuda::detail {
+
+struct KernelShape {
+  cudaError_t status = cudaSuccess;
+  int blocks_per_sm = 0;
+  int sms = 0;
+};
+
+template <class Dec, int NT, int MODE>
+const KernelShape& kernel_shape() {
+  static const KernelShape shape = [] {
+    KernelShape s;
+    auto kern = gemv_kernel<Dec, NT, MODE>;
+    const int smem = Dec::kSmemBytes;
+    if (smem > 48 * 1024) {
+      s.status = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+      if (s.status != cudaSuccess) return s;
+    }
+    s.status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&s.blocks_per_sm, kern, kThreads, smem);
+    if (s.status != cudaSuccess) return s;
+    int dev = 0;
+    s.status = cudaGetDevice(&dev);
+    if (s.status != cudaSuccess) return s;
+    s.status = cudaDeviceGetAttribute(&s.sms, cudaDevAttrMultiProcessorCount, dev);
+    if (s.status == cudaSuccess && s.blocks_per_sm < 1) s.status = cudaErrorInvalidConfiguration;
+    return s;
+  }();
+  return shape;
+}
+
+template <class Dec, int NT, int MODE>
+cudaError_t launch_gemv_kernel(const KParams& p, long long max_units, cudaStream_t stream, bool pdl,
+                               long long min_warp_bytes) {
+  const KernelShape& s = kernel_shape<Dec, NT, MODE>();
+  if (s.status != cudaSuccess) return s.status;
+  constexpr int NP = MODE == kSwiglu ? 2 : 1;
+  constexpr int NO = MODE == kMoeDown ? NT * 4 : NP * NT * 4;
+  const long long unit_bytes = static_cast<long long>(Dec::kUnitBytes) * NP;
+  const long long min_units = std::max<long long>(1, min_warp_bytes / unit_bytes);
+  long long blocks = static_cast<long long>(s.blocks_per_sm) * s.sms;
+  blocks = std::min(blocks, (max_units + kWarpsPerBlock * min_units - 1) / (kWarpsPerBlock * min_units));
+  blocks = std::min(blocks, kMaxPartialFloats / (kWarpsPerBlock * 2LL * NO * 32));
+  blocks = std::max<long long>(blocks, 1);
+
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = Dec::kSmemBytes;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  cudaError_t e = cudaLaunchKernelEx(&cfg, gemv_kernel<Dec, NT, MODE>, p);
+  if (e != cudaSuccess) return e;
+  return cudaGetLastError();
+}
+
+template <class Dec, int MODE>
+cudaError_t launch_nt(int nt, const KParams& p, long long units, cudaStream_t s, bool pdl, long long mwb) {
+  return nt == 2 ? launch_gemv_kernel<Dec, 2, MODE>(p, units, s, pdl, mwb)
+                 : launch_gemv_kernel<Dec, 1, MODE>(p, units, s, pdl, mwb);
+}
+
+// Per translation unit entry points (gemv_dense.cu, gemv_cb.cu).
+cudaError_t raw_gemv_dense(int fmt, int mode, int nt, const KParams& p, long long units, cudaStream_t s, bool pdl,
+                           long long mwb);
+cudaError_t raw_gemv_cb(int k, int v, int mode, int nt, const KParams& p, long long units, cudaStream_t s,
+                        bool pdl, long long mwb);
+
+}  // namespace gridq::cuda::detail

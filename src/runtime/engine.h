@@ -1,0 +1,60 @@
+// The backend-agnostic engine the CLI and the server use: open a model, create sequences, prefill them
+// (chunked), run decode steps for a set of sequences, free them. Logits are fp32 [rows, vocab].
+//
+//   auto eng = Engine::open("models/laguna-tiny-code", {});
+//   SeqId s = eng->create_sequence();
+//   auto last = eng->prefill(s, prompt_ids);            // [vocab] logits of the last prompt token
+//   auto step = eng->decode({s}, {next_id});              // [1, vocab]
+//   eng->free_sequence(s);
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "model/loader.h"
+#include "runtime/backend.h"
+
+namespace gridq::runtime {
+
+struct EngineOptions {
+  int threads = 0;             // CPU threads (0 = OpenMP default)
+  int prefill_chunk = 512;     // tokens per prefill forward
+  std::string backend = "cpu"; // only "cpu" here; CUDA plugs in through Backend
+};
+
+class Engine {
+ public:
+  // Opens an HF checkpoint directory (BF16) and builds the CPU backend.
+  static Expected<std::unique_ptr<Engine>> open(const std::string& model_dir, const EngineOptions& opts);
+  // Wraps an existing backend (tests with synthetic models; other backends).
+  static std::unique_ptr<Engine> from_backend(std::unique_ptr<Backend> backend, const EngineOptions& opts);
+
+  const model::ModelSpec& spec() const { return backend_->spec(); }
+  const std::string& model_dir() const { return model_dir_; }
+  int vocab_size() const { return spec().vocab_size; }
+
+  SeqId create_sequence();
+  void free_sequence(SeqId id);
+  int64_t sequence_length(SeqId id) const { return backend_->sequence_length(id); }
+
+  // Appends `tokens` in chunks of prefill_chunk. Returns the logits of the last token [vocab] (kLast), of
+  // every token [n, vocab] (kAll), or nothing (kNone).
+  Expected<std::vector<float>> prefill(SeqId id, std::span<const int32_t> tokens, LogitsMode mode = LogitsMode::kLast);
+  // One token per sequence, all in one forward: returns [seqs.size(), vocab].
+  Expected<std::vector<float>> decode(std::span<const SeqId> seqs, std::span<const int32_t> tokens);
+  // Raw batched forward (several sequences, any token counts, one forward; no chunking).
+  Expected<std::vector<float>> forward(std::span<const BatchItem> items);
+
+  Backend& backend() { return *backend_; }
+
+ private:
+  Engine() = default;
+  std::unique_ptr<Backend> backend_;
+  EngineOptions opts_;
+  std::string model_dir_;
+  SeqId next_id_ = 1;
+};
+
+}  // namespace gridq::runtime

@@ -1,0 +1,50 @@
+// The runtime's view of a model's weights: one QMatrix per Linear, fp32 copies of the small vectors
+// (norms, router bias). Built from a WeightMap (HF checkpoint, BF16 borrowed from the mmap) or by the
+// artifact loader (FP8 / CB matrices); every backend consumes this form.
+#pragma once
+
+#include <vector>
+
+#include "core/status.h"
+#include "model/model_spec.h"
+#include "model/weight_map.h"
+#include "runtime/qmatrix.h"
+
+namespace gridq::runtime {
+
+struct LayerWeights {
+  std::vector<float> input_norm;  // [H]
+  std::vector<float> post_norm;   // [H]
+  std::vector<float> q_norm;      // [d] (empty without qk_norm)
+  std::vector<float> k_norm;      // [d]
+  QMatrix q;                      // [n_h*d, H]
+  QMatrix k;                      // [n_kv*d, H]
+  QMatrix v;                      // [n_kv*d, H]
+  QMatrix o;                      // [H, n_h*d]
+  QMatrix g;                      // [n_h, H] or [n_h*d, H]; rows == 0 when the layer has no gate
+  // Dense MLP.
+  QMatrix mlp_gate;  // [D, H]
+  QMatrix mlp_up;    // [D, H]
+  QMatrix mlp_down;  // [H, D]
+  // MoE.
+  QMatrix router;                   // [E, H], BF16/F32 only (never quantized)
+  std::vector<float> router_bias;   // [E] or empty
+  std::vector<QMatrix> expert_gate; // E x [I, H]
+  std::vector<QMatrix> expert_up;   // E x [I, H]
+  std::vector<QMatrix> expert_down; // E x [H, I]
+  QMatrix shared_gate;              // [I_s, H]; rows == 0 without a shared expert
+  QMatrix shared_up;                // [I_s, H]
+  QMatrix shared_down;              // [H, I_s]
+};
+
+struct ModelWeights {
+  QMatrix embed;                 // [vocab, H]
+  QMatrix lm_head;               // [vocab, H]
+  std::vector<float> final_norm; // [H]
+  std::vector<LayerWeights> layers;
+};
+
+// Builds the BF16/F32 form of every role the spec needs; a missing role is an error naming it.
+Expected<ModelWeights> build_model_weights(const model::ModelSpec& spec, const model::WeightMap& w);
+
+}  // namespace gridq::runtime

@@ -1,0 +1,41 @@
+// What the server needs from a model: per-sequence KV state and one batched forward returning the logits of
+// each item's last position. The scheduler samples itself (serve/sampling.h), so an engine is just this
+// interface; tests drive the whole server with a deterministic fake (tests/serve/fake_engine.h) and
+// serve/runtime_engine.h adapts the real runtime backend.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace gridq::serve {
+
+using SeqId = int64_t;
+
+struct StepItem {
+  SeqId seq = 0;
+  std::span<const int32_t> tokens;  // appended at positions length(seq) .. length(seq) + n - 1
+  bool want_logits = true;          // logits of the last appended position
+};
+
+class EngineIface {
+ public:
+  virtual ~EngineIface() = default;
+  virtual int32_t vocab_size() const = 0;
+  virtual int64_t max_model_len() const = 0;
+  // KV capacity in tokens over all sequences (admission control) and what is in use now.
+  virtual int64_t kv_capacity_tokens() const = 0;
+  virtual int64_t kv_used_tokens() const = 0;
+  virtual Status add_sequence(SeqId id) = 0;
+  virtual void remove_sequence(SeqId id) = 0;
+  // Runs all items in one forward; appends one row of vocab_size() floats per item with want_logits, in order.
+  // Each item's row must not depend on the other items (batch invariance, server.md §8).
+  virtual Status forward(std::span<const StepItem> items, std::vector<float>& logits) = 0;
+  // One line per weight format naming the kernel path in use (logged at start).
+  virtual std::vector<std::string> describe_kernels() const { return {}; }
+};
+
+}  // namespace gridq::serve

@@ -1,0 +1,56 @@
+// Prometheus metrics (server.md §10): names follow vLLM's with the prefix `gridq:` and a model_name label.
+// Thread-safe; render() writes the text exposition format 0.0.4.
+#pragma once
+
+#include <array>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace gridq::serve {
+
+enum class Hist {
+  kTtft,
+  kItl,
+  kE2e,
+  kQueue,
+  kPrefill,
+  kDecode,
+  kPromptTokens,
+  kGenTokens,
+  kCount
+};
+
+class Metrics {
+ public:
+  explicit Metrics(std::string model_name);
+  void set_info(std::string artifact_sha256, std::string format);
+  void inc_http(const std::string& handler, const std::string& method, int status);
+  void add_prompt_tokens(int64_t n);
+  void add_generation_tokens(int64_t n);
+  void request_success(const std::string& finished_reason);
+  void request_aborted();
+  void observe(Hist h, double v);
+  void set_gauges(int64_t running, int64_t waiting, double kv_usage);
+  std::string render() const;
+
+ private:
+  struct Histogram {
+    std::vector<double> bounds;
+    std::vector<uint64_t> counts;  // per bucket (not cumulative), +Inf last
+    double sum = 0.0;
+    uint64_t count = 0;
+  };
+  mutable std::mutex mu_;
+  std::string model_, sha_, format_;
+  std::map<std::tuple<std::string, std::string, int>, uint64_t> http_;
+  std::map<std::string, uint64_t> success_;
+  uint64_t prompt_tokens_ = 0, gen_tokens_ = 0, aborted_ = 0;
+  int64_t running_ = 0, waiting_ = 0;
+  double kv_ = 0.0;
+  std::array<Histogram, static_cast<size_t>(Hist::kCount)> hist_;
+};
+
+}  // namespace gridq::serve

@@ -1,0 +1,130 @@
+// Continuous batching (server.md §8). One thread runs steps: at each step boundary it drops cancelled
+// sequences, admits waiting requests FIFO while sequence slots and KV reservations allow, then runs one
+// forward holding every decoding sequence (one token each) plus prefill chunks under a token budget, samples
+// each sequence with its own seeded sampler, and reports tokens through the request's callbacks.
+//
+// Simplifications (documented in docs/serving.md): each of a request's n choices prefills its own copy of the
+// prompt (no KV sharing), and admission reserves prompt + max_tokens per choice, so nothing is ever preempted.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "serve/engine_iface.h"
+#include "serve/metrics.h"
+#include "serve/sampling.h"
+
+namespace gridq::serve {
+
+enum class FinishReason { kStop, kLength, kAbort };
+
+// One API request as the scheduler sees it. The HTTP layer fills the fields and implements the callbacks,
+// which run on the scheduler thread and must not block.
+class SchedRequest {
+ public:
+  virtual ~SchedRequest() = default;
+  // A sampled token of `choice` (not a stop id). Return true when a stop string ended the choice.
+  virtual bool on_token(int choice, const SampledToken& tok) = 0;
+  virtual void on_choice_done(int choice, FinishReason reason) = 0;
+  // The request failed as a whole (engine error, queue timeout); no further callbacks follow.
+  virtual void on_error(int http_status, const std::string& code, const std::string& message) = 0;
+
+  std::vector<int32_t> prompt;
+  int n = 1;
+  int64_t max_tokens = 16;
+  std::vector<SamplingParams> sampling;  // one per choice
+  std::vector<int32_t> stop_ids;         // EOS (unless ignore_eos), </assistant> for chat, stop_token_ids
+  int64_t min_tokens = 0;
+  int top_logprobs = 0;
+  std::atomic<bool> cancelled{false};
+  std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();
+};
+
+struct SchedulerOptions {
+  int max_num_seqs = 32;
+  int64_t max_batch_tokens = 512;  // per-step token budget (decode tokens + prefill chunks)
+  size_t max_queue = 256;
+  double queue_timeout_s = 0.0;  // 0 = wait forever
+};
+
+struct SubmitError {
+  int status;
+  std::string code;
+  std::string message;
+};
+
+class Scheduler {
+ public:
+  Scheduler(EngineIface& engine, SchedulerOptions opts, Metrics* metrics);
+  ~Scheduler();
+  void start();
+  // Aborts everything still queued or running and joins the thread.
+  void stop();
+
+  std::optional<SubmitError> submit(std::shared_ptr<SchedRequest> req);
+  // Every queued and running request ends with FinishReason::kAbort at the next step boundary.
+  void abort_all();
+  int64_t num_running_requests() const { return running_reqs_.load(); }
+  int64_t num_waiting_requests() const { return waiting_reqs_.load(); }
+  bool idle() const { return running_reqs_.load() == 0 && waiting_reqs_.load() == 0; }
+  bool failed() const { return failed_.load(); }
+  std::string failure() const;
+  // Waits until the scheduler has nothing queued or running, or the deadline passes. True if idle.
+  bool wait_idle(std::chrono::steady_clock::time_point deadline);
+  const SchedulerOptions& options() const { return opts_; }
+
+ private:
+  struct Seq {
+    SeqId id = 0;
+    std::shared_ptr<SchedRequest> req;
+    int choice = 0;
+    Sampler sampler;
+    size_t prefilled = 0;
+    std::vector<int32_t> generated;
+    int32_t next_input = -1;
+    bool done = false;
+    std::chrono::steady_clock::time_point last_token;
+  };
+  struct ReqState {
+    std::shared_ptr<SchedRequest> req;
+    int remaining = 0;
+    int64_t reserved = 0;
+    int64_t generated = 0;
+    std::chrono::steady_clock::time_point admitted, first_token, prefill_done;
+    bool got_first = false;
+  };
+
+  void loop();
+  void admit_locked();
+  void finish_seq(Seq& s, FinishReason r);
+  void fail_all(const std::string& message);
+  void update_gauges();
+  ReqState* state_of(const SchedRequest* r);
+
+  EngineIface& engine_;
+  SchedulerOptions opts_;
+  Metrics* metrics_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_, idle_cv_;
+  std::deque<std::shared_ptr<SchedRequest>> waiting_;
+  std::vector<std::unique_ptr<Seq>> running_;  // admission order
+  std::vector<ReqState> reqs_;
+  std::thread thread_;
+  bool stop_ = false;
+  std::atomic<bool> abort_flag_{false};
+  std::atomic<bool> failed_{false};
+  std::string failure_;
+  std::atomic<int64_t> running_reqs_{0}, waiting_reqs_{0};
+  int64_t kv_reserved_ = 0;
+  SeqId next_seq_ = 1;
+};
+
+}  // namespace gridq::serve

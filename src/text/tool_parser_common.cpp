@@ -1,0 +1,356 @@
+#include "text/tool_parser_common.h"
+
+#include <cstdio>
+
+namespace gridq::text {
+
+bool ToolSchemas::is_string(std::string_view tool, std::string_view key) const {
+  auto it = string_args.find(tool);
+  if (it == string_args.end()) return false;
+  return it->second.count(std::string(key)) > 0;
+}
+
+namespace {
+bool type_is_string(const nlohmann::json& t) {
+  if (t.is_string()) return t.get<std::string>() == "string";
+  if (t.is_array()) {  // ["string", "null"] is still a string slot
+    bool has_string = false;
+    for (const auto& e : t) {
+      if (!e.is_string()) return false;
+      const auto& s = e.get_ref<const std::string&>();
+      if (s == "string") has_string = true;
+      else if (s != "null") return false;
+    }
+    return has_string;
+  }
+  return false;
+}
+}  // namespace
+
+ToolSchemas tool_schemas_from_openai(const nlohmann::json& tools) {
+  ToolSchemas out;
+  if (!tools.is_array()) return out;
+  for (const auto& t : tools) {
+    if (!t.is_object()) continue;
+    auto fit = t.find("function");
+    if (fit == t.end() || !fit->is_object()) continue;
+    auto nit = fit->find("name");
+    if (nit == fit->end() || !nit->is_string()) continue;
+    auto& keys = out.string_args[nit->get<std::string>()];
+    auto pit = fit->find("parameters");
+    if (pit == fit->end() || !pit->is_object()) continue;
+    auto props = pit->find("properties");
+    if (props == pit->end() || !props->is_object()) continue;
+    for (auto it = props->begin(); it != props->end(); ++it) {
+      if (!it.value().is_object()) continue;
+      auto ty = it.value().find("type");
+      if (ty != it.value().end() && type_is_string(*ty)) keys.insert(it.key());
+    }
+  }
+  return out;
+}
+
+ToolParseResult apply_filter(ToolParseResult r, const ToolCallFilter& f) {
+  std::vector<ParsedToolCall> kept;
+  for (auto& c : r.calls) {
+    if (f.only_name && c.name != *f.only_name) continue;
+    if (!f.parallel && !kept.empty()) break;
+    kept.push_back(std::move(c));
+  }
+  r.calls = std::move(kept);
+  return r;
+}
+
+namespace {
+class FilteredParser final : public ToolStreamParser {
+ public:
+  FilteredParser(std::unique_ptr<ToolStreamParser> inner, ToolCallFilter f)
+      : inner_(std::move(inner)), f_(std::move(f)) {}
+  ToolStreamDelta feed(std::string_view text) override { return map(inner_->feed(text)); }
+  ToolStreamDelta finish() override { return map(inner_->finish()); }
+  bool saw_calls() const override { return next_ > 0; }
+
+ private:
+  ToolStreamDelta map(ToolStreamDelta d) {
+    std::vector<ToolCallDelta> out;
+    for (auto& c : d.calls) {
+      if (c.first) {
+        bool keep = (!f_.only_name || c.name == *f_.only_name) && (f_.parallel || next_ == 0);
+        index_map_[c.index] = keep ? next_++ : -1;
+      }
+      auto it = index_map_.find(c.index);
+      if (it == index_map_.end() || it->second < 0) continue;
+      c.index = it->second;
+      out.push_back(std::move(c));
+    }
+    d.calls = std::move(out);
+    return d;
+  }
+  std::unique_ptr<ToolStreamParser> inner_;
+  ToolCallFilter f_;
+  std::map<int, int> index_map_;
+  int next_ = 0;
+};
+}  // namespace
+
+std::unique_ptr<ToolStreamParser> filtered(std::unique_ptr<ToolStreamParser> inner, ToolCallFilter f) {
+  return std::make_unique<FilteredParser>(std::move(inner), std::move(f));
+}
+
+std::string json_escape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + 2);
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out;
+}
+
+namespace {
+void dump_into(const nlohmann::ordered_json& j, std::string& out) {
+  switch (j.type()) {
+    case nlohmann::json::value_t::string:
+      out += '"';
+      out += json_escape(j.get_ref<const std::string&>());
+      out += '"';
+      return;
+    case nlohmann::json::value_t::array: {
+      out += '[';
+      bool first = true;
+      for (const auto& e : j) {
+        if (!first) out += ", ";
+        first = false;
+        dump_into(e, out);
+      }
+      out += ']';
+      return;
+    }
+    case nlohmann::json::value_t::object: {
+      out += '{';
+      bool first = true;
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        if (!first) out += ", ";
+        first = false;
+        out += '"';
+        out += json_escape(it.key());
+        out += "\": ";
+        dump_into(it.value(), out);
+      }
+      out += '}';
+      return;
+    }
+    default:
+      out += j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+}
+}  // namespace
+
+std::string dump_json_py(const nlohmann::ordered_json& j) {
+  std::string out;
+  dump_into(j, out);
+  return out;
+}
+
+bool is_all_space(std::string_view s) {
+  for (char c : s)
+    if (c != ' ' && c != '\n' && c != '\t' && c != '\r' && c != '\f' && c != '\v') return false;
+  return true;
+}
+
+std::string_view trim_space(std::string_view s) {
+  auto sp = [](char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '\f' || c == '\v'; };
+  while (!s.empty() && sp(s.front())) s.remove_prefix(1);
+  while (!s.empty() && sp(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+size_t partial_tag_suffix(std::string_view buf, std::initializer_list<std::string_view> tags) {
+  size_t best = 0;
+  for (auto tag : tags) {
+    size_t maxlen = std::min(buf.size(), tag.size() - 1);
+    for (size_t len = maxlen; len > best; --len) {
+      if (buf.substr(buf.size() - len) == tag.substr(0, len)) {
+        best = len;
+        break;
+      }
+    }
+  }
+  return best;
+}
+
+// ---- Python literal parser (recursive descent; depth-limited so hostile output cannot blow the stack) ----
+namespace {
+struct PyLit {
+  std::string_view s;
+  size_t i = 0;
+  int depth = 0;
+  void ws() {
+    while (i < s.size() && (s[i] == ' ' || s[i] == '\n' || s[i] == '\t' || s[i] == '\r')) ++i;
+  }
+  bool lit(std::string_view w) {
+    if (s.substr(i, w.size()) == w) {
+      i += w.size();
+      return true;
+    }
+    return false;
+  }
+  std::optional<nlohmann::ordered_json> value() {
+    if (++depth > 64) return std::nullopt;
+    auto v = value_inner();
+    --depth;
+    return v;
+  }
+  std::optional<nlohmann::ordered_json> value_inner() {
+    ws();
+    if (i >= s.size()) return std::nullopt;
+    char c = s[i];
+    if (lit("None")) return nlohmann::ordered_json(nullptr);
+    if (lit("True")) return nlohmann::ordered_json(true);
+    if (lit("False")) return nlohmann::ordered_json(false);
+    if (c == '\'' || c == '"') return str();
+    if (c == '[' || c == '(') return seq(c == '[' ? ']' : ')');
+    if (c == '{') return dict();
+    return number();
+  }
+  std::optional<nlohmann::ordered_json> str() {
+    char q = s[i++];
+    std::string out;
+    while (i < s.size() && s[i] != q) {
+      char c = s[i++];
+      if (c == '\\') {
+        if (i >= s.size()) return std::nullopt;
+        char e = s[i++];
+        switch (e) {
+          case 'n': out += '\n'; break;
+          case 't': out += '\t'; break;
+          case 'r': out += '\r'; break;
+          case '0': out += '\0'; break;
+          case '\\': out += '\\'; break;
+          case '\'': out += '\''; break;
+          case '"': out += '"'; break;
+          case '\n': break;
+          default: out += '\\'; out += e;
+        }
+      } else {
+        out += c;
+      }
+    }
+    if (i >= s.size()) return std::nullopt;
+    ++i;
+    return nlohmann::ordered_json(std::move(out));
+  }
+  std::optional<nlohmann::ordered_json> seq(char close) {
+    ++i;
+    auto arr = nlohmann::ordered_json::array();
+    ws();
+    if (i < s.size() && s[i] == close) {
+      ++i;
+      return arr;
+    }
+    for (;;) {
+      auto v = value();
+      if (!v) return std::nullopt;
+      arr.push_back(std::move(*v));
+      ws();
+      if (i >= s.size()) return std::nullopt;
+      if (s[i] == ',') {
+        ++i;
+        ws();
+        if (i < s.size() && s[i] == close) {
+          ++i;
+          return arr;
+        }
+        continue;
+      }
+      if (s[i] == close) {
+        ++i;
+        return arr;
+      }
+      return std::nullopt;
+    }
+  }
+  std::optional<nlohmann::ordered_json> dict() {
+    ++i;
+    auto obj = nlohmann::ordered_json::object();
+    ws();
+    if (i < s.size() && s[i] == '}') {
+      ++i;
+      return obj;
+    }
+    for (;;) {
+      ws();
+      if (i >= s.size() || (s[i] != '\'' && s[i] != '"')) return std::nullopt;
+      auto k = str();
+      if (!k) return std::nullopt;
+      ws();
+      if (i >= s.size() || s[i] != ':') return std::nullopt;
+      ++i;
+      auto v = value();
+      if (!v) return std::nullopt;
+      const auto& key = k->get_ref<const std::string&>();
+      if (!obj.contains(key)) obj[key] = std::move(*v);
+      ws();
+      if (i >= s.size()) return std::nullopt;
+      if (s[i] == ',') {
+        ++i;
+        ws();
+        if (i < s.size() && s[i] == '}') {
+          ++i;
+          return obj;
+        }
+        continue;
+      }
+      if (s[i] == '}') {
+        ++i;
+        return obj;
+      }
+      return std::nullopt;
+    }
+  }
+  std::optional<nlohmann::ordered_json> number() {
+    size_t b = i;
+    if (i < s.size() && (s[i] == '-' || s[i] == '+')) ++i;
+    while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.' || s[i] == 'e' ||
+                            s[i] == 'E' || s[i] == '-' || s[i] == '+' || s[i] == '_'))
+      ++i;
+    std::string tok(s.substr(b, i - b));
+    std::erase(tok, '_');
+    if (!tok.empty() && tok[0] == '+') tok.erase(0, 1);
+    if (tok.empty()) return std::nullopt;
+    // Python allows "1." and ".5"; JSON does not.
+    if (tok.back() == '.') tok += '0';
+    if (tok[0] == '.') tok.insert(0, "0");
+    if (tok.size() > 1 && tok[0] == '-' && tok[1] == '.') tok.insert(1, "0");
+    auto j = nlohmann::ordered_json::parse(tok, nullptr, false);
+    if (j.is_discarded() || !j.is_number()) return std::nullopt;
+    return j;
+  }
+};
+}  // namespace
+
+std::optional<nlohmann::ordered_json> parse_python_literal(std::string_view s) {
+  PyLit p{s};
+  auto v = p.value();
+  if (!v) return std::nullopt;
+  p.ws();
+  if (p.i != s.size()) return std::nullopt;
+  return v;
+}
+
+}  // namespace gridq::text

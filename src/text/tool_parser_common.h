@@ -1,0 +1,88 @@
+// Shared types of the tool-call parsers (server.md §5): the non-streaming result, streaming deltas, the
+// per-tool argument types taken from the request's JSON schemas, tool_choice filtering, and the one JSON
+// writer both the streaming and non-streaming paths use (so their `arguments` strings are byte-equal).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gridq::text {
+
+struct ParsedToolCall {
+  std::string name;
+  std::string arguments;  // a JSON object, Python-style separators, non-ASCII unescaped
+};
+
+struct ToolParseResult {
+  std::optional<std::string> content;  // null when whitespace-only and a call block was seen
+  std::vector<ParsedToolCall> calls;
+};
+
+// One streamed tool-call part. The first delta of a call has first = true and a non-empty name; later ones
+// carry only argument fragments. Indexes count kept calls from 0 in order of appearance.
+struct ToolCallDelta {
+  int index = 0;
+  bool first = false;
+  std::string name;
+  std::string arguments;
+};
+
+struct ToolStreamDelta {
+  std::string content;
+  std::vector<ToolCallDelta> calls;
+  bool empty() const { return content.empty() && calls.empty(); }
+};
+
+// For each tool name, the argument keys whose schema type is "string" (kept byte for byte).
+struct ToolSchemas {
+  std::map<std::string, std::set<std::string>, std::less<>> string_args;
+  bool is_string(std::string_view tool, std::string_view key) const;
+};
+
+// Reads OpenAI `tools` ([{"type":"function","function":{"name","parameters":{"properties":{K:{"type"}}}}}]).
+// Malformed entries contribute nothing (validation happens in the protocol layer).
+ToolSchemas tool_schemas_from_openai(const nlohmann::json& tools);
+
+class ToolStreamParser {
+ public:
+  virtual ~ToolStreamParser() = default;
+  virtual ToolStreamDelta feed(std::string_view text) = 0;
+  // End of generation: flushes held-back text and closes what can be closed.
+  virtual ToolStreamDelta finish() = 0;
+  // True once any kept call delta was emitted (finish_reason "tool_calls").
+  virtual bool saw_calls() const = 0;
+};
+
+// tool_choice effects that apply after parsing: a named choice keeps only calls to that function;
+// parallel_tool_calls = false keeps only the first kept call.
+struct ToolCallFilter {
+  std::optional<std::string> only_name;
+  bool parallel = true;
+};
+
+ToolParseResult apply_filter(ToolParseResult r, const ToolCallFilter& f);
+// Wraps a streaming parser so dropped calls never surface and indexes are renumbered.
+std::unique_ptr<ToolStreamParser> filtered(std::unique_ptr<ToolStreamParser> inner, ToolCallFilter f);
+
+// JSON writer with Python json.dumps(ensure_ascii=False) layout: ", " and ": " separators.
+std::string dump_json_py(const nlohmann::ordered_json& j);
+// JSON string escaping of raw bytes (no quotes added); splitting the input anywhere and escaping the parts
+// gives the same bytes as escaping the whole.
+std::string json_escape(std::string_view s);
+
+// Parses a Python literal (None/True/False, numbers, '...'/"..." strings, lists, tuples, dicts).
+std::optional<nlohmann::ordered_json> parse_python_literal(std::string_view s);
+
+// Length of the longest suffix of `buf` that is a proper prefix of one of `tags` (held back in streams).
+size_t partial_tag_suffix(std::string_view buf, std::initializer_list<std::string_view> tags);
+
+bool is_all_space(std::string_view s);
+std::string_view trim_space(std::string_view s);
+
+}  // namespace gridq::text

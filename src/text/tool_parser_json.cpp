@@ -1,0 +1,129 @@
+#include "text/tool_parser_json.h"
+
+namespace gridq::text {
+namespace {
+
+constexpr std::string_view kOpen = "<tool_call>";
+constexpr std::string_view kClose = "</tool_call>";
+
+std::optional<ParsedToolCall> parse_block(std::string_view body) {
+  std::string_view t = trim_space(body);
+  // Depth guard before handing model output to the parser.
+  int depth = 0, max_depth = 0;
+  for (char c : t) {
+    if (c == '{' || c == '[') max_depth = std::max(max_depth, ++depth);
+    else if (c == '}' || c == ']') --depth;
+  }
+  if (max_depth > 64) return std::nullopt;
+  auto j = nlohmann::ordered_json::parse(t.begin(), t.end(), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  auto n = j.find("name");
+  if (n == j.end() || !n->is_string() || n->get_ref<const std::string&>().empty()) return std::nullopt;
+  auto a = j.find("arguments");
+  if (a == j.end()) a = j.find("parameters");
+  if (a == j.end() || !a->is_object()) return std::nullopt;
+  return ParsedToolCall{n->get<std::string>(), dump_json_py(*a)};
+}
+
+}  // namespace
+
+ToolParseResult parse_json_tool_calls(std::string_view text) {
+  ToolParseResult r;
+  std::string content;
+  size_t p = 0;
+  for (;;) {
+    size_t s = text.find(kOpen, p);
+    if (s == std::string_view::npos) break;
+    size_t e = text.find(kClose, s + kOpen.size());
+    if (e == std::string_view::npos) break;
+    content.append(text.substr(p, s - p));
+    if (auto c = parse_block(text.substr(s + kOpen.size(), e - s - kOpen.size()))) {
+      r.calls.push_back(std::move(*c));
+    } else {
+      content.append(text.substr(s, e + kClose.size() - s));
+    }
+    p = e + kClose.size();
+  }
+  content.append(text.substr(p));
+  if (!content.empty() && !(is_all_space(content) && !r.calls.empty())) r.content = std::move(content);
+  return r;
+}
+
+namespace {
+
+class JsonStream final : public ToolStreamParser {
+ public:
+  ToolStreamDelta feed(std::string_view text) override {
+    buf_.append(text);
+    ToolStreamDelta d;
+    run(d, false);
+    return d;
+  }
+  ToolStreamDelta finish() override {
+    ToolStreamDelta d;
+    if (in_block_) {
+      emit_content(d, std::string(kOpen) + buf_);
+      buf_.clear();
+      in_block_ = false;
+    } else {
+      emit_content(d, buf_);
+      buf_.clear();
+    }
+    if (n_calls_ == 0) d.content += pending_ws_;
+    pending_ws_.clear();
+    return d;
+  }
+  bool saw_calls() const override { return n_calls_ > 0; }
+
+ private:
+  void emit_content(ToolStreamDelta& d, std::string_view s) {
+    if (s.empty()) return;
+    if (!emitted_) {
+      if (is_all_space(s)) {
+        pending_ws_.append(s);
+        return;
+      }
+      d.content += pending_ws_;
+      pending_ws_.clear();
+      emitted_ = true;
+    }
+    d.content.append(s);
+  }
+  void run(ToolStreamDelta& d, bool final) {
+    for (;;) {
+      if (!in_block_) {
+        size_t s = buf_.find(kOpen);
+        if (s == std::string::npos) {
+          size_t hold = final ? 0 : partial_tag_suffix(buf_, {kOpen});
+          emit_content(d, std::string_view(buf_).substr(0, buf_.size() - hold));
+          buf_.erase(0, buf_.size() - hold);
+          return;
+        }
+        emit_content(d, std::string_view(buf_).substr(0, s));
+        buf_.erase(0, s + kOpen.size());
+        in_block_ = true;
+      }
+      size_t e = buf_.find(kClose);
+      if (e == std::string::npos) return;
+      if (auto c = parse_block(std::string_view(buf_).substr(0, e))) {
+        d.calls.push_back(ToolCallDelta{n_calls_, true, c->name, ""});
+        d.calls.push_back(ToolCallDelta{n_calls_, false, "", c->arguments});
+        ++n_calls_;
+      } else {
+        emit_content(d, std::string(kOpen) + buf_.substr(0, e + kClose.size()));
+      }
+      buf_.erase(0, e + kClose.size());
+      in_block_ = false;
+    }
+  }
+
+  std::string buf_, pending_ws_;
+  bool in_block_ = false, emitted_ = false;
+  int n_calls_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<ToolStreamParser> make_json_stream_parser() { return std::make_unique<JsonStream>(); }
+
+}  // namespace gridq::text

@@ -1,0 +1,19 @@
+// Generic JSON tool-call format (Hermes/Qwen3 style), server.md §5:
+//   <tool_call>\n{"name": "...", "arguments": {...}}\n</tool_call>
+// A block that is not a JSON object with a string "name" and an object "arguments" (or "parameters") stays in
+// content verbatim, as does an unterminated block. Content is all text outside valid blocks; whitespace-only
+// content is null once a call was parsed. The stream emits a call's name and arguments when its block closes
+// (validity is known only then), which keeps streaming byte-identical to the non-streaming parse.
+#pragma once
+
+#include <memory>
+#include <string_view>
+
+#include "text/tool_parser_common.h"
+
+namespace gridq::text {
+
+ToolParseResult parse_json_tool_calls(std::string_view text);
+std::unique_ptr<ToolStreamParser> make_json_stream_parser();
+
+}  // namespace gridq::text

@@ -1,0 +1,73 @@
+// Shared helpers for the quantizer tests: seeded data (the quantizer's own fixed PRNG), a byte hash, and
+// synthetic correlated inputs.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "quant/prng.h"
+
+namespace gridq::quant::testing {
+
+inline std::vector<float> gaussian(size_t n, uint64_t seed, double sigma = 1.0) {
+  SplitMix64 rng(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = static_cast<float>(sigma * rng.gaussian());
+  return v;
+}
+
+// FNV-1a over raw bytes; enough to compare two runs byte for byte.
+inline uint64_t fnv1a(const void* p, size_t n) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+template <typename T>
+uint64_t fnv1a(const std::vector<T>& v) {
+  return fnv1a(v.data(), v.size() * sizeof(T));
+}
+
+// Rows with a non-identity covariance: x = z·M with M = I + 0.6·(random [C, C] / sqrt(C)) and per-column gains,
+// so neighbouring and distant columns are correlated and H = XᵀX is far from diagonal.
+struct Correlated {
+  int C;
+  std::vector<float> M;     // [C, C]
+  std::vector<float> gain;  // [C]
+  Correlated(int C_, uint64_t seed) : C(C_), M(gaussian(size_t(C_) * C_, seed)), gain(C_) {
+    SplitMix64 rng(seed ^ 0xABCDEFull);
+    for (int i = 0; i < C; ++i) {
+      for (int j = 0; j < C; ++j) M[size_t(i) * C + j] *= 0.6f / std::sqrt(static_cast<float>(C));
+      M[size_t(i) * C + i] += 1.0f;
+      gain[i] = static_cast<float>(0.25 + 1.75 * rng.uniform());
+    }
+  }
+  std::vector<float> rows(int64_t n, uint64_t seed) const {
+    const std::vector<float> z = gaussian(size_t(n) * C, seed);
+    std::vector<float> x(size_t(n) * C, 0.0f);
+    for (int64_t t = 0; t < n; ++t)
+      for (int i = 0; i < C; ++i) {
+        const float zi = z[size_t(t) * C + i];
+        for (int j = 0; j < C; ++j) x[size_t(t) * C + j] += zi * M[size_t(i) * C + j];
+      }
+    for (int64_t t = 0; t < n; ++t)
+      for (int j = 0; j < C; ++j) x[size_t(t) * C + j] *= gain[j];
+    return x;
+  }
+};
+
+// H = XᵀX in float64, returned as fp32 [C, C] (what the capture stores).
+inline std::vector<float> gram(const std::vector<float>& X, int64_t n, int C) {
+  std::vector<double> h(size_t(C) * C, 0.0);
+  for (int64_t t = 0; t < n; ++t) {
+    const float* x = &X[size_t(t) * C];
+    for (int i = 0; i < C; ++i) {
+      const double xi = x[i];
+      for (int j = 0; j < C; ++j) h[size_t(i) * C + j] += xi * x[j];
+    }
+  }
+  return std::vector<float>(h.begin(), h.end());
+}
+
+}  // namespace gridq::quant::testing

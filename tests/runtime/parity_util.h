@@ -1,0 +1,89 @@
+// Shared helpers for the HF-fixture parity tests: load a logits fixture, compare logits rows against it.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+
+namespace gridq::testing {
+
+inline std::string repo_path(const std::string& rel) { return std::string(GRIDQ_SOURCE_DIR) + "/" + rel; }
+
+struct Fixture {
+  int64_t B = 0, T = 0, V = 0;
+  std::vector<int32_t> ids;   // [B, T]
+  std::vector<float> logits;  // [B, T, V]
+};
+
+inline Fixture load_fixture(const std::string& path) {
+  Fixture f;
+  auto file = io::SafetensorsFile::open(path);
+  EXPECT_TRUE(file.ok()) << file.message();
+  if (!file.ok()) return f;
+  const io::TensorInfo* ids = (*file)->find("input_ids");
+  const io::TensorInfo* lg = (*file)->find("logits");
+  EXPECT_TRUE(ids && lg);
+  if (!ids || !lg) return f;
+  EXPECT_EQ(ids->dtype, io::DType::I32);
+  EXPECT_EQ(lg->dtype, io::DType::F32);
+  f.B = ids->shape[0];
+  f.T = ids->shape[1];
+  f.V = lg->shape[2];
+  f.ids.resize(static_cast<size_t>(f.B * f.T));
+  std::memcpy(f.ids.data(), ids->data, f.ids.size() * 4);
+  f.logits.resize(static_cast<size_t>(f.B * f.T * f.V));
+  std::memcpy(f.logits.data(), lg->data, f.logits.size() * 4);
+  return f;
+}
+
+struct Compare {
+  double max_abs = 0.0;
+  double mean_kl = 0.0;  // KL(ref || got), float64
+  int64_t argmax_mismatch = 0;
+  int64_t rows = 0;
+};
+
+// ref, got: [rows, V].
+inline Compare compare_logits(const float* ref, const float* got, int64_t rows, int64_t V) {
+  Compare c;
+  c.rows = rows;
+  double kl_sum = 0.0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* a = ref + r * V;
+    const float* b = got + r * V;
+    int64_t am = 0, bm = 0;
+    double amax = a[0], bmax = b[0];
+    for (int64_t v = 0; v < V; ++v) {
+      c.max_abs = std::max(c.max_abs, std::abs(static_cast<double>(a[v]) - b[v]));
+      if (a[v] > amax) amax = a[v], am = v;
+      if (b[v] > bmax) bmax = b[v], bm = v;
+    }
+    if (am != bm) ++c.argmax_mismatch;
+    double za = 0.0, zb = 0.0;
+    for (int64_t v = 0; v < V; ++v) za += std::exp(a[v] - amax), zb += std::exp(b[v] - bmax);
+    const double lza = std::log(za) + amax, lzb = std::log(zb) + bmax;
+    double kl = 0.0;
+    for (int64_t v = 0; v < V; ++v) {
+      const double la = a[v] - lza, lb = b[v] - lzb;
+      kl += std::exp(la) * (la - lb);
+    }
+    kl_sum += kl;
+  }
+  c.mean_kl = rows ? kl_sum / static_cast<double>(rows) : 0.0;
+  return c;
+}
+
+inline void expect_parity(const Compare& c, const char* what) {
+  std::printf("[parity] %s: rows %lld max|dlogit| %.3g mean KL %.3g argmax mismatches %lld\n", what,
+              static_cast<long long>(c.rows), c.max_abs, c.mean_kl, static_cast<long long>(c.argmax_mismatch));
+  EXPECT_EQ(c.argmax_mismatch, 0) << what;
+  EXPECT_LT(c.mean_kl, 1e-4) << what;
+  EXPECT_LT(c.max_abs, 1e-2) << what;
+}
+
+}  // namespace gridq::testing
