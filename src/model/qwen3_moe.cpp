@@ -17,7 +17,9 @@ Expected<Adapted> adapt_qwen3_moe(const nlohmann::json& c, const TensorTable& te
   GRIDQ_RETURN_IF_ERROR(read_llama_globals(c, s, head_dim, n_heads, n_kv));
   GRIDQ_ASSIGN_OR_RETURN(RopeParams rope, llama_rope(c, head_dim, s.max_position_embeddings));
   MoeSpec& m = s.moe;
-  GRIDQ_ASSIGN_OR_RETURN(m.n_experts, cfg_int(c, "num_experts"));
+  // transformers v5 writes num_local_experts; older configs num_experts.
+  m.n_experts = cfg_int_or(c, "num_experts", cfg_int_or(c, "num_local_experts", 0));
+  if (m.n_experts <= 0) return err("config.json: num_experts / num_local_experts missing or not positive");
   GRIDQ_ASSIGN_OR_RETURN(m.top_k, cfg_int(c, "num_experts_per_tok"));
   GRIDQ_ASSIGN_OR_RETURN(m.expert_intermediate, cfg_int(c, "moe_intermediate_size"));
   m.score = RouterScore::kSoftmax;

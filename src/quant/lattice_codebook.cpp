@@ -18,23 +18,36 @@ namespace {
 
 using Point = std::array<float, 8>;  // padded with zeros beyond dim
 
-// Exact nearest-entry search: entries sorted by first coordinate, scanned outward from the query's first
-// coordinate and cut off once the first-coordinate gap alone exceeds the best distance. Ties (equal distance)
-// go to the lowest entry index, exactly like a brute-force scan in index order.
+// Exact nearest-entry search. Entries are sorted by (first, second) coordinate and grouped into slices of equal
+// first coordinate; slices are visited outward from the query's first coordinate and, inside a slice, entries
+// outward from its second coordinate, each scan cut off once the coordinate gaps alone exceed the best distance.
+// Ties (equal distance) go to the lowest entry index, so the answer equals a brute-force scan in index order.
 class NearestSearch {
  public:
-  NearestSearch(const std::vector<double>& entries, int K, int dim) : entries_(entries), K_(K), dim_(dim) {
+  NearestSearch(const std::vector<double>& entries, int K, int dim) : entries_(entries), dim_(dim) {
     order_.resize(K);
     std::iota(order_.begin(), order_.end(), 0);
-    std::stable_sort(order_.begin(), order_.end(),
-                     [&](int a, int b) { return entries[size_t(a) * dim] < entries[size_t(b) * dim]; });
-    key_.resize(K);
-    for (int i = 0; i < K; ++i) key_[i] = entries[size_t(order_[i]) * dim];
+    auto key = [&](int k, int j) { return dim > j ? entries[size_t(k) * dim + j] : 0.0; };
+    std::stable_sort(order_.begin(), order_.end(), [&](int a, int b) {
+      if (key(a, 0) != key(b, 0)) return key(a, 0) < key(b, 0);
+      return key(a, 1) < key(b, 1);
+    });
+    k0_.resize(K);
+    k1_.resize(K);
+    for (int i = 0; i < K; ++i) {
+      k0_[i] = key(order_[i], 0);
+      k1_[i] = key(order_[i], 1);
+    }
+    for (int i = 0; i < K; ++i)
+      if (i == 0 || k0_[i] != k0_[i - 1]) {
+        slice_begin_.push_back(i);
+        slice_key_.push_back(k0_[i]);
+      }
+    slice_begin_.push_back(K);
   }
 
   // Returns the entry index; *dist gets the squared distance.
   int find(const double* x, double* dist) const {
-    const int start = static_cast<int>(std::lower_bound(key_.begin(), key_.end(), x[0]) - key_.begin());
     double best = std::numeric_limits<double>::infinity();
     int bi = -1;
     auto visit = [&](int pos) {
@@ -50,15 +63,35 @@ class NearestSearch {
         bi = k;
       }
     };
-    for (int pos = start; pos < K_; ++pos) {
-      const double g = key_[pos] - x[0];
-      if (g * g > best) break;
-      visit(pos);
+    auto scan_slice = [&](int s, double g0sq) {
+      const int lo = slice_begin_[s], hi = slice_begin_[s + 1];
+      if (dim_ < 2) {
+        for (int pos = lo; pos < hi; ++pos) visit(pos);
+        return;
+      }
+      const int start = static_cast<int>(std::lower_bound(k1_.begin() + lo, k1_.begin() + hi, x[1]) - k1_.begin());
+      for (int pos = start; pos < hi; ++pos) {
+        const double g1 = k1_[pos] - x[1];
+        if (g0sq + g1 * g1 > best) break;
+        visit(pos);
+      }
+      for (int pos = start - 1; pos >= lo; --pos) {
+        const double g1 = x[1] - k1_[pos];
+        if (g0sq + g1 * g1 > best) break;
+        visit(pos);
+      }
+    };
+    const int ns = static_cast<int>(slice_key_.size());
+    const int s0 = static_cast<int>(std::lower_bound(slice_key_.begin(), slice_key_.end(), x[0]) - slice_key_.begin());
+    for (int s = s0; s < ns; ++s) {
+      const double g0 = slice_key_[s] - x[0];
+      if (g0 * g0 > best) break;
+      scan_slice(s, g0 * g0);
     }
-    for (int pos = start - 1; pos >= 0; --pos) {
-      const double g = x[0] - key_[pos];
-      if (g * g > best) break;
-      visit(pos);
+    for (int s = s0 - 1; s >= 0; --s) {
+      const double g0 = x[0] - slice_key_[s];
+      if (g0 * g0 > best) break;
+      scan_slice(s, g0 * g0);
     }
     *dist = best;
     return bi;
@@ -66,10 +99,11 @@ class NearestSearch {
 
  private:
   const std::vector<double>& entries_;
-  int K_;
   int dim_;
-  std::vector<int> order_;
-  std::vector<double> key_;
+  std::vector<int> order_;        // entry indices sorted by (c0, c1)
+  std::vector<double> k0_, k1_;   // their first and second coordinates
+  std::vector<int> slice_begin_;  // [n_slices + 1] runs of equal c0 in order_
+  std::vector<double> slice_key_; // [n_slices]
 };
 
 uint64_t lattice_seed(gridbook::Grid grid, int bits, int dim) {

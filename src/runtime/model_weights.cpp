@@ -39,14 +39,18 @@ Expected<ModelWeights> build_model_weights(const model::ModelSpec& spec, const m
     GRIDQ_ASSIGN_OR_RETURN(lw.k, mat(w, layer(l, R::kK)));
     GRIDQ_ASSIGN_OR_RETURN(lw.v, mat(w, layer(l, R::kV)));
     GRIDQ_ASSIGN_OR_RETURN(lw.o, mat(w, layer(l, R::kO)));
-    if (L.gate != model::GateMode::kNone) GRIDQ_ASSIGN_OR_RETURN(lw.g, mat(w, layer(l, R::kG)));
+    if (L.gate != model::GateMode::kNone) {
+      GRIDQ_ASSIGN_OR_RETURN(lw.g, mat(w, layer(l, R::kG)));
+    }
     if (L.mlp == model::MlpKind::kDense) {
       GRIDQ_ASSIGN_OR_RETURN(lw.mlp_gate, mat(w, layer(l, R::kMlpGate)));
       GRIDQ_ASSIGN_OR_RETURN(lw.mlp_up, mat(w, layer(l, R::kMlpUp)));
       GRIDQ_ASSIGN_OR_RETURN(lw.mlp_down, mat(w, layer(l, R::kMlpDown)));
     } else {
       GRIDQ_ASSIGN_OR_RETURN(lw.router, mat(w, layer(l, R::kRouter)));
-      if (spec.moe.has_bias) GRIDQ_ASSIGN_OR_RETURN(lw.router_bias, vec(w, layer(l, R::kRouterBias)));
+      if (spec.moe.has_bias) {
+        GRIDQ_ASSIGN_OR_RETURN(lw.router_bias, vec(w, layer(l, R::kRouterBias)));
+      }
       for (int e = 0; e < spec.moe.n_experts; ++e) {
         GRIDQ_ASSIGN_OR_RETURN(QMatrix g, mat(w, R::expert(l, e, "gate")));
         GRIDQ_ASSIGN_OR_RETURN(QMatrix u, mat(w, R::expert(l, e, "up")));

@@ -504,8 +504,9 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(const ojson& 
     if (a.empty()) return invalid("prompt", "prompt token list must not be empty");
     for (const auto& t : a) {
       if (!t.is_number_integer()) return invalid("prompt", "prompt token ids must be integers");
-      int64_t v = t.is_number_unsigned() && t.get<uint64_t>() > static_cast<uint64_t>(kInt32Max) ? -1 : t.get<int64_t>();
-      if (t.is_number_unsigned() && t.get<uint64_t>() > static_cast<uint64_t>(kInt32Max)) v = lim.vocab_size;
+      // Huge unsigned ids map to vocab_size so they fail the range check below.
+      const bool huge = t.is_number_unsigned() && t.get<uint64_t>() > static_cast<uint64_t>(kInt32Max);
+      const int64_t v = huge ? static_cast<int64_t>(lim.vocab_size) : t.get<int64_t>();
       if (v < 0 || v >= lim.vocab_size)
         return invalid("prompt", fmt::format("prompt token id {} is out of vocabulary [0, {})", t.dump(), lim.vocab_size));
       out.push_back(static_cast<int32_t>(v));

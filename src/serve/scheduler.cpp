@@ -279,11 +279,11 @@ void Scheduler::loop() {
         }
       }
       s.last_token = now;
-      if (metrics_) metrics_->add_generation_tokens(1);
       if (std::find(stop_ids.begin(), stop_ids.end(), tok.token) != stop_ids.end()) {
         finish_seq(s, FinishReason::kStop);
         continue;
       }
+      if (metrics_) metrics_->add_generation_tokens(1);
       s.generated.push_back(tok.token);
       if (s.req->on_token(s.choice, tok)) {
         finish_seq(s, FinishReason::kStop);

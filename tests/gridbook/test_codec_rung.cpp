@@ -92,7 +92,9 @@ TEST(CodecRung, BitSplitEveryLadderRung) {
       // Independent statement of the rule: ceil-first, as even as possible.
       int want = (k + n - 1 - i) / n;  // = floor(k/n) + (i < k mod n)
       EXPECT_EQ(w[static_cast<size_t>(i)], want) << k << "," << n << "," << i;
-      if (i > 0) EXPECT_LE(w[static_cast<size_t>(i)], w[static_cast<size_t>(i - 1)]);
+      if (i > 0) {
+        EXPECT_LE(w[static_cast<size_t>(i)], w[static_cast<size_t>(i - 1)]);
+      }
     }
     EXPECT_EQ(sum, k);
     SubSplit s = sub_split(r);

@@ -1,27 +1,18 @@
-// NVFP4-CB GEMV instantiations (k = 12, 16, 20, 24; v1 and v2 scale coding; MoE modes for K16 v2) and the
-// dense decode kernel used by the bit-exact decode test.
-#include "runtime/cuda/launch.cuh"
+// NVFP4-CB GEMV dispatch (k = 12, 16, 20, 24; v1 and v2 scale coding; MoE modes for K16 v2) and the
+// dense decode kernel used by the bit-exact decode test. The instantiations live in gemv_cb_k*.cu (one
+// translation unit per k, so they compile in parallel).
+#include "runtime/cuda/gemv_cb.cuh"
 
 namespace gridq::cuda::detail {
-
-template <int K, int V>
-cudaError_t cb_kv(int mode, int nt, const KParams& p, long long units, cudaStream_t s, bool pdl, long long mwb) {
-  if (mode == kStore) return launch_nt<DecCB<K, V>, kStore>(nt, p, units, s, pdl, mwb);
-  if constexpr (K == 16 && V == 2) {
-    if (mode == kSwiglu) return launch_nt<DecCB<K, V>, kSwiglu>(nt, p, units, s, pdl, mwb);
-    if (mode == kMoeDown) return launch_nt<DecCB<K, V>, kMoeDown>(nt, p, units, s, pdl, mwb);
-  }
-  return cudaErrorNotSupported;
-}
 
 cudaError_t raw_gemv_cb(int k, int v, int mode, int nt, const KParams& p, long long units, cudaStream_t s,
                         bool pdl, long long mwb) {
   if (v != 1 && v != 2) return cudaErrorNotSupported;
   switch (k) {
-    case 12: return v == 2 ? cb_kv<12, 2>(mode, nt, p, units, s, pdl, mwb) : cb_kv<12, 1>(mode, nt, p, units, s, pdl, mwb);
-    case 16: return v == 2 ? cb_kv<16, 2>(mode, nt, p, units, s, pdl, mwb) : cb_kv<16, 1>(mode, nt, p, units, s, pdl, mwb);
-    case 20: return v == 2 ? cb_kv<20, 2>(mode, nt, p, units, s, pdl, mwb) : cb_kv<20, 1>(mode, nt, p, units, s, pdl, mwb);
-    case 24: return v == 2 ? cb_kv<24, 2>(mode, nt, p, units, s, pdl, mwb) : cb_kv<24, 1>(mode, nt, p, units, s, pdl, mwb);
+    case 12: return cb_k<12>(v, mode, nt, p, units, s, pdl, mwb);
+    case 16: return cb_k<16>(v, mode, nt, p, units, s, pdl, mwb);
+    case 20: return cb_k<20>(v, mode, nt, p, units, s, pdl, mwb);
+    case 24: return cb_k<24>(v, mode, nt, p, units, s, pdl, mwb);
     default: return cudaErrorNotSupported;
   }
 }

@@ -1,0 +1,62 @@
+// `gridq bench kernels [--json] [--out FILE] [--filter S] [--replays N] [--no-pdl]`: CUDA decode-kernel
+// benchmark on synthetic Laguna-S-2.1 decode shapes (src/runtime/cuda/bench.h). In a build without CUDA the
+// command exists and says so.
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "cli/command.h"
+
+#ifdef GRIDQ_HAVE_CUDA
+#include "runtime/cuda/bench.h"
+#endif
+
+namespace gridq::cli {
+namespace {
+
+struct BenchFlags {
+  bool json = false;
+  std::string out;
+  std::string filter;
+  int replays = 20;
+  bool no_pdl = false;
+};
+
+int run_kernels(const BenchFlags& f) {
+#ifdef GRIDQ_HAVE_CUDA
+  cuda::BenchOptions o;
+  o.filter = f.filter;
+  o.replays = f.replays;
+  o.pdl = !f.no_pdl;
+  auto r = cuda::run_kernel_bench(o);
+  if (!r.ok()) return fail("bench kernels: " + r.message());
+  if (!f.out.empty()) {
+    std::ofstream os(f.out);
+    os << r->dump(2) << "\n";
+    if (!os) return fail("bench kernels: cannot write " + f.out);
+  }
+  if (f.json) std::printf("%s\n", r->dump(2).c_str());
+  else std::printf("%s", cuda::format_bench_table(*r).c_str());
+  return 0;
+#else
+  (void)f;
+  return fail("bench kernels: this gridq was built without CUDA (configure with -DGRIDQ_CUDA=ON on a machine with nvcc)");
+#endif
+}
+
+const Registrar reg{Command{
+    "bench", "Benchmarks (kernels: CUDA decode kernels on synthetic Laguna-S-2.1 shapes)",
+    [](CLI::App& sub) -> std::function<int()> {
+      auto flags = std::make_shared<BenchFlags>();
+      sub.require_subcommand(1);
+      CLI::App* k = sub.add_subcommand("kernels", "Time every decode kernel (stacks of 48 weights in a CUDA graph)");
+      k->add_flag("--json", flags->json, "Print the result as JSON instead of a table");
+      k->add_option("--out", flags->out, "Also write the JSON result to this file");
+      k->add_option("--filter", flags->filter, "Only rows whose name contains this string");
+      k->add_option("--replays", flags->replays, "Timed graph replays per row (median reported)")->check(CLI::Range(3, 1000));
+      k->add_flag("--no-pdl", flags->no_pdl, "Launch without programmatic dependent launch");
+      return [flags]() { return run_kernels(*flags); };
+    }}};
+
+}  // namespace
+}  // namespace gridq::cli

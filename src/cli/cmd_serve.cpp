@@ -1,0 +1,297 @@
+// gridq serve ARTIFACT: the OpenAI-compatible HTTP server (server.md). Flags mirror vLLM's. Order of start:
+// verify PINS.json (before anything is loaded), listen (/health says 503 loading), load tokenizer, template and
+// engine, log the kernel path per weight format, then serve until SIGINT/SIGTERM and drain.
+#include <condition_variable>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "cli/cli_model.h"
+#include "cli/command.h"
+#include "io/pins.h"
+#include "io/sha256.h"
+#include "serve/api_server.h"
+#include "serve/http_server.h"
+#include "serve/runtime_engine.h"
+#include "serve/scheduler.h"
+#include "text/jinja/template.h"
+
+namespace gridq::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using serve::ojson;
+
+struct ServeOpts {
+  std::string dir;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  int64_t max_model_len = 0;
+  int max_num_seqs = 32;
+  double gpu_memory_utilization = 0.9;
+  std::string kv_cache_dtype = "auto";
+  std::vector<std::string> api_keys;
+  std::string api_key_file;
+  std::vector<std::string> served_names;
+  std::string default_kwargs;
+  std::string tool_parser;
+  std::string reasoning_parser;
+  std::string chat_template;
+  int threads = 0;
+  size_t max_body_bytes = 2u << 20;
+  size_t max_queue = 256;
+  double queue_timeout = 0.0;
+  double shutdown_timeout = 30.0;
+  bool metrics_public = false;
+  bool skip_pin_check = false;
+  int64_t max_batch_tokens = 512;
+};
+
+void log(const std::string& s) {
+  std::fprintf(stderr, "gridq serve: %s\n", s.c_str());
+  std::fflush(stderr);
+}
+
+Expected<std::string> read_text(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  if (!f) return err("{}: cannot open", p.string());
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// The chat template: --chat-template FILE, else chat_template.jinja, else tokenizer_config.json's chat_template.
+Expected<std::string> load_template(const ServeOpts& o) {
+  if (!o.chat_template.empty()) return read_text(o.chat_template);
+  fs::path dir(o.dir);
+  if (fs::exists(dir / "chat_template.jinja")) return read_text(dir / "chat_template.jinja");
+  GRIDQ_ASSIGN_OR_RETURN(std::string cfg, read_text(dir / "tokenizer_config.json"));
+  auto j = nlohmann::json::parse(cfg, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return err("{}/tokenizer_config.json: not a JSON object", o.dir);
+  auto it = j.find("chat_template");
+  if (it == j.end() || !it->is_string())
+    return err("{}: no chat template (chat_template.jinja, tokenizer_config.json chat_template, --chat-template)", o.dir);
+  return it->get<std::string>();
+}
+
+struct SignalState {
+  std::mutex mu;
+  std::condition_variable cv;
+  int count = 0;
+};
+
+int run_serve(ServeOpts o) {
+  while (o.dir.size() > 1 && o.dir.back() == '/') o.dir.pop_back();
+  if (!fs::is_directory(o.dir)) return fail(o.dir + ": not a directory");
+  if (o.port < 0 || o.port > 65535) return fail(fmt::format("--port {}: not a TCP port", o.port));
+  if (o.max_num_seqs < 1) return fail("--max-num-seqs must be >= 1");
+  if (o.gpu_memory_utilization <= 0.0 || o.gpu_memory_utilization > 1.0)
+    return fail("--gpu-memory-utilization must be in (0, 1]");
+  if (o.kv_cache_dtype != "auto" && o.kv_cache_dtype != "bf16" && o.kv_cache_dtype != "fp32")
+    return fail(fmt::format("--kv-cache-dtype {}: the cpu backend supports auto, bf16 or fp32 only", o.kv_cache_dtype));
+  if (!o.api_key_file.empty()) {
+    auto t = read_text(o.api_key_file);
+    if (!t.ok()) return fail("--api-key-file: " + t.message());
+    std::istringstream ss(*t);
+    for (std::string line; std::getline(ss, line);) {
+      while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+      if (!line.empty()) o.api_keys.push_back(line);
+    }
+  }
+  for (const auto& k : o.api_keys)
+    if (k.empty()) return fail("--api-key must not be empty");
+  ojson default_kwargs = ojson::object();
+  if (!o.default_kwargs.empty()) {
+    default_kwargs = ojson::parse(o.default_kwargs, nullptr, false);
+    if (default_kwargs.is_discarded() || !default_kwargs.is_object())
+      return fail("--default-chat-template-kwargs must be a JSON object");
+  }
+
+  // 1. Pins, before any file of the artifact is parsed.
+  std::string artifact_sha = "unpinned";
+  const fs::path pins = fs::path(o.dir) / io::kPinsFile;
+  if (o.skip_pin_check) {
+    log("WARNING: --skip-pin-check given: artifact files are NOT verified against PINS.json");
+  } else if (fs::exists(pins)) {
+    Status st = io::verify_pins(o.dir);
+    if (!st.ok()) return fail("refusing to start: " + st.message());
+    log(fmt::format("verified {} against {}", o.dir, pins.string()));
+  } else {
+    log(fmt::format("WARNING: {} has no {}; files are not verified (run `gridq pin {}`)", o.dir, io::kPinsFile, o.dir));
+  }
+  if (fs::exists(pins)) {
+    if (auto h = io::sha256_file(pins.string()); h.ok()) artifact_sha = *h;
+  }
+
+  std::vector<std::string> names = o.served_names;
+  if (names.empty()) names.push_back(fs::path(o.dir).filename().string());
+
+  // 2. Listen while loading.
+  serve::Metrics metrics(names[0]);
+  serve::HttpOptions ho;
+  ho.host = o.host;
+  ho.port = static_cast<uint16_t>(o.port);
+  ho.api_keys = o.api_keys;
+  ho.max_body_bytes = o.max_body_bytes;
+  serve::HttpServer http(ho, &metrics);
+  serve::ApiServer api(http, metrics);
+  api.register_routes();
+  if (o.metrics_public) http.make_public("/metrics");
+  SignalState sig;
+  http.on_signal([&](int signo) {
+    int n;
+    {
+      std::lock_guard lk(sig.mu);
+      n = ++sig.count;
+    }
+    if (api.state() == serve::ApiServer::State::kLoading) {
+      log(fmt::format("signal {} while loading: exiting", signo));
+      std::_Exit(0);
+    }
+    if (n >= 2) {
+      log("second signal: exiting now");
+      std::_Exit(1);
+    }
+    log(fmt::format("signal {}: draining (up to {} s)", signo, o.shutdown_timeout));
+    http.set_draining();
+    api.set_state(serve::ApiServer::State::kDraining);
+    sig.cv.notify_all();
+  });
+  auto port = http.start();
+  if (!port.ok()) return fail(port.message());
+  log(fmt::format("listening on http://{}:{} (loading {})", o.host, *port, o.dir));
+  if (o.gpu_memory_utilization != 0.9)
+    log("note: --gpu-memory-utilization is accepted for vLLM compatibility; the cpu backend does not use it");
+  if (o.api_keys.empty()) log("WARNING: no --api-key: every route is open");
+
+  // 3. Load.
+  RunOptions ro;
+  ro.threads = o.threads;
+  auto tok = open_tokenizer(o.dir);
+  if (!tok.ok()) return fail(tok.message());
+  auto tmpl_text = load_template(o);
+  if (!tmpl_text.ok()) return fail(tmpl_text.message());
+  text::jinja::TemplateOptions topts;
+  topts.name = "chat_template";
+  auto tmpl = text::jinja::Template::parse(*tmpl_text, topts);
+  if (!tmpl.ok()) return fail(tmpl.message());
+  auto eng = open_engine(o.dir, ro);
+  if (!eng.ok()) return fail(eng.message());
+  const auto& spec = (*eng)->spec();
+  int64_t max_len = spec.max_position_embeddings > 0 ? spec.max_position_embeddings : 4096;
+  if (o.max_model_len > 0) {
+    if (o.max_model_len > max_len)
+      return fail(fmt::format("--max-model-len {} exceeds the model's max_position_embeddings {}", o.max_model_len, max_len));
+    max_len = o.max_model_len;
+  }
+  std::vector<int32_t> eos = eos_ids(**eng);
+  const bool laguna = spec.architecture == "LagunaForCausalLM";
+  std::string tool_parser = o.tool_parser.empty() ? (laguna ? "poolside_v1" : "hermes") : o.tool_parser;
+  serve::ToolParserKind tkind;
+  if (tool_parser == "poolside_v1") tkind = serve::ToolParserKind::kPoolside;
+  else if (tool_parser == "hermes" || tool_parser == "json" || tool_parser == "qwen3") tkind = serve::ToolParserKind::kJson;
+  else if (tool_parser == "none") tkind = serve::ToolParserKind::kNone;
+  else return fail("--tool-call-parser " + tool_parser + ": expected poolside_v1, hermes (json) or none");
+
+  serve::ModelBinding mb;
+  mb.served_names = names;
+  mb.max_model_len = max_len;
+  mb.eos_ids = eos;
+  mb.markers = {tok->token_id("<think>"), tok->token_id("</think>"), tok->token_id("<assistant>")};
+  mb.end_of_turn_id = tok->token_id("</assistant>");
+  mb.tool_call_open_id = tok->token_id("<tool_call>");
+  mb.tool_call_close_id = tok->token_id("</tool_call>");
+  std::string rparser = o.reasoning_parser.empty() ? (mb.markers.think_end >= 0 ? "poolside_v1" : "none") : o.reasoning_parser;
+  if (rparser != "poolside_v1" && rparser != "none" && rparser != "qwen3" && rparser != "deepseek_r1")
+    return fail("--reasoning-parser " + rparser + ": expected poolside_v1 or none");
+  mb.reasoning_parser = rparser != "none";
+  if (mb.reasoning_parser && (mb.markers.think_start < 0 || mb.markers.think_end < 0))
+    return fail("--reasoning-parser " + rparser + ": the tokenizer has no <think>/</think> tokens");
+  mb.tool_parser = tkind;
+  mb.default_template_kwargs = default_kwargs;
+  auto tk = std::make_shared<text::Tokenizer>(std::move(*tok));
+  mb.tok = tk.get();
+  auto tp = std::make_shared<text::jinja::Template>(std::move(*tmpl));
+  const std::string bos = spec.bos_token_id >= 0 ? tk->token_text(spec.bos_token_id) : "";
+  const std::string eos_text = eos.empty() ? "" : tk->token_text(eos[0]);
+  mb.render = [tp, bos, eos_text](const ojson& messages, const ojson& tools, bool agp,
+                                  const ojson& kwargs) -> Expected<std::string> {
+    ojson ctx = ojson::object();
+    for (auto it = kwargs.begin(); it != kwargs.end(); ++it) ctx[it.key()] = it.value();
+    ctx["messages"] = messages;
+    if (!tools.is_null()) ctx["tools"] = tools;
+    ctx["add_generation_prompt"] = agp;
+    ctx["bos_token"] = bos;
+    ctx["eos_token"] = eos_text;
+    return tp->render(ctx);
+  };
+
+  auto rengine = std::make_unique<serve::RuntimeEngine>(std::move(*eng), max_len,
+                                                        static_cast<int64_t>(o.max_num_seqs) * max_len);
+  for (const auto& line : rengine->describe_kernels()) log("kernel: " + line);
+  log(fmt::format("model {} ({}), max_model_len {}, max_num_seqs {}, tool parser {}, reasoning parser {}", names[0],
+                  spec.architecture, max_len, o.max_num_seqs, tool_parser, rparser));
+  metrics.set_info(artifact_sha, "bf16");
+  serve::SchedulerOptions so;
+  so.max_num_seqs = o.max_num_seqs;
+  so.max_batch_tokens = o.max_batch_tokens;
+  so.max_queue = o.max_queue;
+  so.queue_timeout_s = o.queue_timeout;
+  serve::Scheduler sched(*rengine, so, &metrics);
+  sched.start();
+  api.set_ready(mb, &sched);
+  log("ready");
+
+  // 4. Serve until a signal, then drain.
+  {
+    std::unique_lock lk(sig.mu);
+    sig.cv.wait(lk, [&] { return sig.count > 0; });
+  }
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout * 1000));
+  if (!sched.wait_idle(deadline)) {
+    log("drain timeout: aborting the remaining requests");
+    sched.abort_all();
+    sched.wait_idle(std::chrono::steady_clock::now() + std::chrono::seconds(2));
+  }
+  // Let the last responses reach their sockets before closing them.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  http.stop();
+  sched.stop();
+  log("stopped");
+  return 0;
+}
+
+Registrar reg({"serve", "OpenAI-compatible HTTP server (chat, completions, tools, reasoning, metrics)",
+               [](CLI::App& sub) -> std::function<int()> {
+                 auto o = std::make_shared<ServeOpts>();
+                 sub.add_option("ARTIFACT", o->dir, "gridbook artifact or BF16 checkpoint directory")->required();
+                 sub.add_option("--host", o->host, "address to bind (default 127.0.0.1)");
+                 sub.add_option("--port", o->port, "TCP port (0 = any free port)");
+                 sub.add_option("--max-model-len", o->max_model_len, "context length (default: the model's)");
+                 sub.add_option("--max-num-seqs", o->max_num_seqs, "sequences per step (default 32)");
+                 sub.add_option("--gpu-memory-utilization", o->gpu_memory_utilization, "accepted; unused on cpu");
+                 sub.add_option("--kv-cache-dtype", o->kv_cache_dtype, "auto (default), bf16, fp32");
+                 sub.add_option("--api-key", o->api_keys, "required API key (repeatable)");
+                 sub.add_option("--api-key-file", o->api_key_file, "file with one API key per line");
+                 sub.add_option("--served-model-name", o->served_names, "model id(s) to answer to");
+                 sub.add_option("--default-chat-template-kwargs", o->default_kwargs, "JSON object of template variables");
+                 sub.add_option("--tool-call-parser", o->tool_parser, "poolside_v1 (Laguna default), hermes, none");
+                 sub.add_option("--reasoning-parser", o->reasoning_parser, "poolside_v1 (default), none");
+                 sub.add_option("--chat-template", o->chat_template, "chat template file (default: the model's)");
+                 sub.add_option("--threads", o->threads, "CPU threads (0 = all)");
+                 sub.add_option("--max-body-bytes", o->max_body_bytes, "request body limit (default 2 MiB)");
+                 sub.add_option("--max-queue", o->max_queue, "waiting requests before 429 (default 256)");
+                 sub.add_option("--queue-timeout", o->queue_timeout, "seconds a request may wait (0 = forever)");
+                 sub.add_option("--shutdown-timeout", o->shutdown_timeout, "drain seconds on SIGTERM (default 30)");
+                 sub.add_option("--max-num-batched-tokens", o->max_batch_tokens, "token budget per step (default 512)");
+                 sub.add_flag("--metrics-public", o->metrics_public, "serve /metrics without an API key");
+                 sub.add_flag("--skip-pin-check", o->skip_pin_check, "do not verify PINS.json (logged loudly)");
+                 return [o] { return run_serve(*o); };
+               }});
+
+}  // namespace
+}  // namespace gridq::cli

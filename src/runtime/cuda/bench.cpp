@@ -1,0 +1,437 @@
+#include "runtime/cuda/bench.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <functional>
+#include <vector>
+
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/device_buffer.h"
+#include "runtime/cuda/kernels.h"
+#include "runtime/cuda/relayout.h"
+#include "runtime/cuda/upload.h"
+
+namespace gridq::cuda {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kStack = 48;     // distinct matrices per dense row
+constexpr int kMoeLayers = 47;
+
+struct Events {
+  cudaEvent_t a = nullptr, b = nullptr;
+  ~Events() {
+    if (a) (void)cudaEventDestroy(a);
+    if (b) (void)cudaEventDestroy(b);
+  }
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Captures `enqueue` into a graph and returns the median replay time in ms (and the spread in `spread`).
+Expected<double> time_graph(cudaStream_t s, const std::function<Status(cudaStream_t)>& enqueue, const BenchOptions& o,
+                            double* spread) {
+  GRIDQ_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  Status st = enqueue(s);
+  cudaGraph_t graph = nullptr;
+  cudaError_t ce = cudaStreamEndCapture(s, &graph);
+  if (!st.ok()) {
+    if (graph) (void)cudaGraphDestroy(graph);
+    return st.error();
+  }
+  GRIDQ_CUDA(ce);
+  cudaGraphExec_t exec = nullptr;
+  ce = cudaGraphInstantiate(&exec, graph, 0);
+  (void)cudaGraphDestroy(graph);
+  GRIDQ_CUDA(ce);
+  struct ExecGuard {
+    cudaGraphExec_t e;
+    ~ExecGuard() { (void)cudaGraphExecDestroy(e); }
+  } guard{exec};
+  Events ev;
+  GRIDQ_CUDA(cudaEventCreate(&ev.a));
+  GRIDQ_CUDA(cudaEventCreate(&ev.b));
+  for (int i = 0; i < o.warmup; ++i) GRIDQ_CUDA(cudaGraphLaunch(exec, s));
+  GRIDQ_CUDA(cudaStreamSynchronize(s));
+  std::vector<double> t;
+  for (int i = 0; i < o.replays; ++i) {
+    GRIDQ_CUDA(cudaEventRecord(ev.a, s));
+    GRIDQ_CUDA(cudaGraphLaunch(exec, s));
+    GRIDQ_CUDA(cudaEventRecord(ev.b, s));
+    GRIDQ_CUDA(cudaEventSynchronize(ev.b));
+    float ms = 0;
+    GRIDQ_CUDA(cudaEventElapsedTime(&ms, ev.a, ev.b));
+    t.push_back(ms);
+  }
+  std::sort(t.begin(), t.end());
+  if (spread) *spread = (t.back() - t.front()) / t[t.size() / 2];
+  return t[t.size() / 2];
+}
+
+Expected<double> copy_bandwidth(cudaStream_t s, const BenchOptions& o) {
+  const size_t n = size_t{1} << 30;
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer a, DeviceBuffer::alloc(n, "copy source"));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::alloc(n, "copy destination"));
+  GRIDQ_RETURN_IF_ERROR(fill_random_bytes(a.as(), n, 1, s));
+  Events ev;
+  GRIDQ_CUDA(cudaEventCreate(&ev.a));
+  GRIDQ_CUDA(cudaEventCreate(&ev.b));
+  for (int i = 0; i < 3; ++i) GRIDQ_CUDA(cudaMemcpyAsync(b.as(), a.as(), n, cudaMemcpyDeviceToDevice, s));
+  std::vector<double> t;
+  for (int i = 0; i < std::max(5, o.replays / 2); ++i) {
+    GRIDQ_CUDA(cudaEventRecord(ev.a, s));
+    GRIDQ_CUDA(cudaMemcpyAsync(b.as(), a.as(), n, cudaMemcpyDeviceToDevice, s));
+    GRIDQ_CUDA(cudaEventRecord(ev.b, s));
+    GRIDQ_CUDA(cudaEventSynchronize(ev.b));
+    float ms = 0;
+    GRIDQ_CUDA(cudaEventElapsedTime(&ms, ev.a, ev.b));
+    t.push_back(ms);
+  }
+  return 2.0 * static_cast<double>(n) / (median(t) * 1e-3) / 1e9;
+}
+
+struct Ctx {
+  cudaStream_t s;
+  const BenchOptions& o;
+  Workspace ws;
+  double copy_gbs;
+  json rows = json::array();
+};
+
+void record(Ctx& c, json row, double ms, double spread, double items, double bytes_per_item) {
+  const double us = ms * 1e3 / items;
+  const double gbs = bytes_per_item / (us * 1e-6) / 1e9;
+  row["us_per_item"] = us;
+  row["bytes_per_item"] = bytes_per_item;
+  row["gbs"] = gbs;
+  row["pct_copy"] = 100.0 * gbs / c.copy_gbs;
+  row["spread"] = spread;
+  row["pdl"] = c.o.pdl;
+  if (c.o.progress)
+    std::fprintf(stderr, "%-44s M=%-2d %9.2f us %9.2f MB %7.0f GB/s %5.1f%%\n", row["name"].get<std::string>().c_str(),
+                 row["M"].get<int>(), us, bytes_per_item / 1e6, gbs, 100.0 * gbs / c.copy_gbs);
+  c.rows.push_back(std::move(row));
+}
+
+bool wanted(const Ctx& c, const std::string& name) { return c.o.filter.empty() || name.find(c.o.filter) != std::string::npos; }
+
+// A stack of kStack dense or CB matrices [rows, in] (kind: "bf16", "fp8", "cbK{k}v{v}"), optionally fused swiglu.
+Status dense_row(Ctx& c, const std::string& name, WeightFormat f, int k, int v, int rows, int in, int M, bool swiglu) {
+  if (!wanted(c, name)) return {};
+  long long mat_bytes;
+  if (f == WeightFormat::CB) mat_bytes = static_cast<long long>(rows / 16) * (in / 256) * cb_unit_bytes(k, v);
+  else mat_bytes = static_cast<long long>(rows) * in * (f == WeightFormat::BF16 ? 2 : 1);
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer w, DeviceBuffer::alloc(static_cast<size_t>(mat_bytes) * kStack + 16, name));
+  DeviceBuffer scales, cb;
+  std::vector<DeviceMatrix> mats(kStack);
+  if (f == WeightFormat::CB) {
+    GRIDQ_RETURN_IF_ERROR(fill_random_cb_tiles(w.as<uint8_t>(), k, v, mat_bytes / cb_unit_bytes(k, v) * kStack, 7, c.s));
+    const size_t ncb = (size_t{2} << (k / 2)) * 4;
+    GRIDQ_ASSIGN_OR_RETURN(cb, DeviceBuffer::alloc(ncb * 2, "codebook"));
+    // On-grid codebook values: random E2M1 magnitudes and signs, as BF16.
+    std::vector<uint16_t> h(ncb);
+    const uint16_t e2m1[8] = {0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0};
+    uint64_t st = 12345;
+    for (auto& x : h) {
+      st = st * 6364136223846793005ull + 1442695040888963407ull;
+      x = static_cast<uint16_t>(e2m1[(st >> 33) & 7] | (((st >> 40) & 1) << 15));
+    }
+    GRIDQ_RETURN_IF_ERROR(cb.upload(h.data(), ncb * 2));
+  } else if (f == WeightFormat::FP8) {
+    GRIDQ_RETURN_IF_ERROR(fill_random_e4m3(w.as<uint8_t>(), static_cast<size_t>(mat_bytes) * kStack, 7, c.s));
+    GRIDQ_ASSIGN_OR_RETURN(scales, DeviceBuffer::alloc(static_cast<size_t>(rows) * kStack * 4, "weight_scale"));
+    GRIDQ_RETURN_IF_ERROR(fill_random_f32(scales.as<float>(), static_cast<size_t>(rows) * kStack, 1e-3f, 1e-2f, 8, c.s));
+  } else {
+    GRIDQ_RETURN_IF_ERROR(fill_random_bf16(w.as<uint16_t>(), static_cast<size_t>(mat_bytes / 2) * kStack, 0.05f, 7, c.s));
+  }
+  for (int i = 0; i < kStack; ++i) {
+    DeviceMatrix& m = mats[static_cast<size_t>(i)];
+    m.format = f;
+    m.rows = rows;
+    m.in = in;
+    m.k = k;
+    m.layout_version = v;
+    m.tiles = w.as<uint8_t>() + mat_bytes * i;
+    if (f == WeightFormat::FP8) m.row_scale = scales.as<float>() + static_cast<size_t>(rows) * i;
+    if (f == WeightFormat::CB) {
+      m.codebook = cb.as<uint16_t>();
+      for (int cc = 0; cc < 16; ++cc) m.v2_table_bf16[cc] = static_cast<uint16_t>(127 * 128 + 16 * cc);
+    }
+  }
+  // Inputs and outputs rotate with the weights.
+  const size_t x_elem = f == WeightFormat::FP8 ? 1 : 2;
+  const size_t xb = static_cast<size_t>(M) * in * x_elem;
+  const int out_rows = swiglu ? rows / 2 : rows;
+  const size_t yb = static_cast<size_t>(M) * out_rows * 2;
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer x, DeviceBuffer::alloc(xb * kStack + 16, "x"));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer y, DeviceBuffer::alloc(yb * kStack + 16, "y"));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer xs, DeviceBuffer::alloc(static_cast<size_t>(M) * kStack * 4, "x scales"));
+  if (f == WeightFormat::FP8) {
+    GRIDQ_RETURN_IF_ERROR(fill_random_e4m3(x.as<uint8_t>(), xb * kStack, 9, c.s));
+    GRIDQ_RETURN_IF_ERROR(fill_random_f32(xs.as<float>(), static_cast<size_t>(M) * kStack, 1e-3f, 1e-2f, 10, c.s));
+  } else {
+    GRIDQ_RETURN_IF_ERROR(fill_random_bf16(x.as<uint16_t>(), xb / 2 * kStack, 1.0f, 9, c.s));
+  }
+  GRIDQ_CUDA(cudaStreamSynchronize(c.s));
+  auto enqueue = [&](cudaStream_t s) -> Status {
+    for (int i = 0; i < kStack; ++i) {
+      const DeviceMatrix& m = mats[static_cast<size_t>(i)];
+      uint8_t* xi = x.as<uint8_t>() + xb * i;
+      uint8_t* yi = y.as<uint8_t>() + yb * i;
+      if (swiglu) {
+        GRIDQ_RETURN_IF_ERROR(gemv_swiglu(m, M, xi, reinterpret_cast<uint16_t*>(yi), f == WeightFormat::CB, c.ws, s, c.o.pdl));
+      } else {
+        GemvArgs a;
+        a.w = &m;
+        a.M = M;
+        a.x = xi;
+        a.xscale = xs.as<float>() + static_cast<size_t>(M) * i;
+        a.y = yi;
+        GRIDQ_RETURN_IF_ERROR(gemv(a, c.ws, s, c.o.pdl));
+      }
+    }
+    return {};
+  };
+  double spread = 0;
+  GRIDQ_ASSIGN_OR_RETURN(double ms, time_graph(c.s, enqueue, c.o, &spread));
+  const double bytes = static_cast<double>(mat_bytes) + static_cast<double>(xb) + static_cast<double>(yb) +
+                       (f == WeightFormat::FP8 ? rows * 4.0 + M * 4.0 : 0.0);
+  json row = {{"name", name}, {"rows", rows}, {"in", in}, {"M", M}, {"count", kStack}, {"launches_per_item", 1}};
+  row["format"] = f == WeightFormat::CB ? fmt::format("NVFP4_CB_K{} v{}", k, v) : f == WeightFormat::FP8 ? "FP8 W8A8" : "BF16";
+  if (swiglu) row["fused"] = "gate+up+SiLU·mul";
+  record(c, std::move(row), ms, spread, kStack, bytes);
+  return {};
+}
+
+// 47 MoE layers (Laguna-S: H 3072, 256 experts of I 1024, top-10, K16 v2 routed, BF16 router and shared
+// expert): rmsnorm(+FP4) -> router GEMV -> route -> shared gate_up -> shared down -> routed gate_up -> down.
+Status moe_row(Ctx& c, int M) {
+  const std::string name = "moe layer (256x1024 experts top-10 K16 v2 + shared)";
+  if (!wanted(c, name)) return {};
+  const int H = 3072, I = 1024, E = 256, topk = 10, L = kMoeLayers;
+  const long long gu_bytes = static_cast<long long>(2 * I / 16) * (H / 256) * cb_unit_bytes(16, 2);
+  const long long dn_bytes = static_cast<long long>(H / 16) * (I / 256) * cb_unit_bytes(16, 2);
+  const long long layer_cb = (gu_bytes + dn_bytes) * E;
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer cbw, DeviceBuffer::alloc(static_cast<size_t>(layer_cb) * L + 16, "experts"));
+  GRIDQ_RETURN_IF_ERROR(fill_random_cb_tiles(cbw.as<uint8_t>(), 16, 2, layer_cb * L / cb_unit_bytes(16, 2), 21, c.s));
+  const size_t router_n = static_cast<size_t>(E) * H, sgu_n = static_cast<size_t>(2 * I) * H, sdn_n = static_cast<size_t>(H) * I;
+  const size_t layer_bf16 = router_n + sgu_n + sdn_n + H;  // + norm weight
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer bf, DeviceBuffer::alloc(layer_bf16 * L * 2 + 16, "bf16 weights"));
+  GRIDQ_RETURN_IF_ERROR(fill_random_bf16(bf.as<uint16_t>(), layer_bf16 * L, 0.05f, 22, c.s));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer bias, DeviceBuffer::alloc(static_cast<size_t>(E) * L * 4, "bias"));
+  GRIDQ_RETURN_IF_ERROR(fill_random_f32(bias.as<float>(), static_cast<size_t>(E) * L, -0.01f, 0.01f, 23, c.s));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer cb, DeviceBuffer::alloc(size_t{2} * 256 * 4 * 2, "codebook"));
+  {
+    std::vector<uint16_t> h(2 * 256 * 4);
+    const uint16_t e2m1[8] = {0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0};
+    uint64_t st = 777;
+    for (auto& x : h) {
+      st = st * 6364136223846793005ull + 1442695040888963407ull;
+      x = static_cast<uint16_t>(e2m1[(st >> 33) & 7] | (((st >> 40) & 1) << 15));
+    }
+    GRIDQ_RETURN_IF_ERROR(cb.upload(h.data(), h.size() * 2));
+  }
+  // Per-layer activations (rotated).
+  const size_t xh = static_cast<size_t>(M) * H;
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer x, DeviceBuffer::alloc(xh * 2 * L, "x"));
+  GRIDQ_RETURN_IF_ERROR(fill_random_bf16(x.as<uint16_t>(), xh * L, 1.0f, 24, c.s));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer a2, DeviceBuffer::alloc(xh * 2 * L, "a2"));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer a2q, DeviceBuffer::alloc(xh * 2 * L, "a2 fp4"));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer logits, DeviceBuffer::alloc(static_cast<size_t>(M) * E * 4 * L, "logits"));
+  const int max_slots = std::min(E, M * topk);
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer nslots, DeviceBuffer::alloc(static_cast<size_t>(L) * 4, "nslots"));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer sexp, DeviceBuffer::alloc(static_cast<size_t>(max_slots) * L * 4, "slot_expert"));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer sw, DeviceBuffer::alloc(static_cast<size_t>(max_slots) * M * L * 4, "slot_weight"));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer hs, DeviceBuffer::alloc(static_cast<size_t>(M) * I * 2 * L, "shared h"));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer ys, DeviceBuffer::alloc(xh * 4 * L, "shared out"));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer hr, DeviceBuffer::alloc(static_cast<size_t>(max_slots) * M * I * 2 * L, "routed h"));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer out, DeviceBuffer::alloc(xh * 2 * L, "out"));
+  GRIDQ_CUDA(cudaStreamSynchronize(c.s));
+
+  std::vector<DeviceMatrix> gu(L), dn(L), router(L), sgu(L), sdn(L);
+  for (int l = 0; l < L; ++l) {
+    auto cbm = [&](DeviceMatrix& m, int rows, int in, const uint8_t* base, long long stride) {
+      m.format = WeightFormat::CB;
+      m.rows = rows;
+      m.in = in;
+      m.k = 16;
+      m.layout_version = 2;
+      m.tiles = base;
+      m.expert_stride = stride;
+      m.codebook = cb.as<uint16_t>();
+      for (int cc = 0; cc < 16; ++cc) m.v2_table_bf16[cc] = static_cast<uint16_t>(127 * 128 + 16 * cc);
+    };
+    const uint8_t* lb = cbw.as<uint8_t>() + layer_cb * l;
+    cbm(gu[static_cast<size_t>(l)], 2 * I, H, lb, gu_bytes);
+    cbm(dn[static_cast<size_t>(l)], H, I, lb + gu_bytes * E, dn_bytes);
+    const uint16_t* bl = bf.as<uint16_t>() + layer_bf16 * l;
+    auto bfm = [](DeviceMatrix& m, int rows, int in, const uint16_t* p) {
+      m.format = WeightFormat::BF16;
+      m.rows = rows;
+      m.in = in;
+      m.tiles = reinterpret_cast<const uint8_t*>(p);
+    };
+    bfm(router[static_cast<size_t>(l)], E, H, bl);
+    bfm(sgu[static_cast<size_t>(l)], 2 * I, H, bl + router_n);
+    bfm(sdn[static_cast<size_t>(l)], H, I, bl + router_n + sgu_n);
+  }
+  auto enqueue = [&](cudaStream_t s) -> Status {
+    for (int l = 0; l < L; ++l) {
+      const size_t li = static_cast<size_t>(l);
+      uint16_t* a2l = a2.as<uint16_t>() + xh * li;
+      uint16_t* a2ql = a2q.as<uint16_t>() + xh * li;
+      RmsNormArgs rn;
+      rn.x = x.as<uint16_t>() + xh * li;
+      rn.w = bf.as<uint16_t>() + layer_bf16 * li + router_n + sgu_n + sdn_n;
+      rn.M = M;
+      rn.H = H;
+      rn.y = a2l;
+      rn.y_fp4 = a2ql;
+      GRIDQ_RETURN_IF_ERROR(rmsnorm(rn, s, c.o.pdl));
+      float* lg = logits.as<float>() + static_cast<size_t>(M) * E * li;
+      GemvArgs ga;
+      ga.w = &router[li];
+      ga.M = M;
+      ga.x = a2l;
+      ga.y = lg;
+      ga.out = OutType::F32;
+      GRIDQ_RETURN_IF_ERROR(gemv(ga, c.ws, s, c.o.pdl));
+      RouteArgs ra;
+      ra.logits = lg;
+      ra.bias = bias.as<float>() + static_cast<size_t>(E) * li;
+      ra.M = M;
+      ra.E = E;
+      ra.topk = topk;
+      ra.nslots = nslots.as<int>() + l;
+      ra.slot_expert = sexp.as<int>() + static_cast<size_t>(max_slots) * li;
+      ra.slot_weight = sw.as<float>() + static_cast<size_t>(max_slots) * M * li;
+      GRIDQ_RETURN_IF_ERROR(route(ra, s, c.o.pdl));
+      uint16_t* hsl = hs.as<uint16_t>() + static_cast<size_t>(M) * I * li;
+      GRIDQ_RETURN_IF_ERROR(gemv_swiglu(sgu[li], M, a2l, hsl, false, c.ws, s, c.o.pdl));
+      GemvArgs sd;
+      sd.w = &sdn[li];
+      sd.M = M;
+      sd.x = hsl;
+      sd.y = ys.as<float>() + xh * li;
+      sd.out = OutType::F32;
+      GRIDQ_RETURN_IF_ERROR(gemv(sd, c.ws, s, c.o.pdl));
+      MoeArgs ma;
+      ma.gate_up = &gu[li];
+      ma.down = &dn[li];
+      ma.M = M;
+      ma.max_slots = max_slots;
+      ma.x = a2ql;
+      ma.nslots = ra.nslots;
+      ma.slot_expert = ra.slot_expert;
+      ma.slot_weight = ra.slot_weight;
+      ma.h = hr.as<uint16_t>() + static_cast<size_t>(max_slots) * M * I * li;
+      ma.routed_scale = 2.5f;
+      ma.add = ys.as<float>() + xh * li;
+      ma.out = out.as<uint16_t>() + xh * li;
+      GRIDQ_RETURN_IF_ERROR(moe_gate_up(ma, c.ws, s, c.o.pdl));
+      GRIDQ_RETURN_IF_ERROR(moe_down(ma, c.ws, s, c.o.pdl));
+    }
+    return {};
+  };
+  double spread = 0;
+  GRIDQ_ASSIGN_OR_RETURN(double ms, time_graph(c.s, enqueue, c.o, &spread));
+  std::vector<int> ns(static_cast<size_t>(L));
+  GRIDQ_RETURN_IF_ERROR(nslots.download(ns.data(), ns.size() * 4));
+  double slots = 0;
+  for (int n : ns) slots += n;
+  slots /= L;
+  const double act = static_cast<double>(xh) * 2 * 4 + static_cast<double>(M) * E * 4;
+  const double bytes = (static_cast<double>(router_n + sgu_n + sdn_n + H) * 2) + slots * static_cast<double>(gu_bytes + dn_bytes) + act;
+  json row = {{"name", name}, {"rows", H}, {"in", H}, {"M", M}, {"count", L}, {"launches_per_item", 7},
+              {"format", "NVFP4_CB_K16 v2 routed + BF16 router/shared"}, {"avg_active_experts", slots}};
+  record(c, std::move(row), ms, spread, L, bytes);
+  return {};
+}
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  char b[32];
+  std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return b;
+}
+
+}  // namespace
+
+Expected<json> run_kernel_bench(const BenchOptions& o) {
+  GRIDQ_ASSIGN_OR_RETURN(DeviceInfo info, device_info());
+  if (info.major != 9) return err("bench kernels: built for sm_90a, device is sm_{}{} ({})", info.major, info.minor, info.name);
+  GRIDQ_ASSIGN_OR_RETURN(Stream stream, Stream::create());
+  GRIDQ_ASSIGN_OR_RETURN(WorkspaceBuffers wsb, WorkspaceBuffers::create());
+  int driver = 0, runtime = 0;
+  GRIDQ_CUDA(cudaDriverGetVersion(&driver));
+  GRIDQ_CUDA(cudaRuntimeGetVersion(&runtime));
+  GRIDQ_ASSIGN_OR_RETURN(double copy, copy_bandwidth(stream.get(), o));
+  if (o.progress) std::fprintf(stderr, "device-to-device copy: %.0f GB/s (read + write)\n", copy);
+  Ctx c{stream.get(), o, wsb.ws, copy};
+
+  // FP8 W8A8 attention projections (Laguna-S: full layers 48 heads, sliding 72; 8 KV heads).
+  for (int M : {1, 8}) {
+    GRIDQ_RETURN_IF_ERROR(dense_row(c, "fp8 q_proj 3072->6144", WeightFormat::FP8, 0, 0, 6144, 3072, M, false));
+    GRIDQ_RETURN_IF_ERROR(dense_row(c, "fp8 q_proj 3072->9216", WeightFormat::FP8, 0, 0, 9216, 3072, M, false));
+    GRIDQ_RETURN_IF_ERROR(dense_row(c, "fp8 k/v_proj 3072->1024", WeightFormat::FP8, 0, 0, 1024, 3072, M, false));
+    GRIDQ_RETURN_IF_ERROR(dense_row(c, "fp8 o_proj 6144->3072", WeightFormat::FP8, 0, 0, 3072, 6144, M, false));
+    GRIDQ_RETURN_IF_ERROR(dense_row(c, "fp8 o_proj 9216->3072", WeightFormat::FP8, 0, 0, 3072, 9216, M, false));
+  }
+  // BF16: shared expert, dense layer-0 MLP, lm_head.
+  for (int M : {1, 8}) {
+    GRIDQ_RETURN_IF_ERROR(dense_row(c, "bf16 shared gate_up+silu 3072->2x1024", WeightFormat::BF16, 0, 0, 2048, 3072, M, true));
+    GRIDQ_RETURN_IF_ERROR(dense_row(c, "bf16 shared down 1024->3072", WeightFormat::BF16, 0, 0, 3072, 1024, M, false));
+    GRIDQ_RETURN_IF_ERROR(dense_row(c, "bf16 layer0 gate_up+silu 3072->2x12288", WeightFormat::BF16, 0, 0, 24576, 3072, M, true));
+    GRIDQ_RETURN_IF_ERROR(dense_row(c, "bf16 layer0 down 12288->3072", WeightFormat::BF16, 0, 0, 3072, 12288, M, false));
+  }
+  GRIDQ_RETURN_IF_ERROR(dense_row(c, "bf16 lm_head 3072->100352", WeightFormat::BF16, 0, 0, 100352, 3072, 1, false));
+  // NVFP4-CB GEMV alone, every rung, both decode shapes.
+  for (int k : {16, 12, 20, 24})
+    for (int v : {2, 1})
+      for (int M : {1, 8}) {
+        GRIDQ_RETURN_IF_ERROR(dense_row(c, fmt::format("cb K{} v{} 3072->9216", k, v), WeightFormat::CB, k, v, 9216, 3072, M, false));
+        GRIDQ_RETURN_IF_ERROR(dense_row(c, fmt::format("cb K{} v{} 9216->3072", k, v), WeightFormat::CB, k, v, 3072, 9216, M, false));
+      }
+  GRIDQ_RETURN_IF_ERROR(dense_row(c, "cb K16 v2 3072->9216", WeightFormat::CB, 16, 2, 9216, 3072, 16, false));
+  GRIDQ_RETURN_IF_ERROR(dense_row(c, "cb K16 v2 9216->3072", WeightFormat::CB, 16, 2, 3072, 9216, 16, false));
+  // One MoE layer (stack of 47).
+  GRIDQ_RETURN_IF_ERROR(moe_row(c, 1));
+  GRIDQ_RETURN_IF_ERROR(moe_row(c, 8));
+
+  json r;
+  r["date"] = utc_now();
+  r["commit"] = GRIDQ_GIT_COMMIT;
+  r["gpu"] = info.name;
+  r["sms"] = info.sm_count;
+  r["l2_bytes"] = info.l2_bytes;
+  r["cuda_driver_api"] = driver;
+  r["cuda_runtime"] = runtime;
+  r["copy_gbs"] = copy;
+  r["stack"] = kStack;
+  r["moe_layers"] = kMoeLayers;
+  r["replays"] = o.replays;
+  r["pdl"] = o.pdl;
+  r["rows"] = c.rows;
+  return r;
+}
+
+std::string format_bench_table(const json& r) {
+  std::string s = fmt::format("gridq bench kernels — {} — {} — copy {:.0f} GB/s\n", r["date"].get<std::string>(),
+                              r["gpu"].get<std::string>(), r["copy_gbs"].get<double>());
+  s += fmt::format("{:<46} {:>3} {:>10} {:>10} {:>8} {:>7}\n", "row", "M", "us/item", "MB/item", "GB/s", "%copy");
+  for (const auto& row : r["rows"])
+    s += fmt::format("{:<46} {:>3} {:>10.2f} {:>10.3f} {:>8.0f} {:>6.1f}%\n", row["name"].get<std::string>(),
+                     row["M"].get<int>(), row["us_per_item"].get<double>(), row["bytes_per_item"].get<double>() / 1e6,
+                     row["gbs"].get<double>(), row["pct_copy"].get<double>());
+  return s;
+}
+
+}  // namespace gridq::cuda

@@ -1,0 +1,569 @@
+#include "serve/api_server.h"
+
+#include <fmt/format.h>
+
+#include <random>
+
+namespace gridq::serve {
+
+namespace {
+
+ApiError status_error(int status, std::string type, std::string code, std::string message) {
+  ApiError e;
+  e.status = status;
+  e.type = std::move(type);
+  e.code = std::move(code);
+  e.message = std::move(message);
+  if (status == 503 || status == 429) e.headers.push_back({"Retry-After", "5"});
+  return e;
+}
+
+TokenLogprob token_logprob(const text::Tokenizer& tok, int32_t id, float lp) {
+  TokenLogprob t;
+  std::string bytes = tok.token_bytes(id);
+  t.bytes.assign(bytes.begin(), bytes.end());
+  int32_t one[1] = {id};
+  t.token = tok.decode(one, false);
+  t.logprob = lp;
+  return t;
+}
+
+// One HTTP generation request: its choices may span several prompts (completions with a list of prompts);
+// each prompt is one SchedRequest (a Part) whose choice c maps to global index offset + c.
+class Job : public std::enable_shared_from_this<Job> {
+ public:
+  struct Choice {
+    std::unique_ptr<OutputProcessor> proc;
+    bool role_sent = false;
+    bool done = false;
+    std::string finish_reason;
+    int64_t tokens = 0;
+    std::vector<TokenLogprob> logprobs;      // all (non-streaming)
+    std::vector<TokenLogprob> pending_lps;   // streaming: not yet attached to a chunk
+    std::vector<std::string> call_ids;       // per streamed call index
+    std::string echo_prefix;                 // completions echo
+  };
+
+  Job(std::shared_ptr<ResponseChannel> ch, const ModelBinding& m, Metrics& metrics, bool chat, bool stream)
+      : ch_(std::move(ch)), m_(m), metrics_(metrics), chat_(chat), stream_(stream) {
+    id_ = random_id(chat ? "chatcmpl-" : "cmpl-");
+    created_ = unix_now();
+  }
+
+  std::vector<Choice> choices;
+  std::string model;
+  bool include_usage = false, include_reasoning = true, want_logprobs = false;
+  int64_t prompt_tokens = 0;
+  int parts_left = 0;
+
+  void begin_stream() {
+    if (!stream_) return;
+    ch_->start_stream();
+    if (!chat_) return;
+    std::lock_guard lk(mu_);
+    for (size_t i = 0; i < choices.size(); ++i) {
+      ojson d = ojson::object();
+      d["role"] = "assistant";
+      d["content"] = "";
+      ch_->write(sse_event(chat_chunk_json(id_, created_, model, static_cast<int>(i), d, "", nullptr, include_usage)));
+      choices[i].role_sent = true;
+    }
+  }
+
+  bool on_token(int idx, const SampledToken& t) {
+    std::lock_guard lk(mu_);
+    if (finished_) return true;
+    Choice& c = choices[idx];
+    ++c.tokens;
+    if (want_logprobs) {
+      TokenLogprob lp = token_logprob(*m_.tok, t.token, t.logprob);
+      for (const auto& [id, v] : t.top) lp.top.push_back(token_logprob(*m_.tok, id, v));
+      (stream_ ? c.pending_lps : c.logprobs).push_back(std::move(lp));
+    }
+    bool stopped = false;
+    OutputDelta d = c.proc->push(t.token, stopped);
+    if (stream_) emit(idx, d, "");
+    return stopped;
+  }
+
+  void on_choice_done(int idx, FinishReason r) {
+    std::lock_guard lk(mu_);
+    if (finished_) return;
+    Choice& c = choices[idx];
+    if (c.done) return;
+    c.done = true;
+    if (r == FinishReason::kAbort) {
+      aborted_ = true;
+    } else {
+      OutputDelta d = c.proc->finish();
+      c.finish_reason = r == FinishReason::kLength ? "length" : (c.proc->saw_tool_calls() ? "tool_calls" : "stop");
+      if (stream_) {
+        emit(idx, d, "");
+        emit_final(idx);
+      }
+    }
+    if (++done_count_ == choices.size()) complete();
+  }
+
+  void on_error(int status, const std::string& code, const std::string& message) {
+    std::lock_guard lk(mu_);
+    if (finished_) return;
+    finished_ = true;
+    ApiError e = status_error(status, status == 503 ? "unavailable_error" : "server_error", code, message);
+    if (stream_) {
+      ch_->write(sse_event(error_json(e)));
+      ch_->write(std::string(kSseDone));
+      ch_->end_stream();
+    } else {
+      ch_->send_error(e);
+    }
+  }
+
+ private:
+  ojson take_logprobs(Choice& c) {
+    if (!want_logprobs || c.pending_lps.empty()) return nullptr;
+    ojson j = chat_ ? chat_logprobs_json(c.pending_lps) : completion_logprobs_json(c.pending_lps, 0);
+    c.pending_lps.clear();
+    return j;
+  }
+
+  void write_chat(int idx, const ojson& delta, const std::string& finish) {
+    Choice& c = choices[idx];
+    ch_->write(sse_event(chat_chunk_json(id_, created_, model, idx, delta, finish, take_logprobs(c), include_usage)));
+  }
+
+  void emit(int idx, const OutputDelta& d, const std::string&) {
+    Choice& c = choices[idx];
+    if (!chat_) {
+      std::string text = c.echo_prefix + d.content;
+      c.echo_prefix.clear();
+      if (!text.empty())
+        ch_->write(sse_event(completion_chunk_json(id_, created_, model, idx, text, "", take_logprobs(c), include_usage)));
+      return;
+    }
+    if (!d.reasoning.empty() && include_reasoning) {
+      ojson delta = ojson::object();
+      delta["reasoning_content"] = d.reasoning;
+      delta["reasoning"] = d.reasoning;
+      write_chat(idx, delta, "");
+    }
+    if (!d.content.empty()) {
+      ojson delta = ojson::object();
+      delta["content"] = d.content;
+      write_chat(idx, delta, "");
+    }
+    for (const auto& call : d.calls) {
+      ojson tc = ojson::object();
+      tc["index"] = call.index;
+      ojson fn = ojson::object();
+      if (call.first) {
+        if (static_cast<int>(c.call_ids.size()) <= call.index) c.call_ids.resize(call.index + 1);
+        c.call_ids[call.index] = random_id("call_");
+        tc["id"] = c.call_ids[call.index];
+        tc["type"] = "function";
+        fn["name"] = call.name;
+      }
+      fn["arguments"] = call.arguments;
+      tc["function"] = std::move(fn);
+      ojson delta = ojson::object();
+      delta["tool_calls"] = ojson::array({std::move(tc)});
+      write_chat(idx, delta, "");
+    }
+  }
+
+  void emit_final(int idx) {
+    Choice& c = choices[idx];
+    if (chat_) {
+      write_chat(idx, ojson::object(), c.finish_reason);
+    } else {
+      ch_->write(sse_event(completion_chunk_json(id_, created_, model, idx, c.echo_prefix, c.finish_reason,
+                                                 take_logprobs(c), include_usage)));
+      c.echo_prefix.clear();
+    }
+  }
+
+  void complete() {
+    finished_ = true;
+    int64_t completion_tokens = 0;
+    for (const auto& c : choices) completion_tokens += c.tokens;
+    if (aborted_) {
+      ApiError e = status_error(503, "unavailable_error", "aborted", "the request was aborted (server shutting down or client gone)");
+      if (stream_) {
+        ch_->write(sse_event(error_json(e)));
+        ch_->write(std::string(kSseDone));
+        ch_->end_stream();
+      } else {
+        ch_->send_error(e);
+      }
+      return;
+    }
+    for (const auto& c : choices) metrics_.request_success(c.finish_reason);
+    if (stream_) {
+      if (include_usage)
+        ch_->write(sse_event(usage_chunk_json(id_, created_, model, chat_ ? "chat.completion.chunk" : "text_completion",
+                                              prompt_tokens, completion_tokens)));
+      ch_->write(std::string(kSseDone));
+      ch_->end_stream();
+      return;
+    }
+    if (chat_) {
+      std::vector<ChatChoiceOut> outs;
+      for (size_t i = 0; i < choices.size(); ++i) {
+        auto& c = choices[i];
+        OutputResult r = c.proc->result();
+        ChatChoiceOut o;
+        o.index = static_cast<int>(i);
+        o.content = r.content;
+        o.reasoning = r.reasoning;
+        for (auto& call : r.calls) o.tool_calls.push_back({random_id("call_"), call.name, call.arguments});
+        o.finish_reason = c.finish_reason;
+        if (want_logprobs) o.logprobs = chat_logprobs_json(c.logprobs);
+        outs.push_back(std::move(o));
+      }
+      ch_->send(200, "application/json",
+                dump(chat_response_json(id_, created_, model, outs, prompt_tokens, completion_tokens, include_reasoning)));
+    } else {
+      std::vector<CompletionChoiceOut> outs;
+      for (size_t i = 0; i < choices.size(); ++i) {
+        auto& c = choices[i];
+        OutputResult r = c.proc->result();
+        CompletionChoiceOut o;
+        o.index = static_cast<int>(i);
+        o.text = c.echo_prefix + r.content.value_or("");
+        o.finish_reason = c.finish_reason;
+        if (want_logprobs) o.logprobs = completion_logprobs_json(c.logprobs, c.echo_prefix.size());
+        outs.push_back(std::move(o));
+      }
+      ch_->send(200, "application/json",
+                dump(completion_response_json(id_, created_, model, outs, prompt_tokens, completion_tokens)));
+    }
+  }
+
+  std::mutex mu_;
+  std::shared_ptr<ResponseChannel> ch_;
+  const ModelBinding& m_;
+  Metrics& metrics_;
+  bool chat_, stream_;
+  std::string id_;
+  int64_t created_;
+  size_t done_count_ = 0;
+  bool finished_ = false, aborted_ = false;
+};
+
+class Part final : public SchedRequest {
+ public:
+  Part(std::shared_ptr<Job> job, int offset) : job_(std::move(job)), offset_(offset) {}
+  bool on_token(int c, const SampledToken& t) override { return job_->on_token(offset_ + c, t); }
+  void on_choice_done(int c, FinishReason r) override { job_->on_choice_done(offset_ + c, r); }
+  void on_error(int status, const std::string& code, const std::string& msg) override {
+    job_->on_error(status, code, msg);
+  }
+
+ private:
+  std::shared_ptr<Job> job_;
+  int offset_;
+};
+
+uint64_t choice_seed(const std::optional<int64_t>& seed, int index) {
+  if (!seed) {
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    return rng();
+  }
+  // splitmix64 of (seed, index): distinct, reproducible streams per choice.
+  uint64_t z = static_cast<uint64_t>(*seed) + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(index + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+ApiServer::ApiServer(HttpServer& http, Metrics& metrics) : http_(http), metrics_(metrics), created_(unix_now()) {}
+
+void ApiServer::register_routes() {
+  auto bind = [this](void (ApiServer::*fn)(const HttpRequest&, std::shared_ptr<ResponseChannel>)) {
+    return [this, fn](const HttpRequest& r, std::shared_ptr<ResponseChannel> ch) { (this->*fn)(r, std::move(ch)); };
+  };
+  http_.add_route({"/v1/chat/completions", "POST", "/v1/chat/completions", bind(&ApiServer::handle_chat), false});
+  http_.add_route({"/v1/completions", "POST", "/v1/completions", bind(&ApiServer::handle_completions), false});
+  http_.add_route({"/v1/models", "GET", "/v1/models", bind(&ApiServer::handle_models), false});
+  http_.add_route({"/health", "GET", "/health", bind(&ApiServer::handle_health), true});
+  http_.add_route({"/metrics", "GET", "/metrics", bind(&ApiServer::handle_metrics), false});
+  http_.add_route({"/tokenize", "POST", "/tokenize", bind(&ApiServer::handle_tokenize), false});
+  http_.add_route({"/detokenize", "POST", "/detokenize", bind(&ApiServer::handle_detokenize), false});
+}
+
+void ApiServer::set_ready(ModelBinding model, Scheduler* scheduler) {
+  model_ = std::move(model);
+  sched_ = scheduler;
+  state_ = State::kReady;
+}
+
+bool ApiServer::prepare(const HttpRequest& req, ResponseChannel& ch, ojson& body) {
+  State s = state_;
+  if (s == State::kReady && sched_ && sched_->failed()) s = State::kFailed;
+  if (s != State::kReady) {
+    const char* code = s == State::kLoading ? "loading" : s == State::kDraining ? "shutting_down" : "engine_failed";
+    ch.send_error(status_error(503, "unavailable_error", code,
+                               s == State::kLoading ? "the model is still loading" : s == State::kDraining ? "the server is shutting down" : "the engine failed"));
+    return false;
+  }
+  auto parsed = parse_body_json(req.body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) {
+    ch.send_error(*e);
+    return false;
+  }
+  body = std::move(std::get<ojson>(parsed));
+  return true;
+}
+
+bool ApiServer::check_model(const std::string& model, ResponseChannel& ch) const {
+  for (const auto& n : model_.served_names)
+    if (n == model) return true;
+  ApiError e = status_error(404, "not_found_error", "model_not_found",
+                            fmt::format("The model `{}` does not exist; this server serves `{}`.", model,
+                                        model_.served_names.empty() ? "" : model_.served_names[0]));
+  e.param = "model";
+  ch.send_error(e);
+  return false;
+}
+
+namespace {
+
+void fill_sched(SchedRequest& r, const GenParams& g, int64_t max_tokens, std::vector<int32_t> stop_ids, int offset) {
+  r.n = g.n;
+  r.max_tokens = max_tokens;
+  r.min_tokens = g.min_tokens;
+  r.top_logprobs = g.logprobs ? g.top_logprobs : 0;
+  r.stop_ids = std::move(stop_ids);
+  for (int c = 0; c < g.n; ++c) {
+    SamplingParams sp = g.sampling;
+    sp.seed = choice_seed(g.seed, offset + c);
+    r.sampling.push_back(sp);
+  }
+}
+
+ApiError submit_error(const SubmitError& e) {
+  return status_error(e.status,
+                      e.status == 429 ? "rate_limit_error" : e.status == 400 ? "invalid_request_error" : "unavailable_error",
+                      e.code, e.message);
+}
+
+}  // namespace
+
+void ApiServer::handle_chat(const HttpRequest& req, std::shared_ptr<ResponseChannel> ch) {
+  ojson body;
+  if (!prepare(req, *ch, body)) return;
+  Limits lim{static_cast<int32_t>(model_.tok->vocab_size()), model_.max_model_len};
+  auto parsed = parse_chat_request(body, lim);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return ch->send_error(*e);
+  ChatRequest& r = std::get<ChatRequest>(parsed);
+  if (!check_model(r.model, *ch)) return;
+
+  ojson kwargs = model_.default_template_kwargs;
+  for (auto it = r.template_kwargs.begin(); it != r.template_kwargs.end(); ++it) kwargs[it.key()] = it.value();
+  if (r.enable_thinking) kwargs["enable_thinking"] = *r.enable_thinking;
+  auto rendered = model_.render(r.messages, r.tools, r.add_generation_prompt, kwargs);
+  if (!rendered.ok()) return ch->send_error(invalid("messages", "chat template: " + rendered.message()));
+  std::string prompt_text = std::move(*rendered);
+  if (r.continue_final_message) {
+    // Leave the final assistant message open: cut the rendering right after its content.
+    const std::string& last = r.messages.back()["content"].get_ref<const std::string&>();
+    size_t p = last.empty() ? std::string::npos : prompt_text.rfind(last);
+    if (p != std::string::npos) {
+      prompt_text.resize(p + last.size());
+    } else if (size_t e = prompt_text.rfind("</assistant>"); e != std::string::npos) {
+      prompt_text.resize(e);
+    }
+  }
+  auto ids = model_.tok->try_encode(prompt_text, false);
+  if (!ids.ok()) return ch->send_error(invalid("messages", "tokenizer: " + ids.message()));
+  std::vector<int32_t> prompt = std::move(*ids);
+  auto mt = resolve_max_tokens(static_cast<int64_t>(prompt.size()), r.gen.max_tokens, model_.max_model_len, -1);
+  if (auto* e = std::get_if<ApiError>(&mt)) return ch->send_error(*e);
+
+  std::vector<int32_t> stop_ids = r.gen.stop_token_ids;
+  if (!r.gen.ignore_eos) stop_ids.insert(stop_ids.end(), model_.eos_ids.begin(), model_.eos_ids.end());
+  if (model_.end_of_turn_id >= 0) stop_ids.push_back(model_.end_of_turn_id);
+
+  auto job = std::make_shared<Job>(ch, model_, metrics_, true, r.gen.stream);
+  job->model = r.model;
+  job->include_usage = r.gen.include_usage;
+  job->include_reasoning = r.include_reasoning;
+  job->want_logprobs = r.gen.logprobs;
+  job->prompt_tokens = static_cast<int64_t>(prompt.size());
+  OutputSpec spec;
+  spec.tok = model_.tok;
+  spec.reasoning = model_.reasoning_parser;
+  spec.markers = model_.markers;
+  spec.initial = text::initial_reasoning_mode(prompt, model_.markers);
+  for (int32_t id : {model_.tool_call_open_id, model_.tool_call_close_id})
+    if (id >= 0) spec.keep_text_ids.push_back(id);
+  if (!r.tools_for_parser.is_null()) {
+    spec.tools = model_.tool_parser;
+    spec.schemas = text::tool_schemas_from_openai(nlohmann::json::parse(dump(r.tools_for_parser)));
+    if (r.tool_choice == ToolChoice::kNamed) spec.filter.only_name = r.tool_choice_name;
+    spec.filter.parallel = r.parallel_tool_calls;
+  }
+  spec.stop = r.gen.stop;
+  spec.include_stop_str = r.gen.include_stop_str_in_output;
+  spec.skip_special = r.gen.skip_special_tokens;
+  spec.streaming = r.gen.stream;
+  job->choices.resize(r.gen.n);
+  for (auto& c : job->choices) c.proc = std::make_unique<OutputProcessor>(spec);
+
+  auto part = std::make_shared<Part>(job, 0);
+  part->prompt = std::move(prompt);
+  fill_sched(*part, r.gen, std::get<int64_t>(mt), std::move(stop_ids), 0);
+  if (auto e = sched_->submit(part)) return ch->send_error(submit_error(*e));
+  std::weak_ptr<Part> wp = part;
+  ch->on_disconnect([wp] {
+    if (auto p = wp.lock()) p->cancelled = true;
+  });
+  job->begin_stream();
+}
+
+void ApiServer::handle_completions(const HttpRequest& req, std::shared_ptr<ResponseChannel> ch) {
+  ojson body;
+  if (!prepare(req, *ch, body)) return;
+  Limits lim{static_cast<int32_t>(model_.tok->vocab_size()), model_.max_model_len};
+  auto parsed = parse_completion_request(body, lim);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return ch->send_error(*e);
+  CompletionRequest& r = std::get<CompletionRequest>(parsed);
+  if (!check_model(r.model, *ch)) return;
+  if (r.prompts.size() * static_cast<size_t>(r.gen.n) > 64)
+    return ch->send_error(invalid("n", "prompts x n exceeds 64 choices"));
+
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int64_t> max_tokens;
+  for (auto& p : r.prompts) {
+    std::vector<int32_t> ids;
+    if (auto* s = std::get_if<std::string>(&p)) {
+      auto enc = model_.tok->try_encode(*s, false);
+      if (!enc.ok()) return ch->send_error(invalid("prompt", "tokenizer: " + enc.message()));
+      ids = std::move(*enc);
+      if (ids.empty()) return ch->send_error(invalid("prompt", "prompt encodes to no tokens"));
+    } else {
+      ids = std::get<std::vector<int32_t>>(p);
+    }
+    auto mt = resolve_max_tokens(static_cast<int64_t>(ids.size()), r.gen.max_tokens, model_.max_model_len, 16);
+    if (auto* e = std::get_if<ApiError>(&mt)) {
+      ApiError err = *e;
+      if (err.param == "messages") err.param = "prompt";
+      return ch->send_error(err);
+    }
+    max_tokens.push_back(std::get<int64_t>(mt));
+    prompts.push_back(std::move(ids));
+  }
+  std::vector<int32_t> stop_ids = r.gen.stop_token_ids;
+  if (!r.gen.ignore_eos) stop_ids.insert(stop_ids.end(), model_.eos_ids.begin(), model_.eos_ids.end());
+
+  auto job = std::make_shared<Job>(ch, model_, metrics_, false, r.gen.stream);
+  job->model = r.model;
+  job->include_usage = r.gen.include_usage;
+  job->want_logprobs = r.gen.logprobs;
+  OutputSpec spec;
+  spec.tok = model_.tok;
+  spec.reasoning = false;
+  spec.stop = r.gen.stop;
+  spec.include_stop_str = r.gen.include_stop_str_in_output;
+  spec.skip_special = r.gen.skip_special_tokens;
+  spec.streaming = r.gen.stream;
+  job->choices.resize(prompts.size() * r.gen.n);
+  for (size_t pi = 0; pi < prompts.size(); ++pi) {
+    job->prompt_tokens += static_cast<int64_t>(prompts[pi].size());
+    std::string echo = r.echo ? model_.tok->decode(prompts[pi], r.gen.skip_special_tokens) : "";
+    for (int c = 0; c < r.gen.n; ++c) {
+      auto& ch_state = job->choices[pi * r.gen.n + c];
+      ch_state.proc = std::make_unique<OutputProcessor>(spec);
+      ch_state.echo_prefix = echo;
+    }
+  }
+  std::vector<std::shared_ptr<Part>> parts;
+  for (size_t pi = 0; pi < prompts.size(); ++pi) {
+    auto part = std::make_shared<Part>(job, static_cast<int>(pi) * r.gen.n);
+    part->prompt = std::move(prompts[pi]);
+    fill_sched(*part, r.gen, max_tokens[pi], stop_ids, static_cast<int>(pi) * r.gen.n);
+    parts.push_back(std::move(part));
+  }
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (auto e = sched_->submit(parts[i])) {
+      for (size_t k = 0; k < i; ++k) parts[k]->cancelled = true;
+      return ch->send_error(submit_error(*e));
+    }
+  }
+  std::vector<std::weak_ptr<Part>> wps(parts.begin(), parts.end());
+  ch->on_disconnect([wps] {
+    for (auto& w : wps)
+      if (auto p = w.lock()) p->cancelled = true;
+  });
+  job->begin_stream();
+}
+
+void ApiServer::handle_models(const HttpRequest&, std::shared_ptr<ResponseChannel> ch) {
+  if (state_ == State::kLoading)
+    return ch->send_error(status_error(503, "unavailable_error", "loading", "the model is still loading"));
+  ojson data = ojson::array();
+  for (const auto& n : model_.served_names) {
+    ojson m = ojson::object();
+    m["id"] = n;
+    m["object"] = "model";
+    m["created"] = created_;
+    m["owned_by"] = "gridq";
+    m["max_model_len"] = model_.max_model_len;
+    data.push_back(std::move(m));
+  }
+  ojson out = ojson::object();
+  out["object"] = "list";
+  out["data"] = std::move(data);
+  ch->send(200, "application/json", dump(out));
+}
+
+void ApiServer::handle_health(const HttpRequest&, std::shared_ptr<ResponseChannel> ch) {
+  State s = state_;
+  if (s == State::kReady && (http_.draining())) s = State::kDraining;
+  if (s == State::kReady && sched_ && sched_->failed()) s = State::kFailed;
+  if (s == State::kReady) return ch->send(200, "application/json", "{\"status\":\"ok\"}");
+  const char* code = s == State::kLoading ? "loading" : s == State::kDraining ? "shutting_down" : "engine_failed";
+  ch->send_error(status_error(503, "unavailable_error", code, std::string("not ready: ") + code));
+}
+
+void ApiServer::handle_metrics(const HttpRequest&, std::shared_ptr<ResponseChannel> ch) {
+  ch->send(200, "text/plain; version=0.0.4; charset=utf-8", metrics_.render());
+}
+
+void ApiServer::handle_tokenize(const HttpRequest& req, std::shared_ptr<ResponseChannel> ch) {
+  ojson body;
+  if (!prepare(req, *ch, body)) return;
+  if (!body.is_object() || !body.contains("prompt") || !body["prompt"].is_string())
+    return ch->send_error(invalid("prompt", "prompt must be a string"));
+  if (body.contains("model") && (!body["model"].is_string() || !check_model(body["model"].get<std::string>(), *ch)))
+    return;
+  auto ids = model_.tok->try_encode(body["prompt"].get_ref<const std::string&>(), false);
+  if (!ids.ok()) return ch->send_error(invalid("prompt", ids.message()));
+  ojson out = ojson::object();
+  out["tokens"] = *ids;
+  out["count"] = ids->size();
+  out["max_model_len"] = model_.max_model_len;
+  ch->send(200, "application/json", dump(out));
+}
+
+void ApiServer::handle_detokenize(const HttpRequest& req, std::shared_ptr<ResponseChannel> ch) {
+  ojson body;
+  if (!prepare(req, *ch, body)) return;
+  if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array())
+    return ch->send_error(invalid("tokens", "tokens must be a list of token ids"));
+  std::vector<int32_t> ids;
+  const int64_t V = static_cast<int64_t>(model_.tok->vocab_size());
+  for (const auto& t : body["tokens"]) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= V ||
+        (t.is_number_unsigned() && t.get<uint64_t>() >= static_cast<uint64_t>(V)))
+      return ch->send_error(invalid("tokens", fmt::format("token id {} is out of vocabulary [0, {})", t.dump(), V)));
+    ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+  ojson out = ojson::object();
+  out["prompt"] = model_.tok->decode(ids, false);
+  ch->send(200, "application/json", dump(out));
+}
+
+}  // namespace gridq::serve

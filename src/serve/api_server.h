@@ -1,0 +1,74 @@
+// The OpenAI endpoints (server.md §1): /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics,
+// /tokenize, /detokenize. Validates requests (openai_protocol), renders chat prompts, submits work to the
+// scheduler and turns tokens into responses or SSE streams through per-choice OutputProcessors.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "serve/http_server.h"
+#include "serve/metrics.h"
+#include "serve/openai_protocol.h"
+#include "serve/output_processor.h"
+#include "serve/scheduler.h"
+#include "text/tokenizer.h"
+
+namespace gridq::serve {
+
+// Renders a chat prompt: (messages, tools or null, add_generation_prompt, extra template variables) -> text.
+using ChatRenderer =
+    std::function<Expected<std::string>(const ojson& messages, const ojson& tools, bool add_generation_prompt,
+                                        const ojson& kwargs)>;
+
+struct ModelBinding {
+  std::vector<std::string> served_names;  // first is the id reported by /v1/models
+  int64_t max_model_len = 0;
+  const text::Tokenizer* tok = nullptr;
+  std::vector<int32_t> eos_ids;
+  int32_t end_of_turn_id = -1;  // </assistant>
+  text::ReasoningMarkers markers;
+  bool reasoning_parser = true;
+  int32_t tool_call_open_id = -1, tool_call_close_id = -1;
+  ToolParserKind tool_parser = ToolParserKind::kPoolside;
+  ChatRenderer render;
+  ojson default_template_kwargs = ojson::object();
+};
+
+class ApiServer {
+ public:
+  enum class State { kLoading, kReady, kDraining, kFailed };
+
+  ApiServer(HttpServer& http, Metrics& metrics);
+  // Registers every route on the HTTP server (call before HttpServer::start()).
+  void register_routes();
+  // The model is loaded: from now on requests are served.
+  void set_ready(ModelBinding model, Scheduler* scheduler);
+  void set_state(State s) { state_ = s; }
+  State state() const { return state_; }
+  int64_t created() const { return created_; }
+
+ private:
+  void handle_chat(const HttpRequest& req, std::shared_ptr<ResponseChannel> ch);
+  void handle_completions(const HttpRequest& req, std::shared_ptr<ResponseChannel> ch);
+  void handle_models(const HttpRequest& req, std::shared_ptr<ResponseChannel> ch);
+  void handle_health(const HttpRequest& req, std::shared_ptr<ResponseChannel> ch);
+  void handle_metrics(const HttpRequest& req, std::shared_ptr<ResponseChannel> ch);
+  void handle_tokenize(const HttpRequest& req, std::shared_ptr<ResponseChannel> ch);
+  void handle_detokenize(const HttpRequest& req, std::shared_ptr<ResponseChannel> ch);
+  // Common preamble: ready check and body parse. Returns false after answering.
+  bool prepare(const HttpRequest& req, ResponseChannel& ch, ojson& body);
+  bool check_model(const std::string& model, ResponseChannel& ch) const;
+
+  HttpServer& http_;
+  Metrics& metrics_;
+  std::atomic<State> state_{State::kLoading};
+  ModelBinding model_;
+  Scheduler* sched_ = nullptr;
+  int64_t created_;
+};
+
+}  // namespace gridq::serve

@@ -1,0 +1,482 @@
+#include "serve/http_server.h"
+
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include <cerrno>
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <deque>
+#include <mutex>
+
+namespace gridq::serve {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+bool key_matches(const std::vector<std::string>& keys, std::string_view presented) {
+  bool any = false;
+  for (const auto& k : keys) {
+    // Length is not secret; the byte comparison does not stop early.
+    unsigned char diff = k.size() == presented.size() ? 0 : 1;
+    const size_t n = std::max(k.size(), presented.size());
+    for (size_t i = 0; i < n; ++i) {
+      unsigned char a = i < k.size() ? static_cast<unsigned char>(k[i]) : 0;
+      unsigned char b = i < presented.size() ? static_cast<unsigned char>(presented[i]) : 0;
+      diff |= static_cast<unsigned char>(a ^ b);
+    }
+    any |= diff == 0;
+  }
+  return any;
+}
+
+namespace {
+
+const char* reason_phrase(int status) {
+  switch (status) {
+    case 200: return "OK";
+    case 204: return "No Content";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 413: return "Payload Too Large";
+    case 415: return "Unsupported Media Type";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    default: return "Status";
+  }
+}
+
+std::string lower(std::string_view s) {
+  std::string o(s);
+  for (auto& c : o) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return o;
+}
+
+ApiError transport_error(int status, std::string code, std::string message) {
+  ApiError e;
+  e.status = status;
+  e.type = status == 401 ? "authentication_error"
+           : status == 404 ? "not_found_error"
+           : status == 503 ? "unavailable_error"
+           : status == 429 ? "rate_limit_error"
+           : status >= 500 ? "server_error"
+                           : "invalid_request_error";
+  e.code = std::move(code);
+  e.message = std::move(message);
+  return e;
+}
+
+}  // namespace
+
+struct Session;
+
+struct HttpServer::Impl {
+  HttpOptions opts;
+  Metrics* metrics;
+  HttpServer* owner;
+  net::io_context ioc;
+  tcp::acceptor acceptor{ioc};
+  net::signal_set signals{ioc};
+  std::vector<std::thread> threads;
+  std::vector<Route> routes;
+  std::function<void(int)> signal_cb;
+  std::mutex sessions_mu;
+  std::vector<std::weak_ptr<Session>> sessions;
+  std::atomic<bool> stopping{false};
+
+  Impl(HttpOptions o, Metrics* m, HttpServer* s) : opts(std::move(o)), metrics(m), owner(s) {}
+  void do_accept();
+  void arm_signals() {
+    signals.async_wait([this](const beast::error_code& ec, int sig) {
+      if (ec) return;
+      if (signal_cb) signal_cb(sig);
+      arm_signals();
+    });
+  }
+};
+
+struct Session : std::enable_shared_from_this<Session> {
+  HttpServer::Impl& srv;
+  beast::tcp_stream stream;
+  beast::flat_buffer buf;
+  std::optional<http::request_parser<http::string_body>> parser;
+  // Outgoing bytes, written one buffer at a time.
+  std::deque<std::string> out;
+  bool writing = false;
+  bool close_after = false;   // close once `out` drains
+  bool in_request = false;    // a request is being answered
+  bool streaming = false;
+  bool keep_alive = true;
+  bool closed = false;
+  uint64_t generation = 0;    // request counter; stale channels are ignored
+  std::function<void()> disconnect_cb;
+  std::string cur_handler, cur_method;
+
+  Session(HttpServer::Impl& s, tcp::socket sock) : srv(s), stream(std::move(sock)) {}
+
+  void start() { read_header(); }
+
+  void read_header() {
+    if (closed) return;
+    parser.emplace();
+    parser->header_limit(static_cast<std::uint32_t>(srv.opts.max_header_bytes));
+    parser->body_limit(srv.opts.max_body_bytes);
+    stream.expires_after(std::chrono::milliseconds(static_cast<int64_t>(srv.opts.header_timeout_s * 1000)));
+    http::async_read_header(stream, buf, *parser,
+                            [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+  }
+
+  void fail_transport(const beast::error_code& ec) {
+    if (ec == http::error::header_limit) return respond_error_and_close(transport_error(431, "headers_too_large", "request headers exceed the limit"));
+    if (ec == http::error::body_limit)
+      return respond_error_and_close(transport_error(
+          413, "payload_too_large", fmt::format("request body exceeds {} bytes", srv.opts.max_body_bytes)));
+    if (ec == beast::error::timeout || ec == http::error::end_of_stream || ec == net::error::eof ||
+        ec == net::error::connection_reset || ec == net::error::operation_aborted) {
+      return close();
+    }
+    if (ec.category() == http::make_error_code(http::error::bad_target).category())
+      return respond_error_and_close(transport_error(400, "bad_request", "malformed HTTP request: " + ec.message()));
+    close();
+  }
+
+  void on_header(beast::error_code ec) {
+    if (ec) return fail_transport(ec);
+    const auto& h = parser->get();
+    size_t n = 0;
+    for (auto it = h.begin(); it != h.end(); ++it) ++n;
+    if (n > srv.opts.max_headers)
+      return respond_error_and_close(transport_error(431, "headers_too_large", fmt::format("more than {} request headers", srv.opts.max_headers)));
+    if (auto ce = h.find(http::field::content_encoding); ce != h.end() && lower(ce->value()) != "identity")
+      return respond_error_and_close(transport_error(415, "unsupported_media_type", "Content-Encoding other than identity is not supported"));
+    if (auto cl = parser->content_length(); cl && *cl > srv.opts.max_body_bytes)
+      return respond_error_and_close(transport_error(413, "payload_too_large", fmt::format("request body exceeds {} bytes", srv.opts.max_body_bytes)));
+    if (parser->is_done()) return on_request();
+    stream.expires_after(std::chrono::milliseconds(static_cast<int64_t>(srv.opts.body_timeout_s * 1000)));
+    http::async_read(stream, buf, *parser,
+                     [self = shared_from_this()](beast::error_code e, size_t) {
+                       if (e) return self->fail_transport(e);
+                       self->on_request();
+                     });
+  }
+
+  void on_request();
+  void dispatch(HttpRequest req);
+
+  // ---- writing ----
+  void enqueue(std::string data) {
+    if (closed) return;
+    out.push_back(std::move(data));
+    if (!writing) write_next();
+  }
+  void write_next() {
+    if (out.empty()) {
+      writing = false;
+      if (close_after) return close();
+      return;
+    }
+    writing = true;
+    stream.expires_after(std::chrono::milliseconds(static_cast<int64_t>(srv.opts.write_timeout_s * 1000)));
+    net::async_write(stream, net::buffer(out.front()), [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec) {
+        self->notify_disconnect();
+        return self->close();
+      }
+      self->out.pop_front();
+      self->write_next();
+    });
+  }
+
+  static std::string head(int status, const std::string& content_type, std::optional<size_t> length, bool keep,
+                          const std::vector<std::pair<std::string, std::string>>& extra) {
+    std::string s = fmt::format("HTTP/1.1 {} {}\r\nServer: gridq\r\n", status, reason_phrase(status));
+    if (!content_type.empty()) s += "Content-Type: " + content_type + "\r\n";
+    if (length) s += fmt::format("Content-Length: {}\r\n", *length);
+    else s += "Transfer-Encoding: chunked\r\nCache-Control: no-cache\r\n";
+    for (const auto& [k, v] : extra) s += k + ": " + v + "\r\n";
+    s += keep ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
+    return s;
+  }
+
+  void send_full(int status, const std::string& ct, std::string body,
+                 const std::vector<std::pair<std::string, std::string>>& extra) {
+    if (!in_request || closed) return;
+    if (srv.metrics && !cur_handler.empty()) srv.metrics->inc_http(cur_handler, cur_method, status);
+    bool keep = keep_alive && !srv.owner->draining();
+    std::string s = head(status, ct, body.size(), keep, extra);
+    s += body;
+    finish_request(keep);
+    enqueue(std::move(s));
+  }
+
+  void finish_request(bool keep) {
+    in_request = false;
+    streaming = false;
+    disconnect_cb = nullptr;
+    ++generation;
+    if (!keep) {
+      close_after = true;
+    } else {
+      // Read the next request while the response drains (keep-alive).
+      net::post(stream.get_executor(), [self = shared_from_this()] { self->read_header(); });
+    }
+  }
+
+  void respond_error_and_close(const ApiError& e) {
+    in_request = true;
+    keep_alive = false;
+    send_full(e.status, "application/json", error_body(e), e.headers);
+  }
+
+  void watch_disconnect() {
+    // A readable socket while we answer means EOF/reset (client gone) or pipelined bytes (ignored).
+    stream.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this(), gen = generation](beast::error_code ec) {
+      if (self->closed || gen != self->generation || !self->in_request) return;
+      if (ec) return self->notify_disconnect();
+      char c;
+      ssize_t r = ::recv(self->stream.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) self->notify_disconnect();
+    });
+  }
+
+  void notify_disconnect() {
+    if (auto cb = std::move(disconnect_cb)) {
+      disconnect_cb = nullptr;
+      cb();
+    }
+  }
+
+  void close() {
+    if (closed) return;
+    closed = true;
+    notify_disconnect();
+    beast::error_code ec;
+    stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+    stream.close();
+  }
+};
+
+namespace {
+
+class Channel final : public ResponseChannel {
+ public:
+  Channel(std::shared_ptr<Session> s, uint64_t gen) : s_(std::move(s)), gen_(gen) {}
+  void send(int status, std::string ct, std::string body,
+            std::vector<std::pair<std::string, std::string>> headers) override {
+    run([status, ct = std::move(ct), body = std::move(body), headers = std::move(headers)](Session& s) mutable {
+      if (s.streaming) return;
+      s.send_full(status, ct, std::move(body), headers);
+    });
+  }
+  void start_stream() override {
+    run([](Session& s) {
+      if (s.streaming || !s.in_request) return;
+      s.streaming = true;
+      if (s.srv.metrics && !s.cur_handler.empty()) s.srv.metrics->inc_http(s.cur_handler, s.cur_method, 200);
+      s.enqueue(Session::head(200, "text/event-stream", std::nullopt, s.keep_alive && !s.srv.owner->draining(), {}));
+    });
+  }
+  void write(std::string data) override {
+    run([data = std::move(data)](Session& s) {
+      if (!s.streaming || data.empty()) return;
+      s.enqueue(fmt::format("{:x}\r\n", data.size()) + data + "\r\n");
+    });
+  }
+  void end_stream() override {
+    run([](Session& s) {
+      if (!s.streaming) return;
+      s.enqueue("0\r\n\r\n");
+      s.finish_request(s.keep_alive && !s.srv.owner->draining());
+    });
+  }
+  void on_disconnect(std::function<void()> cb) override {
+    run([cb = std::move(cb)](Session& s) mutable {
+      if (!s.in_request || s.closed) {
+        cb();
+        return;
+      }
+      s.disconnect_cb = std::move(cb);
+      s.watch_disconnect();
+    });
+  }
+
+ private:
+  template <typename F>
+  void run(F&& f) {
+    auto s = s_.lock();
+    if (!s) return;
+    net::post(s->stream.get_executor(), [s, gen = gen_, f = std::forward<F>(f)]() mutable {
+      if (s->closed || s->generation != gen) return;
+      f(*s);
+    });
+  }
+  std::weak_ptr<Session> s_;
+  uint64_t gen_;
+};
+
+}  // namespace
+
+void Session::on_request() {
+  stream.expires_never();
+  auto msg = parser->release();
+  keep_alive = msg.keep_alive();
+  HttpRequest req;
+  req.method = std::string(msg.method_string());
+  std::string target(msg.target());
+  req.path = target.substr(0, target.find('?'));
+  for (const auto& f : msg) req.headers[lower(f.name_string())] = std::string(f.value());
+  req.body = std::move(msg.body());
+  dispatch(std::move(req));
+}
+
+void Session::dispatch(HttpRequest req) {
+  in_request = true;
+  cur_handler.clear();
+  cur_method = req.method;
+  const Route* match = nullptr;
+  std::string allow;
+  for (const auto& r : srv.routes) {
+    if (r.path != req.path) continue;
+    if (!allow.empty()) allow += ", ";
+    allow += r.method;
+    if (r.method == req.method) match = &r;
+  }
+  bool path_known = !allow.empty();
+  bool is_public = false;
+  for (const auto& r : srv.routes)
+    if (r.path == req.path && r.is_public) is_public = true;
+  if (match) cur_handler = match->name;
+  else if (path_known) cur_handler = srv.routes.empty() ? "" : req.path;
+  // Auth is one middleware over every route (known or not) except the public allowlist.
+  if (!is_public && !srv.opts.api_keys.empty()) {
+    std::string presented;
+    if (auto it = req.headers.find("authorization"); it != req.headers.end()) {
+      std::string_view v = it->second;
+      if (v.size() > 7 && lower(v.substr(0, 7)) == "bearer ") presented = std::string(v.substr(7));
+    } else if (auto x = req.headers.find("x-api-key"); x != req.headers.end()) {
+      presented = x->second;
+    }
+    if (presented.empty() || !key_matches(srv.opts.api_keys, presented)) {
+      auto e = transport_error(401, "invalid_api_key", "missing or invalid API key");
+      e.headers.push_back({"WWW-Authenticate", "Bearer"});
+      return send_full(401, "application/json", error_body(e), e.headers);
+    }
+  }
+  if (!path_known) {
+    auto e = transport_error(404, "unknown_route", fmt::format("no route {} {}", req.method, req.path));
+    return send_full(404, "application/json", error_body(e), {});
+  }
+  if (!match) {
+    auto e = transport_error(405, "method_not_allowed", fmt::format("{} does not allow {}", req.path, req.method));
+    return send_full(405, "application/json", error_body(e), {{"Allow", allow}});
+  }
+  if (srv.owner->draining() && !match->is_public) {
+    keep_alive = false;
+    auto e = transport_error(503, "shutting_down", "the server is shutting down");
+    return send_full(503, "application/json", error_body(e), {{"Retry-After", "5"}});
+  }
+  if (req.method == "POST") {
+    if (auto ct = req.headers.find("content-type"); ct != req.headers.end()) {
+      std::string t = lower(ct->second.substr(0, ct->second.find(';')));
+      while (!t.empty() && t.back() == ' ') t.pop_back();
+      if (t != "application/json") {
+        auto e = transport_error(415, "unsupported_media_type", "request body must be application/json");
+        return send_full(415, "application/json", error_body(e), {});
+      }
+    }
+  }
+  auto ch = std::make_shared<Channel>(shared_from_this(), generation);
+  try {
+    match->handler(req, ch);
+  } catch (const std::exception& ex) {
+    auto e = transport_error(500, "internal_error", std::string("internal error: ") + ex.what());
+    send_full(500, "application/json", error_body(e), {});
+  }
+}
+
+void HttpServer::Impl::do_accept() {
+  acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket sock) {
+    if (stopping) return;
+    if (!ec) {
+      auto s = std::make_shared<Session>(*this, std::move(sock));
+      {
+        std::lock_guard lk(sessions_mu);
+        std::erase_if(sessions, [](const std::weak_ptr<Session>& w) { return w.expired(); });
+        sessions.push_back(s);
+      }
+      net::dispatch(s->stream.get_executor(), [s] { s->start(); });
+    }
+    do_accept();
+  });
+}
+
+HttpServer::HttpServer(HttpOptions opts, Metrics* metrics)
+    : impl_(std::make_unique<Impl>(std::move(opts), metrics, this)) {}
+
+HttpServer::~HttpServer() { stop(); }
+
+void HttpServer::add_route(Route r) { impl_->routes.push_back(std::move(r)); }
+
+void HttpServer::make_public(const std::string& path) {
+  for (auto& r : impl_->routes)
+    if (r.path == path) r.is_public = true;
+}
+
+void HttpServer::on_signal(std::function<void(int)> cb) { impl_->signal_cb = std::move(cb); }
+
+Expected<uint16_t> HttpServer::start() {
+  auto& im = *impl_;
+  beast::error_code ec;
+  auto addr = net::ip::make_address(im.opts.host, ec);
+  if (ec) return err("--host {}: not an IP address ({})", im.opts.host, ec.message());
+  tcp::endpoint ep(addr, im.opts.port);
+  im.acceptor.open(ep.protocol(), ec);
+  if (!ec) im.acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) im.acceptor.bind(ep, ec);
+  if (!ec) im.acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) return err("cannot listen on {}:{}: {}", im.opts.host, im.opts.port, ec.message());
+  const uint16_t port = im.acceptor.local_endpoint().port();
+  im.signals.add(SIGINT);
+  im.signals.add(SIGTERM);
+  im.arm_signals();
+  im.do_accept();
+  for (int i = 0; i < std::max(1, im.opts.io_threads); ++i) im.threads.emplace_back([&im] { im.ioc.run(); });
+  return port;
+}
+
+void HttpServer::stop() {
+  if (!impl_) return;
+  auto& im = *impl_;
+  if (im.stopping.exchange(true)) return;
+  net::post(im.ioc, [&im] {
+    beast::error_code ec;
+    im.acceptor.close(ec);
+    im.signals.cancel(ec);
+  });
+  {
+    std::lock_guard lk(im.sessions_mu);
+    for (auto& w : im.sessions)
+      if (auto s = w.lock()) net::post(s->stream.get_executor(), [s] { s->close(); });
+  }
+  // Give queued closes a moment, then stop the loop.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  im.ioc.stop();
+  for (auto& t : im.threads)
+    if (t.joinable()) t.join();
+  im.threads.clear();
+}
+
+}  // namespace gridq::serve

@@ -1,0 +1,54 @@
+#include "serve/runtime_engine.h"
+
+namespace gridq::serve {
+
+RuntimeEngine::RuntimeEngine(std::unique_ptr<runtime::Engine> eng, int64_t max_model_len, int64_t cap)
+    : eng_(std::move(eng)), max_len_(max_model_len), capacity_(cap) {}
+
+int32_t RuntimeEngine::vocab_size() const { return eng_->vocab_size(); }
+
+int64_t RuntimeEngine::kv_used_tokens() const {
+  std::lock_guard lk(mu_);
+  int64_t n = 0;
+  for (const auto& [mine, theirs] : ids_) n += eng_->sequence_length(theirs);
+  return n;
+}
+
+Status RuntimeEngine::add_sequence(SeqId id) {
+  std::lock_guard lk(mu_);
+  if (ids_.count(id)) return err("serve engine: sequence {} already exists", id);
+  ids_[id] = eng_->create_sequence();
+  return {};
+}
+
+void RuntimeEngine::remove_sequence(SeqId id) {
+  std::lock_guard lk(mu_);
+  auto it = ids_.find(id);
+  if (it == ids_.end()) return;
+  eng_->free_sequence(it->second);
+  ids_.erase(it);
+}
+
+Status RuntimeEngine::forward(std::span<const StepItem> items, std::vector<float>& logits) {
+  std::vector<runtime::BatchItem> b;
+  b.reserve(items.size());
+  {
+    std::lock_guard lk(mu_);
+    for (const auto& it : items) {
+      auto f = ids_.find(it.seq);
+      if (f == ids_.end()) return err("serve engine: forward on unknown sequence {}", it.seq);
+      b.push_back(runtime::BatchItem{f->second, it.tokens,
+                                     it.want_logits ? runtime::LogitsMode::kLast : runtime::LogitsMode::kNone});
+    }
+  }
+  GRIDQ_ASSIGN_OR_RETURN(auto out, eng_->forward(b));
+  logits.insert(logits.end(), out.begin(), out.end());
+  return {};
+}
+
+std::vector<std::string> RuntimeEngine::describe_kernels() const {
+  // The CPU engine runs checkpoint weights as BF16 (fp32 accumulation); the router stays BF16 as well.
+  return {"weights bf16: cpu backend, runtime/cpu matmul (bf16 x fp32 activations, fp32 accumulate)"};
+}
+
+}  // namespace gridq::serve

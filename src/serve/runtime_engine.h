@@ -1,0 +1,34 @@
+// Adapts runtime::Engine (the real model) to the scheduler's EngineIface.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "runtime/engine.h"
+#include "serve/engine_iface.h"
+
+namespace gridq::serve {
+
+class RuntimeEngine final : public EngineIface {
+ public:
+  // `kv_capacity_tokens`: admission budget over all sequences (the CPU backend grows KV on demand).
+  RuntimeEngine(std::unique_ptr<runtime::Engine> eng, int64_t max_model_len, int64_t kv_capacity_tokens);
+  int32_t vocab_size() const override;
+  int64_t max_model_len() const override { return max_len_; }
+  int64_t kv_capacity_tokens() const override { return capacity_; }
+  int64_t kv_used_tokens() const override;
+  Status add_sequence(SeqId id) override;
+  void remove_sequence(SeqId id) override;
+  Status forward(std::span<const StepItem> items, std::vector<float>& logits) override;
+  std::vector<std::string> describe_kernels() const override;
+  runtime::Engine& engine() { return *eng_; }
+
+ private:
+  std::unique_ptr<runtime::Engine> eng_;
+  int64_t max_len_, capacity_;
+  mutable std::mutex mu_;
+  std::map<SeqId, runtime::SeqId> ids_;
+};
+
+}  // namespace gridq::serve

@@ -1,0 +1,62 @@
+# Sourced by run_cli_tests.sh (t_*.sh): tests of `gridq --help` and `gridq inspect`. Uses GRIDQ, ROOT, MODEL, PY, TMP,
+# pass and fail from the runner.
+
+# --- help ---
+if out="$("$GRIDQ" --help 2>&1)" && grep -q "inspect" <<<"$out"; then pass "gridq --help lists inspect"
+else fail "gridq --help" "$out"; fi
+if out="$("$GRIDQ" inspect --help 2>&1)" && grep -q -- "--json" <<<"$out" && grep -q "Examples" <<<"$out"; then
+  pass "gridq inspect --help"
+else fail "gridq inspect --help" "$out"; fi
+
+# --- human report of the bundled model ---
+if out="$("$GRIDQ" inspect "$MODEL" 2>&1)" && grep -q "24,806,948" <<<"$out" && grep -q "routed_experts" <<<"$out"; then
+  pass "inspect (table) reports 24,806,948 parameters"
+else fail "inspect (table)" "$(tail -20 <<<"$out")"; fi
+
+# --- JSON report, checked with Python's json against models/README.md ---
+if "$GRIDQ" inspect "$MODEL" --json >"$TMP/inspect.json" 2>"$TMP/inspect.err"; then
+  if "$PY" - "$TMP/inspect.json" <<'PYEOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["schema"] == "gridq.inspect/1" and r["ok"] is True, r.get("error")
+assert r["kind"] == "checkpoint" and r["quantization"] is None
+assert r["totals"]["params"] == 24806948, r["totals"]
+assert r["totals"]["bytes"] == 49613896, r["totals"]
+want = {"routed_experts": 14155776, "attention": 3670016, "embed_tokens": 2097152, "lm_head": 2097152,
+        "dense_mlp": 1572864, "shared_experts": 1179648, "routers": 18468, "g_proj": 10240, "norms": 5632}
+got = {k: v["params"] for k, v in r["components"].items()}
+assert got == want, got
+assert len(r["modules"]) == 165, len(r["modules"])
+assert sum(m["params"] for m in r["modules"]) == 24806948
+for m in r["modules"]:
+    assert m["format"] == "BF16" and m["rung"] is None, m
+    assert abs(m["bpw"] - 16.0) < 1e-12, m
+PYEOF
+  then pass "inspect --json: params 24806948 and the README component split"
+  else fail "inspect --json content"; fi
+else fail "inspect --json exit status" "$(cat "$TMP/inspect.err")"; fi
+
+# --- a corrupted copy must be refused with a message ---
+cp -r "$MODEL" "$TMP/corrupt"
+shard="$TMP/corrupt/model-00003-of-00004.safetensors"
+chmod u+w "$shard"
+truncate -s -1000 "$shard"
+if out="$("$GRIDQ" inspect "$TMP/corrupt" 2>&1)"; then fail "inspect of a truncated shard exits non-zero"
+elif grep -q "model-00003-of-00004.safetensors" <<<"$out"; then pass "inspect refuses a truncated shard: $(head -1 <<<"$out")"
+else fail "inspect of a truncated shard names the file" "$out"; fi
+
+cp -r "$MODEL" "$TMP/badshape"
+chmod u+w "$TMP/badshape/config.json"
+"$PY" - "$TMP/badshape/config.json" <<'PYEOF'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["moe_intermediate_size"] = 128
+json.dump(c, open(sys.argv[1], "w"), indent=2)
+PYEOF
+if out="$("$GRIDQ" inspect "$TMP/badshape" --json 2>"$TMP/bad.err")"; then fail "inspect of a config/tensor mismatch exits non-zero"
+elif "$PY" -c 'import json,sys; r=json.load(sys.stdin); assert r["ok"] is False and "experts" in r["error"], r' <<<"$out" \
+     && grep -q "gridq: error:" "$TMP/bad.err"; then pass "inspect refuses a shape mismatch (JSON error + stderr)"
+else fail "inspect shape mismatch report" "$out $(cat "$TMP/bad.err")"; fi
+
+if out="$("$GRIDQ" inspect "$TMP/does-not-exist" 2>&1)"; then fail "inspect of a missing dir exits non-zero"
+else pass "inspect of a missing dir exits non-zero"; fi

@@ -1,0 +1,140 @@
+"""Start-up and shutdown of gridq serve (server.md §9, §11 T4, T24-T27, T33): pins, signals, draining."""
+
+import json
+import shutil
+import signal
+import subprocess
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+
+from server_util import MODEL_DIR, MODEL_ID, Server, gridq_bin
+
+
+def test_sigterm_mid_load_exits_cleanly():
+    s = Server(wait=False)
+    try:
+        deadline = time.time() + 30
+        # Wait until it listens (health 503 while loading, or 200 if loading already finished).
+        while time.time() < deadline:
+            try:
+                r = httpx.get(s.base + "/health", timeout=0.5)
+                assert r.status_code in (200, 503)
+                if r.status_code == 503:
+                    assert r.json()["error"]["code"] in ("loading",)
+                break
+            except httpx.TransportError:
+                time.sleep(0.01)
+        s.proc.send_signal(signal.SIGTERM)
+        assert s.proc.wait(timeout=10) == 0
+    finally:
+        s.stop()
+
+
+def test_sigterm_lets_inflight_finish_and_refuses_new():
+    s = Server("--shutdown-timeout", "30")
+    try:
+        c = s.client()
+        result = {}
+
+        def run():
+            st = c.completions.create(model=MODEL_ID, prompt="def main():", max_tokens=48, temperature=0, stream=True,
+                                      extra_body={"ignore_eos": True})
+            text, finish = "", None
+            for ev in st:
+                if ev.choices:
+                    text += ev.choices[0].text
+                    finish = ev.choices[0].finish_reason or finish
+            result["finish"] = finish
+
+        t = threading.Thread(target=run)
+        t.start()
+        time.sleep(0.3)
+        s.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.1)
+        try:
+            r = httpx.post(s.base + "/v1/completions", headers=s.headers(),
+                           json={"model": MODEL_ID, "prompt": "x", "max_tokens": 2}, timeout=5)
+            assert r.status_code == 503
+            assert r.json()["error"]["code"] == "shutting_down"
+            h = httpx.get(s.base + "/health", timeout=5)
+            assert h.status_code == 503
+        except httpx.TransportError:
+            pass  # already gone: the in-flight request was short
+        t.join(timeout=30)
+        assert result.get("finish") == "length"
+        assert s.proc.wait(timeout=15) == 0
+    finally:
+        s.stop()
+
+
+def test_shutdown_timeout_zero_aborts_streams_with_error_event():
+    s = Server("--shutdown-timeout", "0")
+    try:
+        body = {"model": MODEL_ID, "prompt": "def main():", "max_tokens": 900, "stream": True, "ignore_eos": True}
+        with httpx.stream("POST", s.base + "/v1/completions", json=body, headers=s.headers(), timeout=30) as r:
+            it = r.iter_text()
+            first = next(it)
+            assert first.startswith("data: ")
+            t0 = time.time()
+            s.proc.send_signal(signal.SIGTERM)
+            rest = first + "".join(it)
+        events = [e for e in rest.split("\n\n") if e]
+        assert events[-1] == "data: [DONE]"
+        assert "error" in json.loads(events[-2][len("data: "):])
+        assert s.proc.wait(timeout=4) == 0
+        assert time.time() - t0 < 4
+    finally:
+        s.stop()
+
+
+def test_sdk_raises_api_error_on_error_event():
+    s = Server("--shutdown-timeout", "0")
+    try:
+        c = s.client()
+        st = c.completions.create(model=MODEL_ID, prompt="def main():", max_tokens=900, stream=True,
+                                  extra_body={"ignore_eos": True})
+        with pytest.raises(openai.APIError):
+            for i, _ in enumerate(st):
+                if i == 1:
+                    s.proc.send_signal(signal.SIGTERM)
+        s.proc.wait(timeout=4)
+    finally:
+        s.stop()
+
+
+def copy_model(tmp_path):
+    d = tmp_path / MODEL_ID
+    shutil.copytree(MODEL_DIR, d)
+    return d
+
+
+def test_tampered_artifact_refuses_to_start(tmp_path):
+    d = copy_model(tmp_path)
+    out = subprocess.run([gridq_bin(), "pin", str(d)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert (d / "PINS.json").exists()
+    ok = subprocess.run([gridq_bin(), "pin", str(d), "--verify"], capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    with open(d / "config.json", "a") as f:
+        f.write(" ")
+    r = subprocess.run([gridq_bin(), "serve", str(d), "--port", "0"], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "config.json" in r.stderr and "refusing to start" in r.stderr
+    # --skip-pin-check starts anyway and says so loudly.
+    s = Server("--skip-pin-check", model_dir=d)
+    try:
+        assert "--skip-pin-check" in s.output() and "WARNING" in s.output()
+    finally:
+        s.stop()
+
+
+def test_kernel_path_logged():
+    s = Server()
+    try:
+        assert "kernel:" in s.output()
+    finally:
+        s.stop()

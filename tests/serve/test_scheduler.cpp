@@ -1,0 +1,265 @@
+// Continuous batching against the fake engine: every request gets exactly the output of a plain reference
+// decode of its own prompt, whatever the batch, queueing and prefill chunking; cancellation frees sequences;
+// engine failure reaches every request.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <random>
+
+#include "fake_engine.h"
+#include "serve/scheduler.h"
+
+namespace gridq::serve {
+namespace {
+
+using testing::FakeEngine;
+constexpr int32_t kV = 300, kLo = 10, kHi = 60;
+
+class Recorder final : public SchedRequest {
+ public:
+  bool on_token(int c, const SampledToken& t) override {
+    std::lock_guard lk(mu);
+    out[c].push_back(t.token);
+    if (stop_after > 0 && static_cast<int>(out[c].size()) >= stop_after) return true;
+    return false;
+  }
+  void on_choice_done(int c, FinishReason r) override {
+    std::lock_guard lk(mu);
+    reasons[c] = r;
+    if (++done == n) cv.notify_all();
+  }
+  void on_error(int status, const std::string& code, const std::string&) override {
+    std::lock_guard lk(mu);
+    error_status = status;
+    error_code = code;
+    done = n;
+    cv.notify_all();
+  }
+  bool wait(int ms = 20000) {
+    std::unique_lock lk(mu);
+    return cv.wait_for(lk, std::chrono::milliseconds(ms), [&] { return done >= n; });
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<int, std::vector<int32_t>> out;
+  std::map<int, FinishReason> reasons;
+  int done = 0;
+  int stop_after = 0;
+  int error_status = 0;
+  std::string error_code;
+};
+
+std::shared_ptr<Recorder> make_req(std::vector<int32_t> prompt, int64_t max_tokens, int n = 1,
+                                   double temperature = 0.0, uint64_t seed = 0) {
+  auto r = std::make_shared<Recorder>();
+  r->prompt = std::move(prompt);
+  r->max_tokens = max_tokens;
+  r->n = n;
+  for (int c = 0; c < n; ++c) {
+    SamplingParams sp;
+    sp.temperature = temperature;
+    sp.seed = seed + static_cast<uint64_t>(c);
+    r->sampling.push_back(sp);
+  }
+  return r;
+}
+
+TEST(Scheduler, ConcurrentGreedyMatchesReferenceWithChunkingAndQueueing) {
+  FakeEngine eng(kV, 512, kLo, kHi);
+  Metrics metrics("fake");
+  SchedulerOptions opts;
+  opts.max_num_seqs = 8;
+  opts.max_batch_tokens = 16;  // long prompts prefill in several chunks, interleaved with decodes
+  Scheduler s(eng, opts, &metrics);
+  s.start();
+  std::mt19937 rng(5);
+  std::vector<std::shared_ptr<Recorder>> reqs;
+  for (int i = 0; i < 32; ++i) {
+    std::vector<int32_t> prompt(1 + rng() % 40);
+    for (auto& t : prompt) t = static_cast<int32_t>(kLo + rng() % (kHi - kLo));
+    auto r = make_req(prompt, 5 + i % 7);
+    r->stop_ids = {kLo + 3};
+    reqs.push_back(r);
+    ASSERT_FALSE(s.submit(r).has_value());
+  }
+  for (auto& r : reqs) {
+    ASSERT_TRUE(r->wait());
+    auto ref = testing::reference_greedy(r->prompt, r->max_tokens, r->stop_ids, kV, kLo, kHi);
+    EXPECT_EQ(r->out[0], ref);
+    EXPECT_EQ(r->reasons[0], static_cast<int64_t>(ref.size()) == r->max_tokens ? FinishReason::kLength
+                                                                                 : FinishReason::kStop);
+  }
+  EXPECT_LE(eng.max_batch_seen, 8 + 16);
+  EXPECT_GT(eng.max_batch_seen, 1) << "requests must actually share steps";
+  EXPECT_TRUE(s.wait_idle(std::chrono::steady_clock::now() + std::chrono::seconds(5)));
+  EXPECT_EQ(eng.live_sequences(), 0u);
+  s.stop();
+  auto text = metrics.render();
+  EXPECT_NE(text.find("gridq:request_success_total"), std::string::npos);
+}
+
+TEST(Scheduler, SeededSamplingIndependentOfBatch) {
+  std::vector<int32_t> prompt = {11, 12, 13, 14};
+  std::vector<int32_t> alone;
+  {
+    FakeEngine eng(kV, 512, kLo, kHi);
+    Scheduler s(eng, {}, nullptr);
+    s.start();
+    auto r = make_req(prompt, 20, 1, 0.9, 42);
+    ASSERT_FALSE(s.submit(r).has_value());
+    ASSERT_TRUE(r->wait());
+    alone = r->out[0];
+    s.stop();
+  }
+  FakeEngine eng(kV, 512, kLo, kHi);
+  Scheduler s(eng, {}, nullptr);
+  s.start();
+  std::vector<std::shared_ptr<Recorder>> others;
+  for (int i = 0; i < 6; ++i) {
+    auto o = make_req({static_cast<int32_t>(20 + i), 21, 22}, 15, 2, 1.0, 1000 + i);
+    others.push_back(o);
+    ASSERT_FALSE(s.submit(o).has_value());
+  }
+  auto r = make_req(prompt, 20, 1, 0.9, 42);
+  ASSERT_FALSE(s.submit(r).has_value());
+  ASSERT_TRUE(r->wait());
+  for (auto& o : others) ASSERT_TRUE(o->wait());
+  EXPECT_EQ(r->out[0], alone);
+  EXPECT_EQ(r->out[0].size(), 20u);
+  s.stop();
+}
+
+TEST(Scheduler, CancellationFreesSequencesWithinAStep) {
+  FakeEngine eng(kV, 4096, kLo, kHi);
+  eng.step_delay_ms = 5;
+  Scheduler s(eng, {}, nullptr);
+  s.start();
+  auto r = make_req({11, 12}, 3000);
+  ASSERT_FALSE(s.submit(r).has_value());
+  while (true) {
+    std::lock_guard lk(r->mu);
+    if (r->out[0].size() >= 3) break;
+  }
+  const int64_t steps_before = eng.steps;
+  r->cancelled = true;
+  ASSERT_TRUE(r->wait(2000));
+  EXPECT_EQ(r->reasons[0], FinishReason::kAbort);
+  EXPECT_LE(eng.steps - steps_before, 2);
+  EXPECT_TRUE(s.wait_idle(std::chrono::steady_clock::now() + std::chrono::seconds(2)));
+  EXPECT_EQ(eng.live_sequences(), 0u);
+  s.stop();
+}
+
+TEST(Scheduler, StopStringCallbackAndMinTokens) {
+  FakeEngine eng(kV, 512, kLo, kHi);
+  Scheduler s(eng, {}, nullptr);
+  s.start();
+  auto r = make_req({30, 31}, 50);
+  r->stop_after = 4;  // the callback reports a stop string after 4 tokens
+  ASSERT_FALSE(s.submit(r).has_value());
+  ASSERT_TRUE(r->wait());
+  EXPECT_EQ(r->out[0].size(), 4u);
+  EXPECT_EQ(r->reasons[0], FinishReason::kStop);
+  // min_tokens masks stop ids: ban every allowed token except one, as stop ids.
+  auto m = make_req({30, 31}, 6);
+  for (int32_t t = kLo; t < kHi; ++t)
+    if (t != kLo + 1) m->stop_ids.push_back(t);
+  m->min_tokens = 6;
+  ASSERT_FALSE(s.submit(m).has_value());
+  ASSERT_TRUE(m->wait());
+  EXPECT_EQ(m->out[0], std::vector<int32_t>(6, kLo + 1));
+  s.stop();
+}
+
+TEST(Scheduler, QueueFullAndAbortAll) {
+  FakeEngine eng(kV, 4096, kLo, kHi);
+  eng.step_delay_ms = 2;
+  SchedulerOptions opts;
+  opts.max_num_seqs = 1;
+  opts.max_queue = 2;
+  Scheduler s(eng, opts, nullptr);
+  s.start();
+  std::vector<std::shared_ptr<Recorder>> rs;
+  int rejected = 0;
+  for (int i = 0; i < 6; ++i) {
+    auto r = make_req({11}, 2000);
+    if (auto e = s.submit(r)) {
+      EXPECT_EQ(e->status, 429);
+      EXPECT_EQ(e->code, "queue_full");
+      ++rejected;
+    } else {
+      rs.push_back(r);
+    }
+  }
+  EXPECT_GE(rejected, 1);
+  s.abort_all();
+  for (auto& r : rs) {
+    ASSERT_TRUE(r->wait(3000));
+    EXPECT_EQ(r->reasons[0], FinishReason::kAbort);
+  }
+  EXPECT_TRUE(s.wait_idle(std::chrono::steady_clock::now() + std::chrono::seconds(2)));
+  EXPECT_EQ(eng.live_sequences(), 0u);
+  s.stop();
+}
+
+TEST(Scheduler, EngineFailureReachesEveryRequest) {
+  FakeEngine eng(kV, 512, kLo, kHi);
+  eng.fail_at_step = 3;
+  Scheduler s(eng, {}, nullptr);
+  s.start();
+  auto a = make_req({11, 12}, 100), b = make_req({13}, 100);
+  ASSERT_FALSE(s.submit(a).has_value());
+  ASSERT_FALSE(s.submit(b).has_value());
+  ASSERT_TRUE(a->wait());
+  ASSERT_TRUE(b->wait());
+  EXPECT_EQ(a->error_status, 503);
+  EXPECT_EQ(a->error_code, "engine_failed");
+  EXPECT_TRUE(s.failed());
+  auto c = make_req({11}, 3);
+  auto e = s.submit(c);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->status, 503);
+  s.stop();
+}
+
+TEST(Sampler, GreedyAndTopLogprobsAgainstFloat64) {
+  std::vector<float> logits = {1.0f, 3.0f, 2.0f, 3.0f, -1.0f};
+  SamplingParams p;
+  p.temperature = 0.0;
+  Sampler s(p);
+  auto t = s.sample(logits, {}, {}, {}, 3);
+  EXPECT_EQ(t.token, 1);  // tie between 1 and 3 goes to the lower id
+  double lse = 0;
+  for (float x : logits) lse += std::exp(static_cast<double>(x));
+  lse = std::log(lse);
+  EXPECT_NEAR(t.logprob, 3.0 - lse, 1e-6);
+  ASSERT_EQ(t.top.size(), 3u);
+  EXPECT_EQ(t.top[0].first, 1);
+  EXPECT_EQ(t.top[1].first, 3);
+  EXPECT_EQ(t.top[2].first, 2);
+  // Banned ids are never chosen; logit_bias moves the choice.
+  std::vector<int32_t> banned = {1, 3};
+  EXPECT_EQ(s.sample(logits, {}, {}, banned, 0).token, 2);
+  SamplingParams b;
+  b.temperature = 0.0;
+  b.logit_bias[4] = 100.0;
+  EXPECT_EQ(Sampler(b).sample(logits, {}, {}, {}, 0).token, 4);
+}
+
+TEST(Sampler, TemperatureSamplingFollowsDistribution) {
+  std::vector<float> logits = {0.0f, std::log(3.0f)};  // p = 0.25, 0.75
+  SamplingParams p;
+  p.temperature = 1.0;
+  p.seed = 7;
+  Sampler s(p);
+  int ones = 0;
+  const int N = 20000;
+  for (int i = 0; i < N; ++i) ones += s.sample(logits, {}, {}, {}, 0).token;
+  EXPECT_NEAR(static_cast<double>(ones) / N, 0.75, 0.02);
+  p.top_k = 1;
+  Sampler k1(p);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(k1.sample(logits, {}, {}, {}, 0).token, 1);
+}
+
+}  // namespace
+}  // namespace gridq::serve
