@@ -1,11 +1,15 @@
 #include "cli/prompt_format.h"
 
+#include "text/chat.h"
+
 namespace gridq::cli {
 
 Expected<std::string> render_chat(const std::string& model_dir, const std::vector<ChatTurn>& turns, bool thinking) {
-  (void)turns;
-  (void)thinking;
-  return err("{}: chat template rendering is not available in this build yet (text/chat.h)", model_dir);
+  GRIDQ_ASSIGN_OR_RETURN(text::ChatTemplate tmpl, text::ChatTemplate::load(model_dir));
+  nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
+  for (const auto& t : turns) msgs.push_back({{"role", t.role}, {"content", t.content}});
+  nlohmann::ordered_json extra = {{"enable_thinking", thinking}};
+  return text::render_chat(tmpl, msgs, nullptr, /*add_generation_prompt=*/true, extra);
 }
 
 }  // namespace gridq::cli

@@ -1,9 +1,10 @@
 // Checkpoint directory rules (fail closed):
 //  - the directory and config.json exist; config.json is one JSON object with no duplicate keys
 //  - with model.safetensors.index.json: "weight_map" is an object of tensor name -> shard file name; each
-//    shard is a plain file name inside the directory (no '/', no '..'); every named shard exists and is opened
-//    once; every indexed tensor is in its shard; no tensor is in two shards; every shard tensor is indexed;
-//    no other *.safetensors file lies in the directory (a stale shard would otherwise be ignored silently)
+//    shard is a plain file name inside the directory (no '/', no '..'); every named shard exists and is
+//    opened once; every indexed tensor is in its shard; no tensor is in two shards; every shard tensor is
+//    indexed; no other *.safetensors file lies in the directory (a stale shard would otherwise be ignored
+//    silently)
 //  - without an index: exactly one *.safetensors file, named model.safetensors
 #include "io/checkpoint.h"
 
@@ -81,7 +82,8 @@ Expected<std::unique_ptr<Checkpoint>> Checkpoint::open(const std::string& dir) {
       const std::string& shard = s.get_ref<const std::string&>();
       if (shard.empty() || shard.find('/') != std::string::npos || shard == "." || shard == ".." ||
           shard.find('\\') != std::string::npos) {
-        return err("{}: tensor '{}': shard '{}' is not a plain file name in the directory", idx_path, t, shard);
+        return err("{}: tensor '{}': shard '{}' is not a plain file name in the directory", idx_path, t,
+                   shard);
       }
       weight_map[t] = shard;
     }
@@ -91,9 +93,10 @@ Expected<std::unique_ptr<Checkpoint>> Checkpoint::open(const std::string& dir) {
     if (on_disk.size() > 1 || !on_disk.contains("model.safetensors")) {
       std::string list;
       for (const auto& n : on_disk) list += (list.empty() ? "" : ", ") + n;
-      return err("{}: safetensors files [{}] without model.safetensors.index.json; expected a single "
-                 "model.safetensors or an index naming the shards",
-                 dir, list);
+      return err(
+          "{}: safetensors files [{}] without model.safetensors.index.json; expected a single "
+          "model.safetensors or an index naming the shards",
+          dir, list);
     }
   }
 
@@ -129,15 +132,16 @@ Expected<std::unique_ptr<Checkpoint>> Checkpoint::open(const std::string& dir) {
         return err("{}: tensor '{}' in shard {} is not listed in model.safetensors.index.json", dir, t, s);
       }
       if (w->second != s) {
-        return err("{}: tensor '{}' is in shard {} but model.safetensors.index.json names shard {}", dir, t, s,
-                   w->second);
+        return err("{}: tensor '{}' is in shard {} but model.safetensors.index.json names shard {}", dir, t,
+                   s, w->second);
       }
     }
   }
   for (const auto& [t, s] : weight_map) {
     if (!shard_of.contains(t)) {
-      return err("{}: tensor '{}' is listed in model.safetensors.index.json for shard {} but that shard lacks it",
-                 dir, t, s);
+      return err(
+          "{}: tensor '{}' is listed in model.safetensors.index.json for shard {} but that shard lacks it",
+          dir, t, s);
     }
   }
   return ck;

@@ -75,8 +75,8 @@ Expected<nlohmann::json> parse_json_strict(std::string_view text, std::string_vi
       case E::object_start:
       case E::array_start:
         if (max_depth > 0 && stack.size() >= static_cast<size_t>(max_depth)) {
-          throw StrictViolation{fmt::format("{}: JSON nesting deeper than {} at {}", label, max_depth,
-                                            frame_path(stack))};
+          throw StrictViolation{
+              fmt::format("{}: JSON nesting deeper than {} at {}", label, max_depth, frame_path(stack))};
         }
         stack.push_back(Frame{ev == E::object_start, {}, {}});
         break;

@@ -31,7 +31,8 @@ Expected<std::map<std::string, uint64_t>> list_files(const std::string& dir) {
     const std::string rel = p.lexically_relative(dir).generic_string();
     fs::file_status st = it->symlink_status(ec);
     if (ec) return err("{}: cannot stat {}: {}", dir, rel, ec.message());
-    if (fs::is_symlink(st)) return err("{}: {} is a symlink; pinned artifacts hold regular files only", dir, rel);
+    if (fs::is_symlink(st))
+      return err("{}: {} is a symlink; pinned artifacts hold regular files only", dir, rel);
     if (fs::is_directory(st)) continue;
     if (!fs::is_regular_file(st)) return err("{}: {} is not a regular file", dir, rel);
     if (rel == kPinsFile) continue;

@@ -11,6 +11,7 @@
 #include "io/safetensors.h"
 
 #include <fcntl.h>
+#include <fmt/ranges.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -19,7 +20,6 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
-#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "io/json_strict.h"
@@ -142,7 +142,8 @@ Status SafetensorsParser::entry(const std::string& label, const std::string& nam
   if (!js.is_array()) return bad(fmt::format("shape is not a list of non-negative integers"));
   for (const auto& e : js) {
     uint64_t dim = 0;
-    if (!get_u64(e, &dim)) return bad(fmt::format("shape is not a list of non-negative integers (element {})", e.dump()));
+    if (!get_u64(e, &dim))
+      return bad(fmt::format("shape is not a list of non-negative integers (element {})", e.dump()));
     if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
       return bad(fmt::format("shape dimension {} exceeds 2^63-1", dim));
     }
@@ -158,12 +159,14 @@ Status SafetensorsParser::entry(const std::string& label, const std::string& nam
   auto nbytes = tensor_nbytes(t->shape, t->dtype);
   if (!nbytes) return bad(fmt::format("{}", nbytes.message()));
   if (*nbytes != t->end - t->begin) {
-    return bad(fmt::format("shape {} x dtype {} ({} bytes each) = {} bytes, but data_offsets [{}, {}] span {} bytes",
-               shape_str(t->shape), dtype_name(t->dtype), dtype_size(t->dtype), *nbytes, t->begin, t->end,
-               t->end - t->begin));
+    return bad(
+        fmt::format("shape {} x dtype {} ({} bytes each) = {} bytes, but data_offsets [{}, {}] span {} bytes",
+                    shape_str(t->shape), dtype_name(t->dtype), dtype_size(t->dtype), *nbytes, t->begin,
+                    t->end, t->end - t->begin));
   }
   if (t->end > data_size) {
-    return bad(fmt::format("data_offsets [{}, {}] extend beyond the data region of {} bytes", t->begin, t->end, data_size));
+    return bad(fmt::format("data_offsets [{}, {}] extend beyond the data region of {} bytes", t->begin,
+                           t->end, data_size));
   }
   return {};
 }
@@ -189,8 +192,9 @@ Status SafetensorsParser::run(SafetensorsFile& f, const uint8_t* base, uint64_t 
     return err("{}: header contains a NUL byte at byte {}", label, z);
   }
   if (hdr.empty() || hdr.front() != '{') {
-    return err("{}: header does not begin with '{{' (the safetensors spec allows only trailing space padding)",
-               label);
+    return err(
+        "{}: header does not begin with '{{' (the safetensors spec allows only trailing space padding)",
+        label);
   }
   // The container has exactly three levels: root object, entry object, shape/offset list.
   auto parsed = parse_json_strict(hdr, label + ": header", /*max_depth=*/3);
@@ -213,7 +217,8 @@ Status SafetensorsParser::run(SafetensorsFile& f, const uint8_t* base, uint64_t 
       if (!v.is_object()) return err("{}: __metadata__ is not a JSON object of string -> string", label);
       for (const auto& [mk, mv] : v.items()) {
         if (!mv.is_string()) {
-          return err("{}: __metadata__ value for key '{}' is not a string (got {})", label, mk, mv.type_name());
+          return err("{}: __metadata__ value for key '{}' is not a string (got {})", label, mk,
+                     mv.type_name());
         }
         f.metadata_[mk] = mv.get<std::string>();
       }
@@ -233,20 +238,22 @@ Status SafetensorsParser::run(SafetensorsFile& f, const uint8_t* base, uint64_t 
   const TensorInfo* prev = nullptr;
   for (const TensorInfo& t : f.tensors_) {
     if (t.begin < pos) {
-      return err("{}: tensor '{}': data_offsets [{}, {}] overlap tensor '{}' [{}, {}]", label, t.name, t.begin,
-                 t.end, prev->name, prev->begin, prev->end);
+      return err("{}: tensor '{}': data_offsets [{}, {}] overlap tensor '{}' [{}, {}]", label, t.name,
+                 t.begin, t.end, prev->name, prev->begin, prev->end);
     }
     if (t.begin > pos) {
-      return err("{}: tensor '{}': gap of {} unused bytes before data_offsets [{}, {}] (spans must be "
-                 "contiguous from offset 0)",
-                 label, t.name, t.begin - pos, t.begin, t.end);
+      return err(
+          "{}: tensor '{}': gap of {} unused bytes before data_offsets [{}, {}] (spans must be "
+          "contiguous from offset 0)",
+          label, t.name, t.begin - pos, t.begin, t.end);
     }
     pos = t.end;
     prev = &t;
   }
   if (pos != data_size) {
-    return err("{}: {} trailing bytes in the data region after the last tensor (tensors cover {} of {} bytes)",
-               label, data_size - pos, pos, data_size);
+    return err(
+        "{}: {} trailing bytes in the data region after the last tensor (tensors cover {} of {} bytes)",
+        label, data_size - pos, pos, data_size);
   }
   for (size_t i = 0; i < f.tensors_.size(); ++i) f.index_.emplace(f.tensors_[i].name, i);
   return {};

@@ -54,9 +54,8 @@ std::string parent_dir(const std::string& path) {
 
 }  // namespace
 
-Expected<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::create(const std::string& path,
-                                                                      std::vector<Decl> decls,
-                                                                      std::map<std::string, std::string> metadata) {
+Expected<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::create(
+    const std::string& path, std::vector<Decl> decls, std::map<std::string, std::string> metadata) {
   auto impl = std::make_unique<Impl>();
   impl->path = path;
   impl->tmp = path + ".tmp";
@@ -121,8 +120,8 @@ Status SafetensorsWriter::write(std::span<const uint8_t> bytes) {
   if (m.failed) return *m.failed;
   if (m.finished) return m.fail(err("{}: write after finish()", m.path));
   if (bytes.size() > m.total - m.written) {
-    return m.fail(err("{}: too many bytes: {} more would exceed the {} declared data bytes ({} written)", m.path,
-                      bytes.size(), m.total, m.written));
+    return m.fail(err("{}: too many bytes: {} more would exceed the {} declared data bytes ({} written)",
+                      m.path, bytes.size(), m.total, m.written));
   }
   if (Status s = write_all(m.fd, bytes.data(), bytes.size(), m.tmp); !s.ok()) return m.fail(s.error());
   m.written += bytes.size();
@@ -137,8 +136,8 @@ Status SafetensorsWriter::finish() {
     // Name the first tensor that did not receive all its bytes.
     size_t i = 0;
     while (i < m.ends.size() && m.ends[i] <= m.written) ++i;
-    return m.fail(err("{}: short write: {} of {} declared data bytes written (tensor '{}' incomplete)", m.path,
-                      m.written, m.total, i < m.names.size() ? m.names[i] : std::string("?")));
+    return m.fail(err("{}: short write: {} of {} declared data bytes written (tensor '{}' incomplete)",
+                      m.path, m.written, m.total, i < m.names.size() ? m.names[i] : std::string("?")));
   }
   if (::fsync(m.fd) != 0) return m.fail(err("{}: fsync failed: {}", m.tmp, std::strerror(errno)));
   int fd = m.fd;

@@ -42,7 +42,8 @@ std::string sha256_hex(std::span<const uint8_t> bytes) {
   unsigned char d[EVP_MAX_MD_SIZE];
   unsigned n = 0;
   // OpenSSL failing on in-memory SHA-256 means the library is broken; there is no error to recover from.
-  if (!c || EVP_DigestUpdate(c.get(), bytes.data(), bytes.size()) != 1 || EVP_DigestFinal_ex(c.get(), d, &n) != 1) {
+  if (!c || EVP_DigestUpdate(c.get(), bytes.data(), bytes.size()) != 1 ||
+      EVP_DigestFinal_ex(c.get(), d, &n) != 1) {
     std::abort();
   }
   return to_hex(d, n);

@@ -98,100 +98,107 @@ GptqCoreResult gptq_core(const float* W, const double* U, const DenseBook& book,
   const int d = book.sub_dim;
   const int nslab = C / d;
   const int block = spec.block;
+  const int per_block = block / d;  // slabs per full block
   std::vector<double> Wd = to_double(W, int64_t(R) * C);  // [R, C] compensated weights
   GptqCoreResult res;
   res.sub_idx.assign(size_t(R) * nslab, 0);
   res.Q.assign(size_t(R) * C, 0.0);
-  std::vector<double> Err(size_t(R) * block);          // [R, block] slab errors · A of the current block
-  std::vector<double> slab_scale(size_t(R) * (block / d));  // [R, block / d]
+  std::vector<double> slab_scale(size_t(R) * per_block);  // [R, block / d]
   int maxK = 0;
   for (int K : book.entries) maxK = std::max(maxK, K);
-  std::vector<double> Tp(size_t(maxK) * d), nk(maxK);
-  double A[64];  // d <= 8
+  // Per-step tables of one block, shared by all rows: A = U_SS⁻¹ [d, d], T' = T·A [K, d], ‖T'_k‖² [K].
+  std::vector<double> A(size_t(per_block) * d * d), Tp(size_t(per_block) * maxK * d), nk(size_t(per_block) * maxK);
 
   for (int b0 = 0; b0 < C; b0 += block) {
     const int b1 = std::min(C, b0 + block);
     const int nb = b1 - b0;
     scales(b0, b1, Wd.data(), slab_scale.data());
-    for (int c = b0; c < b1; c += d) {
+    for (int st = 0; st < nb / d; ++st) {
+      const int c = b0 + st * d;
       const int sub = (c / d) % book.n_sub;
-      const int K = book.entries[sub];
       const double* T = book.t[sub].data();  // [K, d]
+      double* As = &A[size_t(st) * d * d];
       if (U) {
-        invert_upper_block(U + int64_t(c) * C + c, C, d, A);
+        invert_upper_block(U + int64_t(c) * C + c, C, d, As);
       } else {
-        for (int i = 0; i < d * d; ++i) A[i] = (i % (d + 1) == 0) ? 1.0 : 0.0;
+        for (int i = 0; i < d * d; ++i) As[i] = (i % (d + 1) == 0) ? 1.0 : 0.0;
       }
-      // T' = T·A and its squared norms (once per step, shared by all rows).
-      for (int k = 0; k < K; ++k) {
+      for (int k = 0; k < book.entries[sub]; ++k) {
         double n2 = 0.0;
         for (int j = 0; j < d; ++j) {
           double s = 0.0;
-          for (int i = 0; i <= j; ++i) s += T[size_t(k) * d + i] * A[i * d + j];
-          Tp[size_t(k) * d + j] = s;
+          for (int i = 0; i <= j; ++i) s += T[size_t(k) * d + i] * As[i * d + j];
+          Tp[(size_t(st) * maxK + k) * d + j] = s;
           n2 += s * s;
         }
-        nk[k] = n2;
-      }
-      const int slab_in_block = (c - b0) / d;
-#pragma omp parallel for schedule(static)
-      for (int r = 0; r < R; ++r) {
-        double* w = &Wd[size_t(r) * C];
-        const double s = slab_scale[size_t(r) * (block / d) + slab_in_block];
-        double y[8], qv[8], e[8];
-        for (int j = 0; j < d; ++j) {
-          double acc = 0.0;
-          for (int i = 0; i <= j; ++i) acc += (w[c + i] / s) * A[i * d + j];
-          y[j] = acc;
-        }
-        double best = std::numeric_limits<double>::infinity();
-        int bk = 0;
-        for (int k = 0; k < K; ++k) {
-          double dot = 0.0;
-          for (int j = 0; j < d; ++j) dot += y[j] * Tp[size_t(k) * d + j];
-          const double score = nk[k] - 2.0 * dot;
-          if (score < best) {
-            best = score;
-            bk = k;
-          }
-        }
-        res.sub_idx[size_t(r) * nslab + c / d] = static_cast<uint32_t>(bk);
-        for (int j = 0; j < d; ++j) {
-          const double t = T[size_t(bk) * d + j];
-          qv[j] = spec.bf16_decode ? static_cast<double>(bf16_round(static_cast<float>(t) * static_cast<float>(s)))
-                                   : t * s;
-          res.Q[size_t(r) * C + c + j] = qv[j];
-        }
-        for (int j = 0; j < d; ++j) {
-          double acc = 0.0;
-          for (int i = 0; i <= j; ++i) acc += (w[c + i] - qv[i]) * A[i * d + j];
-          e[j] = acc;
-          Err[size_t(r) * block + (c - b0) + j] = acc;
-        }
-        if (U) {
-          for (int col = c + d; col < b1; ++col) {
-            double acc = 0.0;
-            for (int i = 0; i < d; ++i) acc += e[i] * U[int64_t(c + i) * C + col];
-            w[col] -= acc;
-          }
-        }
+        nk[size_t(st) * maxK + k] = n2;
       }
     }
-    if (U && b1 < C) {
-      // Lazy trailing update W[:, b1:] −= Err[:, B]·U[B, b1:], each element summed over B in column order.
+    // Rows are independent given the shared step tables: one parallel region per block.
 #pragma omp parallel
-      {
-        std::vector<double> acc(C - b1);
+    {
+      std::vector<double> Err(nb);           // this row's slab errors · A over the block
+      std::vector<double> acc(C - b1, 0.0);  // trailing-update accumulator
 #pragma omp for schedule(static)
-        for (int r = 0; r < R; ++r) {
+      for (int r = 0; r < R; ++r) {
+        double* w = &Wd[size_t(r) * C];
+        for (int st = 0; st < nb / d; ++st) {
+          const int c = b0 + st * d;
+          const int sub = (c / d) % book.n_sub;
+          const int K = book.entries[sub];
+          const double* T = book.t[sub].data();
+          const double* As = &A[size_t(st) * d * d];
+          const double* Tps = &Tp[size_t(st) * maxK * d];
+          const double* nks = &nk[size_t(st) * maxK];
+          const double s = slab_scale[size_t(r) * per_block + st];
+          double y[8], qv[8], e[8];
+          for (int j = 0; j < d; ++j) {
+            double a = 0.0;
+            for (int i = 0; i <= j; ++i) a += (w[c + i] / s) * As[i * d + j];
+            y[j] = a;
+          }
+          double best = std::numeric_limits<double>::infinity();
+          int bk = 0;
+          for (int k = 0; k < K; ++k) {
+            double dot = 0.0;
+            for (int j = 0; j < d; ++j) dot += y[j] * Tps[size_t(k) * d + j];
+            const double score = nks[k] - 2.0 * dot;
+            if (score < best) {
+              best = score;
+              bk = k;
+            }
+          }
+          res.sub_idx[size_t(r) * nslab + c / d] = static_cast<uint32_t>(bk);
+          for (int j = 0; j < d; ++j) {
+            const double t = T[size_t(bk) * d + j];
+            qv[j] = spec.bf16_decode
+                        ? static_cast<double>(bf16_round(static_cast<float>(t) * static_cast<float>(s)))
+                        : t * s;
+            res.Q[size_t(r) * C + c + j] = qv[j];
+          }
+          for (int j = 0; j < d; ++j) {
+            double a = 0.0;
+            for (int i = 0; i <= j; ++i) a += (w[c + i] - qv[i]) * As[i * d + j];
+            e[j] = a;
+            Err[c - b0 + j] = a;
+          }
+          if (U) {  // feedback inside the block: W[S_end:b1] −= e·U[S, S_end:b1]
+            for (int col = c + d; col < b1; ++col) {
+              double a = 0.0;
+              for (int i = 0; i < d; ++i) a += e[i] * U[int64_t(c + i) * C + col];
+              w[col] -= a;
+            }
+          }
+        }
+        if (U && b1 < C) {
+          // Lazy trailing update W[b1:] −= Err[B]·U[B, b1:], each element summed over B in column order.
           std::fill(acc.begin(), acc.end(), 0.0);
           for (int i = 0; i < nb; ++i) {
-            const double e = Err[size_t(r) * block + i];
+            const double ei = Err[i];
             const double* u = U + int64_t(b0 + i) * C + b1;
-            for (int col = 0; col < C - b1; ++col) acc[col] += e * u[col];
+            for (int col = 0; col < C - b1; ++col) acc[col] += ei * u[col];
           }
-          double* w = &Wd[size_t(r) * C + b1];
-          for (int col = 0; col < C - b1; ++col) w[col] -= acc[col];
+          for (int col = 0; col < C - b1; ++col) w[b1 + col] -= acc[col];
         }
       }
     }

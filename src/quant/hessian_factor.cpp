@@ -12,7 +12,8 @@ bool cholesky_lower_inplace(double* A, int n) {
     if (!(d > 0.0) || !std::isfinite(d)) return false;
     const double ljj = std::sqrt(d);
     aj[j] = ljj;
-#pragma omp parallel for schedule(static)
+    // Threads only pay off on long columns; short ones would spend more on the fork/join than on the work.
+#pragma omp parallel for schedule(static) if (n - j > 512)
     for (int i = j + 1; i < n; ++i) {
       double* ai = A + int64_t(i) * n;
       double s = ai[j];

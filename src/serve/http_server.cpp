@@ -5,6 +5,8 @@
 
 #include <cerrno>
 
+#include <fmt/format.h>
+
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/status.h"
 #include "serve/metrics.h"
 #include "serve/openai_protocol.h"
 

@@ -72,16 +72,18 @@ TEST(CheckpointDir, MissingShard) {
   TempDir d;
   good_sharded(d);
   std::filesystem::remove(d / "model-00002-of-00002.safetensors");
-  expect_refused(d.path(), "shard model-00002-of-00002.safetensors named by model.safetensors.index.json does "
-                           "not exist");
+  expect_refused(d.path(),
+                 "shard model-00002-of-00002.safetensors named by model.safetensors.index.json does "
+                 "not exist");
 }
 
 TEST(CheckpointDir, TensorInTwoShards) {
   TempDir d;
   good_sharded(d);
   shard(d / "model-00002-of-00002.safetensors", {"c", "a"});
-  expect_refused(d.path(), "tensor 'a' is in two shards: model-00001-of-00002.safetensors and "
-                           "model-00002-of-00002.safetensors");
+  expect_refused(d.path(),
+                 "tensor 'a' is in two shards: model-00001-of-00002.safetensors and "
+                 "model-00002-of-00002.safetensors");
 }
 
 TEST(CheckpointDir, IndexNamesTensorAbsentFromShard) {
@@ -90,8 +92,9 @@ TEST(CheckpointDir, IndexNamesTensorAbsentFromShard) {
   index(d.path(),
         R"({"a": "model-00001-of-00002.safetensors", "b": "model-00001-of-00002.safetensors",
             "c": "model-00002-of-00002.safetensors", "ghost": "model-00002-of-00002.safetensors"})");
-  expect_refused(d.path(), "tensor 'ghost' is listed in model.safetensors.index.json for shard "
-                           "model-00002-of-00002.safetensors but that shard lacks it");
+  expect_refused(d.path(),
+                 "tensor 'ghost' is listed in model.safetensors.index.json for shard "
+                 "model-00002-of-00002.safetensors but that shard lacks it");
 }
 
 TEST(CheckpointDir, IndexNamesWrongShard) {
@@ -100,17 +103,18 @@ TEST(CheckpointDir, IndexNamesWrongShard) {
   index(d.path(),
         R"({"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors",
             "c": "model-00002-of-00002.safetensors"})");
-  expect_refused(d.path(), "tensor 'b' is in shard model-00001-of-00002.safetensors but "
-                           "model.safetensors.index.json names shard model-00002-of-00002.safetensors");
+  expect_refused(d.path(),
+                 "tensor 'b' is in shard model-00001-of-00002.safetensors but "
+                 "model.safetensors.index.json names shard model-00002-of-00002.safetensors");
 }
 
 TEST(CheckpointDir, UnlistedTensor) {
   TempDir d;
   good_sharded(d);
-  index(d.path(),
-        R"({"a": "model-00001-of-00002.safetensors", "c": "model-00002-of-00002.safetensors"})");
-  expect_refused(d.path(), "tensor 'b' in shard model-00001-of-00002.safetensors is not listed in "
-                           "model.safetensors.index.json");
+  index(d.path(), R"({"a": "model-00001-of-00002.safetensors", "c": "model-00002-of-00002.safetensors"})");
+  expect_refused(d.path(),
+                 "tensor 'b' in shard model-00001-of-00002.safetensors is not listed in "
+                 "model.safetensors.index.json");
 }
 
 TEST(CheckpointDir, StaleShardNotInIndex) {
@@ -133,7 +137,8 @@ TEST(CheckpointDir, ShardPathEscape) {
   TempDir d;
   good_sharded(d);
   index(d.path(), R"({"a": "../model-00001-of-00002.safetensors"})");
-  expect_refused(d.path(), "tensor 'a': shard '../model-00001-of-00002.safetensors' is not a plain file name");
+  expect_refused(d.path(),
+                 "tensor 'a': shard '../model-00001-of-00002.safetensors' is not a plain file name");
 }
 
 TEST(CheckpointDir, IndexWithoutWeightMap) {
@@ -147,8 +152,9 @@ TEST(CheckpointDir, SeveralFilesWithoutIndex) {
   TempDir d;
   good_sharded(d);
   std::filesystem::remove(d / "model.safetensors.index.json");
-  expect_refused(d.path(), "safetensors files [model-00001-of-00002.safetensors, "
-                           "model-00002-of-00002.safetensors] without model.safetensors.index.json");
+  expect_refused(d.path(),
+                 "safetensors files [model-00001-of-00002.safetensors, "
+                 "model-00002-of-00002.safetensors] without model.safetensors.index.json");
 }
 
 TEST(CheckpointDir, NoWeights) {

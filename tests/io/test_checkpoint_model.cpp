@@ -30,7 +30,8 @@ TEST(CheckpointModel, BundledLagunaTinyCodeOpens) {
 }
 
 TEST(CheckpointModel, FixtureOpensAsSingleFile) {
-  auto f = SafetensorsFile::open(std::string(GRIDQ_SOURCE_DIR) + "/tests/fixtures/laguna-tiny-code.hf-logits.safetensors");
+  auto f = SafetensorsFile::open(std::string(GRIDQ_SOURCE_DIR) +
+                                 "/tests/fixtures/laguna-tiny-code.hf-logits.safetensors");
   ASSERT_TRUE(f.ok()) << f.message();
   const TensorInfo* ids = (*f)->find("input_ids");
   ASSERT_NE(ids, nullptr);

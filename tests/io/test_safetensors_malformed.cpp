@@ -26,7 +26,8 @@ std::vector<Case> cases() {
   const std::string a4 = "\"a\":" + ok_entry("F32", "[1]", "[0,4]");
   std::vector<Case> c;
   c.push_back({"shorter than 8 bytes", {1, 2, 3}, "shorter than the 8-byte header length"});
-  c.push_back({"header length over limit", raw_safetensors("{}", 0, (100ull << 20) + 1), "exceeds the 104857600"});
+  c.push_back(
+      {"header length over limit", raw_safetensors("{}", 0, (100ull << 20) + 1), "exceeds the 104857600"});
   c.push_back({"header length past end", raw_safetensors("{}", 0, 3), "runs past the end of the file"});
   c.push_back({"header length huge", raw_safetensors("{}", 0, UINT64_MAX - 1), "exceeds the 104857600"});
   c.push_back({"invalid JSON", raw_safetensors("{\"a\":", 0), "invalid JSON"});
@@ -39,7 +40,8 @@ std::vector<Case> cases() {
   c.push_back({"NUL hides a tail", raw_safetensors(std::string("{}\0 }", 5), 0), "NUL byte at byte 2"});
   c.push_back({"NUL in a name", raw_safetensors(std::string("{\"a\0\":1}", 8), 0), "NUL byte at byte 3"});
   c.push_back({"tab padding", raw_safetensors("{}\t", 0), "trailing bytes other than space padding"});
-  c.push_back({"entry not an object", raw_safetensors("{\"a\":5}", 0), "tensor 'a': entry is not a JSON object"});
+  c.push_back(
+      {"entry not an object", raw_safetensors("{\"a\":5}", 0), "tensor 'a': entry is not a JSON object"});
   c.push_back({"missing data_offsets", raw_safetensors("{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4),
                "tensor 'a': missing key 'data_offsets'"});
   c.push_back({"missing dtype", raw_safetensors("{\"a\":{\"shape\":[1],\"data_offsets\":[0,4]}}", 4),
@@ -67,7 +69,8 @@ std::vector<Case> cases() {
                "tensor 'a': shape dimension 18446744073709551615 exceeds 2^63-1"});
   c.push_back({"offsets one element", raw_safetensors("{\"a\":" + ok_entry("F32", "[1]", "[4]") + "}", 4),
                "tensor 'a': data_offsets is not [begin, end]"});
-  c.push_back({"offsets three elements", raw_safetensors("{\"a\":" + ok_entry("F32", "[1]", "[0,4,4]") + "}", 4),
+  c.push_back({"offsets three elements",
+               raw_safetensors("{\"a\":" + ok_entry("F32", "[1]", "[0,4,4]") + "}", 4),
                "tensor 'a': data_offsets is not [begin, end]"});
   c.push_back({"offsets negative", raw_safetensors("{\"a\":" + ok_entry("F32", "[1]", "[-4,0]") + "}", 4),
                "tensor 'a': data_offsets is not [begin, end]"});
@@ -89,8 +92,7 @@ std::vector<Case> cases() {
                "tensor 'a': shape [0, 4611686018427387904] x dtype F32"});
   c.push_back({"span beyond data", raw_safetensors("{\"a\":" + ok_entry("F32", "[2]", "[0,8]") + "}", 4),
                "tensor 'a': data_offsets [0, 8] extend beyond the data region of 4 bytes"});
-  c.push_back({"overlap",
-               raw_safetensors("{" + a4 + ",\"b\":" + ok_entry("F32", "[1]", "[2,6]") + "}", 6),
+  c.push_back({"overlap", raw_safetensors("{" + a4 + ",\"b\":" + ok_entry("F32", "[1]", "[2,6]") + "}", 6),
                "tensor 'b': data_offsets [2, 6] overlap tensor 'a'"});
   c.push_back({"identical spans",
                raw_safetensors("{" + a4 + ",\"b\":" + ok_entry("F32", "[1]", "[0,4]") + "}", 4),
@@ -99,21 +101,24 @@ std::vector<Case> cases() {
                "tensor 'b': gap of 4 unused bytes"});
   c.push_back({"gap at start", raw_safetensors("{\"a\":" + ok_entry("F32", "[1]", "[4,8]") + "}", 8),
                "tensor 'a': gap of 4 unused bytes"});
-  c.push_back({"trailing data bytes", raw_safetensors("{" + a4 + "}", 5), "1 trailing bytes in the data region"});
+  c.push_back(
+      {"trailing data bytes", raw_safetensors("{" + a4 + "}", 5), "1 trailing bytes in the data region"});
   c.push_back({"data but no tensors", raw_safetensors("{}", 3), "3 trailing bytes in the data region"});
   c.push_back({"duplicate tensor name", raw_safetensors("{" + a4 + "," + a4 + "}", 4), "duplicate key 'a'"});
   c.push_back({"duplicate key in entry",
-               raw_safetensors("{\"a\":{\"dtype\":\"F32\",\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4),
+               raw_safetensors(
+                   "{\"a\":{\"dtype\":\"F32\",\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4),
                "duplicate key 'dtype' in JSON object /a"});
-  c.push_back({"duplicate metadata key",
-               raw_safetensors("{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}}", 0), "duplicate key 'k'"});
+  c.push_back({"duplicate metadata key", raw_safetensors("{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}}", 0),
+               "duplicate key 'k'"});
   c.push_back({"metadata not object", raw_safetensors("{\"__metadata__\":[]}", 0),
                "__metadata__ is not a JSON object"});
   c.push_back({"metadata value not string", raw_safetensors("{\"__metadata__\":{\"k\":1}}", 0),
                "__metadata__ value for key 'k' is not a string"});
   c.push_back({"metadata nested", raw_safetensors("{\"__metadata__\":{\"k\":{}}}", 0),
                "__metadata__ value for key 'k' is not a string"});
-  c.push_back({"invalid UTF-8 byte", raw_safetensors("{\"\xff\":1}", 0), "header is not valid UTF-8 (byte 2"});
+  c.push_back(
+      {"invalid UTF-8 byte", raw_safetensors("{\"\xff\":1}", 0), "header is not valid UTF-8 (byte 2"});
   c.push_back({"overlong UTF-8", raw_safetensors("{\"\xc0\xaf\":1}", 0), "header is not valid UTF-8"});
   c.push_back({"UTF-8 surrogate", raw_safetensors("{\"\xed\xa0\x80\":1}", 0), "header is not valid UTF-8"});
   c.push_back({"truncated UTF-8", raw_safetensors("{\"\xe2\x82", 0), "header is not valid UTF-8"});
@@ -163,7 +168,8 @@ TEST(SafetensorsValid, EdgeCasesAccepted) {
   ASSERT_TRUE(f.ok()) << f.message();
   EXPECT_TRUE((*f)->tensors().empty());
   // Space padding, metadata, scalar, zero-size tensors sharing an offset, unsorted header order.
-  std::string h = "{\"z\":" + ok_entry("BF16", "[0,3]", "[6,6]") + ",\"s\":" + ok_entry("I16", "[]", "[4,6]") +
+  std::string h = "{\"z\":" + ok_entry("BF16", "[0,3]", "[6,6]") +
+                  ",\"s\":" + ok_entry("I16", "[]", "[4,6]") +
                   ",\"__metadata__\":{\"format\":\"pt\"},\"e\":" + ok_entry("U8", "[0]", "[0,0]") +
                   ",\"a\":" + ok_entry("U16", "[2]", "[0,4]") + "}    ";
   auto buf = raw_safetensors(h, 6);

@@ -11,14 +11,14 @@
 namespace gridq::io {
 namespace {
 
-constexpr DType kAll[] = {DType::BOOL, DType::U8,  DType::I8,  DType::U16, DType::I16,
-                          DType::F16,  DType::BF16, DType::U32, DType::I32, DType::F32,
-                          DType::U64,  DType::I64, DType::F64, DType::F8_E4M3, DType::F8_E5M2};
+constexpr DType kAll[] = {DType::BOOL, DType::U8,   DType::I8,  DType::U16,     DType::I16,
+                          DType::F16,  DType::BF16, DType::U32, DType::I32,     DType::F32,
+                          DType::U64,  DType::I64,  DType::F64, DType::F8_E4M3, DType::F8_E5M2};
 
 TEST(SafetensorsDType, NamesAndSizesMatchTheSpec) {
   // Sizes from the safetensors spec table (independent of our table).
   const std::pair<const char*, size_t> spec[] = {
-      {"BOOL", 1}, {"U8", 1}, {"I8", 1}, {"U16", 2}, {"I16", 2}, {"F16", 2}, {"BF16", 2}, {"U32", 4},
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"U16", 2}, {"I16", 2}, {"F16", 2},     {"BF16", 2},   {"U32", 4},
       {"I32", 4},  {"F32", 4}, {"U64", 8}, {"I64", 8}, {"F64", 8}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
   ASSERT_EQ(std::size(spec), std::size(kAll));
   for (size_t i = 0; i < std::size(kAll); ++i) {

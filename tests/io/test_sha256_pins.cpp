@@ -59,7 +59,8 @@ void make_artifact(const TempDir& d) {
 
 void expect_error(const Status& st, const std::vector<std::string>& substrs) {
   ASSERT_FALSE(st.ok());
-  for (const auto& s : substrs) EXPECT_NE(st.message().find(s), std::string::npos) << st.message() << "\nwant: " << s;
+  for (const auto& s : substrs)
+    EXPECT_NE(st.message().find(s), std::string::npos) << st.message() << "\nwant: " << s;
 }
 
 TEST(Pins, RoundTripAndFormat) {
@@ -79,7 +80,8 @@ TEST(Pins, RoundTripAndFormat) {
   EXPECT_EQ(j["files"]["sub/deeper/notes.txt"]["sha256"],
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   EXPECT_EQ(j["files"]["sub/deeper/notes.txt"]["size"], 3);
-  EXPECT_EQ(j["files"][".hidden"]["sha256"], "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(j["files"][".hidden"]["sha256"],
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   EXPECT_EQ(j["files"]["model.safetensors"]["size"], 100);
   EXPECT_FALSE(j["files"].contains("PINS.json"));
   EXPECT_FALSE(std::filesystem::exists(d / "PINS.json.tmp"));
@@ -116,7 +118,8 @@ TEST(Pins, MissingOrMalformedPinsFile) {
   expect_error(verify_pins(d.path()), {"missing PINS.json"});
   write_file(d / "PINS.json", "{\"version\": 2, \"files\": {}}");
   expect_error(verify_pins(d.path()), {"unsupported version 2"});
-  write_file(d / "PINS.json", "{\"version\": 1, \"files\": {\"config.json\": {\"sha256\": \"ABC\", \"size\": 3}}}");
+  write_file(d / "PINS.json",
+             "{\"version\": 1, \"files\": {\"config.json\": {\"sha256\": \"ABC\", \"size\": 3}}}");
   expect_error(verify_pins(d.path()), {"entry for 'config.json'"});
   write_file(d / "PINS.json", "{\"version\": 1, \"files\": {}, \"files\": {}}");
   expect_error(verify_pins(d.path()), {"duplicate key 'files'"});

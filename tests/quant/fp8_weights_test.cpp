@@ -24,7 +24,7 @@ TEST(Fp8Weights, ReferencePointsAndZeroRow) {
   ASSERT_TRUE(q.ok()) << q.message();
   EXPECT_EQ(q->scale[0], 1.0f);
   EXPECT_EQ(q->scale[1], 1.0f);  // all-zero row
-  const uint8_t expect0[C] = {0x7E, 0x38, 0x3A, 0x76, 0x7E, 0x80, 0x00, 0xC0};
+  const uint8_t expect0[C] = {0x7E, 0x38, 0x3A, 0x76, 0x7E, 0x80, 0x00, 0xC4};  // 2^-10 -> 0x00, -3 -> 0xC4
   for (int j = 0; j < C; ++j) EXPECT_EQ(q->q[j], expect0[j]) << "col " << j;
   for (int j = 0; j < C; ++j) EXPECT_EQ(q->q[C + j], 0x00);
 }

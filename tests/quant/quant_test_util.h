@@ -30,8 +30,9 @@ uint64_t fnv1a(const std::vector<T>& v) {
   return fnv1a(v.data(), v.size() * sizeof(T));
 }
 
-// Rows with a non-identity covariance: x = z·M with M = I + 0.6·(random [C, C] / sqrt(C)) and per-column gains,
-// so neighbouring and distant columns are correlated and H = XᵀX is far from diagonal.
+// Rows with a non-identity covariance: x = z·M with M = 0.25·I + random [C, C] / sqrt(C) and per-column gains
+// in [0.25, 2], so columns are strongly correlated and H = XᵀX is far from diagonal and ill-conditioned, as
+// LLM activations are.
 struct Correlated {
   int C;
   std::vector<float> M;     // [C, C]
@@ -39,8 +40,8 @@ struct Correlated {
   Correlated(int C_, uint64_t seed) : C(C_), M(gaussian(size_t(C_) * C_, seed)), gain(C_) {
     SplitMix64 rng(seed ^ 0xABCDEFull);
     for (int i = 0; i < C; ++i) {
-      for (int j = 0; j < C; ++j) M[size_t(i) * C + j] *= 0.6f / std::sqrt(static_cast<float>(C));
-      M[size_t(i) * C + i] += 1.0f;
+      for (int j = 0; j < C; ++j) M[size_t(i) * C + j] *= 1.0f / std::sqrt(static_cast<float>(C));
+      M[size_t(i) * C + i] += 0.25f;
       gain[i] = static_cast<float>(0.25 + 1.75 * rng.uniform());
     }
   }

@@ -3,6 +3,7 @@
 // CPU forward against an independent float64 reference of the same one-layer model.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 

@@ -13,13 +13,13 @@
 
 namespace gridq::runtime::cpu {
 
-namespace {
-
+// Multiversioned kernels have external linkage: ifunc resolvers and internal linkage do not mix on every
+// toolchain.
 constexpr int kLanes = 16;
 constexpr int64_t kRowBlock = 4;  // weight rows widened to fp32 together, then reused for every token
 
 // Same operations in every clone (no FMA: avx2 does not imply it), so the clones give identical bits.
-__attribute__((target_clones("avx2", "default"))) float dot_impl(const float* a, const float* b, int64_t n) {
+__attribute__((target_clones("avx2", "default"))) float cpu_dot_impl(const float* a, const float* b, int64_t n) {
   float acc[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
@@ -30,15 +30,17 @@ __attribute__((target_clones("avx2", "default"))) float dot_impl(const float* a,
   return acc[0];
 }
 
-__attribute__((target_clones("avx2", "default"))) void widen_bf16(const uint16_t* in, float* out, int64_t n) {
+__attribute__((target_clones("avx2", "default"))) void cpu_widen_bf16(const uint16_t* in, float* out, int64_t n) {
   for (int64_t c = 0; c < n; ++c) out[c] = std::bit_cast<float>(static_cast<uint32_t>(in[c]) << 16);
 }
+
+namespace {
 
 // Row r as fp32 for the product; FP8 W8A8 rows stay unscaled (the scale goes into the epilogue).
 void row_f32(const QMatrix& w, int64_t r, float* out) {
   switch (w.format) {
     case WeightFormat::kBF16:
-      widen_bf16(static_cast<const uint16_t*>(w.data) + r * w.cols, out, w.cols);
+      cpu_widen_bf16(static_cast<const uint16_t*>(w.data) + r * w.cols, out, w.cols);
       return;
     case WeightFormat::kFP8: {
       const uint8_t* p = static_cast<const uint8_t*>(w.data) + r * w.cols;
@@ -52,7 +54,7 @@ void row_f32(const QMatrix& w, int64_t r, float* out) {
 
 }  // namespace
 
-float dot(const float* a, const float* b, int64_t n) { return dot_impl(a, b, n); }
+float dot(const float* a, const float* b, int64_t n) { return cpu_dot_impl(a, b, n); }
 
 void matmul(const QMatrix& w, const float* x, int64_t T, float* y) {
   const int64_t R = w.rows, C = w.cols;
@@ -94,7 +96,7 @@ void matmul(const QMatrix& w, const float* x, int64_t T, float* y) {
       for (int64_t t = 0; t < T; ++t) {
         const float* xt = xa + t * C;
         float* yt = y + t * R + r0;
-        for (int64_t i = 0; i < nr; ++i) yt[i] = dot_impl(wrow.data() + i * C, xt, C);
+        for (int64_t i = 0; i < nr; ++i) yt[i] = cpu_dot_impl(wrow.data() + i * C, xt, C);
         if (w.format == WeightFormat::kFP8)
           for (int64_t i = 0; i < nr; ++i)
             yt[i] = bf16_round(tok_scale[static_cast<size_t>(t)] * w.row_scale[r0 + i] * yt[i]);

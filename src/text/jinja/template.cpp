@@ -225,9 +225,11 @@ class Evaluator {
   }
 
   Expected<Value> filter_chain(const Expr& f, const Value& subject, const ScopePtr& sc) {
-    Value base = subject;
-    if (f.a) {
+    Value base = subject;  // f.a: null (block filter), an inner filter, or the subject expression
+    if (f.a && f.a->kind == Expr::Kind::kFilter) {
       GRIDQ_ASSIGN_OR_RETURN(base, filter_chain(*f.a, subject, sc));
+    } else if (f.a) {
+      GRIDQ_ASSIGN_OR_RETURN(base, eval(*f.a, sc));
     }
     GRIDQ_ASSIGN_OR_RETURN(CallArgs args, eval_args(f, sc));
     auto r = apply_filter(f.name, base, args);

@@ -1,0 +1,138 @@
+// gridq chat: interactive multi-turn chat with the model's own chat template. Generation stops on
+// </assistant> or EOS; the reasoning block (<think>...</think>) is shown dimmed on a terminal, or left out
+// with --hide-thinking.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "cli/cli_model.h"
+#include "cli/command.h"
+#include "cli/prompt_format.h"
+#include "runtime/generate.h"
+
+namespace gridq::cli {
+namespace {
+
+struct ChatArgs {
+  std::string model;
+  std::string system;
+  bool no_think = false;
+  bool hide_thinking = false;
+  RunOptions run;
+  SamplingCli sampling;
+};
+
+// Splits the streamed answer into reasoning and visible text as it arrives.
+class ThinkPrinter {
+ public:
+  ThinkPrinter(bool in_think, bool hide, bool tty) : in_think_(in_think), hide_(hide), tty_(tty) {}
+  void push(const std::string& piece) {
+    buf_ += piece;
+    for (;;) {
+      const std::string tag = in_think_ ? "</think>" : "<think>";
+      const size_t p = buf_.find(tag);
+      if (p == std::string::npos) {
+        // Keep a possible partial tag back.
+        const size_t keep = std::min(buf_.size(), tag.size() - 1);
+        emit(buf_.substr(0, buf_.size() - keep));
+        buf_.erase(0, buf_.size() - keep);
+        return;
+      }
+      emit(buf_.substr(0, p));
+      buf_.erase(0, p + tag.size());
+      in_think_ = !in_think_;
+      if (!in_think_) answer_started_ = true;
+    }
+  }
+  void finish() {
+    emit(buf_);
+    buf_.clear();
+    if (tty_) std::fputs("\x1b[0m", stdout);
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+  }
+  std::string answer;  // visible text (for the history)
+
+ private:
+  void emit(const std::string& s) {
+    if (s.empty()) return;
+    if (in_think_) {
+      if (hide_) return;
+      if (tty_) std::fputs("\x1b[2m", stdout);
+      std::fputs(s.c_str(), stdout);
+      if (tty_) std::fputs("\x1b[0m", stdout);
+    } else {
+      answer += s;
+      std::fputs(s.c_str(), stdout);
+    }
+    std::fflush(stdout);
+  }
+  bool in_think_;
+  bool hide_;
+  bool tty_;
+  bool answer_started_ = false;
+  std::string buf_;
+};
+
+int run_chat(const ChatArgs& a) {
+  auto eng = open_engine(a.model, a.run);
+  if (!eng.ok()) return fail(eng.message());
+  auto tok = open_tokenizer(a.model);
+  if (!tok.ok()) return fail(tok.message());
+  runtime::SamplingParams p = to_params(a.sampling);
+  p.stop_token_ids = eos_ids(**eng);
+  const int32_t end_asst = tok->token_id("</assistant>");
+  if (end_asst >= 0) p.stop_token_ids.push_back(end_asst);
+  const bool tty = isatty(STDOUT_FILENO) != 0;
+  std::vector<ChatTurn> history;
+  if (!a.system.empty()) history.push_back({"system", a.system});
+  std::fprintf(stderr, "gridq chat: %s (empty line or Ctrl-D to quit)\n", a.model.c_str());
+  std::string line;
+  uint64_t turn = 0;
+  for (;;) {
+    if (tty) std::fputs("> ", stdout);
+    std::fflush(stdout);
+    if (!std::getline(std::cin, line) || line.empty()) break;
+    history.push_back({"user", line});
+    auto prompt = render_chat(a.model, history, !a.no_think);
+    if (!prompt.ok()) return fail(prompt.message());
+    auto ids = tok->encode(*prompt, /*add_special_tokens=*/false);
+    runtime::SamplingParams tp = p;
+    tp.seed = p.seed + turn++;
+    runtime::Sampler sampler(tp);
+    // The generation prompt ends with <think> when thinking is on: the answer starts inside it.
+    ThinkPrinter printer(!a.no_think, a.hide_thinking, tty);
+    auto r = runtime::generate(**eng, *tok, ids, a.sampling.max_tokens, sampler, [&](const std::string& piece) {
+      printer.push(piece);
+      return true;
+    });
+    if (!r.ok()) return fail(r.message());
+    printer.finish();
+    history.push_back({"assistant", printer.answer});
+  }
+  return 0;
+}
+
+Registrar reg{Command{
+    "chat",
+    "Interactive chat with a model using its chat template (stops on </assistant> and EOS)\n"
+    "Examples:\n"
+    "  gridq chat models/laguna-tiny-code\n"
+    "  gridq chat models/laguna-tiny-code --no-think --temperature 0.7 --seed 1\n"
+    "  echo 'write a haiku' | gridq chat models/laguna-tiny-code --hide-thinking\n",
+    [](CLI::App& sub) -> std::function<int()> {
+      auto a = std::make_shared<ChatArgs>();
+      a->sampling.max_tokens = 256;
+      sub.add_option("MODEL", a->model, "HF checkpoint directory")->required();
+      sub.add_option("--system", a->system, "system prompt (default: the template's)");
+      sub.add_flag("--no-think", a->no_think, "generation prompt without thinking");
+      sub.add_flag("--hide-thinking", a->hide_thinking, "do not print the reasoning block");
+      add_sampling_options(sub, a->sampling);
+      add_run_options(sub, a->run);
+      return [a] { return run_chat(*a); };
+    }}};
+
+}  // namespace
+}  // namespace gridq::cli
