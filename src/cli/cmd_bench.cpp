@@ -20,6 +20,7 @@ struct BenchFlags {
   std::string filter;
   int replays = 20;
   bool no_pdl = false;
+  long long min_warp_bytes = 0;
 };
 
 int run_kernels(const BenchFlags& f) {
@@ -28,6 +29,7 @@ int run_kernels(const BenchFlags& f) {
   o.filter = f.filter;
   o.replays = f.replays;
   o.pdl = !f.no_pdl;
+  o.min_warp_bytes = f.min_warp_bytes;
   auto r = cuda::run_kernel_bench(o);
   if (!r.ok()) return fail("bench kernels: " + r.message());
   if (!f.out.empty()) {
@@ -55,6 +57,7 @@ const Registrar reg{Command{
       k->add_option("--filter", flags->filter, "Only rows whose name contains this string");
       k->add_option("--replays", flags->replays, "Timed graph replays per row (median reported)")->check(CLI::Range(3, 1000));
       k->add_flag("--no-pdl", flags->no_pdl, "Launch without programmatic dependent launch");
+      k->add_option("--min-warp-bytes", flags->min_warp_bytes, "Work-split tuning: fewest weight bytes per warp");
       return [flags]() { return run_kernels(*flags); };
     }}};
 

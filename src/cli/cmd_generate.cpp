@@ -49,6 +49,7 @@ int run_generate(const GenerateArgs& a) {
   });
   if (!r.ok()) return fail(r.message());
   std::fputc('\n', stdout);
+  std::fflush(stdout);
   const double pf = r->prefill_seconds > 0 ? static_cast<double>(r->prompt_tokens) / r->prefill_seconds : 0.0;
   const double dc = r->decode_seconds > 0 ? static_cast<double>(r->tokens.size()) / r->decode_seconds : 0.0;
   std::fprintf(stderr, "[gridq] prompt %lld tok, prefill %.1f tok/s | generated %zu tok, decode %.1f tok/s | finish %s\n",

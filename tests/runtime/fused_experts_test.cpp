@@ -9,7 +9,7 @@ namespace gridq::runtime {
 namespace {
 
 TEST(FusedExperts, SameLogitsAsPerExpert) {
-  testing::SyntheticOptions o;
+  testing::SynthModelOptions o;
   o.fused_experts = true;
   o.router_bias = {0.1f, -0.2f, 0.3f, 0.0f};
   auto fused = testing::make_synthetic(o);

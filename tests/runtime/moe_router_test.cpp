@@ -13,7 +13,7 @@
 namespace gridq::runtime {
 namespace {
 
-using testing::SyntheticOptions;
+using testing::SynthModelOptions;
 
 std::vector<double> rmsnorm(const std::vector<double>& v, const std::vector<float>& w) {
   double ss = 0;
@@ -38,7 +38,7 @@ std::vector<double> swiglu(const testing::TensorStore& s, const std::string& p, 
 
 // Logits of token `tok` at position 0 of the one-layer zero-attention model, in float64.
 // bias_weighs = true computes the wrong variant (bias added into the weights) to show the test can fail.
-std::vector<double> reference(const testing::TensorStore& s, const SyntheticOptions& o, int tok, bool bias_weighs,
+std::vector<double> reference(const testing::TensorStore& s, const SynthModelOptions& o, int tok, bool bias_weighs,
                               std::vector<int>* chosen_out) {
   const int H = o.hidden, E = o.experts;
   auto emb = s.get("model.embed_tokens.weight");
@@ -73,7 +73,7 @@ std::vector<double> reference(const testing::TensorStore& s, const SyntheticOpti
 }
 
 TEST(MoeRouter, BiasSelectsButNeverWeighs) {
-  SyntheticOptions o;
+  SynthModelOptions o;
   o.zero_attention = true;
   o.router_bias = {-10.0f, 0.0f, 0.0f, 10.0f};  // expert 3 always chosen, expert 0 never
   auto m = testing::make_synthetic(o);

@@ -9,8 +9,8 @@
 namespace gridq::runtime {
 namespace {
 
-testing::SyntheticOptions sliding_only() {
-  testing::SyntheticOptions o;
+testing::SynthModelOptions sliding_only() {
+  testing::SynthModelOptions o;
   o.layers = 2;
   o.layer_types = {"sliding_attention", "sliding_attention"};
   o.mlp_types = {"dense", "sparse"};

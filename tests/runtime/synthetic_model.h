@@ -52,14 +52,14 @@ struct TensorStore {
   }
 };
 
-inline std::vector<float> randn(size_t n, std::mt19937& g, float scale) {
+inline std::vector<float> synth_randn(size_t n, std::mt19937& g, float scale) {
   std::normal_distribution<float> d(0.0f, scale);
   std::vector<float> v(n);
   for (auto& x : v) x = d(g);
   return v;
 }
 
-struct SyntheticOptions {
+struct SynthModelOptions {
   int hidden = 16;
   int vocab = 16;
   int layers = 1;
@@ -81,7 +81,7 @@ struct SyntheticOptions {
   uint32_t seed = 1;
 };
 
-inline nlohmann::json synthetic_config(const SyntheticOptions& o) {
+inline nlohmann::json synthetic_config(const SynthModelOptions& o) {
   nlohmann::json c;
   c["architectures"] = {"LagunaForCausalLM"};
   c["vocab_size"] = o.vocab;
@@ -109,14 +109,14 @@ inline nlohmann::json synthetic_config(const SyntheticOptions& o) {
   return c;
 }
 
-inline void fill_synthetic(TensorStore& s, const SyntheticOptions& o) {
+inline void fill_synthetic(TensorStore& s, const SynthModelOptions& o) {
   std::mt19937 g(o.seed);
   const int H = o.hidden, d = o.head_dim;
   auto mat = [&](const std::string& n, int r, int c) {
-    s.add(n, {r, c}, randn(static_cast<size_t>(r) * c, g, 1.0f / std::sqrt(static_cast<float>(c))));
+    s.add(n, {r, c}, synth_randn(static_cast<size_t>(r) * c, g, 1.0f / std::sqrt(static_cast<float>(c))));
   };
   auto norm = [&](const std::string& n, int len) {
-    auto v = randn(static_cast<size_t>(len), g, 0.1f);
+    auto v = synth_randn(static_cast<size_t>(len), g, 0.1f);
     for (auto& x : v) x += 1.0f;
     s.add(n, {len}, v);
   };
@@ -149,9 +149,9 @@ inline void fill_synthetic(TensorStore& s, const SyntheticOptions& o) {
     const int I = o.expert_inter;
     if (o.fused_experts) {
       s.add(p + "mlp.experts.gate_up_proj", {o.experts, 2 * I, H},
-            randn(static_cast<size_t>(o.experts) * 2 * I * H, g, 1.0f / std::sqrt(static_cast<float>(H))));
+            synth_randn(static_cast<size_t>(o.experts) * 2 * I * H, g, 1.0f / std::sqrt(static_cast<float>(H))));
       s.add(p + "mlp.experts.down_proj", {o.experts, H, I},
-            randn(static_cast<size_t>(o.experts) * H * I, g, 1.0f / std::sqrt(static_cast<float>(I))));
+            synth_randn(static_cast<size_t>(o.experts) * H * I, g, 1.0f / std::sqrt(static_cast<float>(I))));
     } else {
       for (int e = 0; e < o.experts; ++e) {
         const std::string q = p + "mlp.experts." + std::to_string(e) + ".";
@@ -173,7 +173,7 @@ struct SyntheticModel {
   std::unique_ptr<runtime::Engine> engine;
 };
 
-inline SyntheticModel make_synthetic(const SyntheticOptions& o, int prefill_chunk = 512) {
+inline SyntheticModel make_synthetic(const SynthModelOptions& o, int prefill_chunk = 512) {
   SyntheticModel m;
   m.store = std::make_shared<TensorStore>();
   fill_synthetic(*m.store, o);

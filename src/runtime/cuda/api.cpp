@@ -16,7 +16,7 @@ static_assert(Workspace::kMaxPartialFloats == detail::kMaxPartialFloats);
 namespace {
 
 // Below this many weight bytes per warp the split-K reduction costs more than the extra warps buy.
-constexpr long long kMinWarpBytes = 2048;
+long long g_min_warp_bytes = 8192;
 
 Status launched(cudaError_t e, const char* what, const char* file, int line) {
   if (e == cudaErrorNotSupported)
@@ -77,6 +77,9 @@ Status check_m(int M, const char* what) {
 
 }  // namespace
 
+void set_gemv_min_warp_bytes(long long bytes) { g_min_warp_bytes = bytes < 256 ? 256 : bytes; }
+long long gemv_min_warp_bytes() { return g_min_warp_bytes; }
+
 Status gemv(const GemvArgs& a, const Workspace& ws, cudaStream_t stream, bool pdl) {
   if (a.w == nullptr) return err("gemv: no weight matrix");
   GRIDQ_RETURN_IF_ERROR(check_m(a.M, "gemv"));
@@ -96,7 +99,7 @@ Status gemv(const GemvArgs& a, const Workspace& ws, cudaStream_t stream, bool pd
   p.partials = ws.partials;
   const long long units = static_cast<long long>(p.R) * p.S;
   GRIDQ_LAUNCHED(raw_gemv(fmt_of(w.format), w.k, w.layout_version, kStore, a.M > 8 ? 2 : 1, p, units, stream, pdl,
-                          kMinWarpBytes),
+                          g_min_warp_bytes),
                  "gemv");
   return {};
 }
@@ -120,7 +123,7 @@ Status gemv_swiglu(const DeviceMatrix& w, int M, const void* x, uint16_t* h, boo
   p.partials = ws.partials;
   const long long units = static_cast<long long>(p.R) * p.S;
   GRIDQ_LAUNCHED(raw_gemv(fmt_of(w.format), w.k, w.layout_version, kSwiglu, M > 8 ? 2 : 1, p, units, stream, pdl,
-                          kMinWarpBytes),
+                          g_min_warp_bytes),
                  "gemv_swiglu");
   return {};
 }
@@ -150,7 +153,7 @@ Status moe_gate_up(const MoeArgs& a, const Workspace& ws, cudaStream_t stream, b
   p.partials = ws.partials;
   const long long units = static_cast<long long>(a.max_slots) * p.R * p.S;
   GRIDQ_LAUNCHED(raw_gemv(kFmtCB, w.k, w.layout_version, kSwiglu, a.M > 8 ? 2 : 1, p, units, stream, pdl,
-                          kMinWarpBytes),
+                          g_min_warp_bytes),
                  "moe_gate_up (MoE kernels are built for NVFP4-CB K16 v2)");
   return {};
 }
@@ -179,7 +182,7 @@ Status moe_down(const MoeArgs& a, const Workspace& ws, cudaStream_t stream, bool
   p.partials = ws.partials;
   const long long units = static_cast<long long>(a.max_slots) * p.R * p.S;
   GRIDQ_LAUNCHED(raw_gemv(kFmtCB, w.k, w.layout_version, kMoeDown, a.M > 8 ? 2 : 1, p, units, stream, pdl,
-                          kMinWarpBytes),
+                          g_min_warp_bytes),
                  "moe_down (MoE kernels are built for NVFP4-CB K16 v2)");
   return {};
 }

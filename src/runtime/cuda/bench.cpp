@@ -373,6 +373,7 @@ Expected<json> run_kernel_bench(const BenchOptions& o) {
   int driver = 0, runtime = 0;
   GRIDQ_CUDA(cudaDriverGetVersion(&driver));
   GRIDQ_CUDA(cudaRuntimeGetVersion(&runtime));
+  if (o.min_warp_bytes > 0) set_gemv_min_warp_bytes(o.min_warp_bytes);
   GRIDQ_ASSIGN_OR_RETURN(double copy, copy_bandwidth(stream.get(), o));
   if (o.progress) std::fprintf(stderr, "device-to-device copy: %.0f GB/s (read + write)\n", copy);
   Ctx c{stream.get(), o, wsb.ws, copy};
@@ -419,6 +420,7 @@ Expected<json> run_kernel_bench(const BenchOptions& o) {
   r["moe_layers"] = kMoeLayers;
   r["replays"] = o.replays;
   r["pdl"] = o.pdl;
+  r["min_warp_bytes"] = gemv_min_warp_bytes();
   r["rows"] = c.rows;
   return r;
 }

@@ -22,6 +22,7 @@ namespace gridq::cuda::detail {
 
 inline constexpr int kWarpsPerBlock = 8;
 inline constexpr int kThreads = kWarpsPerBlock * 32;
+inline constexpr int kThreadsPerBlock = kThreads;
 
 // ---------------------------------------------------------------------------------------------------------
 // Decoders. Each gives: kUnitK, kUnitBytes, kSmemBytes, Frag (registers of one unit), load(), XFrag/load_x()
@@ -104,9 +105,24 @@ struct DecCB {
   struct XFrag { uint4 v[8]; };
 
   __device__ static void init_smem(void* smem, const KParams& p) {
+    // Replicated copy i = e·kRep + r of entry e: consecutive threads store consecutive words (no bank
+    // conflicts); the loads are issued in batches so that the fill costs a few L2 round trips, not one per word.
     uint2* tab = static_cast<uint2*>(smem);
     const uint2* cb = reinterpret_cast<const uint2*>(p.codebook);
-    for (int i = threadIdx.x; i < kTabEntries * kRep; i += blockDim.x) tab[i] = __ldg(cb + i / kRep);
+    constexpr int kTotal = kTabEntries * kRep, kBatch = 16;
+    for (int base = 0; base < kTotal; base += kBatch * kThreadsPerBlock) {
+      uint2 v[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const int i = base + j * kThreadsPerBlock + static_cast<int>(threadIdx.x);
+        if (i < kTotal) v[j] = __ldg(cb + i / kRep);
+      }
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const int i = base + j * kThreadsPerBlock + static_cast<int>(threadIdx.x);
+        if (i < kTotal) tab[i] = v[j];
+      }
+    }
     int* st = reinterpret_cast<int*>(static_cast<char*>(smem) + kScaleTabOff);
     if constexpr (V == 2) {
       if (threadIdx.x < 16) st[threadIdx.x] = p.stab[threadIdx.x];
@@ -220,15 +236,15 @@ struct Cursor {
   int tile, q, slot, s, r;
   const uint8_t* w;  // this unit's bytes (kSwiglu: the gate tile; the up tile is + R·S units)
 
-  __device__ void set(long long u, const KParams& p, int Sq) {
+  __device__ void set(unsigned u, const KParams& p, int Sq) {
     if constexpr (MODE == kMoeDown) {
-      tile = r = static_cast<int>(u / Sq);
-      q = static_cast<int>(u % Sq);
+      tile = r = static_cast<int>(u / static_cast<unsigned>(Sq));
+      q = static_cast<int>(u % static_cast<unsigned>(Sq));
       slot = q / p.S;
       s = q % p.S;
     } else {
-      tile = static_cast<int>(u / p.S);
-      q = s = static_cast<int>(u % p.S);
+      tile = static_cast<int>(u / static_cast<unsigned>(p.S));
+      q = s = static_cast<int>(u % static_cast<unsigned>(p.S));
       slot = tile / p.R;
       r = tile % p.R;
     }
@@ -280,8 +296,10 @@ __device__ __forceinline__ void zero(float (&a)[NV]) {
   for (int i = 0; i < NV; ++i) a[i] = 0.0f;
 }
 
-__device__ __forceinline__ long long range_start(long long w, long long U, long long T) { return w * U / T; }
-__device__ __forceinline__ long long warp_of(long long u, long long U, long long T) { return ((u + 1) * T - 1) / U; }
+// Warp w's units are [w·U/T, (w+1)·U/T). The host keeps U·T < 2^32, so 32-bit unsigned math suffices (64-bit
+// division is a long software sequence).
+__device__ __forceinline__ unsigned range_start(unsigned w, unsigned U, unsigned T) { return w * U / T; }
+__device__ __forceinline__ unsigned warp_of(unsigned u, unsigned U, unsigned T) { return ((u + 1) * T - 1) / U; }
 
 template <class Dec, int NT, int MODE>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(const KParams p) {
@@ -295,8 +313,8 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const KParams p) {
   pdl_launch_dependents();
 
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const long long T = static_cast<long long>(gridDim.x) * kWarpsPerBlock;
-  const long long gw = static_cast<long long>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  const unsigned T = gridDim.x * kWarpsPerBlock;
+  const unsigned gw = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
   const bool moe = p.slot_expert != nullptr;
 
   int nslots = 1;
@@ -305,15 +323,15 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const KParams p) {
     nslots = *p.nslots;
   }
   const int Sq = MODE == kMoeDown ? nslots * p.S : p.S;
-  const long long tiles = MODE == kMoeDown ? p.R : static_cast<long long>(nslots) * p.R;
-  const long long U = tiles * Sq;
-  const long long u0 = range_start(gw, U, T), u1 = range_start(gw + 1, U, T);
+  const unsigned tiles = MODE == kMoeDown ? p.R : static_cast<unsigned>(nslots) * p.R;
+  const unsigned U = tiles * Sq;
+  const unsigned u0 = range_start(gw, U, T), u1 = range_start(gw + 1, U, T);
   const long long RSu = static_cast<long long>(p.R) * p.S * Dec::kUnitBytes;  // gate -> up offset
 
   // L2 prefetch runs kPD units ahead of the loads; dense weights do not depend on the previous kernel, so
   // the first kPD units are requested before waiting for it.
   Cursor<Dec, MODE> pc;
-  long long pu = u0;
+  unsigned pu = u0;
   if (u0 < u1) {
     pc.set(u0, p, Sq);
     for (; pu < u1 && pu < u0 + kPD; ++pu) {
@@ -337,10 +355,10 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const KParams p) {
   typename Dec::Frag cur[NP], nxt[NP];
   Dec::load(cur[0], cc.w, lane);
   if constexpr (NP == 2) Dec::load(cur[1], cc.w + RSu, lane);
-  long long seg_begin = u0;
-  const long long first_tile = u0 / Sq;
+  unsigned seg_begin = u0;
+  const unsigned first_tile = u0 / static_cast<unsigned>(Sq);
 
-  for (long long u = u0; u < u1; ++u) {
+  for (unsigned u = u0; u < u1; ++u) {
     if (u + 1 < u1) {
       nc.next(p, Sq);
       Dec::load(nxt[0], nc.w, lane);
@@ -391,12 +409,13 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const KParams p) {
     if (tile_end) {
       float* v = MODE == kMoeDown ? tot : acc;
       constexpr int NO = MODE == kMoeDown ? NT * 4 : NV;
-      const long long tile = cc.tile;
-      const bool full = seg_begin == tile * Sq && cc.q == Sq - 1;
+      const unsigned tile = static_cast<unsigned>(cc.tile);
+      const unsigned uSq = static_cast<unsigned>(Sq);
+      const bool full = seg_begin == tile * uSq && cc.q == Sq - 1;
       bool do_epilogue = full;
       if (!full) {
         const int slot = tile == first_tile ? 0 : 1;
-        float* part = p.partials + (gw * 2 + slot) * NO * 32;
+        float* part = p.partials + (static_cast<size_t>(gw) * 2 + slot) * NO * 32;
 #pragma unroll
         for (int i = 0; i < NO; ++i) __stcg(part + i * 32 + lane, v[i]);
         __threadfence();
@@ -404,20 +423,34 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const KParams p) {
         int old = 0;
         if (lane == 0) old = atomicAdd(p.counters + tile, 1);
         old = __shfl_sync(0xffffffffu, old, 0);
-        const long long wf = warp_of(tile * Sq, U, T), wl = warp_of(tile * Sq + Sq - 1, U, T);
+        const unsigned wf = warp_of(tile * uSq, U, T), wl = warp_of(tile * uSq + uSq - 1, U, T);
+        // Warps in [wf, wl] with a non-empty range all hold a part of this tile (empty ranges only occur when
+        // a MoE launch has fewer units than warps).
         int nparts = 0;
-        for (long long w = wf; w <= wl; ++w) nparts += range_start(w, U, T) < range_start(w + 1, U, T);
+        for (unsigned w = wf; w <= wl; ++w) nparts += range_start(w, U, T) < range_start(w + 1, U, T);
         if (old == nparts - 1) {
           __threadfence();
 #pragma unroll
           for (int i = 0; i < NO; ++i) v[i] = 0.0f;
-          for (long long w = wf; w <= wl; ++w) {
-            const long long ws = range_start(w, U, T);
-            if (ws >= range_start(w + 1, U, T)) continue;
-            const int ps = tile == ws / Sq ? 0 : 1;
-            const float* src = p.partials + (w * 2 + ps) * NO * 32;
+          // Sum the parts in warp order (deterministic); the loads of a batch are independent, so a batch
+          // costs one L2 round trip.
+          constexpr int kB = NO <= 8 ? 8 : 4;
+          for (unsigned w0 = wf; w0 <= wl; w0 += kB) {
+            float buf[kB][NO];
 #pragma unroll
-            for (int i = 0; i < NO; ++i) v[i] += __ldcg(src + i * 32 + lane);
+            for (int j = 0; j < kB; ++j) {
+              const unsigned w = w0 + j;
+              const unsigned ws = range_start(w, U, T);
+              const bool ok = w <= wl && ws < range_start(w + 1, U, T);
+              const int ps = tile == ws / uSq ? 0 : 1;
+              const float* src = p.partials + (static_cast<size_t>(w) * 2 + ps) * NO * 32;
+#pragma unroll
+              for (int i = 0; i < NO; ++i) buf[j][i] = ok ? __ldcg(src + i * 32 + lane) : 0.0f;
+            }
+#pragma unroll
+            for (int j = 0; j < kB; ++j)
+#pragma unroll
+              for (int i = 0; i < NO; ++i) v[i] += buf[j][i];
           }
           if (lane == 0) p.counters[tile] = 0;
           do_epilogue = true;

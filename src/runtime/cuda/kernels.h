@@ -58,6 +58,11 @@ struct GemvArgs {
 };
 Status gemv(const GemvArgs& a, const Workspace& ws, cudaStream_t stream, bool pdl);
 
+// Tuning knob of the work split: the fewest weight bytes one warp streams (default 8192). Fewer warps per
+// matrix mean fewer split-K parts per 16-row tile; more warps mean more loads in flight.
+void set_gemv_min_warp_bytes(long long bytes);
+long long gemv_min_warp_bytes();
+
 // Fused gate+up (+SiLU·mul) over a [2I, in] matrix whose rows 0..I-1 are gate and I..2I-1 up:
 // h[m, i] = bf16(silu(bf16(gate))·bf16(up)), then optionally the FP4 activation QDQ (format.md §14.1) on each
 // group of 16 consecutive i. h is BF16 [M, I]. BF16 and CB weights.

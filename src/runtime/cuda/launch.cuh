@@ -48,6 +48,8 @@ cudaError_t launch_gemv_kernel(const KParams& p, long long max_units, cudaStream
   long long blocks = static_cast<long long>(s.blocks_per_sm) * s.sms;
   blocks = std::min(blocks, (max_units + kWarpsPerBlock * min_units - 1) / (kWarpsPerBlock * min_units));
   blocks = std::min(blocks, kMaxPartialFloats / (kWarpsPerBlock * 2LL * NO * 32));
+  // The kernel's partition math is 32-bit: units · warps must stay below 2^32.
+  blocks = std::min(blocks, 0xFFFFFFFFLL / (std::max<long long>(max_units, 1) * kWarpsPerBlock));
   blocks = std::max<long long>(blocks, 1);
 
   cudaLaunchConfig_t cfg{};
