@@ -22,11 +22,20 @@ fi
 export LD_LIBRARY_PATH="$PWD/build-h6dev/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 TEST=$B/test_cuda; [ -x "$TEST" ] || TEST=$B/tests/test_cuda
 ldd "$TEST" | grep "not found" && exit 1
-"$TEST" ${GRIDQ_TEST_ARGS:-} 2>&1 | tee "$OUT/tests.txt" | grep -E "^\[( +OK|  FAILED|  PASSED|  SKIPPED)|worst|identical|Failure|error|SEED|expected|Which is" | head -150
+"$TEST" ${GRIDQ_TEST_ARGS:-} 2>&1 | tee "$OUT/tests.txt" | grep -E "^\[( +OK|  FAILED|  PASSED|  SKIPPED)|Failure|error|SEED|expected|Which is" | head -150
 echo "test_cuda exit: ${PIPESTATUS[0]}"
 if [ "${GRIDQ_SKIP_BENCH:-0}" != 1 ]; then
-  "$B/gridq" bench kernels --out "$OUT/bench.json" ${GRIDQ_BENCH_ARGS:-} > "$OUT/bench.txt" 2> "$OUT/bench_progress.txt"
+  "$B/gridq" bench kernels --out "$OUT/bench.json" ${GRIDQ_BENCH_ARGS:-} > "$OUT/bench.txt" 2>&1
   echo "bench exit: $?"
-  cat "$OUT/bench.txt"
-  tail -5 "$OUT/bench_progress.txt"
+  grep -v " us " "$OUT/bench.txt"
+fi
+# Optional extra bench passes (tuning), each "ARGS" in GRIDQ_BENCH_EXTRA separated by ';'.
+if [ -n "${GRIDQ_BENCH_EXTRA:-}" ]; then
+  i=0
+  IFS=';' read -ra EXTRA <<< "$GRIDQ_BENCH_EXTRA"
+  for args in "${EXTRA[@]}"; do
+    i=$((i + 1))
+    echo "== extra pass $i: $args"
+    eval "\"$B/gridq\" bench kernels --out \"$OUT/bench_extra$i.json\" $args" 2>/dev/null | tail -n +3
+  done
 fi

@@ -23,7 +23,9 @@ struct Totals {
   int64_t params = 0;
   uint64_t bytes = 0;
   int64_t modules = 0;
-  double bpw() const { return params > 0 ? static_cast<double>(bytes) * 8.0 / static_cast<double>(params) : 0.0; }
+  double bpw() const {
+    return params > 0 ? static_cast<double>(bytes) * 8.0 / static_cast<double>(params) : 0.0;
+  }
   double gib() const { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
 };
 
@@ -47,12 +49,14 @@ std::string human_params(int64_t p) {
 }
 
 json totals_json(const Totals& t) {
-  return json{{"params", t.params}, {"bytes", t.bytes}, {"gib", t.gib()}, {"bpw", t.bpw()}, {"modules", t.modules}};
+  return json{
+      {"params", t.params}, {"bytes", t.bytes}, {"gib", t.gib()}, {"bpw", t.bpw()}, {"modules", t.modules}};
 }
 
 int run_inspect(const std::string& path, bool as_json, bool summary) {
   auto fail_json = [&](const std::string& msg) {
-    if (as_json) std::cout << json{{"schema", kSchema}, {"path", path}, {"ok", false}, {"error", msg}}.dump(2) << "\n";
+    if (as_json)
+      std::cout << json{{"schema", kSchema}, {"path", path}, {"ok", false}, {"error", msg}}.dump(2) << "\n";
     return fail(msg);
   };
   auto opened = gridbook::Artifact::open_any(path);
@@ -99,8 +103,10 @@ int run_inspect(const std::string& path, bool as_json, bool summary) {
                           {"format", grp.scheme ? grp.scheme->rung.name() : std::string("FP8_W8A8")},
                           {"modules", n}});
       }
-      j["quantization"] = {{"quant_method", qc->quant_method}, {"format", qc->format},
-                           {"layout_version", qc->layout_version}, {"groups", groups},
+      j["quantization"] = {{"quant_method", qc->quant_method},
+                           {"format", qc->format},
+                           {"layout_version", qc->layout_version},
+                           {"groups", groups},
                            {"ignore_entries", qc->ignore.size()}};
     } else {
       j["quantization"] = nullptr;
@@ -133,29 +139,31 @@ int run_inspect(const std::string& path, bool as_json, bool summary) {
     return 0;
   }
 
-  std::cout << fmt::format("{}: {} ({}){}\n", path, a.quantized() ? "gridbook artifact" : "Hugging Face checkpoint",
+  std::cout << fmt::format("{}: {} ({}){}\n", path,
+                           a.quantized() ? "gridbook artifact" : "Hugging Face checkpoint",
                            model_type.empty() ? "unknown model_type" : model_type,
                            qc ? fmt::format(", layout v{}", qc->layout_version) : "");
   if (!summary) {
-    std::cout << fmt::format("\n{:<58} {:<15} {:<13} {:>20} {:>12} {:>14} {:>8}\n", "module", "component", "format",
-                             "shape", "params", "bytes", "bpw");
+    std::cout << fmt::format("\n{:<58} {:<15} {:<13} {:>20} {:>12} {:>14} {:>8}\n", "module", "component",
+                             "format", "shape", "params", "bytes", "bpw");
     for (const auto& m : a.modules()) {
       std::cout << fmt::format("{:<58} {:<15} {:<13} {:>20} {:>12} {:>14} {:>8.4f}\n", m.name,
                                gridbook::component_name(m.component), m.format_label(), shape_str(m.shape),
                                group_digits(m.params), group_digits(static_cast<int64_t>(m.bytes)), m.bpw());
     }
   }
-  std::cout << fmt::format("\n{:<16} {:>8} {:>16} {:>16} {:>10} {:>8}\n", "component", "modules", "params", "bytes",
-                           "GiB", "bpw");
+  std::cout << fmt::format("\n{:<16} {:>8} {:>16} {:>16} {:>10} {:>8}\n", "component", "modules", "params",
+                           "bytes", "GiB", "bpw");
   for (Component c : gridbook::kAllComponents) {
     if (!per.count(c)) continue;
     const Totals& t = per[c];
-    std::cout << fmt::format("{:<16} {:>8} {:>16} {:>16} {:>10.4f} {:>8.4f}\n", gridbook::component_name(c), t.modules,
-                             group_digits(t.params), group_digits(static_cast<int64_t>(t.bytes)), t.gib(), t.bpw());
+    std::cout << fmt::format("{:<16} {:>8} {:>16} {:>16} {:>10.4f} {:>8.4f}\n", gridbook::component_name(c),
+                             t.modules, group_digits(t.params), group_digits(static_cast<int64_t>(t.bytes)),
+                             t.gib(), t.bpw());
   }
   std::cout << fmt::format("{:<16} {:>8} {:>16} {:>16} {:>10.4f} {:>8.4f}\n", "total", total.modules,
-                           group_digits(total.params), group_digits(static_cast<int64_t>(total.bytes)), total.gib(),
-                           total.bpw());
+                           group_digits(total.params), group_digits(static_cast<int64_t>(total.bytes)),
+                           total.gib(), total.bpw());
   std::cout << fmt::format("\nparameters: {} ({})\n", group_digits(total.params), human_params(total.params));
   for (const auto& c : a.checks()) std::cout << "check: " << c << "\n";
   std::cout << "check: PINS.json " << pins << "\n";
@@ -168,11 +176,13 @@ const Registrar kRegistrar{Command{
       auto path = std::make_shared<std::string>();
       auto as_json = std::make_shared<bool>(false);
       auto summary = std::make_shared<bool>(false);
-      sub.add_option("path", *path, "Hugging Face checkpoint directory or gridbook artifact directory")->required();
+      sub.add_option("path", *path, "Hugging Face checkpoint directory or gridbook artifact directory")
+          ->required();
       sub.add_flag("--json", *as_json, "Print a JSON report (schema gridq.inspect/1, see docs/inspect.md)");
       sub.add_flag("--summary", *summary, "Omit the per-module table (component totals only)");
       sub.footer(
-          "Every load-time check of the gridbook format runs first (containers, config, schemes, tensor shapes,\n"
+          "Every load-time check of the gridbook format runs first (containers, config, schemes, tensor "
+          "shapes,\n"
           "codebooks and their SHA-256 provenance, v2 scale legality, coverage, PINS.json when present);\n"
           "any violation exits with status 1 and a message naming the tensor and the rule.\n\n"
           "Examples:\n"

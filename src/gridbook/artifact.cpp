@@ -20,11 +20,16 @@ using io::TensorInfo;
 
 std::string_view weight_format_name(WeightFormat f) {
   switch (f) {
-    case WeightFormat::kBF16: return "BF16";
-    case WeightFormat::kF16: return "F16";
-    case WeightFormat::kF32: return "F32";
-    case WeightFormat::kFP8W8A8: return "FP8_W8A8";
-    case WeightFormat::kCodebook: return "CB";
+    case WeightFormat::kBF16:
+      return "BF16";
+    case WeightFormat::kF16:
+      return "F16";
+    case WeightFormat::kF32:
+      return "F32";
+    case WeightFormat::kFP8W8A8:
+      return "FP8_W8A8";
+    case WeightFormat::kCodebook:
+      return "CB";
   }
   return "?";
 }
@@ -37,9 +42,9 @@ std::string ModuleInfo::format_label() const {
 namespace {
 
 // Tensor suffixes of quantization schemes gridq does not implement; refused rather than left unconsumed.
-constexpr std::string_view kRefusedLeaves[] = {"input_scale",        "input_global_scale", "weight_global_scale",
-                                               "weight_zero_point",  "k_scale",            "v_scale",
-                                               "weight_packed",      "weight_shape"};
+constexpr std::string_view kRefusedLeaves[] = {
+    "input_scale", "input_global_scale", "weight_global_scale", "weight_zero_point", "k_scale",
+    "v_scale",     "weight_packed",      "weight_shape"};
 
 struct ModuleTensors {
   std::string name;  // on-disk module name
@@ -66,13 +71,17 @@ int64_t product(const std::vector<int64_t>& s) {
 
 Expected<WeightFormat> passthrough_format(const TensorInfo& t) {
   switch (t.dtype) {
-    case DType::BF16: return WeightFormat::kBF16;
-    case DType::F16: return WeightFormat::kF16;
-    case DType::F32: return WeightFormat::kF32;
+    case DType::BF16:
+      return WeightFormat::kBF16;
+    case DType::F16:
+      return WeightFormat::kF16;
+    case DType::F32:
+      return WeightFormat::kF32;
     default:
-      return err("tensor '{}': dtype {} is not a passthrough dtype (BF16, F16, F32) and no config group "
-                 "quantizes it",
-                 t.name, io::dtype_name(t.dtype));
+      return err(
+          "tensor '{}': dtype {} is not a passthrough dtype (BF16, F16, F32) and no config group "
+          "quantizes it",
+          t.name, io::dtype_name(t.dtype));
   }
 }
 
@@ -87,8 +96,8 @@ Status check_positive_scales(const TensorInfo& t) {
   const std::vector<float> s = read_f32(t);
   for (size_t i = 0; i < s.size(); ++i) {
     if (!std::isfinite(s[i]) || !(s[i] > 0.0f)) {
-      return err("tensor '{}': weight_scale[{}] = {} must be finite and > 0 (format.md §15 Tensors)", t.name, i,
-                 s[i]);
+      return err("tensor '{}': weight_scale[{}] = {} must be finite and > 0 (format.md §15 Tensors)", t.name,
+                 i, s[i]);
     }
   }
   return Status();
@@ -119,7 +128,9 @@ std::optional<int> layer_of(std::string_view canonical) {
 }  // namespace
 
 Expected<std::unique_ptr<Artifact>> Artifact::open(const std::string& dir) { return open_impl(dir, true); }
-Expected<std::unique_ptr<Artifact>> Artifact::open_any(const std::string& dir) { return open_impl(dir, false); }
+Expected<std::unique_ptr<Artifact>> Artifact::open_any(const std::string& dir) {
+  return open_impl(dir, false);
+}
 
 const ModuleInfo* Artifact::find_module(std::string_view name) const {
   for (const auto& m : modules_) {
@@ -141,7 +152,8 @@ Expected<std::unique_ptr<Artifact>> Artifact::open_impl(const std::string& dir, 
   GRIDQ_ASSIGN_OR_RETURN(a->stub_, parse_quantization_stub(a->ckpt_->config()));
   if (!a->stub_) {
     if (require_quantized) {
-      return err("{}: config.json has no quantization_config; not a gridbook artifact (format.md §11.1)", where);
+      return err("{}: config.json has no quantization_config; not a gridbook artifact (format.md §11.1)",
+                 where);
     }
   } else {
     if (a->stub_->inline_config) {
@@ -186,8 +198,9 @@ Status Artifact::build_modules() {
       continue;
     }
     if (name.find(".format_group_") != std::string::npos) {
-      return err("tensor '{}': per_expert_format_groups split stacks are not supported by gridq (format.md §9)",
-                 name);
+      return err(
+          "tensor '{}': per_expert_format_groups split stacks are not supported by gridq (format.md §9)",
+          name);
     }
     const size_t dot = name.rfind('.');
     const std::string leaf = dot == std::string::npos ? name : name.substr(dot + 1);
@@ -202,7 +215,8 @@ Status Artifact::build_modules() {
     const std::string alias = spelling_alias(module);
     ModuleTensors& mt = by_alias[alias];
     if (!mt.name.empty() && mt.name != module) {
-      return err("modules '{}' and '{}' are two spellings of '{}' (format.md §13: refuse)", mt.name, module, alias);
+      return err("modules '{}' and '{}' are two spellings of '{}' (format.md §13: refuse)", mt.name, module,
+                 alias);
     }
     mt.name = module;
     if (module == name) {
@@ -229,8 +243,8 @@ Status Artifact::build_modules() {
     const ExpertLayout l = re->expert ? ExpertLayout::kPerExpert : ExpertLayout::kStacked;
     auto [it, fresh] = layouts.emplace(*layer, l);
     if (!fresh && it->second != l) {
-      return err("{}: layer {} mixes per-expert and stacked routed-expert tensors (e.g. '{}'; laguna.md §4)", dir,
-                 *layer, mt.name);
+      return err("{}: layer {} mixes per-expert and stacked routed-expert tensors (e.g. '{}'; laguna.md §4)",
+                 dir, *layer, mt.name);
     }
   }
   const ExpertLayout default_layout = qc ? ExpertLayout::kStacked : ExpertLayout::kPerExpert;
@@ -253,8 +267,8 @@ Status Artifact::build_modules() {
       m.weight_tensor = name;
       modules_.push_back(std::move(m));
     }
-    checks_.push_back(fmt::format("architecture not recognised ({}): tensor shapes not validated",
-                                  specs_or.message()));
+    checks_.push_back(
+        fmt::format("architecture not recognised ({}): tensor shapes not validated", specs_or.message()));
     return Status();
   }
   const std::vector<ModuleSpec>& specs = *specs_or;
@@ -265,7 +279,8 @@ Status Artifact::build_modules() {
     auto it = by_alias.find(s.name);
     if (it == by_alias.end()) {
       return err("{}: missing tensor for module '{}' (expected '{}.{}'; format.md §15 Coverage)", dir, s.name,
-                 s.name, s.bare ? "<bare parameter>" : (qc ? "weight' or '" + s.name + ".cb_qweight" : "weight"));
+                 s.name,
+                 s.bare ? "<bare parameter>" : (qc ? "weight' or '" + s.name + ".cb_qweight" : "weight"));
     }
     present.push_back(&s);
     (s.linear ? linear_names : other_names).push_back(it->second.name);
@@ -275,8 +290,9 @@ Status Artifact::build_modules() {
     for (const ModuleSpec& s : specs) spec_names.insert(s.name);
     for (const auto& [alias, mt] : by_alias) {
       if (!spec_names.count(alias)) {
-        return err("{}: tensor '{}' is not a tensor of this {} config (unconsumed tensor; format.md §13, §15)", dir,
-                   mt.all().front()->name, cfg.value("model_type", std::string("?")));
+        return err(
+            "{}: tensor '{}' is not a tensor of this {} config (unconsumed tensor; format.md §13, §15)", dir,
+            mt.all().front()->name, cfg.value("model_type", std::string("?")));
       }
     }
   }
@@ -321,9 +337,10 @@ Status Artifact::build_modules() {
       if (!grp.scheme) continue;
       const CbScheme& s = *grp.scheme;
       if (s.scale_coding && s.scale_coding->table != kV2Table) {
-        return err("quant_config.json: group '{}': scale_coding.table differs from the default T4_2oct8m table; "
-                   "gridq decodes only the default table",
-                   grp.name);
+        return err(
+            "quant_config.json: group '{}': scale_coding.table differs from the default T4_2oct8m table; "
+            "gridq decodes only the default table",
+            grp.name);
       }
       if (!sidecar_) return err("{}: group '{}' needs the codebook sidecar", dir, grp.name);
       const std::vector<int> widths = bit_split(s.rung.k, s.n_sub);
@@ -332,8 +349,9 @@ Status Artifact::build_modules() {
         const std::string& ref = s.codebook_ref[i];
         const CodebookTable* t = sidecar_->find(ref);
         if (!t) {
-          return err("{}: group '{}': codebook_ref '{}' is not a table of the sidecar (format.md §15 Codebooks)",
-                     sidecar_->label(), grp.name, ref);
+          return err(
+              "{}: group '{}': codebook_ref '{}' is not a table of the sidecar (format.md §15 Codebooks)",
+              sidecar_->label(), grp.name, ref);
         }
         const int64_t rows = int64_t{1} << widths[i];
         const int64_t cols = kVecDim / s.n_sub;
@@ -344,8 +362,9 @@ Status Artifact::build_modules() {
         spans.emplace_back(t->f16);
         tables_used.insert(ref);
       }
-      GRIDQ_ASSIGN_OR_RETURN(auto cb, Codebook::from_f16_tables(s.rung, spans,
-                                                                fmt::format("{}: group '{}'", sidecar_->label(), grp.name)));
+      GRIDQ_ASSIGN_OR_RETURN(
+          auto cb, Codebook::from_f16_tables(s.rung, spans,
+                                             fmt::format("{}: group '{}'", sidecar_->label(), grp.name)));
       codebooks_.emplace(static_cast<int>(g), std::move(cb));
     }
     if (sidecar_) {
@@ -356,7 +375,8 @@ Status Artifact::build_modules() {
         }
       }
       if (!codebooks_.empty()) {
-        checks_.push_back(fmt::format("codebooks: {} table(s) on-grid with the right shapes", tables_used.size()));
+        checks_.push_back(
+            fmt::format("codebooks: {} table(s) on-grid with the right shapes", tables_used.size()));
       }
     }
   }
@@ -377,9 +397,10 @@ Status Artifact::build_modules() {
     auto refuse_extra = [&](std::initializer_list<const TensorInfo*> allowed) -> Status {
       for (const TensorInfo* t : mt.all()) {
         if (std::find(allowed.begin(), allowed.end(), t) == allowed.end()) {
-          return err("tensor '{}': module '{}' is {}, which does not use this tensor (unconsumed tensor; "
-                     "format.md §15)",
-                     t->name, m.name, claim ? std::string(claim_kind_name(claim->kind)) : "passthrough");
+          return err(
+              "tensor '{}': module '{}' is {}, which does not use this tensor (unconsumed tensor; "
+              "format.md §15)",
+              t->name, m.name, claim ? std::string(claim_kind_name(claim->kind)) : "passthrough");
         }
       }
       return Status();
@@ -393,22 +414,27 @@ Status Artifact::build_modules() {
       m.group = claim->group;
       const int64_t in = sp->in();
       if (in % kSuperblock != 0) {
-        return err("module '{}': in_features {} is not a multiple of 256, so it cannot be a codebook target of "
-                   "group '{}' (format.md §4: list it in ignore)",
-                   m.name, in, grp.name);
+        return err(
+            "module '{}': in_features {} is not a multiple of 256, so it cannot be a codebook target of "
+            "group '{}' (format.md §4: list it in ignore)",
+            m.name, in, grp.name);
       }
       auto re = parse_routed_expert(sp->name);
       if (re && re->expert) {
-        return err("module '{}': routed experts must be stored stacked ('{}.{}') to be codebook targets "
-                   "(format.md §9)",
-                   m.name, re->experts_prefix, re->leaf == "down_proj" ? "down_proj" : "gate_up_proj");
+        return err(
+            "module '{}': routed experts must be stored stacked ('{}.{}') to be codebook targets "
+            "(format.md §9)",
+            m.name, re->experts_prefix, re->leaf == "down_proj" ? "down_proj" : "gate_up_proj");
       }
       const TensorInfo* q = mt.cb_qweight;
-      if (!q) return err("module '{}': codebook target of group '{}' has no '{}.cb_qweight' tensor", m.name, grp.name, m.name);
+      if (!q)
+        return err("module '{}': codebook target of group '{}' has no '{}.cb_qweight' tensor", m.name,
+                   grp.name, m.name);
       const std::vector<int64_t> want = with_last(sp->shape, in / kSuperblock * s.type_size);
       if (q->dtype != DType::U8 || !shape_is(*q, want)) {
         return err("tensor '{}': {} {} but {} type_size {} needs U8 {} (format.md §9, §15 Tensors)", q->name,
-                   io::dtype_name(q->dtype), shape_str(q->shape), s.rung.name(), s.type_size, shape_str(want));
+                   io::dtype_name(q->dtype), shape_str(q->shape), s.rung.name(), s.type_size,
+                   shape_str(want));
       }
       GRIDQ_RETURN_IF_ERROR(check_scale_planes(s.rung, q->bytes(), q->name));
       if (s.rung.grid == Grid::FP4) planes_checked += static_cast<uint64_t>(q->nbytes() / s.type_size);
@@ -417,10 +443,12 @@ Status Artifact::build_modules() {
       if (s.rung.grid == Grid::FP8) {
         const TensorInfo* ws = mt.weight_scale;
         const std::vector<int64_t> want_s(sp->shape.begin(), sp->shape.end() - 1);
-        if (!ws) return err("module '{}': FP8-CB target has no '{}.weight_scale' tensor (format.md §9)", m.name, m.name);
+        if (!ws)
+          return err("module '{}': FP8-CB target has no '{}.weight_scale' tensor (format.md §9)", m.name,
+                     m.name);
         if (ws->dtype != DType::F32 || !shape_is(*ws, want_s)) {
-          return err("tensor '{}': {} {} but FP8-CB needs F32 {} (format.md §9)", ws->name, io::dtype_name(ws->dtype),
-                     shape_str(ws->shape), shape_str(want_s));
+          return err("tensor '{}': {} {} but FP8-CB needs F32 {} (format.md §9)", ws->name,
+                     io::dtype_name(ws->dtype), shape_str(ws->shape), shape_str(want_s));
         }
         GRIDQ_RETURN_IF_ERROR(check_positive_scales(*ws));
         m.scale_tensor = ws->name;
@@ -434,23 +462,28 @@ Status Artifact::build_modules() {
       m.group = claim->group;
       const TensorInfo* w = sp->bare ? mt.bare : mt.weight;
       const TensorInfo* ws = mt.weight_scale;
-      if (!w) return err("module '{}': compressed-tensors FP8 target has no weight tensor (format.md §12)", m.name);
+      if (!w)
+        return err("module '{}': compressed-tensors FP8 target has no weight tensor (format.md §12)", m.name);
       if (w->dtype != DType::F8_E4M3 || !shape_is(*w, sp->shape)) {
         return err("tensor '{}': {} {} but compressed-tensors FP8 needs F8_E4M3 {} (format.md §12)", w->name,
                    io::dtype_name(w->dtype), shape_str(w->shape), shape_str(sp->shape));
       }
-      if (!ws) return err("module '{}': compressed-tensors FP8 target has no '{}.weight_scale' (format.md §12)", m.name, m.name);
+      if (!ws)
+        return err("module '{}': compressed-tensors FP8 target has no '{}.weight_scale' (format.md §12)",
+                   m.name, m.name);
       const std::vector<int64_t> rows_1 = with_last(sp->shape, 1);
       const std::vector<int64_t> rows_only(sp->shape.begin(), sp->shape.end() - 1);
       if (ws->dtype != DType::F32 || !(shape_is(*ws, rows_1) || shape_is(*ws, rows_only))) {
-        return err("tensor '{}': {} {} but compressed-tensors FP8 needs F32 {} (or {}) (format.md §12)", ws->name,
-                   io::dtype_name(ws->dtype), shape_str(ws->shape), shape_str(rows_1), shape_str(rows_only));
+        return err("tensor '{}': {} {} but compressed-tensors FP8 needs F32 {} (or {}) (format.md §12)",
+                   ws->name, io::dtype_name(ws->dtype), shape_str(ws->shape), shape_str(rows_1),
+                   shape_str(rows_only));
       }
       GRIDQ_RETURN_IF_ERROR(check_positive_scales(*ws));
       const auto wb = w->bytes();
       for (size_t i = 0; i < wb.size(); ++i) {
         if ((wb[i] & 0x7F) == 0x7F) {
-          return err("tensor '{}': byte {} is an E4M3 NaN (0x{:02X}); weights must be finite", w->name, i, wb[i]);
+          return err("tensor '{}': byte {} is an E4M3 NaN (0x{:02X}); weights must be finite", w->name, i,
+                     wb[i]);
         }
       }
       m.weight_tensor = w->name;
@@ -466,8 +499,9 @@ Status Artifact::build_modules() {
       }
       GRIDQ_ASSIGN_OR_RETURN(m.format, passthrough_format(*w));
       if (!shape_is(*w, sp->shape) && !(sp->alt_shape.size() && shape_is(*w, sp->alt_shape))) {
-        return err("tensor '{}': shape {} but the config implies {}{} (laguna.md §4)", w->name, shape_str(w->shape),
-                   shape_str(sp->shape), sp->alt_shape.empty() ? "" : " or " + shape_str(sp->alt_shape));
+        return err("tensor '{}': shape {} but the config implies {}{} (laguna.md §4)", w->name,
+                   shape_str(w->shape), shape_str(sp->shape),
+                   sp->alt_shape.empty() ? "" : " or " + shape_str(sp->alt_shape));
       }
       m.shape = w->shape;
       m.weight_tensor = w->name;
@@ -482,7 +516,8 @@ Status Artifact::build_modules() {
     checks_.push_back(fmt::format("scale planes: {} fp4 superblock plane(s) legal", planes_checked));
   }
 
-  // 6. Routed stacks: gate_up and down of one layer share one book (per-role books are refused, format.md §9).
+  // 6. Routed stacks: gate_up and down of one layer share one book (per-role books are refused, format.md
+  // §9).
   if (qc) {
     std::map<std::string, std::vector<const ModuleInfo*>> stacks;
     for (const auto& m : modules_) {
@@ -493,14 +528,16 @@ Status Artifact::build_modules() {
         const ModuleInfo* a = ms.front();
         const bool cb_a = a->format == WeightFormat::kCodebook, cb_m = m->format == WeightFormat::kCodebook;
         if (cb_a != cb_m || a->format != m->format) {
-          return err("routed experts '{}': '{}' is {} but '{}' is {} (an expert role without a book; format.md §15)",
-                     prefix, a->name, a->format_label(), m->name, m->format_label());
+          return err(
+              "routed experts '{}': '{}' is {} but '{}' is {} (an expert role without a book; format.md §15)",
+              prefix, a->name, a->format_label(), m->name, m->format_label());
         }
-        if (cb_a && (*a->rung != *m->rung ||
-                     qc->groups[a->group].scheme->codebook_ref != qc->groups[m->group].scheme->codebook_ref)) {
-          return err("routed experts '{}': '{}' ({}) and '{}' ({}) use different books; per-role expert books are "
-                     "not supported (format.md §9, §15)",
-                     prefix, a->name, a->format_label(), m->name, m->format_label());
+        if (cb_a && (*a->rung != *m->rung || qc->groups[a->group].scheme->codebook_ref !=
+                                                 qc->groups[m->group].scheme->codebook_ref)) {
+          return err(
+              "routed experts '{}': '{}' ({}) and '{}' ({}) use different books; per-role expert books are "
+              "not supported (format.md §9, §15)",
+              prefix, a->name, a->format_label(), m->name, m->format_label());
         }
       }
     }
@@ -508,11 +545,12 @@ Status Artifact::build_modules() {
 
   for (const std::string& name : ckpt_->names()) {
     if (!consumed.count(name)) {
-      return err("{}: tensor '{}' is not consumed by any module (format.md §13: every tensor consumed)", dir, name);
+      return err("{}: tensor '{}' is not consumed by any module (format.md §13: every tensor consumed)", dir,
+                 name);
     }
   }
-  checks_.push_back(fmt::format("tensors: {} tensor(s), all consumed; {} module(s) match the config", consumed.size(),
-                                modules_.size()));
+  checks_.push_back(fmt::format("tensors: {} tensor(s), all consumed; {} module(s) match the config",
+                                consumed.size(), modules_.size()));
   return Status();
 }
 

@@ -33,18 +33,20 @@ enum class WeightFormat {
 std::string_view weight_format_name(WeightFormat f);  // "BF16", "F16", "F32", "FP8_W8A8", "CB"
 
 struct ModuleInfo {
-  std::string name;             // on-disk module name ("model.layers.1.mlp.experts.gate_up_proj", "lm_head")
+  std::string name;  // on-disk module name ("model.layers.1.mlp.experts.gate_up_proj", "lm_head")
   Component component = Component::kOther;
-  bool linear = false;          // a Linear (claimed by a group target or ignore)
+  bool linear = false;  // a Linear (claimed by a group target or ignore)
   WeightFormat format = WeightFormat::kBF16;
-  std::optional<Rung> rung;     // kCodebook only
-  int group = -1;               // index into QuantConfig::groups for CB / FP8 modules, else -1
-  std::vector<int64_t> shape;   // logical weight shape: [rows, in], [E, rows, in] or the parameter's shape
-  int64_t params = 0;           // logical weights = product(shape)
-  uint64_t bytes = 0;           // on-disk bytes of every tensor the module consumes (scales included)
-  std::string weight_tensor;    // the main tensor: <m>.weight, <m>.cb_qweight or the bare parameter
-  std::string scale_tensor;     // <m>.weight_scale for FP8 W8A8 and FP8-CB, else empty
-  double bpw() const { return params > 0 ? static_cast<double>(bytes) * 8.0 / static_cast<double>(params) : 0.0; }
+  std::optional<Rung> rung;    // kCodebook only
+  int group = -1;              // index into QuantConfig::groups for CB / FP8 modules, else -1
+  std::vector<int64_t> shape;  // logical weight shape: [rows, in], [E, rows, in] or the parameter's shape
+  int64_t params = 0;          // logical weights = product(shape)
+  uint64_t bytes = 0;          // on-disk bytes of every tensor the module consumes (scales included)
+  std::string weight_tensor;   // the main tensor: <m>.weight, <m>.cb_qweight or the bare parameter
+  std::string scale_tensor;    // <m>.weight_scale for FP8 W8A8 and FP8-CB, else empty
+  double bpw() const {
+    return params > 0 ? static_cast<double>(bytes) * 8.0 / static_cast<double>(params) : 0.0;
+  }
   std::string format_label() const;  // rung name for CB (e.g. "NVFP4_CB_K16"), else weight_format_name
   int64_t rows() const { return shape.size() >= 2 ? shape[shape.size() - 2] : 0; }
   int64_t in() const { return shape.size() >= 2 ? shape.back() : 0; }

@@ -9,16 +9,26 @@ namespace gridq::gridbook {
 
 std::string_view component_name(Component c) {
   switch (c) {
-    case Component::kRoutedExperts: return "routed_experts";
-    case Component::kAttention: return "attention";
-    case Component::kGProj: return "g_proj";
-    case Component::kSharedExperts: return "shared_experts";
-    case Component::kDenseMlp: return "dense_mlp";
-    case Component::kRouters: return "routers";
-    case Component::kEmbed: return "embed_tokens";
-    case Component::kLmHead: return "lm_head";
-    case Component::kNorms: return "norms";
-    case Component::kOther: return "other";
+    case Component::kRoutedExperts:
+      return "routed_experts";
+    case Component::kAttention:
+      return "attention";
+    case Component::kGProj:
+      return "g_proj";
+    case Component::kSharedExperts:
+      return "shared_experts";
+    case Component::kDenseMlp:
+      return "dense_mlp";
+    case Component::kRouters:
+      return "routers";
+    case Component::kEmbed:
+      return "embed_tokens";
+    case Component::kLmHead:
+      return "lm_head";
+    case Component::kNorms:
+      return "norms";
+    case Component::kOther:
+      return "other";
   }
   return "other";
 }
@@ -55,7 +65,8 @@ Component classify_component(std::string_view raw) {
     const std::string_view next = i + 1 < parts.size() ? parts[i + 1] : std::string_view{};
     if (p == "embed_tokens") return Component::kEmbed;
     if (p == "self_attn") {
-      if (next == "q_proj" || next == "k_proj" || next == "v_proj" || next == "o_proj") return Component::kAttention;
+      if (next == "q_proj" || next == "k_proj" || next == "v_proj" || next == "o_proj")
+        return Component::kAttention;
       if (next == "g_proj") return Component::kGProj;
       if (next == "q_norm" || next == "k_norm") return Component::kNorms;
       return Component::kOther;

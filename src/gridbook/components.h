@@ -21,8 +21,8 @@ enum class Component {
 };
 
 inline constexpr std::array<Component, 10> kAllComponents = {
-    Component::kRoutedExperts, Component::kAttention, Component::kGProj,  Component::kSharedExperts,
-    Component::kDenseMlp,      Component::kRouters,   Component::kEmbed,  Component::kLmHead,
+    Component::kRoutedExperts, Component::kAttention, Component::kGProj, Component::kSharedExperts,
+    Component::kDenseMlp,      Component::kRouters,   Component::kEmbed, Component::kLmHead,
     Component::kNorms,         Component::kOther};
 
 // Stable snake_case names used in `gridq inspect --json` (docs/inspect.md).

@@ -16,8 +16,8 @@ constexpr std::string_view kPrefixB = "language_model.model.";
 
 bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
 
-// Refuses regex constructs whose meaning in PCRE2 differs from Python's `re` (or that Python lacks), so that a
-// pattern compiled here selects exactly the modules the producer's Python tooling selected.
+// Refuses regex constructs whose meaning in PCRE2 differs from Python's `re` (or that Python lacks), so that
+// a pattern compiled here selects exactly the modules the producer's Python tooling selected.
 Status check_python_compatible(std::string_view pat, std::string_view entry) {
   static constexpr std::string_view kEscapes = "abBdDfnrstwWAZx";
   for (size_t i = 0; i < pat.size(); ++i) {
@@ -26,8 +26,9 @@ Status check_python_compatible(std::string_view pat, std::string_view entry) {
       if (i + 1 >= pat.size()) return err("pattern '{}': trailing backslash", entry);
       const char e = pat[i + 1];
       if (std::isalpha(static_cast<unsigned char>(e)) && kEscapes.find(e) == std::string_view::npos) {
-        return err("pattern '{}': escape \\{} is not compiled identically by PCRE2 and Python re (format.md §13)",
-                   entry, e);
+        return err(
+            "pattern '{}': escape \\{} is not compiled identically by PCRE2 and Python re (format.md §13)",
+            entry, e);
       }
       ++i;
       continue;
@@ -38,14 +39,16 @@ Status check_python_compatible(std::string_view pat, std::string_view entry) {
     if (c == '(' && i + 1 < pat.size() && pat[i + 1] == '?') {
       const char k = i + 2 < pat.size() ? pat[i + 2] : '\0';
       const char k2 = i + 3 < pat.size() ? pat[i + 3] : '\0';
-      const bool ok = k == ':' || k == '=' || k == '!' || k == '#' || (k == 'P' && (k2 == '<' || k2 == '=')) ||
-                      k == 'i' || k == 'm' || k == 's' || k == 'x' || k == '-';
+      const bool ok = k == ':' || k == '=' || k == '!' || k == '#' ||
+                      (k == 'P' && (k2 == '<' || k2 == '=')) || k == 'i' || k == 'm' || k == 's' ||
+                      k == 'x' || k == '-';
       if (!ok) {
         if (k == '<') {
           return err("pattern '{}': look-behind / '(?<' groups are refused (format.md §13)", entry);
         }
-        return err("pattern '{}': group '(?{}' is not compiled identically by PCRE2 and Python re (format.md §13)",
-                   entry, k);
+        return err(
+            "pattern '{}': group '(?{}' is not compiled identically by PCRE2 and Python re (format.md §13)",
+            entry, k);
       }
     }
     if (c == '[' && i + 1 < pat.size() && pat[i + 1] == ':') {
@@ -79,8 +82,8 @@ Expected<Pattern> Pattern::compile(std::string_view entry) {
   GRIDQ_RETURN_IF_ERROR(check_python_compatible(pat, entry));
   int code_err = 0;
   PCRE2_SIZE err_off = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pat.data()), pat.size(), PCRE2_NEVER_BACKSLASH_C,
-                                   &code_err, &err_off, nullptr);
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pat.data()), pat.size(),
+                                   PCRE2_NEVER_BACKSLASH_C, &code_err, &err_off, nullptr);
   if (code == nullptr) {
     PCRE2_UCHAR buf[256];
     pcre2_get_error_message(code_err, buf, sizeof(buf));
@@ -98,7 +101,8 @@ bool Pattern::matches(std::string_view module_name) const {
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(code, nullptr);
   auto try_match = [&](std::string_view s) {
     // PCRE2_ANCHORED = Python re.match: the match must begin at 0 but need not reach the end.
-    return pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), 0, PCRE2_ANCHORED, md, nullptr) >= 0;
+    return pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), 0, PCRE2_ANCHORED, md,
+                       nullptr) >= 0;
   };
   // The pattern cannot be canonicalised, so it may be written against either spelling of the name.
   const bool hit = try_match(name) || (name != module_name && try_match(module_name));
@@ -125,7 +129,8 @@ std::optional<RoutedExpertName> parse_routed_expert(std::string_view module_name
     r.expert = std::stoi(idx);
     rest = rest.substr(dot + 1);
   }
-  if (rest != "gate_up_proj" && rest != "gate_proj" && rest != "up_proj" && rest != "down_proj") return std::nullopt;
+  if (rest != "gate_up_proj" && rest != "gate_proj" && rest != "up_proj" && rest != "down_proj")
+    return std::nullopt;
   if (r.expert.has_value() && rest == "gate_up_proj") return std::nullopt;  // per-expert modules are split
   r.leaf = rest;
   return r;
@@ -145,9 +150,12 @@ std::optional<std::string> fused_set(std::string_view module_name) {
 
 std::string_view claim_kind_name(ClaimKind k) {
   switch (k) {
-    case ClaimKind::kCodebook: return "codebook";
-    case ClaimKind::kCompressedTensors: return "compressed-tensors";
-    case ClaimKind::kIgnore: return "ignore";
+    case ClaimKind::kCodebook:
+      return "codebook";
+    case ClaimKind::kCompressedTensors:
+      return "compressed-tensors";
+    case ClaimKind::kIgnore:
+      return "ignore";
   }
   return "?";
 }
@@ -161,7 +169,8 @@ std::string claimer_label(const std::vector<ClaimGroup>& groups, int group, cons
 
 }  // namespace
 
-Expected<std::vector<Claim>> claim_modules(const std::vector<ClaimGroup>& groups, const std::vector<Pattern>& ignore,
+Expected<std::vector<Claim>> claim_modules(const std::vector<ClaimGroup>& groups,
+                                           const std::vector<Pattern>& ignore,
                                            const std::vector<std::string>& linear_modules,
                                            const std::vector<std::string>& other_modules) {
   // Two spellings of one module would let one config entry claim two different tensors sets.
@@ -198,9 +207,10 @@ Expected<std::vector<Claim>> claim_modules(const std::vector<ClaimGroup>& groups
       found.push_back(Claim{kind, g, p.entry()});
     });
     if (found.empty()) {
-      return err("{}: Linear is not claimed by any group target or ignore entry (format.md §13: every Linear "
-                 "claimed exactly once)",
-                 m);
+      return err(
+          "{}: Linear is not claimed by any group target or ignore entry (format.md §13: every Linear "
+          "claimed exactly once)",
+          m);
     }
     if (found.size() > 1) {
       return err("{}: claimed twice, by {} and by {} (format.md §13: every Linear claimed exactly once)", m,
@@ -216,8 +226,8 @@ Expected<std::vector<Claim>> claim_modules(const std::vector<ClaimGroup>& groups
     for (size_t g = 0; g < groups.size(); ++g) {
       for (const auto& p : groups[g].targets) {
         if (p.matches(m)) {
-          return err("{}: not a Linear, but group '{}' target '{}' claims it (format.md §13)", m, groups[g].name,
-                     p.entry());
+          return err("{}: not a Linear, but group '{}' target '{}' claims it (format.md §13)", m,
+                     groups[g].name, p.entry());
         }
       }
     }
@@ -228,26 +238,30 @@ Expected<std::vector<Claim>> claim_modules(const std::vector<ClaimGroup>& groups
   Status st;
   for_each_entry([&](int g, size_t t, const Pattern& p) {
     if (!st.ok() || p.is_regex() || hits[{g, t}] > 0) return;
-    const std::string where = g < 0 ? std::string("ignore") : fmt::format("group '{}' targets", groups[g].name);
+    const std::string where =
+        g < 0 ? std::string("ignore") : fmt::format("group '{}' targets", groups[g].name);
     const std::string canon = canonical_module_name(p.entry());
     const bool experts_parent = canon.size() > 8 && (canon.substr(canon.size() - 8) == ".experts" ||
                                                      canon.find(".experts.") != std::string::npos);
     if (g >= 0 && experts_parent && !parse_routed_expert(canon)) {
-      st = err("{} entry '{}': a routed-expert target must be a dotted child '<…>.experts.<leaf>' with leaf "
-               "gate_up_proj, gate_proj, up_proj or down_proj (format.md §13)",
-               where, p.entry());
+      st =
+          err("{} entry '{}': a routed-expert target must be a dotted child '<…>.experts.<leaf>' with leaf "
+              "gate_up_proj, gate_proj, up_proj or down_proj (format.md §13)",
+              where, p.entry());
       return;
     }
     if (!p.entry().empty() && std::isupper(static_cast<unsigned char>(p.entry()[0])) &&
         p.entry().find('.') == std::string::npos) {
-      st = err("{} entry '{}': class-name targets are not supported; use module names or re: patterns "
-               "(format.md §13)",
-               where, p.entry());
+      st =
+          err("{} entry '{}': class-name targets are not supported; use module names or re: patterns "
+              "(format.md §13)",
+              where, p.entry());
       return;
     }
-    st = err("{} entry '{}' names no module of this checkpoint (a literal matches only the identical name, "
-             "format.md §13)",
-             where, p.entry());
+    st =
+        err("{} entry '{}' names no module of this checkpoint (a literal matches only the identical name, "
+            "format.md §13)",
+            where, p.entry());
   });
   GRIDQ_RETURN_IF_ERROR(st);
 
@@ -261,10 +275,11 @@ Expected<std::vector<Claim>> claim_modules(const std::vector<ClaimGroup>& groups
     const Claim& a = claims[it->second];
     const Claim& b = claims[i];
     if (a.kind != b.kind || a.group != b.group) {
-      return err("{} and {} are fused at run time but claimed differently ({} vs {}) (format.md §13: fused "
-                 "shards must agree)",
-                 linear_modules[it->second], linear_modules[i], claimer_label(groups, a.group, a.entry),
-                 claimer_label(groups, b.group, b.entry));
+      return err(
+          "{} and {} are fused at run time but claimed differently ({} vs {}) (format.md §13: fused "
+          "shards must agree)",
+          linear_modules[it->second], linear_modules[i], claimer_label(groups, a.group, a.entry),
+          claimer_label(groups, b.group, b.entry));
     }
   }
   return claims;

@@ -32,7 +32,7 @@ class Pattern {
 
  private:
   std::string entry_;
-  std::string literal_;       // canonical literal (literal entries)
+  std::string literal_;         // canonical literal (literal entries)
   std::shared_ptr<void> code_;  // pcre2_code_8 (regex entries)
 };
 
@@ -67,10 +67,11 @@ struct Claim {
 
 // Claims every Linear module exactly once. `linear_modules` and `other_modules` (norms, embeddings, biases:
 // they may be listed in ignore but never targeted) are on-disk names. Refuses: a Linear matched by none or by
-// two claimers; a target matching a non-Linear; a literal entry naming nothing; a codebook-group literal naming
-// an experts stack parent instead of a leaf; fused shards with different claims; two spellings that
+// two claimers; a target matching a non-Linear; a literal entry naming nothing; a codebook-group literal
+// naming an experts stack parent instead of a leaf; fused shards with different claims; two spellings that
 // canonicalise to one name. Result is parallel to linear_modules.
-Expected<std::vector<Claim>> claim_modules(const std::vector<ClaimGroup>& groups, const std::vector<Pattern>& ignore,
+Expected<std::vector<Claim>> claim_modules(const std::vector<ClaimGroup>& groups,
+                                           const std::vector<Pattern>& ignore,
                                            const std::vector<std::string>& linear_modules,
                                            const std::vector<std::string>& other_modules);
 

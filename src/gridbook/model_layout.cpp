@@ -11,7 +11,8 @@ using nlohmann::json;
 Expected<int64_t> get_int(const json& cfg, const char* key) {
   auto it = cfg.find(key);
   if (it == cfg.end()) return err("config.json: missing '{}'", key);
-  if (!it->is_number_integer() || it->get<int64_t>() <= 0) return err("config.json: '{}' must be a positive integer", key);
+  if (!it->is_number_integer() || it->get<int64_t>() <= 0)
+    return err("config.json: '{}' must be a positive integer", key);
   return it->get<int64_t>();
 }
 
@@ -77,7 +78,8 @@ Expected<std::vector<ModuleSpec>> laguna_module_specs(const json& cfg,
   }
 
   std::vector<ModuleSpec> out;
-  auto linear = [&](std::string name, Component c, std::vector<int64_t> shape, std::vector<int64_t> alt = {}) {
+  auto linear = [&](std::string name, Component c, std::vector<int64_t> shape,
+                    std::vector<int64_t> alt = {}) {
     out.push_back(ModuleSpec{std::move(name), c, true, false, std::move(shape), std::move(alt)});
   };
   auto param = [&](std::string name, Component c, std::vector<int64_t> shape, bool bare = false) {

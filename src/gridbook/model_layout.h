@@ -17,10 +17,10 @@
 namespace gridq::gridbook {
 
 struct ModuleSpec {
-  std::string name;              // canonical module name ("model.layers.1.self_attn.q_proj", "lm_head")
+  std::string name;  // canonical module name ("model.layers.1.self_attn.q_proj", "lm_head")
   Component component;
-  bool linear = false;           // a Linear that config groups / ignore must claim
-  bool bare = false;             // stored without a ".weight" suffix (fused experts, the router bias)
+  bool linear = false;  // a Linear that config groups / ignore must claim
+  bool bare = false;    // stored without a ".weight" suffix (fused experts, the router bias)
   // Logical weight shape: [rows, in] for a Linear, [E, rows, in] for a stacked expert Linear, [n] for norms.
   std::vector<int64_t> shape;
   std::vector<int64_t> alt_shape;  // a second accepted shape (g_proj per-element gating), else empty

@@ -14,8 +14,8 @@ namespace {
 
 // Keys that would change how tensors decode or which modules exist; gridq does not implement them.
 constexpr std::array<std::string_view, 6> kRefusedTopLevel = {
-    "per_expert_format_groups", "source_passthrough",  "execution_contracts",
-    "dspark_target_bridge",     "embedding_formats",   "embeddings"};
+    "per_expert_format_groups", "source_passthrough", "execution_contracts",
+    "dspark_target_bridge",     "embedding_formats",  "embeddings"};
 // Keys that carry no decoding meaning when null/empty (compressed-tensors writes some of them).
 constexpr std::array<std::string_view, 3> kNullOnlyTopLevel = {"kv_cache_scheme", "sparsity_config",
                                                                "transform_config"};
@@ -62,9 +62,10 @@ Expected<ScaleCoding> parse_scale_coding(const json& sc, std::string_view where)
   }
   GRIDQ_ASSIGN_OR_RETURN(const std::string kind, get_str_key(sc, "kind", where));
   if (kind != "two_tier") {
-    return err("{}: scale_coding.kind '{}' is unknown; only \"two_tier\" is defined (format.md §11.2: an unknown "
-               "kind MUST be refused)",
-               where, kind);
+    return err(
+        "{}: scale_coding.kind '{}' is unknown; only \"two_tier\" is defined (format.md §11.2: an unknown "
+        "kind MUST be refused)",
+        where, kind);
   }
   GRIDQ_ASSIGN_OR_RETURN(const int sub_bits, get_int_key(sc, "sub_bits", where));
   if (sub_bits != 4) return err("{}: scale_coding.sub_bits {} must be 4", where, sub_bits);
@@ -80,16 +81,18 @@ Expected<ScaleCoding> parse_scale_coding(const json& sc, std::string_view where)
     if (!v.is_number()) return err("{}: scale_coding.table[{}] is not a number", where, i);
     const double d = v.get<double>();
     if (!(d > 0)) return err("{}: scale_coding.table[{}] = {} must be positive", where, i, d);
-    if (!is_exact_e4m3(d)) return err("{}: scale_coding.table[{}] = {} is not an exact E4M3 value", where, i, d);
+    if (!is_exact_e4m3(d))
+      return err("{}: scale_coding.table[{}] = {} is not an exact E4M3 value", where, i, d);
     out.table[i] = static_cast<float>(d);
   }
   return out;
 }
 
 Expected<CbScheme> parse_scheme(const json& s, const std::string& format, std::string_view where) {
-  static const std::set<std::string> kKeys = {"grid",     "mode",      "k",        "superblock",      "group_size",
-                                              "vec_dim",  "n_sub",     "type_size", "act_bits",       "codebook_source",
-                                              "codebook_ref", "codebook_group", "scale_coding"};
+  static const std::set<std::string> kKeys = {
+      "grid",         "mode",           "k",           "superblock", "group_size",
+      "vec_dim",      "n_sub",          "type_size",   "act_bits",   "codebook_source",
+      "codebook_ref", "codebook_group", "scale_coding"};
   if (!s.is_object()) return err("{}: scheme must be an object", where);
   for (auto it = s.begin(); it != s.end(); ++it) {
     if (it.key() == "activation_contract") {
@@ -114,8 +117,8 @@ Expected<CbScheme> parse_scheme(const json& s, const std::string& format, std::s
   const Grid g = grid == "fp4" ? Grid::FP4 : Grid::FP8;
   const Mode m = mode == "product" ? Mode::Product : mode == "signed" ? Mode::Signed : Mode::Full;
   if (out.rung.grid != g || out.rung.mode != m || out.rung.k != k) {
-    return err("{}: format '{}' disagrees with scheme grid {} / mode {} / k {} (format.md §15 Schemes)", where,
-               format, grid, mode, k);
+    return err("{}: format '{}' disagrees with scheme grid {} / mode {} / k {} (format.md §15 Schemes)",
+               where, format, grid, mode, k);
   }
   GRIDQ_RETURN_IF_ERROR(validate_rung(out.rung));
   const bool fp4 = g == Grid::FP4;
@@ -174,13 +177,14 @@ Expected<CbScheme> parse_scheme(const json& s, const std::string& format, std::s
 Status check_quant_args(const json& a, std::string_view where, std::string_view which, const char* strategy,
                         bool dynamic) {
   if (!a.is_object()) return err("{}: '{}' must be an object", where, which);
-  static const std::set<std::string> kOptional = {"group_size", "block_structure", "actorder", "observer",
-                                                  "observer_kwargs", "scale_dtype", "zp_dtype"};
+  static const std::set<std::string> kOptional = {
+      "group_size", "block_structure", "actorder", "observer", "observer_kwargs", "scale_dtype", "zp_dtype"};
   for (auto it = a.begin(); it != a.end(); ++it) {
     const std::string& k = it.key();
     if (k == "num_bits" || k == "type" || k == "strategy" || k == "symmetric" || k == "dynamic") continue;
     if (!kOptional.count(k)) return err("{}: {}.{} is not supported", where, which, k);
-    if ((k == "group_size" || k == "block_structure" || k == "actorder" || k == "scale_dtype" || k == "zp_dtype") &&
+    if ((k == "group_size" || k == "block_structure" || k == "actorder" || k == "scale_dtype" ||
+         k == "zp_dtype") &&
         !it->is_null()) {
       return err("{}: {}.{} must be null for FP8_DYNAMIC", where, which, k);
     }
@@ -188,7 +192,8 @@ Status check_quant_args(const json& a, std::string_view where, std::string_view 
   auto want = [&](const char* key, const json& v) -> Status {
     auto it = a.find(key);
     if (it == a.end() || *it != v) {
-      return err("{}: {}.{} must be {} (compressed-tensors FP8_DYNAMIC, format.md §12)", where, which, key, v.dump());
+      return err("{}: {}.{} must be {} (compressed-tensors FP8_DYNAMIC, format.md §12)", where, which, key,
+                 v.dump());
     }
     return Status();
   };
@@ -211,7 +216,8 @@ Status check_ct_group(const json& g, std::string_view where) {
     return err("{}: compressed-tensors format {} is not supported (float-quantized only)", where, f->dump());
   }
   if (!g.contains("weights")) return err("{}: compressed-tensors group without 'weights'", where);
-  if (!g.contains("input_activations")) return err("{}: compressed-tensors group without 'input_activations'", where);
+  if (!g.contains("input_activations"))
+    return err("{}: compressed-tensors group without 'input_activations'", where);
   GRIDQ_RETURN_IF_ERROR(check_quant_args(g["weights"], where, "weights", "channel", false));
   GRIDQ_RETURN_IF_ERROR(check_quant_args(g["input_activations"], where, "input_activations", "token", true));
   return Status();
@@ -244,7 +250,8 @@ json scheme_to_json(const CbScheme& s) {
 ScaleCoding default_scale_coding() {
   ScaleCoding sc;
   for (int i = 0; i < 2; ++i) {
-    for (int j = 0; j < 8; ++j) sc.table[8 * i + j] = (1.0f + static_cast<float>(j) / 8.0f) * static_cast<float>(1 << i);
+    for (int j = 0; j < 8; ++j)
+      sc.table[8 * i + j] = (1.0f + static_cast<float>(j) / 8.0f) * static_cast<float>(1 << i);
   }
   return sc;
 }
@@ -258,7 +265,8 @@ CbScheme make_cb_scheme(const Rung& rung, std::string prefix) {
   s.group_size = fp4 ? 16 : 0;
   s.act_bits = fp4 ? 4 : 8;
   if (fp4 && rung.layout_version == 2) s.scale_coding = default_scale_coding();
-  for (int i = 0; i < s.n_sub; ++i) s.codebook_ref.push_back(fmt::format("{}.{}.sub{}", prefix, rung.name(), i));
+  for (int i = 0; i < s.n_sub; ++i)
+    s.codebook_ref.push_back(fmt::format("{}.{}.sub{}", prefix, rung.name(), i));
   return s;
 }
 
@@ -270,11 +278,16 @@ const ConfigGroup* QuantConfig::find_group(std::string_view name) const {
 }
 
 json fp8_dynamic_group_body() {
-  return json{{"format", "float-quantized"},
-              {"weights",
-               {{"num_bits", 8}, {"type", "float"}, {"strategy", "channel"}, {"symmetric", true}, {"dynamic", false}}},
-              {"input_activations",
-               {{"num_bits", 8}, {"type", "float"}, {"strategy", "token"}, {"symmetric", true}, {"dynamic", true}}}};
+  return json{
+      {"format", "float-quantized"},
+      {"weights",
+       {{"num_bits", 8},
+        {"type", "float"},
+        {"strategy", "channel"},
+        {"symmetric", true},
+        {"dynamic", false}}},
+      {"input_activations",
+       {{"num_bits", 8}, {"type", "float"}, {"strategy", "token"}, {"symmetric", true}, {"dynamic", true}}}};
 }
 
 Expected<QuantConfig> parse_quant_config(const json& j, std::string_view label) {
@@ -282,23 +295,27 @@ Expected<QuantConfig> parse_quant_config(const json& j, std::string_view label) 
   QuantConfig qc;
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string& k = it.key();
-    if (k == "quant_method" || k == "format" || k == "layout_version" || k == "config_groups" || k == "ignore" ||
-        k == "provenance") {
+    if (k == "quant_method" || k == "format" || k == "layout_version" || k == "config_groups" ||
+        k == "ignore" || k == "provenance") {
       continue;
     }
     if (in(kRefusedTopLevel, k)) {
-      return err("{}: '{}' is not supported by gridq (format.md §11.2); refusing rather than ignoring it", label, k);
+      return err("{}: '{}' is not supported by gridq (format.md §11.2); refusing rather than ignoring it",
+                 label, k);
     }
     if (in(kNullOnlyTopLevel, k)) {
-      if (!is_empty_value(*it)) return err("{}: '{}' must be null or empty; gridq does not implement it", label, k);
+      if (!is_empty_value(*it))
+        return err("{}: '{}' must be null or empty; gridq does not implement it", label, k);
       continue;
     }
     if (in(kInformationalTopLevel, k)) continue;
-    return err("{}: unknown key '{}' (gridq refuses keys it cannot interpret, format.md §15 Config)", label, k);
+    return err("{}: unknown key '{}' (gridq refuses keys it cannot interpret, format.md §15 Config)", label,
+               k);
   }
   GRIDQ_ASSIGN_OR_RETURN(qc.quant_method, get_str_key(j, "quant_method", label));
   if (qc.quant_method != "gridbook" && qc.quant_method != "prismaquant") {
-    return err("{}: quant_method '{}' must be gridbook (or the legacy alias prismaquant)", label, qc.quant_method);
+    return err("{}: quant_method '{}' must be gridbook (or the legacy alias prismaquant)", label,
+               qc.quant_method);
   }
   if (auto f = j.find("format"); f != j.end()) {
     if (!f->is_string()) return err("{}: 'format' must be a string", label);
@@ -323,9 +340,11 @@ Expected<QuantConfig> parse_quant_config(const json& j, std::string_view label) 
     ConfigGroup cg;
     cg.name = it.key();
     auto t = g.find("targets");
-    if (t == g.end() || !t->is_array() || t->empty()) return err("{}: targets must be a non-empty list", where);
+    if (t == g.end() || !t->is_array() || t->empty())
+      return err("{}: targets must be a non-empty list", where);
     for (const auto& e : *t) {
-      if (!e.is_string() || e.get<std::string>().empty()) return err("{}: targets must be non-empty strings", where);
+      if (!e.is_string() || e.get<std::string>().empty())
+        return err("{}: targets must be non-empty strings", where);
       cg.targets.push_back(e.get<std::string>());
     }
     if (auto f = g.find("format"); f != g.end()) {
@@ -347,15 +366,17 @@ Expected<QuantConfig> parse_quant_config(const json& j, std::string_view label) 
     qc.groups.push_back(std::move(cg));
   }
   if (declared_layout != (any_v2 ? 2 : 1)) {
-    return err("{}: layout_version {} is inconsistent with the groups ({} group carries scale_coding; "
-               "format.md §11.2: 2 iff some group does)",
-               label, declared_layout, any_v2 ? "a" : "no");
+    return err(
+        "{}: layout_version {} is inconsistent with the groups ({} group carries scale_coding; "
+        "format.md §11.2: 2 iff some group does)",
+        label, declared_layout, any_v2 ? "a" : "no");
   }
   qc.layout_version = declared_layout;
   if (auto ig = j.find("ignore"); ig != j.end() && !ig->is_null()) {
     if (!ig->is_array()) return err("{}: ignore must be a list", label);
     for (const auto& e : *ig) {
-      if (!e.is_string() || e.get<std::string>().empty()) return err("{}: ignore entries must be non-empty strings", label);
+      if (!e.is_string() || e.get<std::string>().empty())
+        return err("{}: ignore entries must be non-empty strings", label);
       qc.ignore.push_back(e.get<std::string>());
     }
   }
@@ -372,12 +393,14 @@ Expected<QuantConfig> parse_quant_config(const json& j, std::string_view label) 
       if (m.empty()) return err("{}: provenance.codebook_sha256 is empty (format.md §10: refuse)", label);
       std::map<std::string, std::string> digests;
       for (auto d = m.begin(); d != m.end(); ++d) {
-        if (!d->is_string()) return err("{}: provenance.codebook_sha256['{}'] must be a string", label, d.key());
+        if (!d->is_string())
+          return err("{}: provenance.codebook_sha256['{}'] must be a string", label, d.key());
         const std::string hex = d->get<std::string>();
         const bool ok = hex.size() == 64 && std::all_of(hex.begin(), hex.end(), [](char c) {
                           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
                         });
-        if (!ok) return err("{}: provenance.codebook_sha256['{}'] is not 64 lowercase hex digits", label, d.key());
+        if (!ok)
+          return err("{}: provenance.codebook_sha256['{}'] is not 64 lowercase hex digits", label, d.key());
         digests[d.key()] = hex;
       }
       qc.codebook_sha256 = std::move(digests);
@@ -418,9 +441,10 @@ Status check_plain_file_name(std::string_view name, std::string_view key) {
   if (name.empty()) return err("config.json: quantization_config.{} is empty", key);
   if (name.find('/') != std::string_view::npos || name.find('\\') != std::string_view::npos ||
       name.find("..") != std::string_view::npos || name.find('\0') != std::string_view::npos || name == ".") {
-    return err("config.json: quantization_config.{} '{}' must be a plain file name inside the model directory "
-               "(format.md §11.1)",
-               key, name);
+    return err(
+        "config.json: quantization_config.{} '{}' must be a plain file name inside the model directory "
+        "(format.md §11.1)",
+        key, name);
   }
   return Status();
 }
@@ -431,17 +455,20 @@ Expected<std::optional<QuantizationStub>> parse_quantization_stub(const json& co
   if (q == config_json.end() || q->is_null()) return std::optional<QuantizationStub>();
   if (!q->is_object()) return err("config.json: quantization_config must be an object");
   QuantizationStub stub;
-  GRIDQ_ASSIGN_OR_RETURN(stub.quant_method, get_str_key(*q, "quant_method", "config.json: quantization_config"));
+  GRIDQ_ASSIGN_OR_RETURN(stub.quant_method,
+                         get_str_key(*q, "quant_method", "config.json: quantization_config"));
   if (stub.quant_method != "gridbook" && stub.quant_method != "prismaquant") {
-    return err("config.json: quantization_config.quant_method '{}' is not gridbook (gridq reads gridbook "
-               "artifacts only)",
-               stub.quant_method);
+    return err(
+        "config.json: quantization_config.quant_method '{}' is not gridbook (gridq reads gridbook "
+        "artifacts only)",
+        stub.quant_method);
   }
   for (const char* key : {"config_file", "codebook_file"}) {
     if (auto f = q->find(key); f != q->end()) {
       if (!f->is_string()) return err("config.json: quantization_config.{} must be a string", key);
       GRIDQ_RETURN_IF_ERROR(check_plain_file_name(f->get<std::string>(), key));
-      (std::string_view(key) == "config_file" ? stub.config_file : stub.codebook_file) = f->get<std::string>();
+      (std::string_view(key) == "config_file" ? stub.config_file : stub.codebook_file) =
+          f->get<std::string>();
     }
   }
   if (auto f = q->find("format"); f != q->end()) {
@@ -459,14 +486,16 @@ Expected<std::optional<QuantizationStub>> parse_quantization_stub(const json& co
   for (auto it = q->begin(); it != q->end(); ++it) {
     const std::string& k = it.key();
     if (k != "quant_method" && k != "format" && k != "config_file" && k != "codebook_file") {
-      return err("config.json: quantization_config key '{}' is not part of the gridbook stub (format.md §11.1)", k);
+      return err(
+          "config.json: quantization_config key '{}' is not part of the gridbook stub (format.md §11.1)", k);
     }
   }
   return std::optional<QuantizationStub>(std::move(stub));
 }
 
 json emit_quantization_stub(const QuantizationStub& stub) {
-  json j{{"quant_method", "gridbook"}, {"config_file", stub.config_file}, {"codebook_file", stub.codebook_file}};
+  json j{
+      {"quant_method", "gridbook"}, {"config_file", stub.config_file}, {"codebook_file", stub.codebook_file}};
   if (!stub.format.empty()) j["format"] = stub.format;
   return j;
 }

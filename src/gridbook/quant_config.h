@@ -30,12 +30,12 @@ struct CbScheme {
   Rung rung;
   int type_size = 0;
   int n_sub = 0;
-  int group_size = 0;  // 16 fp4, 0 fp8
-  int act_bits = 0;    // 4 fp4, 8 fp8
-  std::string codebook_source = "lattice";       // lattice | learned
-  std::vector<std::string> codebook_ref;          // sidecar tensor names, sub0 … sub{n_sub-1}
-  std::optional<std::string> codebook_group;      // a role name, or null
-  std::optional<ScaleCoding> scale_coding;        // fp4 v2 only
+  int group_size = 0;                         // 16 fp4, 0 fp8
+  int act_bits = 0;                           // 4 fp4, 8 fp8
+  std::string codebook_source = "lattice";    // lattice | learned
+  std::vector<std::string> codebook_ref;      // sidecar tensor names, sub0 … sub{n_sub-1}
+  std::optional<std::string> codebook_group;  // a role name, or null
+  std::optional<ScaleCoding> scale_coding;    // fp4 v2 only
   bool operator==(const CbScheme&) const = default;
 };
 
@@ -55,7 +55,7 @@ struct QuantConfig {
   std::string quant_method = "gridbook";  // "prismaquant" is read as an alias; emit always writes gridbook
   std::string format;                     // informational (e.g. "nvfp4_cb")
   int layout_version = 1;
-  std::vector<ConfigGroup> groups;        // sorted by name (JSON objects are unordered)
+  std::vector<ConfigGroup> groups;  // sorted by name (JSON objects are unordered)
   std::vector<std::string> ignore;
   // provenance.codebook_sha256: absent ⇒ no check; present ⇒ names and digests must match the sidecar.
   std::optional<std::map<std::string, std::string>> codebook_sha256;
@@ -66,7 +66,8 @@ struct QuantConfig {
 };
 
 // Parses quant_config.json (or the inline config of config.json). `label` prefixes error messages.
-Expected<QuantConfig> parse_quant_config(const nlohmann::json& j, std::string_view label = "quant_config.json");
+Expected<QuantConfig> parse_quant_config(const nlohmann::json& j,
+                                         std::string_view label = "quant_config.json");
 // Emits the JSON gridq writes; layout_version is recomputed from the groups. Deterministic.
 nlohmann::json emit_quant_config(const QuantConfig& qc);
 

@@ -73,7 +73,8 @@ Status write_sidecar(const std::string& path, const std::vector<CodebookTable>& 
   std::vector<io::SafetensorsWriter::Decl> decls;
   for (const auto& t : tables) {
     if (static_cast<int64_t>(t.f16.size()) != t.rows * t.cols) {
-      return err("{}: table '{}' holds {} values, shape [{}, {}]", path, t.name, t.f16.size(), t.rows, t.cols);
+      return err("{}: table '{}' holds {} values, shape [{}, {}]", path, t.name, t.f16.size(), t.rows,
+                 t.cols);
     }
     decls.push_back({t.name, io::DType::F16, {t.rows, t.cols}});
   }
@@ -106,9 +107,10 @@ Status verify_codebook_provenance(const std::optional<std::map<std::string, std:
   }
   for (const auto& t : sidecar.tables()) {
     if (!digests->count(t.name)) {
-      return err("{}: codebook table '{}' is not bound by provenance.codebook_sha256 (format.md §10: unbound "
-                 "extra table)",
-                 sidecar.label(), t.name);
+      return err(
+          "{}: codebook table '{}' is not bound by provenance.codebook_sha256 (format.md §10: unbound "
+          "extra table)",
+          sidecar.label(), t.name);
     }
   }
   return Status();

@@ -19,10 +19,10 @@ namespace gridq::gridbook {
 
 struct CodebookTable {
   std::string name;
-  int64_t rows = 0;               // 2^{b_i}
-  int64_t cols = 0;               // 8 / n_sub
-  std::vector<uint16_t> f16;      // [rows, cols] FP16 bits, C order
-  std::string sha256;             // SHA-256 of the raw little-endian FP16 bytes (64 lowercase hex)
+  int64_t rows = 0;           // 2^{b_i}
+  int64_t cols = 0;           // 8 / n_sub
+  std::vector<uint16_t> f16;  // [rows, cols] FP16 bits, C order
+  std::string sha256;         // SHA-256 of the raw little-endian FP16 bytes (64 lowercase hex)
 };
 
 // "cb_codebook.<ref>.<fmt>.sub<i>" for product mode.

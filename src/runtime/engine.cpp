@@ -1,5 +1,8 @@
 #include "runtime/engine.h"
 
+#include <filesystem>
+
+#include "runtime/artifact_weights.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/model_weights.h"
 
@@ -8,6 +11,16 @@ namespace gridq::runtime {
 Expected<std::unique_ptr<Engine>> Engine::open(const std::string& model_dir, const EngineOptions& opts) {
   if (opts.backend != "cpu") return err("engine: backend '{}' is not available here (use cpu)", opts.backend);
   if (opts.prefill_chunk <= 0) return err("engine: prefill_chunk must be > 0 (got {})", opts.prefill_chunk);
+  GRIDQ_ASSIGN_OR_RETURN(nlohmann::json cfg,
+                         io::read_json_file((std::filesystem::path(model_dir) / "config.json").string()));
+  if (cfg.contains("quantization_config")) {
+    // A gridbook artifact: FP8 / CB weights straight from the mmapped files.
+    GRIDQ_ASSIGN_OR_RETURN(std::shared_ptr<ArtifactModel> am, load_artifact_model(model_dir));
+    GRIDQ_ASSIGN_OR_RETURN(auto be, cpu::CpuBackend::create(am->spec, am->weights, am, cpu::CpuOptions{opts.threads}));
+    auto e = from_backend(std::move(be), opts);
+    e->model_dir_ = model_dir;
+    return e;
+  }
   GRIDQ_ASSIGN_OR_RETURN(model::LoadedModel lm, model::load_model(model_dir));
   GRIDQ_ASSIGN_OR_RETURN(ModelWeights w, build_model_weights(lm.spec, lm.weights));
   std::shared_ptr<void> keep(std::move(lm.checkpoint));

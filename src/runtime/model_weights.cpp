@@ -6,9 +6,12 @@ namespace {
 
 using model::roles::layer;
 
+thread_local const MatrixResolver* g_resolve = nullptr;  // set for the duration of one build
+
 Expected<QMatrix> mat(const model::WeightMap& w, const std::string& role) {
   const model::WeightRef* r = w.find(role);
   if (!r) return err("weights: role '{}' is missing", role);
+  if (g_resolve && *g_resolve) return (*g_resolve)(*r);
   return qmatrix_from_ref(*r);
 }
 
@@ -20,8 +23,13 @@ Expected<std::vector<float>> vec(const model::WeightMap& w, const std::string& r
 
 }  // namespace
 
-Expected<ModelWeights> build_model_weights(const model::ModelSpec& spec, const model::WeightMap& w) {
+Expected<ModelWeights> build_model_weights(const model::ModelSpec& spec, const model::WeightMap& w,
+                                           const MatrixResolver& resolve) {
   namespace R = model::roles;
+  g_resolve = &resolve;
+  struct Reset {
+    ~Reset() { g_resolve = nullptr; }
+  } reset;
   ModelWeights mw;
   GRIDQ_ASSIGN_OR_RETURN(mw.embed, mat(w, std::string(R::kEmbed)));
   GRIDQ_ASSIGN_OR_RETURN(mw.lm_head, mat(w, std::string(R::kLmHead)));

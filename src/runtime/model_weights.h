@@ -3,6 +3,7 @@
 // artifact loader (FP8 / CB matrices); every backend consumes this form.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "core/status.h"
@@ -44,7 +45,13 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
 };
 
-// Builds the BF16/F32 form of every role the spec needs; a missing role is an error naming it.
-Expected<ModelWeights> build_model_weights(const model::ModelSpec& spec, const model::WeightMap& w);
+// Turns one weight role into a QMatrix (artifact loaders resolve FP8 / CB modules this way).
+using MatrixResolver = std::function<Expected<QMatrix>(const model::WeightRef&)>;
+
+// Builds every role the spec needs; a missing role is an error naming it. Matrices come from `resolve`
+// when given, else from the BF16/F32 tensors themselves (qmatrix_from_ref). Vectors are always read as
+// BF16/F32 tensors.
+Expected<ModelWeights> build_model_weights(const model::ModelSpec& spec, const model::WeightMap& w,
+                                           const MatrixResolver& resolve = {});
 
 }  // namespace gridq::runtime

@@ -1,5 +1,7 @@
 #include "runtime/qmatrix.h"
 
+#include <cstring>
+
 #include "core/numerics.h"
 #include "runtime/cpu/cb_rows.h"
 
@@ -39,16 +41,19 @@ Expected<std::vector<float>> vector_from_ref(const model::WeightRef& ref) {
 
 void dequantize_row(const QMatrix& m, int64_t r, float* out) {
   switch (m.format) {
+    // memcpy: checkpoint tensors are not guaranteed to be aligned to their element size.
     case WeightFormat::kBF16: {
-      const uint16_t* p = static_cast<const uint16_t*>(m.data) + r * m.cols;
-      for (int64_t c = 0; c < m.cols; ++c) out[c] = bf16_to_f32(p[c]);
+      const uint8_t* p = static_cast<const uint8_t*>(m.data) + r * m.cols * 2;
+      for (int64_t c = 0; c < m.cols; ++c) {
+        uint16_t h;
+        std::memcpy(&h, p + 2 * c, 2);
+        out[c] = bf16_to_f32(h);
+      }
       return;
     }
-    case WeightFormat::kF32: {
-      const float* p = static_cast<const float*>(m.data) + r * m.cols;
-      for (int64_t c = 0; c < m.cols; ++c) out[c] = p[c];
+    case WeightFormat::kF32:
+      std::memcpy(out, static_cast<const uint8_t*>(m.data) + r * m.cols * 4, static_cast<size_t>(m.cols) * 4);
       return;
-    }
     case WeightFormat::kFP8: {
       const uint8_t* p = static_cast<const uint8_t*>(m.data) + r * m.cols;
       const float s = m.row_scale[r];

@@ -26,10 +26,10 @@
 namespace gridq::testing {
 
 struct SyntheticOptions {
-  int layers = 3;              // layer 0 dense; layers 1.. MoE
+  int layers = 3;  // layer 0 dense; layers 1.. MoE
   int hidden = 512;
   int vocab = 256;
-  int heads = 4;               // query heads per layer (q width heads·128)
+  int heads = 4;  // query heads per layer (q width heads·128)
   int kv_heads = 2;
   int experts = 8;
   int top_k = 2;
@@ -37,7 +37,7 @@ struct SyntheticOptions {
   int shared_inter = 256;
   int dense_inter = 512;
   std::vector<int> expert_k = {12, 16};  // NVFP4_CB_K{k} v2 per MoE layer (cycled)
-  bool fp8_attention = true;   // q/k/v/o as compressed-tensors FP8; false: BF16 listed in ignore
+  bool fp8_attention = true;             // q/k/v/o as compressed-tensors FP8; false: BF16 listed in ignore
   uint64_t seed = 1;
 };
 
@@ -49,10 +49,10 @@ struct SynthTensor {
 };
 
 struct SyntheticArtifact {
-  nlohmann::json config;        // config.json, with the gridbook quantization_config stub
-  nlohmann::json quant_config;  // quant_config.json
-  std::vector<SynthTensor> tensors;               // model.safetensors
-  std::vector<gridbook::CodebookTable> tables;    // cb_codebooks.pqcb
+  nlohmann::json config;                        // config.json, with the gridbook quantization_config stub
+  nlohmann::json quant_config;                  // quant_config.json
+  std::vector<SynthTensor> tensors;             // model.safetensors
+  std::vector<gridbook::CodebookTable> tables;  // cb_codebooks.pqcb
 
   SynthTensor* find(const std::string& name) {
     for (auto& t : tensors) {
@@ -130,7 +130,8 @@ inline int64_t numel(const std::vector<int64_t>& s) {
 
 // Packed NVFP4 CB v2 bytes for a stacked tensor [E, rows, in/256·ts]: random index streams and random planes
 // with E in 121..133, where all 16 codes are legal (format.md §6.2), so every plane is legal.
-inline std::vector<uint8_t> random_cb_v2_bytes(std::mt19937_64& rng, const gridbook::Rung& r, int64_t n_superblocks) {
+inline std::vector<uint8_t> random_cb_v2_bytes(std::mt19937_64& rng, const gridbook::Rung& r,
+                                               int64_t n_superblocks) {
   std::vector<uint8_t> out(static_cast<size_t>(n_superblocks * r.type_size()));
   std::uniform_int_distribution<int> byte(0, 255), e(121, 133), code(0, 15);
   for (int64_t s = 0; s < n_superblocks; ++s) {
@@ -175,15 +176,28 @@ inline SyntheticArtifact make_synthetic_artifact(const SyntheticOptions& o = {})
   SyntheticArtifact a;
   const int64_t H = o.hidden, d = 128, q_w = int64_t{o.heads} * d, kv_w = int64_t{o.kv_heads} * d;
 
-  json cfg = {{"architectures", {"LagunaForCausalLM"}}, {"model_type", "laguna"}, {"hidden_size", H},
-              {"vocab_size", o.vocab}, {"num_hidden_layers", o.layers}, {"head_dim", d},
-              {"num_attention_heads", o.heads}, {"num_key_value_heads", o.kv_heads},
-              {"intermediate_size", o.dense_inter}, {"moe_intermediate_size", o.moe_inter},
-              {"shared_expert_intermediate_size", o.shared_inter}, {"num_experts", o.experts},
-              {"num_experts_per_tok", o.top_k}, {"moe_routed_scaling_factor", 2.5}, {"rms_norm_eps", 1e-6},
-              {"tie_word_embeddings", false}, {"gating", true}, {"sliding_window", 64},
-              {"max_position_embeddings", 4096}, {"moe_apply_router_weight_on_input", false},
-              {"moe_router_logit_softcapping", 0.0}, {"torch_dtype", "bfloat16"}};
+  json cfg = {{"architectures", {"LagunaForCausalLM"}},
+              {"model_type", "laguna"},
+              {"hidden_size", H},
+              {"vocab_size", o.vocab},
+              {"num_hidden_layers", o.layers},
+              {"head_dim", d},
+              {"num_attention_heads", o.heads},
+              {"num_key_value_heads", o.kv_heads},
+              {"intermediate_size", o.dense_inter},
+              {"moe_intermediate_size", o.moe_inter},
+              {"shared_expert_intermediate_size", o.shared_inter},
+              {"num_experts", o.experts},
+              {"num_experts_per_tok", o.top_k},
+              {"moe_routed_scaling_factor", 2.5},
+              {"rms_norm_eps", 1e-6},
+              {"tie_word_embeddings", false},
+              {"gating", true},
+              {"sliding_window", 64},
+              {"max_position_embeddings", 4096},
+              {"moe_apply_router_weight_on_input", false},
+              {"moe_router_logit_softcapping", 0.0},
+              {"torch_dtype", "bfloat16"}};
   json heads = json::array(), layer_types = json::array(), mlp_types = json::array();
   for (int l = 0; l < o.layers; ++l) {
     heads.push_back(o.heads);
@@ -194,10 +208,17 @@ inline SyntheticArtifact make_synthetic_artifact(const SyntheticOptions& o = {})
   cfg["layer_types"] = layer_types;
   cfg["mlp_layer_types"] = mlp_types;
   cfg["rope_parameters"] = {
-      {"full_attention", {{"rope_type", "yarn"}, {"rope_theta", 500000.0}, {"factor", 8.0},
-                          {"original_max_position_embeddings", 512}, {"beta_fast", 32.0}, {"beta_slow", 1.0},
-                          {"attention_factor", 1.2079441541679836}, {"partial_rotary_factor", 0.5}}},
-      {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}, {"partial_rotary_factor", 1.0}}}};
+      {"full_attention",
+       {{"rope_type", "yarn"},
+        {"rope_theta", 500000.0},
+        {"factor", 8.0},
+        {"original_max_position_embeddings", 512},
+        {"beta_fast", 32.0},
+        {"beta_slow", 1.0},
+        {"attention_factor", 1.2079441541679836},
+        {"partial_rotary_factor", 0.5}}},
+      {"sliding_attention",
+       {{"rope_type", "default"}, {"rope_theta", 10000.0}, {"partial_rotary_factor", 1.0}}}};
   gridbook::QuantizationStub stub;
   stub.format = "nvfp4_cb";
   cfg["quantization_config"] = gridbook::emit_quantization_stub(stub);
@@ -256,7 +277,9 @@ inline SyntheticArtifact make_synthetic_artifact(const SyntheticOptions& o = {})
     }
     bf16(p + "mlp.gate.weight", {o.experts, H});
     ignore.push_back(p + "mlp.gate");
-    a.tensors.push_back({p + "mlp.experts.e_score_correction_bias", io::DType::F32, {o.experts},
+    a.tensors.push_back({p + "mlp.experts.e_score_correction_bias",
+                         io::DType::F32,
+                         {o.experts},
                          f32_bytes(std::vector<float>(static_cast<size_t>(o.experts), 0.0f))});
     ignore.push_back(p + "mlp.experts.e_score_correction_bias");
     const int k = o.expert_k[static_cast<size_t>(l - 1) % o.expert_k.size()];
@@ -266,7 +289,8 @@ inline SyntheticArtifact make_synthetic_artifact(const SyntheticOptions& o = {})
     json targets = json::array();
     for (const auto& [leaf, shape] : stacks) {
       const int64_t sbs = (shape.second + 255) / 256;  // ceil: lets a test build an in % 256 != 0 target
-      a.tensors.push_back({p + "mlp.experts." + leaf + ".cb_qweight", io::DType::U8,
+      a.tensors.push_back({p + "mlp.experts." + leaf + ".cb_qweight",
+                           io::DType::U8,
                            {o.experts, shape.first, sbs * rung.type_size()},
                            random_cb_v2_bytes(rng, rung, o.experts * shape.first * sbs)});
       targets.push_back(p + "mlp.experts." + leaf);
@@ -297,8 +321,11 @@ inline SyntheticArtifact make_synthetic_artifact(const SyntheticOptions& o = {})
     g["targets"] = json::array({R"(re:model\.layers\.\d+\.self_attn\.(q|k|v|o)_proj$)"});
     groups["attention_fp8"] = g;
   }
-  a.quant_config = {{"quant_method", "gridbook"}, {"format", "nvfp4_cb"}, {"layout_version", 2},
-                    {"config_groups", groups}, {"ignore", ignore}};
+  a.quant_config = {{"quant_method", "gridbook"},
+                    {"format", "nvfp4_cb"},
+                    {"layout_version", 2},
+                    {"config_groups", groups},
+                    {"ignore", ignore}};
   a.refresh_provenance();
   return a;
 }

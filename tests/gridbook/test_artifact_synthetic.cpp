@@ -22,8 +22,8 @@ using testing::SyntheticOptions;
 
 std::string temp_dir(const std::string& tag) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path p = fs::temp_directory_path() /
-               fmt::format("gridq_artifact_{}_{}_{}_{}", ::getpid(), info->test_suite_name(), info->name(), tag);
+  fs::path p = fs::temp_directory_path() / fmt::format("gridq_artifact_{}_{}_{}_{}", ::getpid(),
+                                                       info->test_suite_name(), info->name(), tag);
   fs::remove_all(p);
   return p.string();
 }
@@ -200,7 +200,8 @@ TEST(ArtifactRefusal, FormatDisagreesWithK) {
 
 TEST(ArtifactRefusal, RoleClaimedTwice) {
   SyntheticArtifact a = base();
-  a.quant_config["config_groups"]["routed_k16"]["targets"].push_back("model.layers.1.mlp.experts.gate_up_proj");
+  a.quant_config["config_groups"]["routed_k16"]["targets"].push_back(
+      "model.layers.1.mlp.experts.gate_up_proj");
   expect_refused(a, {"model.layers.1.mlp.experts.gate_up_proj", "claimed twice"});
 }
 
@@ -215,7 +216,8 @@ TEST(ArtifactRefusal, RoleWithoutBook) {
 
 TEST(ArtifactRefusal, DigestMismatch) {
   SyntheticArtifact a = base();
-  a.quant_config["provenance"]["codebook_sha256"]["cb_codebook.lattice.NVFP4_CB_K12.sub0"] = std::string(64, '0');
+  a.quant_config["provenance"]["codebook_sha256"]["cb_codebook.lattice.NVFP4_CB_K12.sub0"] =
+      std::string(64, '0');
   expect_refused(a, {"cb_codebook.lattice.NVFP4_CB_K12.sub0", "SHA-256"});
 }
 
@@ -224,7 +226,8 @@ TEST(ArtifactRefusal, ProvenanceMissingNameExtraNullEmpty) {
   a.quant_config["provenance"]["codebook_sha256"].erase("cb_codebook.lattice.NVFP4_CB_K12.sub1");
   expect_refused(a, {"cb_codebook.lattice.NVFP4_CB_K12.sub1", "not bound"});
   a = base();
-  a.quant_config["provenance"]["codebook_sha256"]["cb_codebook.lattice.NVFP4_CB_K20.sub0"] = std::string(64, '1');
+  a.quant_config["provenance"]["codebook_sha256"]["cb_codebook.lattice.NVFP4_CB_K20.sub0"] =
+      std::string(64, '1');
   expect_refused(a, {"cb_codebook.lattice.NVFP4_CB_K20.sub0", "does not contain"});
   a = base();
   a.quant_config["provenance"]["codebook_sha256"] = nullptr;
@@ -261,13 +264,16 @@ TEST(ArtifactRefusal, MissingTensor) {
 
 TEST(ArtifactRefusal, ExtraTensor) {
   SyntheticArtifact a = base();
-  a.tensors.push_back({"model.layers.0.mlp.extra_proj.weight", io::DType::BF16, {2, 2}, std::vector<uint8_t>(8, 0)});
+  a.tensors.push_back(
+      {"model.layers.0.mlp.extra_proj.weight", io::DType::BF16, {2, 2}, std::vector<uint8_t>(8, 0)});
   expect_refused(a, {"model.layers.0.mlp.extra_proj.weight"});
   a = base();  // a BF16 weight left next to a CB tensor of the same module
-  a.tensors.push_back({"model.layers.1.mlp.experts.down_proj", io::DType::BF16, {2}, std::vector<uint8_t>(4, 0)});
+  a.tensors.push_back(
+      {"model.layers.1.mlp.experts.down_proj", io::DType::BF16, {2}, std::vector<uint8_t>(4, 0)});
   expect_refused(a, {"model.layers.1.mlp.experts.down_proj"});
   a = base();
-  a.tensors.push_back({"model.layers.0.self_attn.q_proj.input_scale", io::DType::F32, {1}, std::vector<uint8_t>(4, 0)});
+  a.tensors.push_back(
+      {"model.layers.0.self_attn.q_proj.input_scale", io::DType::F32, {1}, std::vector<uint8_t>(4, 0)});
   expect_refused(a, {"input_scale", "not supported"});
 }
 

@@ -62,7 +62,8 @@ TEST(QuantConfig, ParsesTheSpecExample) {
 
 TEST(QuantConfig, DefaultTableIsT4_2oct8m) {
   const ScaleCoding sc = default_scale_coding();
-  const float want[16] = {1, 1.125, 1.25, 1.375, 1.5, 1.625, 1.75, 1.875, 2, 2.25, 2.5, 2.75, 3, 3.25, 3.5, 3.75};
+  const float want[16] = {1, 1.125, 1.25, 1.375, 1.5, 1.625, 1.75, 1.875,
+                          2, 2.25,  2.5,  2.75,  3,   3.25,  3.5,  3.75};
   for (int i = 0; i < 16; ++i) EXPECT_EQ(sc.table[i], want[i]) << i;
 }
 
@@ -74,10 +75,12 @@ TEST(QuantConfig, EmitMatchesTheSpecGroupAndRoundTrips) {
                        {"model.layers.1.mlp.experts.gate_up_proj", "model.layers.1.mlp.experts.down_proj"},
                        "NVFP4_CB_K16",
                        make_cb_scheme(k16)});
-  qc.groups.push_back({"attention_fp8", {R"(re:model\.layers\.\d+\.self_attn\.(q|k|v|o)_proj)"}, "", std::nullopt});
+  qc.groups.push_back(
+      {"attention_fp8", {R"(re:model\.layers\.\d+\.self_attn\.(q|k|v|o)_proj)"}, "", std::nullopt});
   qc.ignore = {"lm_head", "model.layers.1.mlp.gate"};
-  qc.codebook_sha256 = std::map<std::string, std::string>{{"cb_codebook.lattice.NVFP4_CB_K16.sub0", std::string(64, 'a')},
-                                                          {"cb_codebook.lattice.NVFP4_CB_K16.sub1", std::string(64, 'b')}};
+  qc.codebook_sha256 =
+      std::map<std::string, std::string>{{"cb_codebook.lattice.NVFP4_CB_K16.sub0", std::string(64, 'a')},
+                                         {"cb_codebook.lattice.NVFP4_CB_K16.sub1", std::string(64, 'b')}};
   qc.provenance_extra = {{"codebook_source", "lattice"}};
   const json j = emit_quant_config(qc);
   EXPECT_EQ(j["config_groups"]["routed_k16"], spec_routed_group());
@@ -111,11 +114,20 @@ TEST(QuantConfig, AcceptsV1AndFp8Groups) {
   g["scheme"]["type_size"] = 80;  // v1
   j["config_groups"]["v1"] = g;
   json f = {{"format", "FP8_CB_K32"}, {"targets", {"lm_head"}}};
-  f["scheme"] = {{"grid", "fp8"}, {"mode", "product"}, {"k", 32}, {"superblock", 256}, {"group_size", 0},
-                 {"vec_dim", 8}, {"n_sub", 4}, {"type_size", 128}, {"act_bits", 8}, {"codebook_source", "learned"},
+  f["scheme"] = {{"grid", "fp8"},
+                 {"mode", "product"},
+                 {"k", 32},
+                 {"superblock", 256},
+                 {"group_size", 0},
+                 {"vec_dim", 8},
+                 {"n_sub", 4},
+                 {"type_size", 128},
+                 {"act_bits", 8},
+                 {"codebook_source", "learned"},
                  {"codebook_group", "lm"},
-                 {"codebook_ref", {"cb_codebook.b.FP8_CB_K32.sub0", "cb_codebook.b.FP8_CB_K32.sub1",
-                                   "cb_codebook.b.FP8_CB_K32.sub2", "cb_codebook.b.FP8_CB_K32.sub3"}}};
+                 {"codebook_ref",
+                  {"cb_codebook.b.FP8_CB_K32.sub0", "cb_codebook.b.FP8_CB_K32.sub1",
+                   "cb_codebook.b.FP8_CB_K32.sub2", "cb_codebook.b.FP8_CB_K32.sub3"}}};
   j["config_groups"]["fp8"] = f;
   auto r = parse_quant_config(j);
   ASSERT_TRUE(r.ok()) << r.message();
@@ -156,7 +168,8 @@ TEST(QuantConfig, SchemeRefusals) {
                  "codebook_ref");
   expect_refused(with([](json& g) { g["scheme"]["codebook_source"] = "random"; }), "codebook_source");
   expect_refused(with([](json& g) { g["scheme"]["codebook_group"] = 3; }), "codebook_group");
-  expect_refused(with([](json& g) { g["scheme"]["activation_contract"] = json::object(); }), "activation_contract");
+  expect_refused(with([](json& g) { g["scheme"]["activation_contract"] = json::object(); }),
+                 "activation_contract");
   expect_refused(with([](json& g) { g["scheme"]["unknown"] = 1; }), "unknown");
   expect_refused(with([](json& g) { g["scheme"].erase("type_size"); }), "type_size");
   expect_refused(with([](json& g) { g["scheme"]["mode"] = "lattice"; }), "mode");
@@ -187,7 +200,8 @@ TEST(QuantConfig, TopLevelRefusals) {
   };
   expect_refused(with([](json& j) { j["layout_version"] = 1; }), "layout_version");
   expect_refused(with([](json& j) { j["layout_version"] = 3; }), "layout_version");
-  expect_refused(with([](json& j) { j.erase("layout_version"); }), "layout_version");  // absent ⇒ 1, inconsistent
+  expect_refused(with([](json& j) { j.erase("layout_version"); }),
+                 "layout_version");  // absent ⇒ 1, inconsistent
   expect_refused(with([](json& j) { j["quant_method"] = "compressed-tensors"; }), "quant_method");
   expect_refused(with([](json& j) { j.erase("config_groups"); }), "config_groups");
   for (const char* key : {"per_expert_format_groups", "source_passthrough", "execution_contracts",
@@ -258,9 +272,10 @@ TEST(QuantizationStub, ParseAndEmit) {
   QuantizationStub s;
   s.format = "nvfp4_cb";
   cfg["quantization_config"] = emit_quantization_stub(s);
-  EXPECT_EQ(cfg["quantization_config"],
-            json({{"quant_method", "gridbook"}, {"format", "nvfp4_cb"}, {"config_file", "quant_config.json"},
-                  {"codebook_file", "cb_codebooks.pqcb"}}));
+  EXPECT_EQ(cfg["quantization_config"], json({{"quant_method", "gridbook"},
+                                              {"format", "nvfp4_cb"},
+                                              {"config_file", "quant_config.json"},
+                                              {"codebook_file", "cb_codebooks.pqcb"}}));
   auto r = parse_quantization_stub(cfg);
   ASSERT_TRUE(r.ok()) << r.message();
   ASSERT_TRUE(r->has_value());

@@ -84,7 +84,8 @@ TEST(Matching, RoutedExpertChildRule) {
   EXPECT_FALSE(parse_routed_expert("model.layers.1.mlp.experts.e_score_correction_bias"));
   EXPECT_FALSE(parse_routed_expert("model.layers.1.mlp.shared_expert.gate_proj"));
   // The experts2 target of format.md §13 does not reach the experts stack.
-  EXPECT_FALSE(P("model.layers.1.mlp.experts2.gate_up_proj").matches("model.layers.1.mlp.experts.gate_up_proj"));
+  EXPECT_FALSE(
+      P("model.layers.1.mlp.experts2.gate_up_proj").matches("model.layers.1.mlp.experts.gate_up_proj"));
 }
 
 TEST(Matching, FusedSets) {
@@ -93,7 +94,8 @@ TEST(Matching, FusedSets) {
   EXPECT_FALSE(fused_set("model.layers.0.self_attn.o_proj"));
   EXPECT_FALSE(fused_set("model.layers.0.self_attn.g_proj"));
   EXPECT_EQ(fused_set("model.layers.0.mlp.up_proj"), "model.layers.0.mlp.gate_up");
-  EXPECT_EQ(fused_set("model.layers.2.mlp.shared_expert.gate_proj"), "model.layers.2.mlp.shared_expert.gate_up");
+  EXPECT_EQ(fused_set("model.layers.2.mlp.shared_expert.gate_proj"),
+            "model.layers.2.mlp.shared_expert.gate_up");
   EXPECT_FALSE(fused_set("model.layers.0.mlp.down_proj"));
 }
 
@@ -102,16 +104,23 @@ TEST(Matching, FusedSets) {
 struct Fixture {
   std::vector<ClaimGroup> groups;
   std::vector<Pattern> ignore;
-  std::vector<std::string> linear = {"model.layers.1.self_attn.q_proj",       "model.layers.1.self_attn.k_proj",
-                                     "model.layers.1.self_attn.v_proj",       "model.layers.1.self_attn.o_proj",
-                                     "model.layers.1.mlp.gate",               "model.layers.1.mlp.experts.gate_up_proj",
-                                     "model.layers.1.mlp.experts.down_proj",  "model.layers.1.mlp.shared_expert.gate_proj",
+  std::vector<std::string> linear = {"model.layers.1.self_attn.q_proj",
+                                     "model.layers.1.self_attn.k_proj",
+                                     "model.layers.1.self_attn.v_proj",
+                                     "model.layers.1.self_attn.o_proj",
+                                     "model.layers.1.mlp.gate",
+                                     "model.layers.1.mlp.experts.gate_up_proj",
+                                     "model.layers.1.mlp.experts.down_proj",
+                                     "model.layers.1.mlp.shared_expert.gate_proj",
                                      "model.layers.1.mlp.shared_expert.up_proj"};
   std::vector<std::string> other = {"model.layers.1.input_layernorm", "model.embed_tokens"};
   Fixture() {
-    groups.push_back({"routed", ClaimKind::kCodebook,
-                      {P("model.layers.1.mlp.experts.gate_up_proj"), P("model.layers.1.mlp.experts.down_proj")}});
-    groups.push_back({"attn", ClaimKind::kCompressedTensors, {P(R"(re:model\.layers\.\d+\.self_attn\.[qkvo]_proj)")}});
+    groups.push_back(
+        {"routed",
+         ClaimKind::kCodebook,
+         {P("model.layers.1.mlp.experts.gate_up_proj"), P("model.layers.1.mlp.experts.down_proj")}});
+    groups.push_back(
+        {"attn", ClaimKind::kCompressedTensors, {P(R"(re:model\.layers\.\d+\.self_attn\.[qkvo]_proj)")}});
     ignore = {P("model.layers.1.mlp.gate"), P(R"(re:model\.layers\.\d+\.mlp\.shared_expert\.)"),
               P("model.embed_tokens")};
   }
@@ -142,7 +151,8 @@ TEST(Claims, OverlapRefused) {
 
 TEST(Claims, RoleClaimedByTwoGroupsRefused) {
   Fixture f;
-  f.groups.push_back({"routed_b", ClaimKind::kCodebook, {P(R"(re:model\.layers\.1\.mlp\.experts\.gate_up)")}});
+  f.groups.push_back(
+      {"routed_b", ClaimKind::kCodebook, {P(R"(re:model\.layers\.1\.mlp\.experts\.gate_up)")}});
   auto c = f.run();
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.message().find("claimed twice"), std::string::npos) << c.message();
@@ -192,7 +202,8 @@ TEST(Claims, ExpertsParentTargetRefusedWithTheChildRule) {
 
 TEST(Claims, Experts2TargetDoesNotClaimExperts) {
   Fixture f;
-  f.groups[0].targets = {P("model.layers.1.mlp.experts2.gate_up_proj"), P("model.layers.1.mlp.experts.down_proj")};
+  f.groups[0].targets = {P("model.layers.1.mlp.experts2.gate_up_proj"),
+                         P("model.layers.1.mlp.experts.down_proj")};
   auto c = f.run();
   ASSERT_FALSE(c.ok());  // experts.gate_up_proj is unclaimed, and the experts2 literal names nothing
   EXPECT_NE(c.message().find("model.layers.1.mlp.experts.gate_up_proj"), std::string::npos) << c.message();

@@ -79,6 +79,8 @@ Status check_m(int M, const char* what) {
 
 void set_gemv_min_warp_bytes(long long bytes) { g_min_warp_bytes = bytes < 256 ? 256 : bytes; }
 long long gemv_min_warp_bytes() { return g_min_warp_bytes; }
+void set_gemv_blocks_per_sm(int n) { raw_set_blocks_per_sm(n < 0 ? 0 : n); }
+int gemv_blocks_per_sm() { return raw_blocks_per_sm(); }
 
 Status gemv(const GemvArgs& a, const Workspace& ws, cudaStream_t stream, bool pdl) {
   if (a.w == nullptr) return err("gemv: no weight matrix");

@@ -121,7 +121,18 @@ void record(Ctx& c, json row, double ms, double spread, double items, double byt
   c.rows.push_back(std::move(row));
 }
 
-bool wanted(const Ctx& c, const std::string& name) { return c.o.filter.empty() || name.find(c.o.filter) != std::string::npos; }
+// filter: '|'-separated substrings; a row runs when its name contains any of them.
+bool wanted(const Ctx& c, const std::string& name) {
+  if (c.o.filter.empty()) return true;
+  size_t b = 0;
+  while (b <= c.o.filter.size()) {
+    size_t e = c.o.filter.find('|', b);
+    if (e == std::string::npos) e = c.o.filter.size();
+    if (e > b && name.find(c.o.filter.substr(b, e - b)) != std::string::npos) return true;
+    b = e + 1;
+  }
+  return false;
+}
 
 // A stack of kStack dense or CB matrices [rows, in] (kind: "bf16", "fp8", "cbK{k}v{v}"), optionally fused swiglu.
 Status dense_row(Ctx& c, const std::string& name, WeightFormat f, int k, int v, int rows, int in, int M, bool swiglu) {
@@ -374,6 +385,7 @@ Expected<json> run_kernel_bench(const BenchOptions& o) {
   GRIDQ_CUDA(cudaDriverGetVersion(&driver));
   GRIDQ_CUDA(cudaRuntimeGetVersion(&runtime));
   if (o.min_warp_bytes > 0) set_gemv_min_warp_bytes(o.min_warp_bytes);
+  if (o.blocks_per_sm >= 0) set_gemv_blocks_per_sm(o.blocks_per_sm);
   GRIDQ_ASSIGN_OR_RETURN(double copy, copy_bandwidth(stream.get(), o));
   if (o.progress) std::fprintf(stderr, "device-to-device copy: %.0f GB/s (read + write)\n", copy);
   Ctx c{stream.get(), o, wsb.ws, copy};
@@ -421,6 +433,7 @@ Expected<json> run_kernel_bench(const BenchOptions& o) {
   r["replays"] = o.replays;
   r["pdl"] = o.pdl;
   r["min_warp_bytes"] = gemv_min_warp_bytes();
+  r["blocks_per_sm"] = gemv_blocks_per_sm();
   r["rows"] = c.rows;
   return r;
 }

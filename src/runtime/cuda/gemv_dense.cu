@@ -13,6 +13,9 @@ cudaError_t raw_gemv_dense(int fmt, int mode, int nt, const KParams& p, long lon
   return cudaErrorNotSupported;
 }
 
+void raw_set_blocks_per_sm(int n) { g_blocks_per_sm_cap = n; }
+int raw_blocks_per_sm() { return g_blocks_per_sm_cap; }
+
 cudaError_t raw_gemv(int fmt, int k, int v, int mode, int nt, const KParams& p, long long max_units,
                      cudaStream_t s, bool pdl, long long min_warp_bytes) {
   if (fmt == kFmtCB) return raw_gemv_cb(k, v, mode, nt, p, max_units, s, pdl, min_warp_bytes);

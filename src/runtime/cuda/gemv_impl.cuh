@@ -306,7 +306,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const KParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int NP = MODE == kSwiglu ? 2 : 1;  // tiles per unit
   constexpr int NV = NP * NT * 4;             // accumulator floats per lane
-  constexpr int kPD = (8192 / (Dec::kUnitBytes * NP)) > 1 ? 8192 / (Dec::kUnitBytes * NP) : 1;
+  constexpr int kPD = (16384 / (Dec::kUnitBytes * NP)) > 1 ? 16384 / (Dec::kUnitBytes * NP) : 1;
 
   Dec::init_smem(smem, p);
   __syncthreads();
@@ -342,6 +342,14 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const KParams p) {
       pc.next(p, Sq);
     }
   }
+  // The first unit's weights are independent of the previous kernel too: load them before waiting.
+  Cursor<Dec, MODE> cc;
+  typename Dec::Frag cur[NP], nxt[NP];
+  if (u0 < u1) {
+    cc.set(u0, p, Sq);
+    Dec::load(cur[0], cc.w, lane);
+    if constexpr (NP == 2) Dec::load(cur[1], cc.w + RSu, lane);
+  }
   if (!moe) pdl_wait();
   if (u0 >= u1) return;
 
@@ -349,12 +357,22 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const KParams p) {
   float acc[NV], tot[NT * 4];
   zero(acc);
   if constexpr (MODE == kMoeDown) zero(tot);
-  Cursor<Dec, MODE> cc;
-  cc.set(u0, p, Sq);
   Cursor<Dec, MODE> nc = cc;
-  typename Dec::Frag cur[NP], nxt[NP];
-  Dec::load(cur[0], cc.w, lane);
-  if constexpr (NP == 2) Dec::load(cur[1], cc.w + RSu, lane);
+  // Activations of a unit, token n = 8·nt + g; loaded one unit ahead like the weights.
+  auto load_x = [&](const Cursor<Dec, MODE>& c, typename Dec::XFrag (&xf)[NT]) {
+    const long long xoff = (MODE == kMoeDown ? static_cast<long long>(c.slot) * M * p.K : 0) +
+                           static_cast<long long>(c.s) * Dec::kUnitK;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int n = 8 * nt + g;
+      if constexpr (std::is_same_v<Dec, DecFP8>)
+        Dec::load_x(xf[nt], static_cast<const uint8_t*>(p.x) + xoff + static_cast<long long>(n) * p.K, t, n < M);
+      else
+        Dec::load_x(xf[nt], static_cast<const uint16_t*>(p.x) + xoff + static_cast<long long>(n) * p.K, t, n < M);
+    }
+  };
+  typename Dec::XFrag xf[NT], xn[NT];
+  load_x(cc, xf);
   unsigned seg_begin = u0;
   const unsigned first_tile = u0 / static_cast<unsigned>(Sq);
 
@@ -363,6 +381,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const KParams p) {
       nc.next(p, Sq);
       Dec::load(nxt[0], nc.w, lane);
       if constexpr (NP == 2) Dec::load(nxt[1], nc.w + RSu, lane);
+      load_x(nc, xn);
     }
     if (pu < u1) {
       if (lane == 0) {
@@ -371,20 +390,6 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const KParams p) {
       }
       pc.next(p, Sq);
       ++pu;
-    }
-    // Activations of this unit, token n = 8·nt + g.
-    typename Dec::XFrag xf[NT];
-    {
-      const long long xoff = (MODE == kMoeDown ? static_cast<long long>(cc.slot) * M * p.K : 0) +
-                             static_cast<long long>(cc.s) * Dec::kUnitK;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const int n = 8 * nt + g;
-        if constexpr (std::is_same_v<Dec, DecFP8>)
-          Dec::load_x(xf[nt], static_cast<const uint8_t*>(p.x) + xoff + static_cast<long long>(n) * p.K, t, n < M);
-        else
-          Dec::load_x(xf[nt], static_cast<const uint16_t*>(p.x) + xoff + static_cast<long long>(n) * p.K, t, n < M);
-      }
     }
 #pragma unroll
     for (int pi = 0; pi < NP; ++pi) {
@@ -528,6 +533,8 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const KParams p) {
     cc = nc;
 #pragma unroll
     for (int pi = 0; pi < NP; ++pi) cur[pi] = nxt[pi];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) xf[nt] = xn[nt];
   }
 }
 

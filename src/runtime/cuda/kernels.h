@@ -62,6 +62,9 @@ Status gemv(const GemvArgs& a, const Workspace& ws, cudaStream_t stream, bool pd
 // matrix mean fewer split-K parts per 16-row tile; more warps mean more loads in flight.
 void set_gemv_min_warp_bytes(long long bytes);
 long long gemv_min_warp_bytes();
+// Blocks per SM of a GEMV grid (0 = automatic: half of what fits, so consecutive kernels can overlap).
+void set_gemv_blocks_per_sm(int n);
+int gemv_blocks_per_sm();
 
 // Fused gate+up (+SiLU·mul) over a [2I, in] matrix whose rows 0..I-1 are gate and I..2I-1 up:
 // h[m, i] = bf16(silu(bf16(gate))·bf16(up)), then optionally the FP4 activation QDQ (format.md §14.1) on each

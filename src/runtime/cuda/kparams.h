@@ -50,6 +50,8 @@ struct KParams {
 // cudaErrorNotSupported when that combination is not instantiated.
 cudaError_t raw_gemv(int fmt, int k, int v, int mode, int nt, const KParams& p, long long max_units,
                      cudaStream_t s, bool pdl, long long min_warp_bytes);
+void raw_set_blocks_per_sm(int n);  // 0 = automatic (half the occupancy)
+int raw_blocks_per_sm();
 cudaError_t raw_cb_decode(int k, int v, const KParams& p, uint16_t* out, cudaStream_t s);
 
 cudaError_t raw_quantize_fp8(const uint16_t* x, int M, int K, uint8_t* q, float* s, cudaStream_t st, bool pdl);

@@ -36,6 +36,10 @@ const KernelShape& kernel_shape() {
   return shape;
 }
 
+// Blocks per SM a GEMV grid may use: 0 = half of what fits (at least 1), so that the next kernel of a
+// stack can be resident at the same time and stream its first weights while this one finishes.
+inline int g_blocks_per_sm_cap = 0;
+
 template <class Dec, int NT, int MODE>
 cudaError_t launch_gemv_kernel(const KParams& p, long long max_units, cudaStream_t stream, bool pdl,
                                long long min_warp_bytes) {
@@ -45,7 +49,9 @@ cudaError_t launch_gemv_kernel(const KParams& p, long long max_units, cudaStream
   constexpr int NO = MODE == kMoeDown ? NT * 4 : NP * NT * 4;
   const long long unit_bytes = static_cast<long long>(Dec::kUnitBytes) * NP;
   const long long min_units = std::max<long long>(1, min_warp_bytes / unit_bytes);
-  long long blocks = static_cast<long long>(s.blocks_per_sm) * s.sms;
+  const int bps = g_blocks_per_sm_cap > 0 ? std::min(g_blocks_per_sm_cap, s.blocks_per_sm)
+                                          : std::max(1, s.blocks_per_sm / 2);
+  long long blocks = static_cast<long long>(bps) * s.sms;
   blocks = std::min(blocks, (max_units + kWarpsPerBlock * min_units - 1) / (kWarpsPerBlock * min_units));
   blocks = std::min(blocks, kMaxPartialFloats / (kWarpsPerBlock * 2LL * NO * 32));
   // The kernel's partition math is 32-bit: units · warps must stay below 2^32.

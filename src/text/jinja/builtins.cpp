@@ -20,6 +20,8 @@ const Value& arg(const CallArgs& a, size_t i, const char* name, const Value& dfl
 }
 
 const Value kUndef;
+
+bool fits_int64(double d) { return std::isfinite(d) && d > -9.2e18 && d < 9.2e18; }
 const Value kNone = Value::none();
 
 std::string ascii_lower(std::string s) {
@@ -510,6 +512,7 @@ Expected<std::string> percent_format(const std::string& fmt, const Value& args) 
     else if (c == 'r') out += v.repr();
     else if (c == 'd' || c == 'i') {
       if (!v.is_number()) return err("%d format: a real number is required, not {}", v.type_name());
+      if (v.is_float() && !fits_int64(v.as_double())) return err("%d format: number out of range");
       out += std::to_string(v.is_float() ? static_cast<int64_t>(v.as_double()) : v.as_int());
     } else {
       return err("unsupported format character '{}'", c);
@@ -630,7 +633,7 @@ Expected<Value> apply_filter(const std::string& n, const Value& v, CallArgs& a) 
   if (n == "int") {
     const Value& dflt = arg(a, 0, "default", Value::integer(0));
     if (v.is_int() || v.is_bool()) return Value::integer(v.as_int());
-    if (v.is_float()) return std::isfinite(v.as_double()) ? Value::integer(static_cast<int64_t>(v.as_double())) : dflt;
+    if (v.is_float()) return fits_int64(v.as_double()) ? Value::integer(static_cast<int64_t>(v.as_double())) : dflt;
     if (v.is_string()) {
       std::string s = py_strip(v.str(), kNone, 3);
       char* end = nullptr;
@@ -638,7 +641,7 @@ Expected<Value> apply_filter(const std::string& n, const Value& v, CallArgs& a) 
       const long long i = std::strtoll(s.c_str(), &end, 10);
       if (!s.empty() && end && *end == 0 && errno == 0) return Value::integer(i);
       const double d = std::strtod(s.c_str(), &end);
-      if (!s.empty() && end && *end == 0 && std::isfinite(d)) return Value::integer(static_cast<int64_t>(d));
+      if (!s.empty() && end && *end == 0 && fits_int64(d)) return Value::integer(static_cast<int64_t>(d));
     }
     return dflt;
   }
@@ -655,7 +658,10 @@ Expected<Value> apply_filter(const std::string& n, const Value& v, CallArgs& a) 
   }
   if (n == "abs") {
     if (v.is_float()) return Value::floating(std::fabs(v.as_double()));
-    if (v.is_int() || v.is_bool()) return Value::integer(v.as_int() < 0 ? -v.as_int() : v.as_int());
+    if (v.is_int() || v.is_bool()) {
+      if (v.as_int() == INT64_MIN) return err("integer overflow in abs");
+      return Value::integer(v.as_int() < 0 ? -v.as_int() : v.as_int());
+    }
     return err("bad operand type for abs(): '{}'", v.type_name());
   }
   if (n == "round") {
@@ -757,8 +763,14 @@ Expected<Value> apply_filter(const std::string& n, const Value& v, CallArgs& a) 
       Value acc = arg(a, 1, "start", Value::integer(0));
       for (auto& it : items) {
         if (!acc.is_number() || !it.is_number()) return err("sum needs numbers");
-        acc = (acc.is_float() || it.is_float()) ? Value::floating(acc.as_double() + it.as_double())
-                                                 : Value::integer(acc.as_int() + it.as_int());
+        int64_t r = 0;
+        if (acc.is_float() || it.is_float()) {
+          acc = Value::floating(acc.as_double() + it.as_double());
+        } else if (__builtin_add_overflow(acc.as_int(), it.as_int(), &r)) {
+          return err("integer overflow in sum");
+        } else {
+          acc = Value::integer(r);
+        }
       }
       return acc;
     }
@@ -871,9 +883,10 @@ std::vector<std::pair<std::string, Value>> make_globals() {
     }
     if (step == 0) return err("range() arg 3 must not be zero");
     List out;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+    for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
       if (out.size() >= 1000000) return err("range is too large (limit 1000000 items)");
       out.push_back(Value::integer(i));
+      if (__builtin_add_overflow(i, step, &i)) break;
     }
     return Value::list(std::move(out));
   }));

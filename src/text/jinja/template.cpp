@@ -1,5 +1,6 @@
 #include "text/jinja/template.h"
 
+#include <algorithm>
 #include <cmath>
 #include <unordered_map>
 
@@ -388,8 +389,8 @@ class Evaluator {
     }
     if (op == "*" && ((a.is_string() || a.is_list()) && (b.is_int() || b.is_bool()))) {
       const int64_t n = b.as_int();
-      if (n > 0 && (a.is_string() ? a.str().size() : a.list_ref().size()) * static_cast<uint64_t>(n) > 100000000)
-        return err("repetition result is too large");
+      const uint64_t unit = std::max<uint64_t>(1, a.is_string() ? a.str().size() : a.list_ref().size());
+      if (n > 0 && static_cast<uint64_t>(n) > 100000000 / unit) return err("repetition result is too large");
       if (a.is_string()) {
         std::string s;
         for (int64_t k = 0; k < n; ++k) s += a.str();
@@ -438,9 +439,12 @@ class Evaluator {
       }
       if (op == "**") {
         if (y < 0) return Value::floating(std::pow(static_cast<double>(x), static_cast<double>(y)));
-        int64_t acc = 1;
-        for (int64_t k = 0; k < y; ++k)
-          if (__builtin_mul_overflow(acc, x, &acc)) return err("integer overflow");
+        int64_t acc = 1, base = x, e = y;  // square-and-multiply with overflow checks
+        while (e > 0) {
+          if ((e & 1) && __builtin_mul_overflow(acc, base, &acc)) return err("integer overflow");
+          e >>= 1;
+          if (e > 0 && __builtin_mul_overflow(base, base, &base)) return err("integer overflow");
+        }
         return Value::integer(acc);
       }
       return err("integer overflow in '{}'", op);

@@ -1,0 +1,32 @@
+// Loads a gridbook artifact (or any directory gridbook::Artifact accepts) into a ModelSpec + ModelWeights:
+// FP8 W8A8 modules become kFP8 QMatrix views, CB modules kCB views over the mmapped cb_qweight bytes (one
+// row decoded at a time, never expanded), passthrough modules BF16/F32 views. The architecture adapter runs
+// on the logical shapes, so the same name and layout rules apply as for an HF checkpoint.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "gridbook/artifact.h"
+#include "model/model_spec.h"
+#include "runtime/model_weights.h"
+
+namespace gridq::runtime {
+
+struct ArtifactModel {
+  std::unique_ptr<gridbook::Artifact> artifact;
+  model::ModelSpec spec;
+  ModelWeights weights;
+  // Owned copies: logical stand-in tensors for the adapter, and 4-byte-aligned weight_scale copies (tensor
+  // data in a safetensors file is only byte aligned after U8 tensors).
+  std::deque<io::TensorInfo> logical;
+  std::deque<std::vector<float>> scales;
+  std::deque<std::vector<uint16_t>> aligned_bf16;
+};
+
+Expected<std::shared_ptr<ArtifactModel>> load_artifact_model(const std::string& dir);
+
+}  // namespace gridq::runtime
