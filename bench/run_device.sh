@@ -12,7 +12,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,te
 nvcc --version | tail -2 | tee -a "$OUT/gpu.txt"
 B=build-h6dev/bin
 if [ "${GRIDQ_DEV_BUILD:-0}" = 1 ]; then
-  cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DGRIDQ_CUDA=ON -DGRIDQ_TESTS=ON -DGRIDQ_CUDA_ARCHS=90a \
+  cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DGRIDQ_CUDA=ON -DGRIDQ_TESTS=ON -DGRIDQ_WERROR=OFF -DGRIDQ_CUDA_ARCHS=90a \
     -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 \
     -DCMAKE_CUDA20_EXTENSION_COMPILE_OPTION=-std=c++20 > "$OUT/build.txt" 2>&1 &&
     ninja -C build-dev -j16 test_cuda gridq >> "$OUT/build.txt" 2>&1 || { tail -40 "$OUT/build.txt"; exit 1; }

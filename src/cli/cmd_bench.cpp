@@ -22,6 +22,7 @@ struct BenchFlags {
   bool no_pdl = false;
   long long min_warp_bytes = 0;
   int blocks_per_sm = -1;
+  bool no_l2_prefetch = false;
 };
 
 int run_kernels(const BenchFlags& f) {
@@ -32,6 +33,7 @@ int run_kernels(const BenchFlags& f) {
   o.pdl = !f.no_pdl;
   o.min_warp_bytes = f.min_warp_bytes;
   o.blocks_per_sm = f.blocks_per_sm;
+  o.l2_prefetch = !f.no_l2_prefetch;
   auto r = cuda::run_kernel_bench(o);
   if (!r.ok()) return fail("bench kernels: " + r.message());
   if (!f.out.empty()) {
@@ -60,7 +62,8 @@ const Registrar reg{Command{
       k->add_option("--replays", flags->replays, "Timed graph replays per row (median reported)")->check(CLI::Range(3, 1000));
       k->add_flag("--no-pdl", flags->no_pdl, "Launch without programmatic dependent launch");
       k->add_option("--min-warp-bytes", flags->min_warp_bytes, "Work-split tuning: fewest weight bytes per warp");
-      k->add_option("--blocks-per-sm", flags->blocks_per_sm, "GEMV blocks per SM (0 = half the occupancy)");
+      k->add_flag("--no-l2-prefetch", flags->no_l2_prefetch, "Disable the bulk L2 prefetch of weight units");
+      k->add_option("--blocks-per-sm", flags->blocks_per_sm, "GEMV blocks per SM (0 = all that fit)");
       return [flags]() { return run_kernels(*flags); };
     }}};
 

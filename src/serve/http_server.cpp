@@ -14,6 +14,7 @@
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <array>
 #include <deque>
 #include <mutex>
 
@@ -123,6 +124,7 @@ struct Session : std::enable_shared_from_this<Session> {
   bool streaming = false;
   bool keep_alive = true;
   bool closed = false;
+  bool draining_input = false;
   uint64_t generation = 0;    // request counter; stale channels are ignored
   std::function<void()> disconnect_cb;
   std::string cur_handler, cur_method;
@@ -187,7 +189,7 @@ struct Session : std::enable_shared_from_this<Session> {
   void write_next() {
     if (out.empty()) {
       writing = false;
-      if (close_after) return close();
+      if (close_after) return graceful_close();
       return;
     }
     writing = true;
@@ -259,6 +261,24 @@ struct Session : std::enable_shared_from_this<Session> {
       disconnect_cb = nullptr;
       cb();
     }
+  }
+
+  // Half-closes and drains what the client still sends (e.g. a refused body) before closing, so the kernel does
+  // not answer unread bytes with a reset that destroys our response before the client has read it.
+  void graceful_close() {
+    if (closed || draining_input) return;
+    draining_input = true;
+    beast::error_code ec;
+    stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream.expires_after(std::chrono::seconds(2));
+    drain();
+  }
+  void drain() {
+    auto b = std::make_shared<std::array<char, 8192>>();
+    stream.async_read_some(net::buffer(*b), [self = shared_from_this(), b](beast::error_code ec, size_t) {
+      if (ec) return self->close();
+      self->drain();
+    });
   }
 
   void close() {

@@ -16,7 +16,7 @@ static_assert(Workspace::kMaxPartialFloats == detail::kMaxPartialFloats);
 namespace {
 
 // Below this many weight bytes per warp the split-K reduction costs more than the extra warps buy.
-long long g_min_warp_bytes = 8192;
+long long g_min_warp_bytes = 2048;
 
 Status launched(cudaError_t e, const char* what, const char* file, int line) {
   if (e == cudaErrorNotSupported)
@@ -81,6 +81,7 @@ void set_gemv_min_warp_bytes(long long bytes) { g_min_warp_bytes = bytes < 256 ?
 long long gemv_min_warp_bytes() { return g_min_warp_bytes; }
 void set_gemv_blocks_per_sm(int n) { raw_set_blocks_per_sm(n < 0 ? 0 : n); }
 int gemv_blocks_per_sm() { return raw_blocks_per_sm(); }
+void set_gemv_l2_prefetch(bool on) { raw_set_l2_prefetch(on); }
 
 Status gemv(const GemvArgs& a, const Workspace& ws, cudaStream_t stream, bool pdl) {
   if (a.w == nullptr) return err("gemv: no weight matrix");

@@ -386,6 +386,7 @@ Expected<json> run_kernel_bench(const BenchOptions& o) {
   GRIDQ_CUDA(cudaRuntimeGetVersion(&runtime));
   if (o.min_warp_bytes > 0) set_gemv_min_warp_bytes(o.min_warp_bytes);
   if (o.blocks_per_sm >= 0) set_gemv_blocks_per_sm(o.blocks_per_sm);
+  set_gemv_l2_prefetch(o.l2_prefetch);
   GRIDQ_ASSIGN_OR_RETURN(double copy, copy_bandwidth(stream.get(), o));
   if (o.progress) std::fprintf(stderr, "device-to-device copy: %.0f GB/s (read + write)\n", copy);
   Ctx c{stream.get(), o, wsb.ws, copy};
@@ -434,6 +435,7 @@ Expected<json> run_kernel_bench(const BenchOptions& o) {
   r["pdl"] = o.pdl;
   r["min_warp_bytes"] = gemv_min_warp_bytes();
   r["blocks_per_sm"] = gemv_blocks_per_sm();
+  r["l2_prefetch"] = o.l2_prefetch;
   r["rows"] = c.rows;
   return r;
 }

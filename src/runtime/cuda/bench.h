@@ -18,7 +18,8 @@ struct BenchOptions {
   bool pdl = true;          // programmatic dependent launch between the kernels of a stack
   bool progress = true;     // print each row to stderr as it completes
   long long min_warp_bytes = 0;
-  int blocks_per_sm = -1;  // -1: the library default (set_gemv_blocks_per_sm)  // 0: the library default (set_gemv_min_warp_bytes)
+  int blocks_per_sm = -1;
+  bool l2_prefetch = true;  // -1: the library default (set_gemv_blocks_per_sm)  // 0: the library default (set_gemv_min_warp_bytes)
 };
 
 Expected<nlohmann::json> run_kernel_bench(const BenchOptions& o);

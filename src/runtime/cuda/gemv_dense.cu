@@ -15,6 +15,7 @@ cudaError_t raw_gemv_dense(int fmt, int mode, int nt, const KParams& p, long lon
 
 void raw_set_blocks_per_sm(int n) { g_blocks_per_sm_cap = n; }
 int raw_blocks_per_sm() { return g_blocks_per_sm_cap; }
+void raw_set_l2_prefetch(bool on) { g_l2_prefetch = on; }
 
 cudaError_t raw_gemv(int fmt, int k, int v, int mode, int nt, const KParams& p, long long max_units,
                      cudaStream_t s, bool pdl, long long min_warp_bytes) {

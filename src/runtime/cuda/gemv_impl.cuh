@@ -24,6 +24,19 @@ inline constexpr int kWarpsPerBlock = 8;
 inline constexpr int kThreads = kWarpsPerBlock * 32;
 inline constexpr int kThreadsPerBlock = kThreads;
 
+__device__ __forceinline__ uint4 ld16(const uint8_t* p) { return *reinterpret_cast<const uint4*>(p); }
+__device__ __forceinline__ uint32_t ld4(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+__device__ __forceinline__ uint32_t ld2(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
+
+// 16-byte asynchronous global -> shared copy (L2 only), and its group bookkeeping.
+__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(gmem_src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
 // ---------------------------------------------------------------------------------------------------------
 // Decoders. Each gives: kUnitK, kUnitBytes, kSmemBytes, Frag (registers of one unit), load(), XFrag/load_x()
 // (one token's activations for the unit) and mma() accumulating into acc[4] of one 8-token tile.
@@ -35,7 +48,7 @@ struct DecBF16 {
   __device__ static void init_smem(void*, const KParams&) {}
   __device__ static void load(Frag& f, const uint8_t* u, int lane) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) f.w[i] = ld_stream16(u + i * 512 + lane * 16);
+    for (int i = 0; i < 4; ++i) f.w[i] = ld16(u + i * 512 + lane * 16);
   }
   // x points at this token's row + the unit's K offset; lane t owns K [16t, 16t+16).
   __device__ static void load_x(XFrag& x, const uint16_t* xr, int t, bool valid) {
@@ -65,8 +78,8 @@ struct DecFP8 {
   struct XFrag { uint4 v; };
   __device__ static void init_smem(void*, const KParams&) {}
   __device__ static void load(Frag& f, const uint8_t* u, int lane) {
-    f.w[0] = ld_stream16(u + lane * 16);
-    f.w[1] = ld_stream16(u + 512 + lane * 16);
+    f.w[0] = ld16(u + lane * 16);
+    f.w[1] = ld16(u + 512 + lane * 16);
   }
   __device__ static void load_x(XFrag& x, const uint8_t* xr, int t, bool valid) {
     x.v = valid ? __ldg(reinterpret_cast<const uint4*>(xr + 16 * t)) : make_uint4(0, 0, 0, 0);
@@ -147,16 +160,16 @@ struct DecCB {
     for (int h = 0; h < 2; ++h) {
 #pragma unroll
       for (int p = 0; p < N16; ++p) {
-        uint4 v = ld_stream16(u + (p * 2 + h) * 512 + lane * 16);
+        uint4 v = ld16(u + (p * 2 + h) * 512 + lane * 16);
         f.rec[h][4 * p] = v.x, f.rec[h][4 * p + 1] = v.y, f.rec[h][4 * p + 2] = v.z, f.rec[h][4 * p + 3] = v.w;
       }
 #pragma unroll
-      for (int q = 0; q < N4; ++q) f.rec[h][4 * N16 + q] = ld_stream4(u + N16 * 1024 + (q * 2 + h) * 128 + lane * 4);
+      for (int q = 0; q < N4; ++q) f.rec[h][4 * N16 + q] = ld4(u + N16 * 1024 + (q * 2 + h) * 128 + lane * 4);
       if constexpr (V == 2) {
-        f.sc[h] = ld_stream2(u + 64 * K + (h * 32 + lane) * 2);
-        f.e[h] = ld_stream1(u + 64 * K + 128 + h * 8 + lane / 4);
+        f.sc[h] = ld2(u + 64 * K + (h * 32 + lane) * 2);
+        f.e[h] = u[64 * K + 128 + h * 8 + lane / 4];
       } else {
-        f.sc[h] = ld_stream4(u + 64 * K + (h * 32 + lane) * 4);
+        f.sc[h] = ld4(u + 64 * K + (h * 32 + lane) * 4);
         f.e[h] = 0;
       }
     }
@@ -301,6 +314,16 @@ __device__ __forceinline__ void zero(float (&a)[NV]) {
 __device__ __forceinline__ unsigned range_start(unsigned w, unsigned U, unsigned T) { return w * U / T; }
 __device__ __forceinline__ unsigned warp_of(unsigned u, unsigned U, unsigned T) { return ((u + 1) * T - 1) / U; }
 
+// Depth of the per-warp shared-memory ring and the kernel's dynamic shared memory (tables + rings).
+template <class Dec, int MODE>
+constexpr int ring_stages() {
+  return MODE == kSwiglu && Dec::kUnitBytes >= 2048 ? 3 : 4;
+}
+template <class Dec, int MODE>
+constexpr int kernel_smem_bytes() {
+  return Dec::kSmemBytes + kWarpsPerBlock * ring_stages<Dec, MODE>() * (MODE == kSwiglu ? 2 : 1) * Dec::kUnitBytes;
+}
+
 template <class Dec, int NT, int MODE>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(const KParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -331,8 +354,8 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const KParams p) {
   // L2 prefetch runs kPD units ahead of the loads; dense weights do not depend on the previous kernel, so
   // the first kPD units are requested before waiting for it.
   Cursor<Dec, MODE> pc;
-  unsigned pu = u0;
-  if (u0 < u1) {
+  unsigned pu = p.l2_prefetch ? u0 : u1;
+  if (pu < u1) {
     pc.set(u0, p, Sq);
     for (; pu < u1 && pu < u0 + kPD; ++pu) {
       if (lane == 0) {
@@ -342,13 +365,32 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const KParams p) {
       pc.next(p, Sq);
     }
   }
-  // The first unit's weights are independent of the previous kernel too: load them before waiting.
-  Cursor<Dec, MODE> cc;
-  typename Dec::Frag cur[NP], nxt[NP];
+  // Weight units stream through a per-warp ring of kStages shared-memory buffers filled by cp.async, so
+  // kStages-1 units per warp are in flight while one is decoded. Each lane copies 16-byte chunks; after the
+  // group completes the warp synchronises and every lane reads its fragment from the stage.
+  constexpr int kStages = ring_stages<Dec, MODE>();
+  constexpr int kStageBytes = NP * Dec::kUnitBytes;
+  constexpr int kChunks = Dec::kUnitBytes / 16;
+  uint8_t* ring = smem + Dec::kSmemBytes + (threadIdx.x >> 5) * kStages * kStageBytes;
+  Cursor<Dec, MODE> ic;
+  unsigned iu = u0;
+  auto issue = [&]() {
+    if (iu < u1) {
+      uint8_t* dst = ring + ((iu - u0) % kStages) * kStageBytes;
+      for (int c = lane; c < kChunks; c += 32) {
+        cp_async16(dst + 16 * c, ic.w + 16 * c);
+        if constexpr (NP == 2) cp_async16(dst + Dec::kUnitBytes + 16 * c, ic.w + RSu + 16 * c);
+      }
+      ic.next(p, Sq);
+      ++iu;
+    }
+    cp_async_commit();
+  };
+  // Dense weights do not depend on the previous kernel: start the ring before waiting for it.
   if (u0 < u1) {
-    cc.set(u0, p, Sq);
-    Dec::load(cur[0], cc.w, lane);
-    if constexpr (NP == 2) Dec::load(cur[1], cc.w + RSu, lane);
+    ic.set(u0, p, Sq);
+#pragma unroll
+    for (int i = 0; i < kStages - 1; ++i) issue();
   }
   if (!moe) pdl_wait();
   if (u0 >= u1) return;
@@ -357,8 +399,11 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const KParams p) {
   float acc[NV], tot[NT * 4];
   zero(acc);
   if constexpr (MODE == kMoeDown) zero(tot);
+  Cursor<Dec, MODE> cc;
+  cc.set(u0, p, Sq);
   Cursor<Dec, MODE> nc = cc;
-  // Activations of a unit, token n = 8·nt + g; loaded one unit ahead like the weights.
+  typename Dec::Frag cur[NP];
+  // Activations of a unit, token n = 8·nt + g; loaded one unit ahead.
   auto load_x = [&](const Cursor<Dec, MODE>& c, typename Dec::XFrag (&xf)[NT]) {
     const long long xoff = (MODE == kMoeDown ? static_cast<long long>(c.slot) * M * p.K : 0) +
                            static_cast<long long>(c.s) * Dec::kUnitK;
@@ -377,10 +422,17 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const KParams p) {
   const unsigned first_tile = u0 / static_cast<unsigned>(Sq);
 
   for (unsigned u = u0; u < u1; ++u) {
+    __syncwarp();  // every lane has read the stage that the next issue overwrites
+    issue();
+    cp_async_wait<kStages - 1>();
+    __syncwarp();
+    {
+      const uint8_t* st = ring + ((u - u0) % kStages) * kStageBytes;
+      Dec::load(cur[0], st, lane);
+      if constexpr (NP == 2) Dec::load(cur[1], st + Dec::kUnitBytes, lane);
+    }
     if (u + 1 < u1) {
       nc.next(p, Sq);
-      Dec::load(nxt[0], nc.w, lane);
-      if constexpr (NP == 2) Dec::load(nxt[1], nc.w + RSu, lane);
       load_x(nc, xn);
     }
     if (pu < u1) {
@@ -531,8 +583,6 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const KParams p) {
       seg_begin = u + 1;
     }
     cc = nc;
-#pragma unroll
-    for (int pi = 0; pi < NP; ++pi) cur[pi] = nxt[pi];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) xf[nt] = xn[nt];
   }

@@ -58,13 +58,15 @@ struct GemvArgs {
 };
 Status gemv(const GemvArgs& a, const Workspace& ws, cudaStream_t stream, bool pdl);
 
-// Tuning knob of the work split: the fewest weight bytes one warp streams (default 8192). Fewer warps per
+// Tuning knob of the work split: the fewest weight bytes one warp streams (default 2048). Fewer warps per
 // matrix mean fewer split-K parts per 16-row tile; more warps mean more loads in flight.
 void set_gemv_min_warp_bytes(long long bytes);
 long long gemv_min_warp_bytes();
-// Blocks per SM of a GEMV grid (0 = automatic: half of what fits, so consecutive kernels can overlap).
+// Blocks per SM of a GEMV grid (0 = automatic: all that fit).
 void set_gemv_blocks_per_sm(int n);
 int gemv_blocks_per_sm();
+// Bulk L2 prefetch of weight units ahead of the loads (default on).
+void set_gemv_l2_prefetch(bool on);
 
 // Fused gate+up (+SiLU·mul) over a [2I, in] matrix whose rows 0..I-1 are gate and I..2I-1 up:
 // h[m, i] = bf16(silu(bf16(gate))·bf16(up)), then optionally the FP4 activation QDQ (format.md §14.1) on each

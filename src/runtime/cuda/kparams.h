@@ -44,13 +44,15 @@ struct KParams {
   int max_slots;
   int* counters;
   float* partials;
+  int l2_prefetch;  // 1: bulk-prefetch weight units into L2 ahead of the loads
 };
 
 // Launches the GEMV engine for (format, k, layout_version, mode, token tiles nt = 1|2). Returns
 // cudaErrorNotSupported when that combination is not instantiated.
 cudaError_t raw_gemv(int fmt, int k, int v, int mode, int nt, const KParams& p, long long max_units,
                      cudaStream_t s, bool pdl, long long min_warp_bytes);
-void raw_set_blocks_per_sm(int n);  // 0 = automatic (half the occupancy)
+void raw_set_blocks_per_sm(int n);
+void raw_set_l2_prefetch(bool on);  // 0 = automatic (half the occupancy)
 int raw_blocks_per_sm();
 cudaError_t raw_cb_decode(int k, int v, const KParams& p, uint16_t* out, cudaStream_t s);
 

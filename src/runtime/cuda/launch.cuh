@@ -19,7 +19,7 @@ const KernelShape& kernel_shape() {
   static const KernelShape shape = [] {
     KernelShape s;
     auto kern = gemv_kernel<Dec, NT, MODE>;
-    const int smem = Dec::kSmemBytes;
+    const int smem = kernel_smem_bytes<Dec, MODE>();
     if (smem > 48 * 1024) {
       s.status = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
       if (s.status != cudaSuccess) return s;
@@ -36,9 +36,10 @@ const KernelShape& kernel_shape() {
   return shape;
 }
 
-// Blocks per SM a GEMV grid may use: 0 = half of what fits (at least 1), so that the next kernel of a
-// stack can be resident at the same time and stream its first weights while this one finishes.
+// Blocks per SM a GEMV grid may use: 0 = all that fit (measured faster than leaving room for the next
+// kernel of a stack, see docs/kernels.md); n > 0 caps it.
 inline int g_blocks_per_sm_cap = 0;
+inline bool g_l2_prefetch = true;
 
 template <class Dec, int NT, int MODE>
 cudaError_t launch_gemv_kernel(const KParams& p, long long max_units, cudaStream_t stream, bool pdl,
@@ -49,8 +50,7 @@ cudaError_t launch_gemv_kernel(const KParams& p, long long max_units, cudaStream
   constexpr int NO = MODE == kMoeDown ? NT * 4 : NP * NT * 4;
   const long long unit_bytes = static_cast<long long>(Dec::kUnitBytes) * NP;
   const long long min_units = std::max<long long>(1, min_warp_bytes / unit_bytes);
-  const int bps = g_blocks_per_sm_cap > 0 ? std::min(g_blocks_per_sm_cap, s.blocks_per_sm)
-                                          : std::max(1, s.blocks_per_sm / 2);
+  const int bps = g_blocks_per_sm_cap > 0 ? std::min(g_blocks_per_sm_cap, s.blocks_per_sm) : s.blocks_per_sm;
   long long blocks = static_cast<long long>(bps) * s.sms;
   blocks = std::min(blocks, (max_units + kWarpsPerBlock * min_units - 1) / (kWarpsPerBlock * min_units));
   blocks = std::min(blocks, kMaxPartialFloats / (kWarpsPerBlock * 2LL * NO * 32));
@@ -61,14 +61,16 @@ cudaError_t launch_gemv_kernel(const KParams& p, long long max_units, cudaStream
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(blocks));
   cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = Dec::kSmemBytes;
+  cfg.dynamicSmemBytes = kernel_smem_bytes<Dec, MODE>();
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = pdl ? 1 : 0;
-  cudaError_t e = cudaLaunchKernelEx(&cfg, gemv_kernel<Dec, NT, MODE>, p);
+  KParams q = p;
+  q.l2_prefetch = g_l2_prefetch ? 1 : 0;
+  cudaError_t e = cudaLaunchKernelEx(&cfg, gemv_kernel<Dec, NT, MODE>, q);
   if (e != cudaSuccess) return e;
   return cudaGetLastError();
 }
