@@ -22,7 +22,7 @@ struct BenchFlags {
   bool no_pdl = false;
   long long min_warp_bytes = 0;
   int blocks_per_sm = -1;
-  bool no_l2_prefetch = false;
+  bool l2_prefetch = false;
 };
 
 int run_kernels(const BenchFlags& f) {
@@ -33,7 +33,7 @@ int run_kernels(const BenchFlags& f) {
   o.pdl = !f.no_pdl;
   o.min_warp_bytes = f.min_warp_bytes;
   o.blocks_per_sm = f.blocks_per_sm;
-  o.l2_prefetch = !f.no_l2_prefetch;
+  o.l2_prefetch = f.l2_prefetch;
   auto r = cuda::run_kernel_bench(o);
   if (!r.ok()) return fail("bench kernels: " + r.message());
   if (!f.out.empty()) {
@@ -41,12 +41,16 @@ int run_kernels(const BenchFlags& f) {
     os << r->dump(2) << "\n";
     if (!os) return fail("bench kernels: cannot write " + f.out);
   }
-  if (f.json) std::printf("%s\n", r->dump(2).c_str());
-  else std::printf("%s", cuda::format_bench_table(*r).c_str());
+  if (f.json)
+    std::printf("%s\n", r->dump(2).c_str());
+  else
+    std::printf("%s", cuda::format_bench_table(*r).c_str());
   return 0;
 #else
   (void)f;
-  return fail("bench kernels: this gridq was built without CUDA (configure with -DGRIDQ_CUDA=ON on a machine with nvcc)");
+  return fail(
+      "bench kernels: this gridq was built without CUDA (configure with -DGRIDQ_CUDA=ON on a machine with "
+      "nvcc)");
 #endif
 }
 
@@ -55,14 +59,18 @@ const Registrar reg{Command{
     [](CLI::App& sub) -> std::function<int()> {
       auto flags = std::make_shared<BenchFlags>();
       sub.require_subcommand(1);
-      CLI::App* k = sub.add_subcommand("kernels", "Time every decode kernel (stacks of 48 weights in a CUDA graph)");
+      CLI::App* k =
+          sub.add_subcommand("kernels", "Time every decode kernel (stacks of 48 weights in a CUDA graph)");
       k->add_flag("--json", flags->json, "Print the result as JSON instead of a table");
       k->add_option("--out", flags->out, "Also write the JSON result to this file");
       k->add_option("--filter", flags->filter, "Only rows whose name contains this string");
-      k->add_option("--replays", flags->replays, "Timed graph replays per row (median reported)")->check(CLI::Range(3, 1000));
+      k->add_option("--replays", flags->replays, "Timed graph replays per row (median reported)")
+          ->check(CLI::Range(3, 1000));
       k->add_flag("--no-pdl", flags->no_pdl, "Launch without programmatic dependent launch");
-      k->add_option("--min-warp-bytes", flags->min_warp_bytes, "Work-split tuning: fewest weight bytes per warp");
-      k->add_flag("--no-l2-prefetch", flags->no_l2_prefetch, "Disable the bulk L2 prefetch of weight units");
+      k->add_option("--min-warp-bytes", flags->min_warp_bytes,
+                    "Work-split tuning: fewest weight bytes per warp");
+      k->add_flag("--l2-prefetch", flags->l2_prefetch,
+                  "Also bulk-prefetch weight units into L2 (off by default)");
       k->add_option("--blocks-per-sm", flags->blocks_per_sm, "GEMV blocks per SM (0 = all that fit)");
       return [flags]() { return run_kernels(*flags); };
     }}};

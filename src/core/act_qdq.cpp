@@ -82,8 +82,8 @@ Status qdq_fp4_row_f32(std::span<const float> in, std::span<float> out) {
 }
 
 float fp8_token_scale(float absmax) {
-  const float kRecip448 = 1.0f / 448.0f;       // fl32(1/448), folded at compile time
-  const float kFloor = 1.0f / 229376.0f;       // = 2^-15 / 7, fl32
+  const float kRecip448 = 1.0f / 448.0f;  // fl32(1/448), folded at compile time
+  const float kFloor = 1.0f / 229376.0f;  // = 2^-15 / 7, fl32
   float s = absmax * kRecip448;
   if (std::isnan(s)) return s;
   return std::max(s, kFloor);
@@ -113,12 +113,14 @@ float quantize_fp8_impl(size_t n, Get get, uint8_t* q) {
 
 float quantize_fp8_token_row(std::span<const uint16_t> in, std::span<uint8_t> q_out) {
   assert(q_out.size() >= in.size());
-  return quantize_fp8_impl(in.size(), [&](size_t k) { return bf16_to_f32(in[k]); }, q_out.data());
+  return quantize_fp8_impl(
+      in.size(), [&](size_t k) { return bf16_to_f32(in[k]); }, q_out.data());
 }
 
 float quantize_fp8_token_row_f32(std::span<const float> in, std::span<uint8_t> q_out) {
   assert(q_out.size() >= in.size());
-  return quantize_fp8_impl(in.size(), [&](size_t k) { return bf16_round(in[k]); }, q_out.data());
+  return quantize_fp8_impl(
+      in.size(), [&](size_t k) { return bf16_round(in[k]); }, q_out.data());
 }
 
 Status qdq_fp8_token_row(std::span<const uint16_t> in, std::span<uint16_t> out) {

@@ -32,21 +32,22 @@ Expected<Codebook> Codebook::from_tables(const Rung& r, std::vector<std::vector<
   for (size_t i = 0; i < tables.size(); ++i) {
     size_t rows = size_t{1} << cb.split.width[i];
     if (tables[i].size() != rows * sub_dim)
-      return err("{}: sub-table {} of rung {} must be [{}, {}] ({} values), got {} values", label, i, r.name(), rows,
-                 sub_dim, rows * sub_dim, tables[i].size());
+      return err("{}: sub-table {} of rung {} must be [{}, {}] ({} values), got {} values", label, i,
+                 r.name(), rows, sub_dim, rows * sub_dim, tables[i].size());
     for (size_t j = 0; j < tables[i].size(); ++j) {
       float v = tables[i][j];
       bool ok = r.grid == Grid::FP4 ? on_e2m1_grid(v) : on_e4m3_grid(v);
       if (!ok)
-        return err("{}: sub-table {} entry [{}, {}] = {} is off the {} grid declared by rung {}", label, i, j / sub_dim,
-                   j % sub_dim, v, r.grid == Grid::FP4 ? "E2M1" : "E4M3", r.name());
+        return err("{}: sub-table {} entry [{}, {}] = {} is off the {} grid declared by rung {}", label, i,
+                   j / sub_dim, j % sub_dim, v, r.grid == Grid::FP4 ? "E2M1" : "E4M3", r.name());
     }
   }
   cb.sub = std::move(tables);
   return cb;
 }
 
-Expected<Codebook> Codebook::from_f16_tables(const Rung& r, const std::vector<std::span<const uint16_t>>& tables,
+Expected<Codebook> Codebook::from_f16_tables(const Rung& r,
+                                             const std::vector<std::span<const uint16_t>>& tables,
                                              std::string_view label) {
   std::vector<std::vector<float>> f(tables.size());
   for (size_t i = 0; i < tables.size(); ++i) {

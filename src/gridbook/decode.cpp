@@ -8,7 +8,8 @@
 
 namespace gridq::gridbook {
 
-void decode_superblock_fp4(const Rung& r, const Codebook& cb, const uint8_t* sb, uint16_t out_bf16[kSuperblock]) {
+void decode_superblock_fp4(const Rung& r, const Codebook& cb, const uint8_t* sb,
+                           uint16_t out_bf16[kSuperblock]) {
   float scales[kFp4Groups];
   superblock_scales_fp4(r, sb, scales);
   float v[kVecDim];
@@ -28,7 +29,7 @@ void decode_superblock_fp8(const Rung& r, const Codebook& cb, const uint8_t* sb,
   for (int c = 0; c < kCodewords; ++c) {
     cb.lookup(read_code_exact(sb, c, r.k), v);
     for (int j = 0; j < kVecDim; ++j) {
-      float w = v[j] * row_scale;  // fl32: first rounding
+      float w = v[j] * row_scale;                  // fl32: first rounding
       out_bf16[c * kVecDim + j] = f32_to_bf16(w);  // bf16_rn: second rounding
     }
   }
@@ -55,13 +56,14 @@ Status check_fp8_row_scales(std::span<const float> weight_scale, std::string_vie
   return {};
 }
 
-Status decode_tensor(const Rung& r, const Codebook& cb, std::string_view tensor, std::span<const uint8_t> qweight,
-                     std::span<const int64_t> shape, int64_t in, std::span<const float> weight_scale,
-                     std::span<uint16_t> out) {
+Status decode_tensor(const Rung& r, const Codebook& cb, std::string_view tensor,
+                     std::span<const uint8_t> qweight, std::span<const int64_t> shape, int64_t in,
+                     std::span<const float> weight_scale, std::span<uint16_t> out) {
   GRIDQ_RETURN_IF_ERROR(validate_rung(r));
   if (cb.rung != r) return err("{}: codebook is for rung {}, tensor is {}", tensor, cb.rung.name(), r.name());
   if (shape.size() != 2 && shape.size() != 3)
-    return err("{}: cb_qweight must be 2-D [rows, bytes] or 3-D [E, rows, bytes], got {} dims", tensor, shape.size());
+    return err("{}: cb_qweight must be 2-D [rows, bytes] or 3-D [E, rows, bytes], got {} dims", tensor,
+               shape.size());
   if (in <= 0 || in % kSuperblock != 0)
     return err("{}: in_features {} is not a positive multiple of {} (CB needs whole superblocks)", tensor, in,
                kSuperblock);
@@ -71,8 +73,8 @@ Status decode_tensor(const Rung& r, const Codebook& cb, std::string_view tensor,
   const int64_t rows = shape[shape.size() - 2];
   const int64_t rb = row_bytes(r, in);
   if (shape.back() != rb)
-    return err("{}: cb_qweight last dim {} != (in/256)·type_size = ({}/256)·{} = {} for {}", tensor, shape.back(), in,
-               r.type_size(), rb, r.name());
+    return err("{}: cb_qweight last dim {} != (in/256)·type_size = ({}/256)·{} = {} for {}", tensor,
+               shape.back(), in, r.type_size(), rb, r.name());
   const int64_t total_rows = experts * rows;
   if (static_cast<int64_t>(qweight.size()) != total_rows * rb)
     return err("{}: cb_qweight holds {} bytes, shape needs {}", tensor, qweight.size(), total_rows * rb);
@@ -80,8 +82,8 @@ Status decode_tensor(const Rung& r, const Codebook& cb, std::string_view tensor,
     return err("{}: output holds {} values, needs {}", tensor, out.size(), total_rows * in);
   if (r.grid == Grid::FP8) {
     if (static_cast<int64_t>(weight_scale.size()) != total_rows)
-      return err("{}: fp8 weight_scale has {} values, needs one per output row ({})", tensor, weight_scale.size(),
-                 total_rows);
+      return err("{}: fp8 weight_scale has {} values, needs one per output row ({})", tensor,
+                 weight_scale.size(), total_rows);
     GRIDQ_RETURN_IF_ERROR(check_fp8_row_scales(weight_scale, tensor));
   } else {
     if (!weight_scale.empty()) return err("{}: fp4 rung {} takes no weight_scale tensor", tensor, r.name());

@@ -28,14 +28,16 @@ Status check_codes(std::span<const uint64_t> codes, int k) {
   if (codes.size() != static_cast<size_t>(kCodewords))
     return err("superblock codes: got {} codewords, a superblock holds {}", codes.size(), kCodewords);
   for (size_t c = 0; c < codes.size(); ++c) {
-    if (codes[c] > code_mask(k)) return err("superblock codes: codeword {} = {} does not fit k = {} bits", c, codes[c], k);
+    if (codes[c] > code_mask(k))
+      return err("superblock codes: codeword {} = {} does not fit k = {} bits", c, codes[c], k);
   }
   return {};
 }
 
 uint64_t compose_code(const SubSplit& s, std::span<const uint32_t> sub_idx) {
   uint64_t code = 0;
-  for (int i = 0; i < s.n; ++i) code |= (static_cast<uint64_t>(sub_idx[static_cast<size_t>(i)]) & code_mask(s.width[i])) << s.offset[i];
+  for (int i = 0; i < s.n; ++i)
+    code |= (static_cast<uint64_t>(sub_idx[static_cast<size_t>(i)]) & code_mask(s.width[i])) << s.offset[i];
   return code;
 }
 

@@ -65,12 +65,15 @@ Status validate_rung(const Rung& r) {
   } else {
     if (r.k < 28 || r.k > 48) return err("rung {}: k = {} outside the fp8 range 28..48", r.name(), r.k);
     if (r.layout_version != 1)
-      return err("rung {}: fp8 rungs have no scale plane and are layout 1, got {}", r.name(), r.layout_version);
+      return err("rung {}: fp8 rungs have no scale plane and are layout 1, got {}", r.name(),
+                 r.layout_version);
   }
   if (r.mode == Mode::Signed)
-    return err("rung {}: signed mode is defined by the format but not implemented in gridq (refused)", r.name());
+    return err("rung {}: signed mode is defined by the format but not implemented in gridq (refused)",
+               r.name());
   if (r.mode == Mode::Full)
-    return err("rung {}: full mode is defined by the format but not implemented in gridq (refused)", r.name());
+    return err("rung {}: full mode is defined by the format but not implemented in gridq (refused)",
+               r.name());
   return {};
 }
 

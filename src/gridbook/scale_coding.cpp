@@ -38,7 +38,9 @@ const V2Tables& tables() {
 
 }  // namespace
 
-float v2_scale(uint8_t E, int c) { return tables().compose[static_cast<size_t>(E) * 16 + static_cast<size_t>(c & 15)]; }
+float v2_scale(uint8_t E, int c) {
+  return tables().compose[static_cast<size_t>(E) * 16 + static_cast<size_t>(c & 15)];
+}
 
 bool v2_legal(uint8_t E, int c) {
   if (c < 0 || c > 15) return false;
@@ -64,7 +66,7 @@ V2Plane v2_plane_round_up(std::span<const float, kFp4Groups> ideal) {
   V2Plane p;
   float amax = 0.0f;
   for (float s : ideal) amax = std::max(amax, s);  // fixed order; max is order-independent anyway
-  if (amax == 0.0f) return p;                       // E = 118, all codes 0
+  if (amax == 0.0f) return p;                      // E = 118, all codes 0
   amax = std::min(amax, 448.0f);
   int E = 0;
   for (E = 0; E < 255; ++E) {
@@ -89,8 +91,8 @@ V2Plane read_v2_plane(const uint8_t* plane9) {
 void write_v2_plane(const V2Plane& p, uint8_t* plane9) {
   plane9[0] = p.E;
   for (int g = 0; g < kFp4Groups; g += 2) {
-    plane9[1 + g / 2] =
-        static_cast<uint8_t>((p.c[static_cast<size_t>(g)] & 0xF) | ((p.c[static_cast<size_t>(g + 1)] & 0xF) << 4));
+    plane9[1 + g / 2] = static_cast<uint8_t>((p.c[static_cast<size_t>(g)] & 0xF) |
+                                             ((p.c[static_cast<size_t>(g + 1)] & 0xF) << 4));
   }
 }
 
@@ -99,7 +101,8 @@ Status check_v1_plane(const uint8_t* plane16, std::string_view where) {
     uint8_t b = plane16[g];
     if ((b & 0x7F) == 0x7F) return err("{}: v1 scale byte of group {} is 0x{:02X}, an E4M3 NaN", where, g, b);
     if (b & 0x80)
-      return err("{}: v1 scale byte of group {} is 0x{:02X}, sign bit set (scales must be >= 0)", where, g, b);
+      return err("{}: v1 scale byte of group {} is 0x{:02X}, sign bit set (scales must be >= 0)", where, g,
+                 b);
   }
   return {};
 }
@@ -109,8 +112,10 @@ Status check_v2_plane(const uint8_t* plane9, std::string_view where) {
   for (int g = 0; g < kFp4Groups; ++g) {
     int c = p.c[static_cast<size_t>(g)];
     if (!v2_legal(p.E, c))
-      return err("{}: v2 scale pair (E = {}, c = {}) of group {} is illegal ({}·2^({}-127) is not an E4M3 value in (0, 448])",
-                 where, p.E, c, g, kV2Table[static_cast<size_t>(c)], p.E);
+      return err(
+          "{}: v2 scale pair (E = {}, c = {}) of group {} is illegal ({}·2^({}-127) is not an E4M3 value in "
+          "(0, 448])",
+          where, p.E, c, g, kV2Table[static_cast<size_t>(c)], p.E);
   }
   return {};
 }
@@ -133,7 +138,8 @@ Status check_scale_planes(const Rung& r, std::span<const uint8_t> qweight, std::
   if (r.grid != Grid::FP4) return {};
   const size_t ts = static_cast<size_t>(r.type_size());
   if (qweight.size() % ts != 0)
-    return err("{}: {} bytes is not a whole number of {}-byte {} superblocks", tensor, qweight.size(), ts, r.name());
+    return err("{}: {} bytes is not a whole number of {}-byte {} superblocks", tensor, qweight.size(), ts,
+               r.name());
   const size_t n_sb = qweight.size() / ts;
   for (size_t s = 0; s < n_sb; ++s) {
     const uint8_t* plane = qweight.data() + s * ts + static_cast<size_t>(r.index_bytes());

@@ -59,8 +59,8 @@ std::vector<uint64_t> compose_codes(const DenseBook& book, const uint32_t* sub_i
 }
 
 // fp4: w = bf16_rn(v · scale_g) from the sub-indices and planes.
-std::vector<float> decode_fp4(const DenseBook& book, const uint32_t* sub_idx, const gridbook::V2Plane* planes, int R,
-                              int C) {
+std::vector<float> decode_fp4(const DenseBook& book, const uint32_t* sub_idx, const gridbook::V2Plane* planes,
+                              int R, int C) {
   const int d = book.sub_dim;
   const int nv = C / d;
   std::vector<float> w(size_t(R) * C);
@@ -76,7 +76,8 @@ std::vector<float> decode_fp4(const DenseBook& book, const uint32_t* sub_idx, co
 }
 
 // fp8: w = bf16_rn(fl32(v · row_scale)).
-std::vector<float> decode_fp8(const DenseBook& book, const uint32_t* sub_idx, const float* row_scale, int R, int C) {
+std::vector<float> decode_fp8(const DenseBook& book, const uint32_t* sub_idx, const float* row_scale, int R,
+                              int C) {
   const int d = book.sub_dim;
   const int nv = C / d;
   std::vector<float> w(size_t(R) * C);
@@ -98,7 +99,7 @@ GptqCoreResult gptq_core(const float* W, const double* U, const DenseBook& book,
   const int d = book.sub_dim;
   const int nslab = C / d;
   const int block = spec.block;
-  const int per_block = block / d;  // slabs per full block
+  const int per_block = block / d;                        // slabs per full block
   std::vector<double> Wd = to_double(W, int64_t(R) * C);  // [R, C] compensated weights
   GptqCoreResult res;
   res.sub_idx.assign(size_t(R) * nslab, 0);
@@ -107,7 +108,8 @@ GptqCoreResult gptq_core(const float* W, const double* U, const DenseBook& book,
   int maxK = 0;
   for (int K : book.entries) maxK = std::max(maxK, K);
   // Per-step tables of one block, shared by all rows: A = U_SS⁻¹ [d, d], T' = T·A [K, d], ‖T'_k‖² [K].
-  std::vector<double> A(size_t(per_block) * d * d), Tp(size_t(per_block) * maxK * d), nk(size_t(per_block) * maxK);
+  std::vector<double> A(size_t(per_block) * d * d), Tp(size_t(per_block) * maxK * d),
+      nk(size_t(per_block) * maxK);
 
   for (int b0 = 0; b0 < C; b0 += block) {
     const int b1 = std::min(C, b0 + block);
@@ -208,8 +210,8 @@ GptqCoreResult gptq_core(const float* W, const double* U, const DenseBook& book,
 
 // ---- fp4 ----
 
-Expected<Fp4CbEncoding> encode_fp4_rtn(const gridbook::Codebook& cb, const float* W, int R, int C, const float* q,
-                                       const TwoTierOptions& opt) {
+Expected<Fp4CbEncoding> encode_fp4_rtn(const gridbook::Codebook& cb, const float* W, int R, int C,
+                                       const float* q, const TwoTierOptions& opt) {
   GRIDQ_RETURN_IF_ERROR(check_shape(cb, gridbook::Grid::FP4, R, C));
   GRIDQ_RETURN_IF_ERROR(check_finite(W, int64_t(R) * C, "weight"));
   GRIDQ_RETURN_IF_ERROR(check_importance(q, C));
@@ -226,7 +228,8 @@ Expected<Fp4CbEncoding> encode_fp4_rtn(const gridbook::Codebook& cb, const float
   std::vector<gridbook::V2Plane> planes(R);
   std::vector<uint32_t> idx(size_t(R) * nv_sb);
   for (int b = 0; b < nsb; ++b) {
-    two_tier_search_superblock(Wd.data() + b * kSB, C, R, q + b * kSB, book, m2, opt, planes.data(), idx.data());
+    two_tier_search_superblock(Wd.data() + b * kSB, C, R, q + b * kSB, book, m2, opt, planes.data(),
+                               idx.data());
     for (int r = 0; r < R; ++r) {
       enc.planes[size_t(r) * nsb + b] = planes[r];
       for (int v = 0; v < nv_sb; ++v)
@@ -245,8 +248,10 @@ Expected<Fp4CbEncoding> encode_fp4_cb_gptq(const gridbook::Codebook& cb, const f
   GRIDQ_RETURN_IF_ERROR(check_finite(W, int64_t(R) * C, "weight"));
   GRIDQ_RETURN_IF_ERROR(check_importance(q, C));
   if (opt.block != kSB)
-    return err("CB-GPTQ fp4: block is {}; it must be 256 (one superblock, scales searched per block)", opt.block);
-  GRIDQ_ASSIGN_OR_RETURN(InverseFactor f, inverse_cholesky_upper(H, C, n_tokens, opt.damp, opt.max_retries, "H"));
+    return err("CB-GPTQ fp4: block is {}; it must be 256 (one superblock, scales searched per block)",
+               opt.block);
+  GRIDQ_ASSIGN_OR_RETURN(InverseFactor f,
+                         inverse_cholesky_upper(H, C, n_tokens, opt.damp, opt.max_retries, "H"));
   const DenseBook book = DenseBook::from(cb);
   const double m2 = [&] {
     const std::vector<double> Wd = to_double(W, int64_t(std::min(R, opt.two_tier.pilot_rows)) * C);
@@ -266,7 +271,8 @@ Expected<Fp4CbEncoding> encode_fp4_cb_gptq(const gridbook::Codebook& cb, const f
     for (int r = 0; r < R; ++r) {
       enc.planes[size_t(r) * nsb + b0 / kSB] = planes[r];
       for (int s = 0; s < kSB / d; ++s)
-        slab_scale[size_t(r) * (kSB / d) + s] = gridbook::v2_scale(planes[r].E, planes[r].c[s * d / gridbook::kFp4Group]);
+        slab_scale[size_t(r) * (kSB / d) + s] =
+            gridbook::v2_scale(planes[r].E, planes[r].c[s * d / gridbook::kFp4Group]);
     }
   };
   GptqCoreSpec spec;
@@ -291,7 +297,8 @@ Expected<std::vector<uint8_t>> pack_fp4_v2(const gridbook::Rung& rung, const Fp4
       const size_t sb = size_t(r) * nsb + b;
       std::span<const uint64_t> codes(enc.codes.data() + sb * gridbook::kCodewords, gridbook::kCodewords);
       const gridbook::V2Plane& p = enc.planes[sb];
-      GRIDQ_RETURN_IF_ERROR(gridbook::encode_superblock_fp4_v2(rung, codes, p.E, p.c.data(), out.data() + sb * ts));
+      GRIDQ_RETURN_IF_ERROR(
+          gridbook::encode_superblock_fp4_v2(rung, codes, p.E, p.c.data(), out.data() + sb * ts));
     }
   return out;
 }
@@ -300,7 +307,8 @@ Expected<std::vector<uint8_t>> pack_fp4_v2(const gridbook::Rung& rung, const Fp4
 
 namespace {
 
-Fp8CbEncoding finish_fp8(const DenseBook& book, const uint32_t* sub_idx, std::vector<float> row_scale, int R, int C) {
+Fp8CbEncoding finish_fp8(const DenseBook& book, const uint32_t* sub_idx, std::vector<float> row_scale, int R,
+                         int C) {
   Fp8CbEncoding enc;
   enc.rows = R;
   enc.cols = C;
@@ -312,8 +320,8 @@ Fp8CbEncoding finish_fp8(const DenseBook& book, const uint32_t* sub_idx, std::ve
 
 }  // namespace
 
-Expected<Fp8CbEncoding> encode_fp8cb_rtn(const gridbook::Codebook& cb, const float* W, int R, int C, const float* q,
-                                         int refits) {
+Expected<Fp8CbEncoding> encode_fp8cb_rtn(const gridbook::Codebook& cb, const float* W, int R, int C,
+                                         const float* q, int refits) {
   GRIDQ_RETURN_IF_ERROR(check_shape(cb, gridbook::Grid::FP8, R, C));
   GRIDQ_RETURN_IF_ERROR(check_finite(W, int64_t(R) * C, "weight"));
   GRIDQ_RETURN_IF_ERROR(check_importance(q, C));
@@ -345,8 +353,10 @@ Expected<Fp8CbEncoding> encode_fp8cb_cb_gptq(const gridbook::Codebook& cb, const
   GRIDQ_RETURN_IF_ERROR(check_shape(cb, gridbook::Grid::FP8, R, C));
   GRIDQ_RETURN_IF_ERROR(check_finite(W, int64_t(R) * C, "weight"));
   GRIDQ_RETURN_IF_ERROR(check_importance(q, C));
-  if (opt.block <= 0 || opt.block % kSB != 0) return err("CB-GPTQ fp8: block {} is not a multiple of 256", opt.block);
-  GRIDQ_ASSIGN_OR_RETURN(InverseFactor f, inverse_cholesky_upper(H, C, n_tokens, opt.damp, opt.max_retries, "H"));
+  if (opt.block <= 0 || opt.block % kSB != 0)
+    return err("CB-GPTQ fp8: block {} is not a multiple of 256", opt.block);
+  GRIDQ_ASSIGN_OR_RETURN(InverseFactor f,
+                         inverse_cholesky_upper(H, C, n_tokens, opt.damp, opt.max_retries, "H"));
   const DenseBook book = DenseBook::from(cb);
   std::vector<float> scale(R);
   {
@@ -413,8 +423,9 @@ double holdout_output_mse(const float* X, int64_t n, const float* W, const float
 }
 
 Expected<Fp4CbEncoding> encode_fp4_gated(const gridbook::Codebook& cb, const float* W, int R, int C,
-                                         const float* H, int64_t n_tokens, const float* q, const float* X_hold,
-                                         int64_t n_hold, const CbGptqOptions& opt, GateOutcome* outcome) {
+                                         const float* H, int64_t n_tokens, const float* q,
+                                         const float* X_hold, int64_t n_hold, const CbGptqOptions& opt,
+                                         GateOutcome* outcome) {
   GRIDQ_ASSIGN_OR_RETURN(Fp4CbEncoding g, encode_fp4_cb_gptq(cb, W, R, C, H, n_tokens, q, opt));
   GRIDQ_ASSIGN_OR_RETURN(Fp4CbEncoding nn, encode_fp4_rtn(cb, W, R, C, q, opt.two_tier));
   GateOutcome o;

@@ -1,10 +1,10 @@
-// CB-GPTQ (quantizer.md §5): GPTQ's column-by-column error feedback with codebook slabs. Each step quantizes one
-// sub-vector slab S (s = sub_dim consecutive columns) of every row jointly under the OBS metric
-// ‖(w_S − q_S)·U_SS⁻¹‖², found as a nearest neighbour in the transformed space (y = x·A, c'_k = t_k·A,
-// A = U_SS⁻¹, argmin_k ‖c'_k‖² − 2·y·c'_k, ties to the lowest k), then pushes the slab error onto the later
-// columns of the block and, lazily, onto the columns after it. Scales are chosen per block on the compensated
-// weights ("lazy"). All arithmetic is float64 and every row is processed independently (OpenMP over rows), so
-// bytes do not depend on the thread count.
+// CB-GPTQ (quantizer.md §5): GPTQ's column-by-column error feedback with codebook slabs. Each step quantizes
+// one sub-vector slab S (s = sub_dim consecutive columns) of every row jointly under the OBS metric ‖(w_S −
+// q_S)·U_SS⁻¹‖², found as a nearest neighbour in the transformed space (y = x·A, c'_k = t_k·A, A = U_SS⁻¹,
+// argmin_k ‖c'_k‖² − 2·y·c'_k, ties to the lowest k), then pushes the slab error onto the later columns of
+// the block and, lazily, onto the columns after it. Scales are chosen per block on the compensated weights
+// ("lazy"). All arithmetic is float64 and every row is processed independently (OpenMP over rows), so bytes
+// do not depend on the thread count.
 //
 // RTN ("--method rtn", and the NN-only side of the holdout gate) uses the same scales and the q-weighted
 // nearest codeword with no feedback.
@@ -31,7 +31,8 @@ struct GptqCoreSpec {
   bool bf16_decode = false;  // quantized value Q = bf16_rn(fl32(t·s)) instead of t·s in float64
 };
 
-// Fills slab_scale [rows, (b1 − b0) / sub_dim] for block [b0, b1) from the compensated weights W [rows, cols].
+// Fills slab_scale [rows, (b1 − b0) / sub_dim] for block [b0, b1) from the compensated weights W [rows,
+// cols].
 using BlockScaleFn = std::function<void(int b0, int b1, const double* W, double* slab_scale)>;
 
 struct GptqCoreResult {
@@ -65,8 +66,8 @@ struct Fp4CbEncoding {
 
 // RTN: two-tier scales on the original weights and the q-weighted nearest codeword. W: [R, C], q: [C].
 // Requires a v2 fp4 product rung, C % 256 == 0, R % 8 == 0 not required here (the planner checks it).
-Expected<Fp4CbEncoding> encode_fp4_rtn(const gridbook::Codebook& cb, const float* W, int R, int C, const float* q,
-                                       const TwoTierOptions& opt = {});
+Expected<Fp4CbEncoding> encode_fp4_rtn(const gridbook::Codebook& cb, const float* W, int R, int C,
+                                       const float* q, const TwoTierOptions& opt = {});
 
 // CB-GPTQ: H [C, C] fp32 (its n_tokens rows; 0 means plain nearest-neighbour), q [C] importances.
 Expected<Fp4CbEncoding> encode_fp4_cb_gptq(const gridbook::Codebook& cb, const float* W, int R, int C,
@@ -81,16 +82,16 @@ Expected<std::vector<uint8_t>> pack_fp4_v2(const gridbook::Rung& rung, const Fp4
 struct Fp8CbEncoding {
   int rows = 0;
   int cols = 0;
-  std::vector<uint64_t> codes;    // [rows, cols / 8]
-  std::vector<float> row_scale;   // [rows] the weight_scale tensor
-  std::vector<float> w_hat;       // [rows, cols] bf16_rn(fl32(v · scale)) as FP32
+  std::vector<uint64_t> codes;   // [rows, cols / 8]
+  std::vector<float> row_scale;  // [rows] the weight_scale tensor
+  std::vector<float> w_hat;      // [rows, cols] bf16_rn(fl32(v · scale)) as FP32
   bool used_identity = false;
   double damp_used = 0.0;
 };
 
 // Row scales come from the original weights (a row scale spans every block, so it cannot be lazy).
-Expected<Fp8CbEncoding> encode_fp8cb_rtn(const gridbook::Codebook& cb, const float* W, int R, int C, const float* q,
-                                         int refits = 2);
+Expected<Fp8CbEncoding> encode_fp8cb_rtn(const gridbook::Codebook& cb, const float* W, int R, int C,
+                                         const float* q, int refits = 2);
 Expected<Fp8CbEncoding> encode_fp8cb_cb_gptq(const gridbook::Codebook& cb, const float* W, int R, int C,
                                              const float* H, int64_t n_tokens, const float* q,
                                              const CbGptqOptions& opt = {});
@@ -110,7 +111,8 @@ struct GateOutcome {
 
 // Runs CB-GPTQ and RTN and keeps CB-GPTQ only if its holdout output-MSE is <= the NN-only one.
 Expected<Fp4CbEncoding> encode_fp4_gated(const gridbook::Codebook& cb, const float* W, int R, int C,
-                                         const float* H, int64_t n_tokens, const float* q, const float* X_hold,
-                                         int64_t n_hold, const CbGptqOptions& opt, GateOutcome* outcome);
+                                         const float* H, int64_t n_tokens, const float* q,
+                                         const float* X_hold, int64_t n_hold, const CbGptqOptions& opt,
+                                         GateOutcome* outcome);
 
 }  // namespace gridq::quant

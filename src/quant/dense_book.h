@@ -1,6 +1,6 @@
 // A product codebook in the form the encoders search: float64 entries per sub-table. Sub-vector v of a row
-// (columns [v·d, v·d + d), d = sub_dim) uses sub-table v mod n_sub, so a codeword is sub0 ‖ sub1 ‖ … in column
-// order (format.md §5).
+// (columns [v·d, v·d + d), d = sub_dim) uses sub-table v mod n_sub, so a codeword is sub0 ‖ sub1 ‖ … in
+// column order (format.md §5).
 #pragma once
 
 #include <cstdint>

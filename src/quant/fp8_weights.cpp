@@ -39,12 +39,13 @@ Expected<Fp8Weights> quantize_fp8_per_channel(const float* W, int R, int C) {
   out.scale = channel_scales(W, R, C);
   out.q.resize(size_t(R) * C);
   for (int r = 0; r < R; ++r)
-    for (int j = 0; j < C; ++j) out.q[size_t(r) * C + j] = f32_to_e4m3_rne(W[size_t(r) * C + j] / out.scale[r]);
+    for (int j = 0; j < C; ++j)
+      out.q[size_t(r) * C + j] = f32_to_e4m3_rne(W[size_t(r) * C + j] / out.scale[r]);
   return out;
 }
 
-Expected<Fp8Weights> quantize_fp8_per_channel_gptq(const float* W, int R, int C, const float* H, int64_t n_tokens,
-                                                   double damp, int block) {
+Expected<Fp8Weights> quantize_fp8_per_channel_gptq(const float* W, int R, int C, const float* H,
+                                                   int64_t n_tokens, double damp, int block) {
   GRIDQ_RETURN_IF_ERROR(check_weight(W, R, C));
   if (block <= 0) return err("FP8 GPTQ: block {} must be positive", block);
   GRIDQ_ASSIGN_OR_RETURN(InverseFactor f, inverse_cholesky_upper(H, C, n_tokens, damp, 3, "H"));
@@ -76,7 +77,8 @@ Expected<Fp8Weights> quantize_fp8_per_channel_gptq(const float* W, int R, int C,
 std::vector<float> dequantize_fp8(const Fp8Weights& w) {
   std::vector<float> out(size_t(w.rows) * w.cols);
   for (int r = 0; r < w.rows; ++r)
-    for (int j = 0; j < w.cols; ++j) out[size_t(r) * w.cols + j] = e4m3_to_f32(w.q[size_t(r) * w.cols + j]) * w.scale[r];
+    for (int j = 0; j < w.cols; ++j)
+      out[size_t(r) * w.cols + j] = e4m3_to_f32(w.q[size_t(r) * w.cols + j]) * w.scale[r];
   return out;
 }
 

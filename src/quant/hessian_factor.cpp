@@ -60,8 +60,8 @@ bool upper_factor_of_inverse(std::vector<double>& L, int n, std::vector<double>&
 
 }  // namespace
 
-Expected<InverseFactor> inverse_cholesky_upper(const float* H, int C, int64_t n_tokens, double damp, int max_retries,
-                                               const char* what) {
+Expected<InverseFactor> inverse_cholesky_upper(const float* H, int C, int64_t n_tokens, double damp,
+                                               int max_retries, const char* what) {
   InverseFactor f;
   double mean_diag = 0.0;
   for (int i = 0; i < C; ++i) {
@@ -77,7 +77,8 @@ Expected<InverseFactor> inverse_cholesky_upper(const float* H, int C, int64_t n_
     for (int i = 0; i < C; ++i) f.U[int64_t(i) * C + i] = 1.0;
     return f;
   }
-  if (!(mean_diag > 0.0)) return err("{}: mean of diag(H) is {} < 0; H must be positive semi-definite", what, mean_diag);
+  if (!(mean_diag > 0.0))
+    return err("{}: mean of diag(H) is {} < 0; H must be positive semi-definite", what, mean_diag);
   double d = damp;
   for (int attempt = 0; attempt <= max_retries; ++attempt, d *= 10.0) {
     std::vector<double> L(size_t(C) * C);
@@ -89,8 +90,9 @@ Expected<InverseFactor> inverse_cholesky_upper(const float* H, int C, int64_t n_
     f.damp_used = d;
     return f;
   }
-  return err("{}: damped Cholesky failed with damping {} and {} retries (x10 each); H is not positive definite",
-             what, damp, max_retries);
+  return err(
+      "{}: damped Cholesky failed with damping {} and {} retries (x10 each); H is not positive definite",
+      what, damp, max_retries);
 }
 
 }  // namespace gridq::quant

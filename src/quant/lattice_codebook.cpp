@@ -18,10 +18,11 @@ namespace {
 
 using Point = std::array<float, 8>;  // padded with zeros beyond dim
 
-// Exact nearest-entry search. Entries are sorted by (first, second) coordinate and grouped into slices of equal
-// first coordinate; slices are visited outward from the query's first coordinate and, inside a slice, entries
-// outward from its second coordinate, each scan cut off once the coordinate gaps alone exceed the best distance.
-// Ties (equal distance) go to the lowest entry index, so the answer equals a brute-force scan in index order.
+// Exact nearest-entry search. Entries are sorted by (first, second) coordinate and grouped into slices of
+// equal first coordinate; slices are visited outward from the query's first coordinate and, inside a slice,
+// entries outward from its second coordinate, each scan cut off once the coordinate gaps alone exceed the
+// best distance. Ties (equal distance) go to the lowest entry index, so the answer equals a brute-force scan
+// in index order.
 class NearestSearch {
  public:
   NearestSearch(const std::vector<double>& entries, int K, int dim) : entries_(entries), dim_(dim) {
@@ -69,7 +70,8 @@ class NearestSearch {
         for (int pos = lo; pos < hi; ++pos) visit(pos);
         return;
       }
-      const int start = static_cast<int>(std::lower_bound(k1_.begin() + lo, k1_.begin() + hi, x[1]) - k1_.begin());
+      const int start =
+          static_cast<int>(std::lower_bound(k1_.begin() + lo, k1_.begin() + hi, x[1]) - k1_.begin());
       for (int pos = start; pos < hi; ++pos) {
         const double g1 = k1_[pos] - x[1];
         if (g0sq + g1 * g1 > best) break;
@@ -82,7 +84,8 @@ class NearestSearch {
       }
     };
     const int ns = static_cast<int>(slice_key_.size());
-    const int s0 = static_cast<int>(std::lower_bound(slice_key_.begin(), slice_key_.end(), x[0]) - slice_key_.begin());
+    const int s0 =
+        static_cast<int>(std::lower_bound(slice_key_.begin(), slice_key_.end(), x[0]) - slice_key_.begin());
     for (int s = s0; s < ns; ++s) {
       const double g0 = slice_key_[s] - x[0];
       if (g0 * g0 > best) break;
@@ -100,10 +103,10 @@ class NearestSearch {
  private:
   const std::vector<double>& entries_;
   int dim_;
-  std::vector<int> order_;        // entry indices sorted by (c0, c1)
-  std::vector<double> k0_, k1_;   // their first and second coordinates
-  std::vector<int> slice_begin_;  // [n_slices + 1] runs of equal c0 in order_
-  std::vector<double> slice_key_; // [n_slices]
+  std::vector<int> order_;         // entry indices sorted by (c0, c1)
+  std::vector<double> k0_, k1_;    // their first and second coordinates
+  std::vector<int> slice_begin_;   // [n_slices + 1] runs of equal c0 in order_
+  std::vector<double> slice_key_;  // [n_slices]
 };
 
 uint64_t lattice_seed(gridbook::Grid grid, int bits, int dim) {
@@ -114,7 +117,8 @@ uint64_t lattice_seed(gridbook::Grid grid, int bits, int dim) {
 }
 
 // [m, dim] samples as the encoder sees them after dividing by the scale (see the header).
-std::vector<double> make_samples(gridbook::Grid grid, int dim, int64_t m, const LatticeParams& p, uint64_t seed) {
+std::vector<double> make_samples(gridbook::Grid grid, int dim, int64_t m, const LatticeParams& p,
+                                 uint64_t seed) {
   SplitMix64 rng(seed);
   const bool fp4 = grid == gridbook::Grid::FP4;
   const int run = fp4 ? p.fp4_group : p.fp8_row;  // weights sharing one scale
@@ -266,7 +270,8 @@ Expected<gridbook::Codebook> lattice_codebook(const gridbook::Rung& rung) {
   if (rung.mode != gridbook::Mode::Product)
     return err("lattice codebook for {}: only product mode has lattice sub-tables", rung.name());
   std::vector<std::vector<float>> tables;
-  for (int b : gridbook::bit_split(rung.k, rung.n_sub())) tables.push_back(lattice_table(rung.grid, b, rung.sub_dim()));
+  for (int b : gridbook::bit_split(rung.k, rung.n_sub()))
+    tables.push_back(lattice_table(rung.grid, b, rung.sub_dim()));
   return gridbook::Codebook::from_tables(rung, std::move(tables), "lattice " + rung.name());
 }
 

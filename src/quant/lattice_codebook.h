@@ -7,15 +7,15 @@
 // 2-vectors (the row length is our choice; quantizer.md names none for FP8). m = max(2^17, 16·K) samples.
 //
 // Lloyd's. Start from the first K samples whose snapped values are distinct; 12 iterations of: assign every
-// sample to its nearest entry (Euclidean, ties to the lowest index), move each entry to the mean of its samples,
-// snap each coordinate to the nearest grid value (ties to the smaller magnitude); an entry that got no samples
-// or duplicates an earlier entry is reseeded with the snapped worst-fit sample (largest distance to its entry,
-// ties to the lowest sample index) that is not already in the table. Finally sort the entries
+// sample to its nearest entry (Euclidean, ties to the lowest index), move each entry to the mean of its
+// samples, snap each coordinate to the nearest grid value (ties to the smaller magnitude); an entry that got
+// no samples or duplicates an earlier entry is reseeded with the snapped worst-fit sample (largest distance
+// to its entry, ties to the lowest sample index) that is not already in the table. Finally sort the entries
 // lexicographically. Everything runs in float64 with a fixed summation order; the nearest search is exact
 // (pruned by the sorted first coordinate, same answer as brute force), so the thread count does not matter.
 //
-// Sub-tables of equal shape are identical (the seed depends only on grid, width and dimension): sub0 and sub1 of
-// NVFP4_CB_K16 are the same 256 x 4 table. Built tables are cached per process.
+// Sub-tables of equal shape are identical (the seed depends only on grid, width and dimension): sub0 and sub1
+// of NVFP4_CB_K16 are the same 256 x 4 table. Built tables are cached per process.
 #pragma once
 
 #include <cstdint>

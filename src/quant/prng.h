@@ -1,7 +1,7 @@
 // A fixed pseudo-random source for everything the quantizer must rebuild byte for byte (lattice samples,
 // synthetic test data): splitmix64 plus Marsaglia's polar method. The Gaussian uses only +, −, ×, ÷, sqrt
-// (correctly rounded by IEEE 754) and a logarithm written here, so the stream does not depend on the C library's
-// libm, whose log/cos may differ in the last bit across versions.
+// (correctly rounded by IEEE 754) and a logarithm written here, so the stream does not depend on the C
+// library's libm, whose log/cos may differ in the last bit across versions.
 #pragma once
 
 #include <cmath>

@@ -71,16 +71,14 @@ inline int ceil_log2(double x) {
   return m == 0.5 ? e - 1 : e;
 }
 
-inline double e4m3_round(double v) {
-  return e4m3_to_f32(f32_to_e4m3_rne(static_cast<float>(v)));
-}
+inline double e4m3_round(double v) { return e4m3_to_f32(f32_to_e4m3_rne(static_cast<float>(v))); }
 
 int max_entries(const DenseBook& book) { return *std::max_element(book.entries.begin(), book.entries.end()); }
 
 }  // namespace
 
-void nearest_entries(const double* w, const double* q, int n_vectors, const double* scales, const DenseBook& book,
-                     uint32_t* out) {
+void nearest_entries(const double* w, const double* q, int n_vectors, const double* scales,
+                     const DenseBook& book, uint32_t* out) {
   std::vector<double> A(max_entries(book)), B(max_entries(book));
   const int d = book.sub_dim;
   for (int v = 0; v < n_vectors; ++v) {
@@ -116,7 +114,8 @@ double pilot_m2(const double* W, int64_t ld, int R, int C, const float* q, const
         if (amax == 0.0) continue;
         effective_q(q + size_t(g) * kG, kG, qe);
         for (int v = 0; v < vpg; ++v)
-          moments(w + v * d, qe + v * d, book, (g * vpg + v) % book.n_sub, &A[size_t(v) * K], &B[size_t(v) * K]);
+          moments(w + v * d, qe + v * d, book, (g * vpg + v) % book.n_sub, &A[size_t(v) * K],
+                  &B[size_t(v) * K]);
         double best = std::numeric_limits<double>::infinity();
         double best_s = 0.0;
         for (int i = 0; i < 16; ++i) {
@@ -159,8 +158,8 @@ void two_tier_search_superblock(const double* W, int64_t ld, int R, const float*
                                 double m2, const TwoTierOptions& opt, gridbook::V2Plane* planes,
                                 uint32_t* sub_idx) {
   const int d = book.sub_dim;
-  const int nv = kSB / d;    // sub-vectors per superblock
-  const int vpg = kG / d;    // sub-vectors per group
+  const int nv = kSB / d;  // sub-vectors per superblock
+  const int vpg = kG / d;  // sub-vectors per group
   const int K = max_entries(book);
 
   // Shared by all rows: effective q and A_vk (depends only on the columns and the table).
@@ -170,7 +169,8 @@ void two_tier_search_superblock(const double* W, int64_t ld, int R, const float*
   {
     std::vector<double> dummy(K);
     std::vector<double> zero(d, 0.0);
-    for (int v = 0; v < nv; ++v) moments(zero.data(), qe + v * d, book, v % book.n_sub, &A[size_t(v) * K], dummy.data());
+    for (int v = 0; v < nv; ++v)
+      moments(zero.data(), qe + v * d, book, v % book.n_sub, &A[size_t(v) * K], dummy.data());
   }
 
   // Legal (E, c) pairs and their scales, computed once.
@@ -185,8 +185,8 @@ void two_tier_search_superblock(const double* W, int64_t ld, int R, const float*
   {
     std::vector<double> B(size_t(nv) * K);
     std::vector<double> Cv(nv);
-    std::vector<double> scales;   // distinct candidate scales, ascending
-    std::vector<double> eg;       // [16 groups, n_scales]
+    std::vector<double> scales;  // distinct candidate scales, ascending
+    std::vector<double> eg;      // [16 groups, n_scales]
 #pragma omp for schedule(static)
     for (int r = 0; r < R; ++r) {
       const double* w = W + int64_t(r) * ld;
@@ -203,7 +203,8 @@ void two_tier_search_superblock(const double* W, int64_t ld, int R, const float*
       auto group_err = [&](int g, double s) {
         double e = 0.0;
         for (int v = g * vpg; v < (g + 1) * vpg; ++v)
-          e += Cv[v] + best_entry(&A[size_t(v) * K], &B[size_t(v) * K], book.entries[v % book.n_sub], s, nullptr);
+          e += Cv[v] +
+               best_entry(&A[size_t(v) * K], &B[size_t(v) * K], book.entries[v % book.n_sub], s, nullptr);
         return e;
       };
 
@@ -380,7 +381,8 @@ void fp8cb_row_scales(const double* W, int64_t ld, int R, int C, const float* q,
         for (int v = 0; v < nv; ++v) {
           const int sub = v % book.n_sub;
           moments(w + v * d, qe.data() + v * d, book, sub, A.data(), B.data());
-          for (int i = 0; i < n; ++i) e[i] += best_entry(A.data(), B.data(), book.entries[sub], s[i], nullptr);
+          for (int i = 0; i < n; ++i)
+            e[i] += best_entry(A.data(), B.data(), book.entries[sub], s[i], nullptr);
         }
       };
       double cand[16], errs[16];

@@ -1,10 +1,12 @@
-// Scale search for CB rungs (quantizer.md §4): the two-tier v2 search for NVFP4-CB superblocks and the per-row
-// FP32 scale sweep for FP8-CB rows. Both score a candidate scale s through moments, so no re-division or new
-// nearest search is needed per candidate: for a sub-vector v (columns J_v), table entry k and importance q,
+// Scale search for CB rungs (quantizer.md §4): the two-tier v2 search for NVFP4-CB superblocks and the
+// per-row FP32 scale sweep for FP8-CB rows. Both score a candidate scale s through moments, so no re-division
+// or new nearest search is needed per candidate: for a sub-vector v (columns J_v), table entry k and
+// importance q,
 //   A_vk = Σ_j q_j t_kj²,  B_vk = Σ_j q_j w_j t_kj,  C_v = Σ_j q_j w_j²,
 //   err_v(s) = C_v + min_k (s²·A_vk − 2s·B_vk)       (first minimum in ascending k)
 // and a group's error is the sum over its sub-vectors in column order. Everything is float64 with fixed loop
-// and summation orders; rows are independent (OpenMP over rows), so results do not depend on the thread count.
+// and summation orders; rows are independent (OpenMP over rows), so results do not depend on the thread
+// count.
 //
 // Importance q (imatrix, diag(H)/n) must be finite and >= 0. Where a scale group (FP4: 16 columns; FP8: the
 // whole row) has Σ q = 0 the search uses q = 1 over that group instead (our reconstruction: a never-activated
@@ -50,8 +52,9 @@ void fp8cb_row_scales(const double* W, int64_t ld, int R, int C, const float* q,
                       int refits, float* scale);
 
 // The q-weighted nearest entry of each sub-vector of one row segment at a fixed scale per sub-vector:
-// w: [n_sub_vectors · sub_dim] starting at a codeword boundary, scales: [n_sub_vectors], out: [n_sub_vectors].
-void nearest_entries(const double* w, const double* q, int n_vectors, const double* scales, const DenseBook& book,
-                     uint32_t* out);
+// w: [n_sub_vectors · sub_dim] starting at a codeword boundary, scales: [n_sub_vectors], out:
+// [n_sub_vectors].
+void nearest_entries(const double* w, const double* q, int n_vectors, const double* scales,
+                     const DenseBook& book, uint32_t* out);
 
 }  // namespace gridq::quant

@@ -56,18 +56,25 @@ class Job : public std::enable_shared_from_this<Job> {
   int64_t prompt_tokens = 0;
   int parts_left = 0;
 
+  // Called after a successful submit. Chunks produced before this point were buffered, so the role chunks
+  // always come first and nothing is written before the response header.
   void begin_stream() {
     if (!stream_) return;
-    ch_->start_stream();
-    if (!chat_) return;
     std::lock_guard lk(mu_);
-    for (size_t i = 0; i < choices.size(); ++i) {
-      ojson d = ojson::object();
-      d["role"] = "assistant";
-      d["content"] = "";
-      ch_->write(sse_event(chat_chunk_json(id_, created_, model, static_cast<int>(i), d, "", nullptr, include_usage)));
-      choices[i].role_sent = true;
+    ch_->start_stream();
+    if (chat_) {
+      for (size_t i = 0; i < choices.size(); ++i) {
+        ojson d = ojson::object();
+        d["role"] = "assistant";
+        d["content"] = "";
+        ch_->write(sse_event(chat_chunk_json(id_, created_, model, static_cast<int>(i), d, "", nullptr, include_usage)));
+        choices[i].role_sent = true;
+      }
     }
+    started_ = true;
+    for (auto& p : pending_) ch_->write(std::move(p));
+    pending_.clear();
+    if (ended_) ch_->end_stream();
   }
 
   bool on_token(int idx, const SampledToken& t) {
@@ -111,9 +118,9 @@ class Job : public std::enable_shared_from_this<Job> {
     finished_ = true;
     ApiError e = status_error(status, status == 503 ? "unavailable_error" : "server_error", code, message);
     if (stream_) {
-      ch_->write(sse_event(error_json(e)));
-      ch_->write(std::string(kSseDone));
-      ch_->end_stream();
+      out(sse_event(error_json(e)));
+      out(std::string(kSseDone));
+      out_end();
     } else {
       ch_->send_error(e);
     }
@@ -129,7 +136,7 @@ class Job : public std::enable_shared_from_this<Job> {
 
   void write_chat(int idx, const ojson& delta, const std::string& finish) {
     Choice& c = choices[idx];
-    ch_->write(sse_event(chat_chunk_json(id_, created_, model, idx, delta, finish, take_logprobs(c), include_usage)));
+    out(sse_event(chat_chunk_json(id_, created_, model, idx, delta, finish, take_logprobs(c), include_usage)));
   }
 
   void emit(int idx, const OutputDelta& d, const std::string&) {
@@ -138,7 +145,7 @@ class Job : public std::enable_shared_from_this<Job> {
       std::string text = c.echo_prefix + d.content;
       c.echo_prefix.clear();
       if (!text.empty())
-        ch_->write(sse_event(completion_chunk_json(id_, created_, model, idx, text, "", take_logprobs(c), include_usage)));
+        out(sse_event(completion_chunk_json(id_, created_, model, idx, text, "", take_logprobs(c), include_usage)));
       return;
     }
     if (!d.reasoning.empty() && include_reasoning) {
@@ -176,7 +183,7 @@ class Job : public std::enable_shared_from_this<Job> {
     if (chat_) {
       write_chat(idx, ojson::object(), c.finish_reason);
     } else {
-      ch_->write(sse_event(completion_chunk_json(id_, created_, model, idx, c.echo_prefix, c.finish_reason,
+      out(sse_event(completion_chunk_json(id_, created_, model, idx, c.echo_prefix, c.finish_reason,
                                                  take_logprobs(c), include_usage)));
       c.echo_prefix.clear();
     }
@@ -189,9 +196,9 @@ class Job : public std::enable_shared_from_this<Job> {
     if (aborted_) {
       ApiError e = status_error(503, "unavailable_error", "aborted", "the request was aborted (server shutting down or client gone)");
       if (stream_) {
-        ch_->write(sse_event(error_json(e)));
-        ch_->write(std::string(kSseDone));
-        ch_->end_stream();
+        out(sse_event(error_json(e)));
+        out(std::string(kSseDone));
+        out_end();
       } else {
         ch_->send_error(e);
       }
@@ -200,10 +207,10 @@ class Job : public std::enable_shared_from_this<Job> {
     for (const auto& c : choices) metrics_.request_success(c.finish_reason);
     if (stream_) {
       if (include_usage)
-        ch_->write(sse_event(usage_chunk_json(id_, created_, model, chat_ ? "chat.completion.chunk" : "text_completion",
+        out(sse_event(usage_chunk_json(id_, created_, model, chat_ ? "chat.completion.chunk" : "text_completion",
                                               prompt_tokens, completion_tokens)));
-      ch_->write(std::string(kSseDone));
-      ch_->end_stream();
+      out(std::string(kSseDone));
+      out_end();
       return;
     }
     if (chat_) {
@@ -239,7 +246,18 @@ class Job : public std::enable_shared_from_this<Job> {
     }
   }
 
+  void out(std::string data) {
+    if (started_) ch_->write(std::move(data));
+    else pending_.push_back(std::move(data));
+  }
+  void out_end() {
+    if (started_) ch_->end_stream();
+    else ended_ = true;
+  }
+
   std::mutex mu_;
+  bool started_ = false, ended_ = false;
+  std::vector<std::string> pending_;
   std::shared_ptr<ResponseChannel> ch_;
   const ModelBinding& m_;
   Metrics& metrics_;

@@ -71,11 +71,14 @@ std::vector<uint16_t> qdq4(const std::vector<uint16_t>& in) {
   return out;
 }
 
-TEST(ActQdq, Fp4RecipConstant) { EXPECT_EQ(std::bit_cast<uint32_t>(static_cast<float>(1.0 / 6.0)), 0x3E2AAAABu); }
+TEST(ActQdq, Fp4RecipConstant) {
+  EXPECT_EQ(std::bit_cast<uint32_t>(static_cast<float>(1.0 / 6.0)), 0x3E2AAAABu);
+}
 
 TEST(ActQdq, Fp4SpecVectorsAmax6) {
   // amax 6 -> s = fl32(6 · fl32(1/6)) = 1.0, so the values below are v directly.
-  std::vector<float> x = {6, 0.25f, -0.25f, 0.75f, -0.75f, 2.5f, -2.5f, 5, -5, 0, -0.0f, 1.25f, -3.5f, 0.1f, 6, -6};
+  std::vector<float> x = {6,  0.25f, -0.25f, 0.75f, -0.75f, 2.5f, -2.5f, 5,
+                          -5, 0,     -0.0f,  1.25f, -3.5f,  0.1f, 6,     -6};
   std::vector<float> want = {6, 0, -0.5f, 0.5f, -1, 2, -3, 4, -6, 0, 0, 1, -4, 0, 6, -6};
   std::vector<uint16_t> in;
   for (float f : x) in.push_back(bf(f));
@@ -130,7 +133,8 @@ TEST(ActQdq, Fp4RandomAgainstReference) {
     for (auto& h : in) h = bf(nd(rng) * scale);
     if (t % 4 == 0) {  // exact grid midpoints after division by s = 1
       in[0] = bf(6.0f);
-      for (size_t j = 1; j < 16; ++j) in[j] = bf(static_cast<float>(static_cast<int>(rng() % 24) - 12) * 0.25f);
+      for (size_t j = 1; j < 16; ++j)
+        in[j] = bf(static_cast<float>(static_cast<int>(rng() % 24) - 12) * 0.25f);
     }
     std::vector<uint16_t> out = qdq4(in);
     ASSERT_EQ(out, ref_fp4(in)) << t;
@@ -141,7 +145,8 @@ TEST(ActQdq, Fp4RandomAgainstReference) {
     std::vector<float> xf(in.size()), yf(in.size());
     for (size_t j = 0; j < in.size(); ++j) xf[j] = fb(in[j]);
     ASSERT_TRUE(qdq_fp4_row_f32(xf, yf).ok());
-    for (size_t j = 0; j < in.size(); ++j) ASSERT_EQ(std::bit_cast<uint32_t>(yf[j]), std::bit_cast<uint32_t>(fb(out[j])));
+    for (size_t j = 0; j < in.size(); ++j)
+      ASSERT_EQ(std::bit_cast<uint32_t>(yf[j]), std::bit_cast<uint32_t>(fb(out[j])));
   }
 }
 
@@ -153,7 +158,8 @@ uint8_t ref_e4m3(double v) {  // nearest E4M3 of a clamped value, ties to even b
   double bd = INFINITY;
   for (uint32_t b = 0; b <= 0x7E; ++b) {
     uint32_t e = b >> 3, m = b & 7;
-    double val = e == 0 ? m / 8.0 * std::ldexp(1.0, -6) : (1 + m / 8.0) * std::ldexp(1.0, static_cast<int>(e) - 7);
+    double val =
+        e == 0 ? m / 8.0 * std::ldexp(1.0, -6) : (1 + m / 8.0) * std::ldexp(1.0, static_cast<int>(e) - 7);
     double d = std::fabs(val - av);
     if (d < bd || (d == bd && (b & 1) == 0)) {
       bd = d;
@@ -212,7 +218,8 @@ TEST(ActQdq, Fp8SpecVectors) {
 TEST(ActQdq, Fp8MidpointWithUnitScale) {
   // Pick amax so that s is exactly 1: a = 448 gives s = fl32(448·fl32(1/448)); check the midpoint rule on
   // whatever s results by comparing with the reference, and additionally on an exact power-of-two scale.
-  std::vector<uint16_t> in = {bf(224.0f), bf(1.1875f), bf(-1.1875f), bf(232.0f)};  // s = fl32(224/448·...) ~ 0.5
+  std::vector<uint16_t> in = {bf(224.0f), bf(1.1875f), bf(-1.1875f),
+                              bf(232.0f)};  // s = fl32(224/448·...) ~ 0.5
   float s_ref = 0;
   std::vector<uint16_t> want = ref_fp8(in, &s_ref);
   std::vector<uint16_t> out(4);

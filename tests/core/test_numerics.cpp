@@ -43,7 +43,8 @@ struct Candidate {
   uint32_t pattern;
 };
 uint32_t nearest_even(double ax, const std::vector<Candidate>& pos) {
-  auto it = std::lower_bound(pos.begin(), pos.end(), ax, [](const Candidate& c, double v) { return c.value < v; });
+  auto it =
+      std::lower_bound(pos.begin(), pos.end(), ax, [](const Candidate& c, double v) { return c.value < v; });
   if (it == pos.end()) return pos.back().pattern;
   if (it->value == ax || it == pos.begin()) return it->pattern;
   const Candidate& hi = *it;
@@ -58,10 +59,11 @@ std::vector<float> edge_and_random_floats(size_t n_random) {
   std::vector<float> v;
   std::mt19937 rng(1234);
   for (size_t i = 0; i < n_random; ++i) v.push_back(from_bits(static_cast<uint32_t>(rng())));
-  for (uint32_t b : {0x00000000u, 0x80000000u, 0x00000001u, 0x007FFFFFu, 0x00800000u, 0x3F800000u, 0x7F7FFFFFu,
-                     0x7F800000u, 0xFF800000u, 0x7F7F8000u, 0x7F7F7FFFu, 0x7F7FC000u, 0x477FE000u, 0x477FF000u,
-                     0x477FEFFFu, 0x47800000u, 0x38800000u, 0x387FFFFFu, 0x33000000u, 0x33000001u, 0x32FFFFFFu,
-                     0x337FFFFFu, 0x33800000u, 0x33C00000u, 0x43E00000u, 0x43E80000u, 0x43F00000u})
+  for (uint32_t b :
+       {0x00000000u, 0x80000000u, 0x00000001u, 0x007FFFFFu, 0x00800000u, 0x3F800000u, 0x7F7FFFFFu,
+        0x7F800000u, 0xFF800000u, 0x7F7F8000u, 0x7F7F7FFFu, 0x7F7FC000u, 0x477FE000u, 0x477FF000u,
+        0x477FEFFFu, 0x47800000u, 0x38800000u, 0x387FFFFFu, 0x33000000u, 0x33000001u, 0x32FFFFFFu,
+        0x337FFFFFu, 0x33800000u, 0x33C00000u, 0x43E00000u, 0x43E80000u, 0x43F00000u})
     v.push_back(from_bits(b));
   // Exact midpoints and neighbours for BF16 at many exponents.
   for (int i = 0; i < 20000; ++i) {
@@ -163,7 +165,8 @@ std::vector<Candidate> e4m3_positive() {
   std::vector<Candidate> pos;
   for (uint32_t b = 0; b <= 0x7E; ++b) {
     uint32_t e = b >> 3, m = b & 7;
-    double v = e == 0 ? m / 8.0 * std::ldexp(1.0, -6) : (1 + m / 8.0) * std::ldexp(1.0, static_cast<int>(e) - 7);
+    double v =
+        e == 0 ? m / 8.0 * std::ldexp(1.0, -6) : (1 + m / 8.0) * std::ldexp(1.0, static_cast<int>(e) - 7);
     pos.push_back({v, b});
   }
   return pos;

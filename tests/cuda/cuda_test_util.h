@@ -21,10 +21,10 @@
 
 namespace gridq::cuda::test {
 
-#define ASSERT_OK(expr)                                       \
-  do {                                                        \
-    auto&& _st = (expr);                                      \
-    ASSERT_TRUE(_st.ok()) << #expr << ": " << _st.message();  \
+#define ASSERT_OK(expr)                                      \
+  do {                                                       \
+    auto&& _st = (expr);                                     \
+    ASSERT_TRUE(_st.ok()) << #expr << ": " << _st.message(); \
   } while (0)
 
 inline uint64_t test_seed() {
@@ -50,8 +50,8 @@ inline bool gpu_available() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
-#define REQUIRE_GPU()                                         \
-  do {                                                        \
+#define REQUIRE_GPU()                                                            \
+  do {                                                                           \
     if (!::gridq::cuda::test::gpu_available()) GTEST_SKIP() << "no CUDA device"; \
   } while (0)
 
@@ -115,7 +115,8 @@ inline CbMatrix make_cb_matrix(int k, int v, int rows, int in, Rng& r) {
   m.dense.resize(static_cast<size_t>(rows) * in);
   const size_t rb = static_cast<size_t>(in / 256) * ts;
   for (int row = 0; row < rows; ++row)
-    gridbook::decode_row(m.rung, *book, m.canonical.data() + rb * row, in, 0.0f, m.dense.data() + static_cast<size_t>(row) * in);
+    gridbook::decode_row(m.rung, *book, m.canonical.data() + rb * row, in, 0.0f,
+                         m.dense.data() + static_cast<size_t>(row) * in);
   return m;
 }
 
@@ -128,12 +129,12 @@ inline std::array<float, 16> default_v2_table() {
 // Elementwise tolerance of a reordered FP32 sum rounded once to the output type: |y - ref| <= rel·|ref| +
 // acc·Σ|w·x| (+ a tiny absolute floor). Reports the worst element and requires every element to be finite.
 struct Tol {
-  double rel = 1.0 / 256;   // BF16 output rounding (half an ulp is 2^-9)
+  double rel = 1.0 / 256;    // BF16 output rounding (half an ulp is 2^-9)
   double acc = 1.0 / 65536;  // FP32 accumulation-order slack relative to Σ|w·x|
 };
 
-inline void expect_close(const std::vector<float>& y, const std::vector<double>& ref, const std::vector<double>& absref,
-                         Tol tol, const std::string& what) {
+inline void expect_close(const std::vector<float>& y, const std::vector<double>& ref,
+                         const std::vector<double>& absref, Tol tol, const std::string& what) {
   ASSERT_EQ(y.size(), ref.size());
   size_t bad = 0, worst = 0;
   double worst_ratio = 0;
@@ -146,8 +147,8 @@ inline void expect_close(const std::vector<float>& y, const std::vector<double>&
   }
   std::printf("[%s] worst err/limit = %.3g at %zu (y=%.6g ref=%.6g)\n", what.c_str(), worst_ratio, worst,
               static_cast<double>(y[worst]), ref[worst]);
-  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << y.size() << " elements out of tolerance; worst at " << worst
-                     << " y=" << y[worst] << " ref=" << ref[worst];
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << y.size() << " elements out of tolerance; worst at "
+                     << worst << " y=" << y[worst] << " ref=" << ref[worst];
 }
 
 template <typename T>

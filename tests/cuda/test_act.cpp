@@ -17,9 +17,11 @@ std::vector<uint16_t> tricky_row(int K, Rng& r) {
   // Special groups: all zero, -0s, exact grid ties at amax 6, a NaN group, tiny values.
   for (int j = 0; j < 16 && 16 + j < K; ++j) x[static_cast<size_t>(j)] = 0;
   for (int j = 0; j < 16 && 32 + j < K; ++j) x[static_cast<size_t>(16 + j)] = 0x8000;
-  const float ties[16] = {6, 0.25f, -0.25f, 0.75f, -0.75f, 2.5f, -2.5f, 5, -5, 1, 3.5f, -3.5f, 0, 1.25f, -1.75f, 4.5f};
+  const float ties[16] = {6,  0.25f, -0.25f, 0.75f, -0.75f, 2.5f,  -2.5f,  5,
+                          -5, 1,     3.5f,   -3.5f, 0,      1.25f, -1.75f, 4.5f};
   for (int j = 0; j < 16 && 48 + j < K; ++j) x[static_cast<size_t>(32 + j)] = f32_to_bf16(ties[j]);
-  for (int j = 0; j < 16 && 64 + j < K; ++j) x[static_cast<size_t>(48 + j)] = f32_to_bf16(1e-20f * static_cast<float>(j));
+  for (int j = 0; j < 16 && 64 + j < K; ++j)
+    x[static_cast<size_t>(48 + j)] = f32_to_bf16(1e-20f * static_cast<float>(j));
   return x;
 }
 
@@ -139,12 +141,15 @@ TEST(CudaAct, RouterTopkMatchesCpu) {
   for (int m = 0; m < M; ++m) {
     std::vector<double> s(E), key(E);
     for (int e = 0; e < E; ++e) {
-      s[static_cast<size_t>(e)] = 1.0 / (1.0 + std::exp(-static_cast<double>(logits[static_cast<size_t>(m) * E + e])));
+      s[static_cast<size_t>(e)] =
+          1.0 / (1.0 + std::exp(-static_cast<double>(logits[static_cast<size_t>(m) * E + e])));
       key[static_cast<size_t>(e)] = s[static_cast<size_t>(e)] + bias[static_cast<size_t>(e)];
     }
     std::vector<int> order(E);
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int a1, int b1) { return key[static_cast<size_t>(a1)] > key[static_cast<size_t>(b1)]; });
+    std::stable_sort(order.begin(), order.end(), [&](int a1, int b1) {
+      return key[static_cast<size_t>(a1)] > key[static_cast<size_t>(b1)];
+    });
     double sum = 0;
     for (int j = 0; j < topk; ++j) sum += s[static_cast<size_t>(order[static_cast<size_t>(j)])];
     for (int j = 0; j < topk; ++j) {

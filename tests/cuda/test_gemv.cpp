@@ -48,7 +48,8 @@ std::vector<double> widen_bf16(const std::vector<uint16_t>& v) {
   return d;
 }
 
-std::vector<float> run_gemv(const DeviceMatrix& m, int M, const DeviceBuffer& x, const float* xscale, OutType out) {
+std::vector<float> run_gemv(const DeviceMatrix& m, int M, const DeviceBuffer& x, const float* xscale,
+                            OutType out) {
   const size_t n = static_cast<size_t>(M) * m.rows;
   auto y = DeviceBuffer::alloc(n * 4, "y");
   EXPECT_TRUE(y.ok());
@@ -112,8 +113,9 @@ void check_cb_gemv(int k, int v, int rows, int in, std::initializer_list<int> Ms
     std::vector<double> ref, absref;
     reference(w, widen_bf16(x), rows, in, M, ref, absref);
     auto y = run_gemv(d->m, M, xd, nullptr, OutType::BF16);
-    expect_close(y, ref, absref, Tol{}, "cb K" + std::to_string(k) + " v" + std::to_string(v) + " " +
-                                            std::to_string(rows) + "x" + std::to_string(in) + " M=" + std::to_string(M));
+    expect_close(y, ref, absref, Tol{},
+                 "cb K" + std::to_string(k) + " v" + std::to_string(v) + " " + std::to_string(rows) + "x" +
+                     std::to_string(in) + " M=" + std::to_string(M));
   }
 }
 
@@ -189,7 +191,8 @@ TEST(CudaFp8, W8A8GemvWithTokenQuantization) {
       ASSERT_TRUE(q.ok() && s.ok());
       poison(*q);
       poison(*s);
-      ASSERT_OK(quantize_fp8_tokens(xd.as<uint16_t>(), M, in, q->as<uint8_t>(), s->as<float>(), nullptr, false));
+      ASSERT_OK(
+          quantize_fp8_tokens(xd.as<uint16_t>(), M, in, q->as<uint8_t>(), s->as<float>(), nullptr, false));
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       auto qh = download<uint8_t>(*q, x.size());
       auto sh = download<float>(*s, static_cast<size_t>(M));
@@ -197,10 +200,13 @@ TEST(CudaFp8, W8A8GemvWithTokenQuantization) {
       std::vector<double> xq(x.size());
       for (int m = 0; m < M; ++m) {
         std::vector<uint8_t> qc(static_cast<size_t>(in));
-        const float sc = quantize_fp8_token_row(std::span<const uint16_t>(x).subspan(static_cast<size_t>(m) * in, in), qc);
-        ASSERT_EQ(std::bit_cast<uint32_t>(sc), std::bit_cast<uint32_t>(sh[static_cast<size_t>(m)])) << "token " << m;
+        const float sc =
+            quantize_fp8_token_row(std::span<const uint16_t>(x).subspan(static_cast<size_t>(m) * in, in), qc);
+        ASSERT_EQ(std::bit_cast<uint32_t>(sc), std::bit_cast<uint32_t>(sh[static_cast<size_t>(m)]))
+            << "token " << m;
         for (int k = 0; k < in; ++k) {
-          ASSERT_EQ(qc[static_cast<size_t>(k)], qh[static_cast<size_t>(m) * in + k]) << "token " << m << " k " << k;
+          ASSERT_EQ(qc[static_cast<size_t>(k)], qh[static_cast<size_t>(m) * in + k])
+              << "token " << m << " k " << k;
           xq[static_cast<size_t>(m) * in + k] = e4m3_to_f32(qc[static_cast<size_t>(k)]);
         }
       }
@@ -215,7 +221,8 @@ TEST(CudaFp8, W8A8GemvWithTokenQuantization) {
           absref[static_cast<size_t>(m) * rows + n] *= f;
         }
       auto y = run_gemv(d->m, M, *q, s->as<float>(), OutType::BF16);
-      expect_close(y, ref, absref, Tol{}, "fp8 " + std::to_string(rows) + "x" + std::to_string(in) + " M=" + std::to_string(M));
+      expect_close(y, ref, absref, Tol{},
+                   "fp8 " + std::to_string(rows) + "x" + std::to_string(in) + " M=" + std::to_string(M));
     }
   }
 }

@@ -23,8 +23,8 @@ WorkspaceBuffers& wsb() {
 double silu(double z) { return z / (1.0 + std::exp(-z)); }
 
 // h = silu(bf16(G))·bf16(U) reference from exact sums; returns pre-QDQ values and a first-order error scale.
-void swiglu_ref(const std::vector<uint16_t>& w /*[2I, H]*/, const std::vector<uint16_t>& x /*[H]*/, int I, int H,
-                std::vector<double>& h, std::vector<double>& habs) {
+void swiglu_ref(const std::vector<uint16_t>& w /*[2I, H]*/, const std::vector<uint16_t>& x /*[H]*/, int I,
+                int H, std::vector<double>& h, std::vector<double>& habs) {
   h.assign(static_cast<size_t>(I), 0);
   habs.assign(static_cast<size_t>(I), 0);
   for (int i = 0; i < I; ++i) {
@@ -38,8 +38,10 @@ void swiglu_ref(const std::vector<uint16_t>& w /*[2I, H]*/, const std::vector<ui
     const double gq = bf16_to_f32(f32_to_bf16(static_cast<float>(G)));
     const double uq = bf16_to_f32(f32_to_bf16(static_cast<float>(U)));
     h[static_cast<size_t>(i)] = silu(gq) * uq;
-    // d(silu(g)·u) = silu'(g)·u·dg + silu(g)·du, with |silu'| <= 1.1; dg ~ Ga·eps, plus the roundings of g, u.
-    habs[static_cast<size_t>(i)] = 1.1 * std::fabs(uq) * (Ga + std::fabs(G)) + std::fabs(silu(gq)) * (Ua + std::fabs(U));
+    // d(silu(g)·u) = silu'(g)·u·dg + silu(g)·du, with |silu'| <= 1.1; dg ~ Ga·eps, plus the roundings of g,
+    // u.
+    habs[static_cast<size_t>(i)] =
+        1.1 * std::fabs(uq) * (Ga + std::fabs(G)) + std::fabs(silu(gq)) * (Ua + std::fabs(U));
   }
 }
 
@@ -63,7 +65,8 @@ TEST(CudaMoe, Bf16SwigluSharedExpert) {
     std::vector<float> y;
     std::vector<double> ref, absref;
     for (int m = 0; m < M; ++m) {
-      std::vector<uint16_t> xr(x.begin() + static_cast<long>(m) * H, x.begin() + static_cast<long>(m + 1) * H);
+      std::vector<uint16_t> xr(x.begin() + static_cast<long>(m) * H,
+                               x.begin() + static_cast<long>(m + 1) * H);
       std::vector<double> h, ha;
       swiglu_ref(w, xr, I, H, h, ha);
       ref.insert(ref.end(), h.begin(), h.end());
@@ -88,8 +91,9 @@ TEST(CudaMoe, RoutedExpertsK16V2) {
     // Re-decode with the shared codebook gu0.cb_f16: rebuild dense from canonical bytes.
     for (CbMatrix* m : {&g, &d}) {
       m->cb_f16 = gu0.cb_f16;
-      std::vector<std::span<const uint16_t>> tabs{std::span<const uint16_t>(m->cb_f16).first(m->cb_f16.size() / 2),
-                                                 std::span<const uint16_t>(m->cb_f16).last(m->cb_f16.size() / 2)};
+      std::vector<std::span<const uint16_t>> tabs{
+          std::span<const uint16_t>(m->cb_f16).first(m->cb_f16.size() / 2),
+          std::span<const uint16_t>(m->cb_f16).last(m->cb_f16.size() / 2)};
       auto book = gridbook::Codebook::from_f16_tables(m->rung, tabs);
       ASSERT_TRUE(book.ok());
       const size_t rb = static_cast<size_t>(m->in / 256) * m->rung.type_size();
@@ -110,7 +114,8 @@ TEST(CudaMoe, RoutedExpertsK16V2) {
     std::vector<uint16_t> xr(static_cast<size_t>(M) * H), x(xr.size());
     for (auto& v : xr) v = r.bf16(2.0f);
     ASSERT_OK(qdq_fp4_row(xr, x));
-    std::vector<float> logits(static_cast<size_t>(M) * E), bias(static_cast<size_t>(E), 0.0f), add(static_cast<size_t>(M) * H);
+    std::vector<float> logits(static_cast<size_t>(M) * E), bias(static_cast<size_t>(E), 0.0f),
+        add(static_cast<size_t>(M) * H);
     for (auto& v : logits) v = r.uniform(-3, 3);
     for (auto& v : add) v = r.uniform(-1, 1);
     auto xd = upload_vec(x, "x");
@@ -165,15 +170,18 @@ TEST(CudaMoe, RoutedExpertsK16V2) {
     double num = 0, den = 0;
     for (int s = 0; s < n; ++s)
       for (int m = 0; m < M; ++m) {
-        std::vector<uint16_t> xm(x.begin() + static_cast<long>(m) * H, x.begin() + static_cast<long>(m + 1) * H);
+        std::vector<uint16_t> xm(x.begin() + static_cast<long>(m) * H,
+                                 x.begin() + static_cast<long>(m + 1) * H);
         std::vector<double> h, ha;
         swiglu_ref(gu_dense[static_cast<size_t>(sexp[static_cast<size_t>(s)])], xm, I, H, h, ha);
         std::vector<uint16_t> hb(static_cast<size_t>(I)), hq(static_cast<size_t>(I));
-        for (int i = 0; i < I; ++i) hb[static_cast<size_t>(i)] = f32_to_bf16(static_cast<float>(h[static_cast<size_t>(i)]));
+        for (int i = 0; i < I; ++i)
+          hb[static_cast<size_t>(i)] = f32_to_bf16(static_cast<float>(h[static_cast<size_t>(i)]));
         ASSERT_OK(qdq_fp4_row(hb, hq));
         for (int i = 0; i < I; ++i) {
           const uint16_t got = hh[(static_cast<size_t>(s) * M + m) * I + i];
-          ASSERT_FALSE(std::isnan(bf16_to_f32(got))) << "unwritten h slot " << s << " token " << m << " i " << i;
+          ASSERT_FALSE(std::isnan(bf16_to_f32(got)))
+              << "unwritten h slot " << s << " token " << m << " i " << i;
           agree += got == hq[static_cast<size_t>(i)];
           ++total;
           const double dv = bf16_to_f32(got) - bf16_to_f32(hq[static_cast<size_t>(i)]);
@@ -181,7 +189,8 @@ TEST(CudaMoe, RoutedExpertsK16V2) {
           den += std::pow(bf16_to_f32(hq[static_cast<size_t>(i)]), 2);
         }
       }
-    std::printf("[moe gate_up M=%d] %zu of %zu QDQ'd values identical, rel L2 %.3g\n", M, agree, total, std::sqrt(num / den));
+    std::printf("[moe gate_up M=%d] %zu of %zu QDQ'd values identical, rel L2 %.3g\n", M, agree, total,
+                std::sqrt(num / den));
     EXPECT_GE(static_cast<double>(agree), 0.98 * static_cast<double>(total));
     EXPECT_LT(std::sqrt(num / den), 0.03);
 
@@ -203,7 +212,8 @@ TEST(CudaMoe, RoutedExpertsK16V2) {
           acc += wgt * d, aa += std::fabs(wgt) * da;
         }
         ref[static_cast<size_t>(m) * H + row] = 2.5 * acc + add[static_cast<size_t>(m) * H + row];
-        absref[static_cast<size_t>(m) * H + row] = 2.5 * aa + std::fabs(add[static_cast<size_t>(m) * H + row]);
+        absref[static_cast<size_t>(m) * H + row] =
+            2.5 * aa + std::fabs(add[static_cast<size_t>(m) * H + row]);
       }
     std::vector<float> y;
     for (auto b : oh) y.push_back(bf16_to_f32(b));

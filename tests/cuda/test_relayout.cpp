@@ -48,7 +48,8 @@ TEST(CudaRelayout, CbIsAPermutation) {
         ASSERT_LT(p, n);
         ++hits[p];
       }
-      for (size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i], 1) << "k=" << k << " v=" << v << " canonical byte " << i;
+      for (size_t i = 0; i < n; ++i)
+        ASSERT_EQ(hits[i], 1) << "k=" << k << " v=" << v << " canonical byte " << i;
     }
 }
 
@@ -74,14 +75,14 @@ TEST(CudaRelayout, DenseRoundTrip) {
 
 TEST(CudaRelayout, RefusesShapesTheKernelsCannotServe) {
   std::vector<uint8_t> c(static_cast<size_t>(17) * 73, 0);
-  EXPECT_FALSE(cb_relayout(16, 2, 17, 256, c).ok());                  // rows % 16
+  EXPECT_FALSE(cb_relayout(16, 2, 17, 256, c).ok());  // rows % 16
   std::vector<uint8_t> c2(static_cast<size_t>(16) * 73 * 2, 0);
-  EXPECT_FALSE(cb_relayout(16, 2, 16, 384, c2).ok());                 // in % 256 / size
-  EXPECT_FALSE(cb_relayout(13, 2, 16, 512, c2).ok());                 // odd k
-  EXPECT_FALSE(cb_relayout(16, 3, 16, 512, c2).ok());                 // layout version
+  EXPECT_FALSE(cb_relayout(16, 2, 16, 384, c2).ok());                                       // in % 256 / size
+  EXPECT_FALSE(cb_relayout(13, 2, 16, 512, c2).ok());                                       // odd k
+  EXPECT_FALSE(cb_relayout(16, 3, 16, 512, c2).ok());                                       // layout version
   EXPECT_FALSE(cb_relayout(16, 2, 16, 512, std::span<const uint8_t>(c2).first(100)).ok());  // size
   std::vector<uint8_t> d(static_cast<size_t>(16) * 96);
-  EXPECT_FALSE(fp8_relayout(16, 96, d).ok());                         // in % 64
+  EXPECT_FALSE(fp8_relayout(16, 96, d).ok());  // in % 64
 }
 
 }  // namespace

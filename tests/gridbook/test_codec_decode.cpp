@@ -27,7 +27,10 @@ uint16_t bf16_of_float(float f) {
   uint32_t lo = (b & 0x7FFFFFFFu) >> 16;
   double ax = std::fabs(static_cast<double>(f));
   double vlo = std::bit_cast<float>(lo << 16), vhi = std::bit_cast<float>((lo + 1) << 16);
-  uint32_t r = ax == vlo ? lo : (ax - vlo < vhi - ax) ? lo : (vhi - ax < ax - vlo) ? lo + 1 : ((lo & 1) ? lo + 1 : lo);
+  uint32_t r = ax == vlo               ? lo
+               : (ax - vlo < vhi - ax) ? lo
+               : (vhi - ax < ax - vlo) ? lo + 1
+                                       : ((lo & 1) ? lo + 1 : lo);
   return static_cast<uint16_t>(r | ((b >> 16) & 0x8000u));
 }
 
@@ -83,7 +86,8 @@ std::vector<uint16_t> ref_decode(const Rung& r, const Book& b, const uint8_t* q,
           uint64_t idx = (code >> off) & ((uint64_t{1} << b.width[static_cast<size_t>(i)]) - 1);
           off += b.width[static_cast<size_t>(i)];
           for (int j = 0; j < b.sub_dim; ++j)
-            v.push_back(b.t[static_cast<size_t>(i)][idx * static_cast<uint64_t>(b.sub_dim) + static_cast<uint64_t>(j)]);
+            v.push_back(b.t[static_cast<size_t>(i)]
+                           [idx * static_cast<uint64_t>(b.sub_dim) + static_cast<uint64_t>(j)]);
         }
         for (int j = 0; j < 8; ++j) {
           uint16_t w;
@@ -103,7 +107,8 @@ std::vector<uint16_t> ref_decode(const Rung& r, const Book& b, const uint8_t* q,
             w = bf16_of_float(pf);
             EXPECT_EQ(static_cast<double>(bf16_to_f32(w)), p);
           } else {
-            float p = static_cast<float>(v[static_cast<size_t>(j)] * static_cast<double>(row_scale[static_cast<size_t>(row)]));
+            float p = static_cast<float>(v[static_cast<size_t>(j)] *
+                                         static_cast<double>(row_scale[static_cast<size_t>(row)]));
             w = bf16_of_float(p);
           }
           out.push_back(w);
@@ -144,7 +149,8 @@ TEST(CodecDecode, WorkedExampleK13V2) {
   const uint16_t want[8] = {0x3DB0, 0xBD30, 0x0000, 0x3E84, 0xBF04, 0x3E04, 0x3E30, 0xBDB0};
   for (int j = 0; j < 8; ++j) EXPECT_EQ(out[static_cast<size_t>(j)], want[j]) << j;
   const double wantf[8] = {0.0859375, -0.04296875, 0, 0.2578125, -0.515625, 0.12890625, 0.171875, -0.0859375};
-  for (int j = 0; j < 8; ++j) EXPECT_EQ(static_cast<double>(bf16_to_f32(out[static_cast<size_t>(j)])), wantf[j]);
+  for (int j = 0; j < 8; ++j)
+    EXPECT_EQ(static_cast<double>(bf16_to_f32(out[static_cast<size_t>(j)])), wantf[j]);
 }
 
 TEST(CodecDecode, Fp8RoundingExample) {
@@ -177,7 +183,8 @@ void round_trip(const Rung& r, uint32_t seed, int64_t experts) {
   std::vector<uint8_t> q(static_cast<size_t>(total_rows * (in / 256) * ts));
   std::vector<float> row_scale;
   for (int64_t row = 0; row < total_rows; ++row) {
-    row_scale.push_back(std::ldexp(1.0f + static_cast<float>(rng() % 1000) / 1000.0f, static_cast<int>(rng() % 20) - 15));
+    row_scale.push_back(
+        std::ldexp(1.0f + static_cast<float>(rng() % 1000) / 1000.0f, static_cast<int>(rng() % 20) - 15));
     for (int64_t s = 0; s < in / 256; ++s) {
       uint8_t* sb = q.data() + (row * (in / 256) + s) * ts;
       std::vector<uint64_t> codes(32);
@@ -206,7 +213,8 @@ void round_trip(const Rung& r, uint32_t seed, int64_t experts) {
   std::vector<uint16_t> got(static_cast<size_t>(total_rows * in));
   std::vector<int64_t> shape = experts > 1 ? std::vector<int64_t>{experts, rows, (in / 256) * ts}
                                            : std::vector<int64_t>{rows, (in / 256) * ts};
-  std::span<const float> ws = r.grid == Grid::FP8 ? std::span<const float>(row_scale) : std::span<const float>();
+  std::span<const float> ws =
+      r.grid == Grid::FP8 ? std::span<const float>(row_scale) : std::span<const float>();
   Status st = decode_tensor(r, *cb, "random", q, shape, in, ws, got);
   ASSERT_TRUE(st.ok()) << st.message();
   ASSERT_EQ(got, want) << r.name() << " v" << r.layout_version;  // bit for bit, -0 included
@@ -258,7 +266,8 @@ TEST(CodecDecode, CodebookRefusals) {
   bad[0].pop_back();
   EXPECT_FALSE(Codebook::from_tables(r, bad).ok());
   EXPECT_FALSE(Codebook::from_tables(r, {t[0]}).ok());
-  EXPECT_FALSE(Codebook::from_tables(Rung{Grid::FP4, Mode::Signed, 12, 1}, {std::vector<float>(16 * 8)}).ok());
+  EXPECT_FALSE(
+      Codebook::from_tables(Rung{Grid::FP4, Mode::Signed, 12, 1}, {std::vector<float>(16 * 8)}).ok());
   // FP8 grid: E4M3-exact values only.
   Rung r8{Grid::FP8, Mode::Product, 28, 1};
   std::vector<std::vector<float>> t8(4, std::vector<float>(128 * 2, 448.0f));

@@ -61,8 +61,9 @@ TEST(CodecRung, NamesAndParsing) {
   auto s = parse_rung_name("NVFP4_CB_S16", 2);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("signed"), std::string::npos);
-  for (const char* bad : {"NVFP4_CB_K11", "NVFP4_CB_K25", "FP8_CB_K27", "FP8_CB_K49", "NVFP4_CB_K016", "NVFP4_CB_K16x",
-                          "NVFP4_CB_K", "NVFP4_CB_K-16", "FP4_CB_K16", "nvfp4_cb_k16", "", "FP8_CB_S32"}) {
+  for (const char* bad :
+       {"NVFP4_CB_K11", "NVFP4_CB_K25", "FP8_CB_K27", "FP8_CB_K49", "NVFP4_CB_K016", "NVFP4_CB_K16x",
+        "NVFP4_CB_K", "NVFP4_CB_K-16", "FP4_CB_K16", "nvfp4_cb_k16", "", "FP8_CB_S32"}) {
     EXPECT_FALSE(parse_rung_name(bad, 2).ok()) << bad;
   }
   EXPECT_FALSE(parse_rung_name("NVFP4_CB_K16", 3).ok());

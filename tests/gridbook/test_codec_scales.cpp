@@ -26,7 +26,8 @@ std::set<double> e4m3_positive_values() {
 double t_entry(int c) { return (1 + (c % 8) / 8.0) * ((c / 8) ? 2.0 : 1.0); }  // (1 + j/8)·2^i
 
 TEST(CodecScale, TableMatchesDefinition) {
-  for (int c = 0; c < 16; ++c) EXPECT_EQ(static_cast<double>(kV2Table[static_cast<size_t>(c)]), t_entry(c)) << c;
+  for (int c = 0; c < 16; ++c)
+    EXPECT_EQ(static_cast<double>(kV2Table[static_cast<size_t>(c)]), t_entry(c)) << c;
 }
 
 TEST(CodecScale, AllPairsLegality) {
@@ -51,7 +52,8 @@ TEST(CodecScale, AllPairsLegality) {
       // FP32 multiply gives the same value.
       ASSERT_EQ(kV2Table[static_cast<size_t>(c)] * std::ldexp(1.0f, E - 127), f);
       // The three integer constructions of §6.2.
-      ASSERT_EQ(std::bit_cast<uint32_t>(f), (static_cast<uint32_t>(E) << 23) + (static_cast<uint32_t>(c) << 20));
+      ASSERT_EQ(std::bit_cast<uint32_t>(f),
+                (static_cast<uint32_t>(E) << 23) + (static_cast<uint32_t>(c) << 20));
       ASSERT_EQ(f32_to_bf16(f), static_cast<uint16_t>(128 * E + 16 * c));
       ASSERT_EQ(bf16_to_f32(static_cast<uint16_t>(128 * E + 16 * c)), f);  // exact in BF16
       if (E + c / 8 >= 121) {
@@ -161,7 +163,7 @@ TEST(CodecScale, WriterRules) {
   for (size_t g = 0; g < 16; ++g) {
     ASSERT_TRUE(v2_legal(p.E, p.c[g]));
     EXPECT_GE(v2_scale(p.E, p.c[g]), ideal[g]) << g;  // never below the ideal scale
-    if (p.c[g] != lowest) {  // and the smallest legal scale that reaches it
+    if (p.c[g] != lowest) {                           // and the smallest legal scale that reaches it
       for (int c = 0; c < p.c[g]; ++c) {
         if (v2_legal(p.E, c)) {
           EXPECT_LT(v2_scale(p.E, c), ideal[g]);

@@ -145,8 +145,8 @@ TEST(CbGptq, ScalarGridReducesToTextbookGptq) {
   spec.rows = R;
   spec.cols = C;
   spec.block = 256;
-  const GptqCoreResult got = gptq_core(
-      L.W.data(), f->U.data(), int4, spec, [&](int b0, int b1, const double*, double* sc) {
+  const GptqCoreResult got =
+      gptq_core(L.W.data(), f->U.data(), int4, spec, [&](int b0, int b1, const double*, double* sc) {
         for (int r = 0; r < R; ++r)
           for (int j = 0; j < b1 - b0; ++j) sc[size_t(r) * 256 + j] = s[r];
       });
@@ -186,7 +186,8 @@ TEST(CbGptq, BeatsRtnOnHeldOutOutputMse) {
   ASSERT_TRUE(rtn.ok()) << rtn.message();
   auto g = encode_fp4_cb_gptq(cb, L.W.data(), L.R, L.C, L.H.data(), L.n_train, L.q.data());
   ASSERT_TRUE(g.ok()) << g.message();
-  const double mse_rtn = holdout_output_mse(L.X_hold.data(), L.n_hold, L.W.data(), rtn->w_hat.data(), L.R, L.C);
+  const double mse_rtn =
+      holdout_output_mse(L.X_hold.data(), L.n_hold, L.W.data(), rtn->w_hat.data(), L.R, L.C);
   const double mse_g = holdout_output_mse(L.X_hold.data(), L.n_hold, L.W.data(), g->w_hat.data(), L.R, L.C);
   std::printf("NVFP4_CB_K16 held-out output-MSE: RTN %.6g, CB-GPTQ %.6g, ratio %.4f\n", mse_rtn, mse_g,
               mse_g / mse_rtn);
@@ -197,7 +198,8 @@ TEST(CbGptq, BeatsRtnOnHeldOutOutputMse) {
     for (int r = 0; r < L.R; ++r) {
       double y = 0;
       for (int j = 0; j < L.C; ++j)
-        y += (double(g->w_hat[size_t(r) * L.C + j]) - L.W[size_t(r) * L.C + j]) * L.X_hold[size_t(t) * L.C + j];
+        y += (double(g->w_hat[size_t(r) * L.C + j]) - L.W[size_t(r) * L.C + j]) *
+             L.X_hold[size_t(t) * L.C + j];
       direct += y * y;
     }
   EXPECT_NEAR(mse_g, direct / (double(L.n_hold) * L.R), 1e-9 * mse_g);
@@ -221,7 +223,8 @@ TEST(CbGptq, GateFallsBackToNearestWhenFeedbackHurts) {
   testing::Correlated other(256, 4000);
   const std::vector<float> Xh = other.rows(256, 4001);
   GateOutcome o;
-  auto gated = encode_fp4_gated(cb, A.W.data(), A.R, A.C, A.H.data(), A.n_train, A.q.data(), Xh.data(), 256, {}, &o);
+  auto gated =
+      encode_fp4_gated(cb, A.W.data(), A.R, A.C, A.H.data(), A.n_train, A.q.data(), Xh.data(), 256, {}, &o);
   ASSERT_TRUE(gated.ok()) << gated.message();
   EXPECT_EQ(o.kept_gptq, o.mse_gptq <= o.mse_nn);
   const double kept = holdout_output_mse(Xh.data(), 256, A.W.data(), gated->w_hat.data(), A.R, A.C);
@@ -302,7 +305,8 @@ TEST(CbGptq, Fp8CbIdentityBeatsAndRoundTrips) {
   auto rtn = encode_fp8cb_rtn(cb, L.W.data(), L.R, L.C, L.q.data());
   auto g = encode_fp8cb_cb_gptq(cb, L.W.data(), L.R, L.C, L.H.data(), L.n_train, L.q.data());
   ASSERT_TRUE(rtn.ok() && g.ok());
-  const double mse_rtn = holdout_output_mse(L.X_hold.data(), L.n_hold, L.W.data(), rtn->w_hat.data(), L.R, L.C);
+  const double mse_rtn =
+      holdout_output_mse(L.X_hold.data(), L.n_hold, L.W.data(), rtn->w_hat.data(), L.R, L.C);
   const double mse_g = holdout_output_mse(L.X_hold.data(), L.n_hold, L.W.data(), g->w_hat.data(), L.R, L.C);
   std::printf("FP8_CB_K32 held-out output-MSE: RTN %.6g, CB-GPTQ %.6g, ratio %.4f\n", mse_rtn, mse_g,
               mse_g / mse_rtn);

@@ -1,6 +1,6 @@
-// FP8 W8A8 per-channel weights (quantizer.md §6): scales, RNE saturating conversion checked against brute-force
-// nearest E4M3 values and format.md §2's reference points; optional GPTQ reduces to nearest and beats it on
-// correlated inputs.
+// FP8 W8A8 per-channel weights (quantizer.md §6): scales, RNE saturating conversion checked against
+// brute-force nearest E4M3 values and format.md §2's reference points; optional GPTQ reduces to nearest and
+// beats it on correlated inputs.
 #include "quant/fp8_weights.h"
 
 #include <gtest/gtest.h>
@@ -18,12 +18,14 @@ namespace {
 TEST(Fp8Weights, ReferencePointsAndZeroRow) {
   // Row 0 has amax 448 -> scale 1, so its bytes are the plain conversions of format.md §2.
   const int C = 8;
-  std::vector<float> W = {448.0f, 1.0625f, 1.1875f, 232.0f, 440.0f, -0.0f, 0.0009765625f, -3.0f,  // row 0
-                          0, 0, 0, 0, 0, 0, 0, 0};                                                  // row 1
+  std::vector<float> W = {448.0f, 1.0625f, 1.1875f, 232.0f, 440.0f, -0.0f, 0.0009765625f,
+                          -3.0f,  // row 0
+                          0,      0,       0,       0,      0,      0,     0,
+                          0};  // row 1
   auto q = quantize_fp8_per_channel(W.data(), 2, C);
   ASSERT_TRUE(q.ok()) << q.message();
   EXPECT_EQ(q->scale[0], 1.0f);
-  EXPECT_EQ(q->scale[1], 1.0f);  // all-zero row
+  EXPECT_EQ(q->scale[1], 1.0f);                                                 // all-zero row
   const uint8_t expect0[C] = {0x7E, 0x38, 0x3A, 0x76, 0x7E, 0x80, 0x00, 0xC4};  // 2^-10 -> 0x00, -3 -> 0xC4
   for (int j = 0; j < C; ++j) EXPECT_EQ(q->q[j], expect0[j]) << "col " << j;
   for (int j = 0; j < C; ++j) EXPECT_EQ(q->q[C + j], 0x00);

@@ -1,5 +1,6 @@
-// Lattice sub-tables (quantizer.md §3): on the grid, distinct and sorted, deterministic (bit-identical rebuilds,
-// independent of the thread count), and Lloyd's actually lowers the distortion against its own start.
+// Lattice sub-tables (quantizer.md §3): on the grid, distinct and sorted, deterministic (bit-identical
+// rebuilds, independent of the thread count), and Lloyd's actually lowers the distortion against its own
+// start.
 #include "quant/lattice_codebook.h"
 
 #include <gtest/gtest.h>
@@ -29,8 +30,8 @@ void expect_valid_table(const std::vector<float>& t, Grid grid, int bits, int di
   const int K = 1 << bits;
   for (int k = 1; k < K; ++k) {
     // Strictly increasing in lexicographic order: sorted and distinct.
-    EXPECT_TRUE(std::lexicographical_compare(&t[size_t(k - 1) * dim], &t[size_t(k) * dim], &t[size_t(k) * dim],
-                                             &t[size_t(k + 1) * dim]))
+    EXPECT_TRUE(std::lexicographical_compare(&t[size_t(k - 1) * dim], &t[size_t(k) * dim],
+                                             &t[size_t(k) * dim], &t[size_t(k + 1) * dim]))
         << "entries " << k - 1 << " and " << k << " out of order or equal";
   }
 }

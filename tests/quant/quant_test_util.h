@@ -2,8 +2,8 @@
 // synthetic correlated inputs.
 #pragma once
 
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 

@@ -27,7 +27,8 @@ const DenseBook& k16_book() {
 }
 
 // min_k Σ_j q_j (w_j − s·t_kj)² for the sub-vector at column col (brute force); *arg gets the first argmin.
-double direct_err(const DenseBook& b, const double* w, const double* q, int col, double s, int* arg = nullptr) {
+double direct_err(const DenseBook& b, const double* w, const double* q, int col, double s,
+                  int* arg = nullptr) {
   const int d = b.sub_dim;
   const int sub = (col / d) % b.n_sub;
   double best = std::numeric_limits<double>::infinity();
@@ -76,7 +77,10 @@ Direct direct_search(const DenseBook& b, const double* w, const double* q, doubl
   if (hi - lo + 1 > 14) {
     const int center = static_cast<int>(std::floor(std::log2(v[7]))) + 127;
     while (hi - lo + 1 > 14) {  // drop the end farther from the centre; on equal distance keep the lower E
-      if (std::abs(hi - center) >= std::abs(lo - center)) --hi; else ++lo;
+      if (std::abs(hi - center) >= std::abs(lo - center))
+        --hi;
+      else
+        ++lo;
     }
   }
   Direct out{};
@@ -159,8 +163,8 @@ TEST(ScaleSearchV2, OnlyLegalPairsAcrossMagnitudes) {
     EXPECT_GE(planes[r].E, 117);
     EXPECT_LE(planes[r].E, 135);
     for (int gi = 0; gi < 16; ++gi)
-      EXPECT_TRUE(gridbook::v2_legal(planes[r].E, planes[r].c[gi])) << "row " << r << " E " << int(planes[r].E)
-                                                                     << " c " << int(planes[r].c[gi]);
+      EXPECT_TRUE(gridbook::v2_legal(planes[r].E, planes[r].c[gi]))
+          << "row " << r << " E " << int(planes[r].E) << " c " << int(planes[r].c[gi]);
   }
 }
 
@@ -172,7 +176,7 @@ TEST(ScaleSearchV2, ZeroRules) {
     W[256 + j] = g[j] * 0.05;
     W[512 + j] = g[256 + j] * 0.05;
   }
-  for (int j = 3 * 16; j < 4 * 16; ++j) W[256 + j] = 0.0;  // row 1: group 3 all zero
+  for (int j = 3 * 16; j < 4 * 16; ++j) W[256 + j] = 0.0;    // row 1: group 3 all zero
   for (int j = 5 * 16; j < 6 * 16; ++j) W[512 + j] *= 1e-7;  // row 2: group 5 far below the reachable set
   std::vector<float> q(256, 1.0f);
   std::vector<double> qd(256, 1.0);
@@ -264,7 +268,8 @@ TEST(ScaleSearchV2, Fp8RowScaleNoWorseThanTheSweep) {
     const double chosen = row_err(s[row]);
     for (int i = 0; i < 16; ++i) {
       const double L = 448.0 - (448.0 - 448.0 * 4 / 6) * i / 15.0;
-      EXPECT_LE(chosen, row_err(static_cast<float>(amax / L)) * (1 + 1e-12)) << "row " << row << " candidate " << i;
+      EXPECT_LE(chosen, row_err(static_cast<float>(amax / L)) * (1 + 1e-12))
+          << "row " << row << " candidate " << i;
     }
   }
 }

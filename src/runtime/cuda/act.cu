@@ -73,7 +73,8 @@ __device__ void fp4_row(F val, int K, uint16_t* y) {
   }
 }
 
-__global__ void __launch_bounds__(kActThreads) quantize_fp8_kernel(const uint16_t* x, int K, uint8_t* q, float* s) {
+__global__ void __launch_bounds__(kActThreads)
+    quantize_fp8_kernel(const uint16_t* x, int K, uint8_t* q, float* s) {
   __shared__ float red[kActThreads / 32];
   __shared__ int ired[kActThreads / 32];
   pdl_launch_dependents();
@@ -91,10 +92,11 @@ __global__ void __launch_bounds__(kActThreads) qdq_fp4_kernel(const uint16_t* x,
   fp4_row([&](int k) { return bf16_bits_to_f32(xr[k]); }, K, y + m * K);
 }
 
-// y = bf16(w·(x·r)) with r = 1/sqrt(mean(x²) + eps) (the CPU backend's order); the BF16 row is staged in shared memory so that the
-// fused FP4 / FP8 contracts read exactly the values written to y.
-__global__ void __launch_bounds__(kActThreads) rmsnorm_kernel(const uint16_t* x, const uint16_t* w, int H, float eps,
-                                                            uint16_t* y, uint16_t* y_fp4, uint8_t* y_q, float* y_s) {
+// y = bf16(w·(x·r)) with r = 1/sqrt(mean(x²) + eps) (the CPU backend's order); the BF16 row is staged in
+// shared memory so that the fused FP4 / FP8 contracts read exactly the values written to y.
+__global__ void __launch_bounds__(kActThreads)
+    rmsnorm_kernel(const uint16_t* x, const uint16_t* w, int H, float eps, uint16_t* y, uint16_t* y_fp4,
+                   uint8_t* y_q, float* y_s) {
   extern __shared__ uint16_t row[];
   __shared__ float red[kActThreads / 32];
   __shared__ int ired[kActThreads / 32];
@@ -110,7 +112,8 @@ __global__ void __launch_bounds__(kActThreads) rmsnorm_kernel(const uint16_t* x,
   ss = block_sum(ss, red);
   const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, static_cast<float>(H)), eps)));
   for (int k = threadIdx.x; k < H; k += kActThreads) {
-    const uint16_t o = f32_to_bf16_bits(__fmul_rn(bf16_bits_to_f32(w[k]), __fmul_rn(bf16_bits_to_f32(xr[k]), r)));
+    const uint16_t o =
+        f32_to_bf16_bits(__fmul_rn(bf16_bits_to_f32(w[k]), __fmul_rn(bf16_bits_to_f32(xr[k]), r)));
     row[k] = o;
     if (y) y[m * H + k] = o;
   }
@@ -137,7 +140,8 @@ cudaError_t launch_rows(Kern kern, int M, size_t smem, cudaStream_t st, bool pdl
 
 }  // namespace
 
-cudaError_t raw_quantize_fp8(const uint16_t* x, int M, int K, uint8_t* q, float* s, cudaStream_t st, bool pdl) {
+cudaError_t raw_quantize_fp8(const uint16_t* x, int M, int K, uint8_t* q, float* s, cudaStream_t st,
+                             bool pdl) {
   return launch_rows(quantize_fp8_kernel, M, 0, st, pdl, x, K, q, s);
 }
 cudaError_t raw_qdq_fp4(const uint16_t* x, int M, int K, uint16_t* y, cudaStream_t st, bool pdl) {
@@ -147,7 +151,8 @@ cudaError_t raw_rmsnorm(const uint16_t* x, const uint16_t* w, int M, int H, floa
                         uint16_t* y_fp4, uint8_t* y_q, float* y_s, cudaStream_t st, bool pdl) {
   const size_t smem = static_cast<size_t>(H) * 2;
   if (smem > 48 * 1024) {
-    cudaError_t e = cudaFuncSetAttribute(rmsnorm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    cudaError_t e = cudaFuncSetAttribute(rmsnorm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem));
     if (e != cudaSuccess) return e;
   }
   return launch_rows(rmsnorm_kernel, M, smem, st, pdl, x, w, H, eps, y, y_fp4, y_q, y_s);

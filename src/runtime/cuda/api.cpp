@@ -20,7 +20,8 @@ long long g_min_warp_bytes = 2048;
 
 Status launched(cudaError_t e, const char* what, const char* file, int line) {
   if (e == cudaErrorNotSupported)
-    return err("{}: no CUDA kernel is built for this weight format / mode combination ({}:{})", what, file, line);
+    return err("{}: no CUDA kernel is built for this weight format / mode combination ({}:{})", what, file,
+               line);
   return cuda_status(e, what, file, line);
 }
 #define GRIDQ_LAUNCHED(expr, what) GRIDQ_RETURN_IF_ERROR(launched((expr), what, __FILE__, __LINE__))
@@ -45,7 +46,8 @@ Status fill_params(const DeviceMatrix& w, KParams& p, const char* what) {
   if (w.format == WeightFormat::CB) {
     if (w.in <= 0 || w.in % 256) return err("{}: in {} is not a positive multiple of 256", what, w.in);
     if (w.codebook == nullptr) return err("{}: NVFP4-CB matrix without a device codebook", what);
-    if (w.k < 12 || w.k > 24 || w.k % 2) return err("{}: no kernel for NVFP4_CB_K{} (built: K12/16/20/24)", what, w.k);
+    if (w.k < 12 || w.k > 24 || w.k % 2)
+      return err("{}: no kernel for NVFP4_CB_K{} (built: K12/16/20/24)", what, w.k);
     if (w.layout_version != 1 && w.layout_version != 2)
       return err("{}: layout_version {} is not 1 or 2", what, w.layout_version);
     p.S = w.in / 256;
@@ -101,8 +103,8 @@ Status gemv(const GemvArgs& a, const Workspace& ws, cudaStream_t stream, bool pd
   p.counters = ws.counters;
   p.partials = ws.partials;
   const long long units = static_cast<long long>(p.R) * p.S;
-  GRIDQ_LAUNCHED(raw_gemv(fmt_of(w.format), w.k, w.layout_version, kStore, a.M > 8 ? 2 : 1, p, units, stream, pdl,
-                          g_min_warp_bytes),
+  GRIDQ_LAUNCHED(raw_gemv(fmt_of(w.format), w.k, w.layout_version, kStore, a.M > 8 ? 2 : 1, p, units, stream,
+                          pdl, g_min_warp_bytes),
                  "gemv");
   return {};
 }
@@ -112,7 +114,8 @@ Status gemv_swiglu(const DeviceMatrix& w, int M, const void* x, uint16_t* h, boo
   GRIDQ_RETURN_IF_ERROR(check_m(M, "gemv_swiglu"));
   if (w.rows % 32) return err("gemv_swiglu: rows {} is not 2·I with I a multiple of 16", w.rows);
   if (x == nullptr || h == nullptr) return err("gemv_swiglu: null activation or output");
-  if (w.format == WeightFormat::FP8) return err("gemv_swiglu: no fused FP8 kernel (BF16 and NVFP4-CB K16 v2)");
+  if (w.format == WeightFormat::FP8)
+    return err("gemv_swiglu: no fused FP8 kernel (BF16 and NVFP4-CB K16 v2)");
   KParams p;
   GRIDQ_RETURN_IF_ERROR(fill_params(w, p, "gemv_swiglu"));
   p.rows = w.rows / 2;
@@ -125,8 +128,8 @@ Status gemv_swiglu(const DeviceMatrix& w, int M, const void* x, uint16_t* h, boo
   p.counters = ws.counters;
   p.partials = ws.partials;
   const long long units = static_cast<long long>(p.R) * p.S;
-  GRIDQ_LAUNCHED(raw_gemv(fmt_of(w.format), w.k, w.layout_version, kSwiglu, M > 8 ? 2 : 1, p, units, stream, pdl,
-                          g_min_warp_bytes),
+  GRIDQ_LAUNCHED(raw_gemv(fmt_of(w.format), w.k, w.layout_version, kSwiglu, M > 8 ? 2 : 1, p, units, stream,
+                          pdl, g_min_warp_bytes),
                  "gemv_swiglu");
   return {};
 }
@@ -162,7 +165,8 @@ Status moe_gate_up(const MoeArgs& a, const Workspace& ws, cudaStream_t stream, b
 }
 
 Status moe_down(const MoeArgs& a, const Workspace& ws, cudaStream_t stream, bool pdl) {
-  if (a.down == nullptr || a.down->format != WeightFormat::CB) return err("moe_down: routed experts must be NVFP4-CB");
+  if (a.down == nullptr || a.down->format != WeightFormat::CB)
+    return err("moe_down: routed experts must be NVFP4-CB");
   GRIDQ_RETURN_IF_ERROR(check_m(a.M, "moe_down"));
   if (a.h == nullptr || a.out == nullptr || a.nslots == nullptr || a.slot_expert == nullptr ||
       a.slot_weight == nullptr)
@@ -199,7 +203,8 @@ Status cb_decode_dense(const DeviceMatrix& w, uint16_t* out, cudaStream_t stream
   return {};
 }
 
-Status quantize_fp8_tokens(const uint16_t* x, int M, int K, uint8_t* q, float* s, cudaStream_t stream, bool pdl) {
+Status quantize_fp8_tokens(const uint16_t* x, int M, int K, uint8_t* q, float* s, cudaStream_t stream,
+                           bool pdl) {
   GRIDQ_RETURN_IF_ERROR(check_m(M, "quantize_fp8_tokens"));
   if (!x || !q || !s || K <= 0) return err("quantize_fp8_tokens: null argument or K {} <= 0", K);
   GRIDQ_LAUNCHED(raw_quantize_fp8(x, M, K, q, s, stream, pdl), "quantize_fp8_tokens");
@@ -228,9 +233,10 @@ Status route(const RouteArgs& a, cudaStream_t stream, bool pdl) {
   GRIDQ_RETURN_IF_ERROR(check_m(a.M, "route"));
   if (a.E < 1 || a.E > 512) return err("route: E = {} outside 1..512", a.E);
   if (a.topk < 1 || a.topk > 16 || a.topk > a.E) return err("route: top-k {} outside 1..min(16, E)", a.topk);
-  if (!a.logits || !a.bias || !a.nslots || !a.slot_expert || !a.slot_weight) return err("route: null argument");
-  GRIDQ_LAUNCHED(raw_route(a.logits, a.bias, a.M, a.E, a.topk, a.nslots, a.slot_expert, a.slot_weight, a.topk_ids,
-                           a.topk_w, stream, pdl),
+  if (!a.logits || !a.bias || !a.nslots || !a.slot_expert || !a.slot_weight)
+    return err("route: null argument");
+  GRIDQ_LAUNCHED(raw_route(a.logits, a.bias, a.M, a.E, a.topk, a.nslots, a.slot_expert, a.slot_weight,
+                           a.topk_ids, a.topk_w, stream, pdl),
                  "route");
   return {};
 }
@@ -252,7 +258,8 @@ Status fill_random_f32(float* p, size_t n, float lo, float hi, uint64_t seed, cu
   return {};
 }
 Status fill_random_cb_tiles(uint8_t* p, int k, int v, long long units, uint64_t seed, cudaStream_t s) {
-  if (k < 12 || k > 24 || k % 2 || (v != 1 && v != 2)) return err("fill_random_cb_tiles: k {} v {} unsupported", k, v);
+  if (k < 12 || k > 24 || k % 2 || (v != 1 && v != 2))
+    return err("fill_random_cb_tiles: k {} v {} unsupported", k, v);
   GRIDQ_LAUNCHED(raw_fill_cb_tiles(p, k, v, units, seed, s), "fill_random_cb_tiles");
   return {};
 }

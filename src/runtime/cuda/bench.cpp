@@ -20,7 +20,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int kStack = 48;     // distinct matrices per dense row
+constexpr int kStack = 48;  // distinct matrices per dense row
 constexpr int kMoeLayers = 47;
 
 struct Events {
@@ -37,8 +37,8 @@ double median(std::vector<double> v) {
 }
 
 // Captures `enqueue` into a graph and returns the median replay time in ms (and the spread in `spread`).
-Expected<double> time_graph(cudaStream_t s, const std::function<Status(cudaStream_t)>& enqueue, const BenchOptions& o,
-                            double* spread) {
+Expected<double> time_graph(cudaStream_t s, const std::function<Status(cudaStream_t)>& enqueue,
+                            const BenchOptions& o, double* spread) {
   GRIDQ_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
   Status st = enqueue(s);
   cudaGraph_t graph = nullptr;
@@ -116,8 +116,9 @@ void record(Ctx& c, json row, double ms, double spread, double items, double byt
   row["spread"] = spread;
   row["pdl"] = c.o.pdl;
   if (c.o.progress)
-    std::fprintf(stderr, "%-44s M=%-2d %9.2f us %9.2f MB %7.0f GB/s %5.1f%%\n", row["name"].get<std::string>().c_str(),
-                 row["M"].get<int>(), us, bytes_per_item / 1e6, gbs, 100.0 * gbs / c.copy_gbs);
+    std::fprintf(stderr, "%-44s M=%-2d %9.2f us %9.2f MB %7.0f GB/s %5.1f%%\n",
+                 row["name"].get<std::string>().c_str(), row["M"].get<int>(), us, bytes_per_item / 1e6, gbs,
+                 100.0 * gbs / c.copy_gbs);
   c.rows.push_back(std::move(row));
 }
 
@@ -134,17 +135,23 @@ bool wanted(const Ctx& c, const std::string& name) {
   return false;
 }
 
-// A stack of kStack dense or CB matrices [rows, in] (kind: "bf16", "fp8", "cbK{k}v{v}"), optionally fused swiglu.
-Status dense_row(Ctx& c, const std::string& name, WeightFormat f, int k, int v, int rows, int in, int M, bool swiglu) {
+// A stack of kStack dense or CB matrices [rows, in] (kind: "bf16", "fp8", "cbK{k}v{v}"), optionally fused
+// swiglu.
+Status dense_row(Ctx& c, const std::string& name, WeightFormat f, int k, int v, int rows, int in, int M,
+                 bool swiglu) {
   if (!wanted(c, name)) return {};
   long long mat_bytes;
-  if (f == WeightFormat::CB) mat_bytes = static_cast<long long>(rows / 16) * (in / 256) * cb_unit_bytes(k, v);
-  else mat_bytes = static_cast<long long>(rows) * in * (f == WeightFormat::BF16 ? 2 : 1);
-  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer w, DeviceBuffer::alloc(static_cast<size_t>(mat_bytes) * kStack + 16, name));
+  if (f == WeightFormat::CB)
+    mat_bytes = static_cast<long long>(rows / 16) * (in / 256) * cb_unit_bytes(k, v);
+  else
+    mat_bytes = static_cast<long long>(rows) * in * (f == WeightFormat::BF16 ? 2 : 1);
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer w,
+                         DeviceBuffer::alloc(static_cast<size_t>(mat_bytes) * kStack + 16, name));
   DeviceBuffer scales, cb;
   std::vector<DeviceMatrix> mats(kStack);
   if (f == WeightFormat::CB) {
-    GRIDQ_RETURN_IF_ERROR(fill_random_cb_tiles(w.as<uint8_t>(), k, v, mat_bytes / cb_unit_bytes(k, v) * kStack, 7, c.s));
+    GRIDQ_RETURN_IF_ERROR(
+        fill_random_cb_tiles(w.as<uint8_t>(), k, v, mat_bytes / cb_unit_bytes(k, v) * kStack, 7, c.s));
     const size_t ncb = (size_t{2} << (k / 2)) * 4;
     GRIDQ_ASSIGN_OR_RETURN(cb, DeviceBuffer::alloc(ncb * 2, "codebook"));
     // On-grid codebook values: random E2M1 magnitudes and signs, as BF16.
@@ -158,10 +165,13 @@ Status dense_row(Ctx& c, const std::string& name, WeightFormat f, int k, int v, 
     GRIDQ_RETURN_IF_ERROR(cb.upload(h.data(), ncb * 2));
   } else if (f == WeightFormat::FP8) {
     GRIDQ_RETURN_IF_ERROR(fill_random_e4m3(w.as<uint8_t>(), static_cast<size_t>(mat_bytes) * kStack, 7, c.s));
-    GRIDQ_ASSIGN_OR_RETURN(scales, DeviceBuffer::alloc(static_cast<size_t>(rows) * kStack * 4, "weight_scale"));
-    GRIDQ_RETURN_IF_ERROR(fill_random_f32(scales.as<float>(), static_cast<size_t>(rows) * kStack, 1e-3f, 1e-2f, 8, c.s));
+    GRIDQ_ASSIGN_OR_RETURN(scales,
+                           DeviceBuffer::alloc(static_cast<size_t>(rows) * kStack * 4, "weight_scale"));
+    GRIDQ_RETURN_IF_ERROR(
+        fill_random_f32(scales.as<float>(), static_cast<size_t>(rows) * kStack, 1e-3f, 1e-2f, 8, c.s));
   } else {
-    GRIDQ_RETURN_IF_ERROR(fill_random_bf16(w.as<uint16_t>(), static_cast<size_t>(mat_bytes / 2) * kStack, 0.05f, 7, c.s));
+    GRIDQ_RETURN_IF_ERROR(
+        fill_random_bf16(w.as<uint16_t>(), static_cast<size_t>(mat_bytes / 2) * kStack, 0.05f, 7, c.s));
   }
   for (int i = 0; i < kStack; ++i) {
     DeviceMatrix& m = mats[static_cast<size_t>(i)];
@@ -184,10 +194,12 @@ Status dense_row(Ctx& c, const std::string& name, WeightFormat f, int k, int v, 
   const size_t yb = static_cast<size_t>(M) * out_rows * 2;
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer x, DeviceBuffer::alloc(xb * kStack + 16, "x"));
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer y, DeviceBuffer::alloc(yb * kStack + 16, "y"));
-  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer xs, DeviceBuffer::alloc(static_cast<size_t>(M) * kStack * 4, "x scales"));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer xs,
+                         DeviceBuffer::alloc(static_cast<size_t>(M) * kStack * 4, "x scales"));
   if (f == WeightFormat::FP8) {
     GRIDQ_RETURN_IF_ERROR(fill_random_e4m3(x.as<uint8_t>(), xb * kStack, 9, c.s));
-    GRIDQ_RETURN_IF_ERROR(fill_random_f32(xs.as<float>(), static_cast<size_t>(M) * kStack, 1e-3f, 1e-2f, 10, c.s));
+    GRIDQ_RETURN_IF_ERROR(
+        fill_random_f32(xs.as<float>(), static_cast<size_t>(M) * kStack, 1e-3f, 1e-2f, 10, c.s));
   } else {
     GRIDQ_RETURN_IF_ERROR(fill_random_bf16(x.as<uint16_t>(), xb / 2 * kStack, 1.0f, 9, c.s));
   }
@@ -198,7 +210,8 @@ Status dense_row(Ctx& c, const std::string& name, WeightFormat f, int k, int v, 
       uint8_t* xi = x.as<uint8_t>() + xb * i;
       uint8_t* yi = y.as<uint8_t>() + yb * i;
       if (swiglu) {
-        GRIDQ_RETURN_IF_ERROR(gemv_swiglu(m, M, xi, reinterpret_cast<uint16_t*>(yi), f == WeightFormat::CB, c.ws, s, c.o.pdl));
+        GRIDQ_RETURN_IF_ERROR(
+            gemv_swiglu(m, M, xi, reinterpret_cast<uint16_t*>(yi), f == WeightFormat::CB, c.ws, s, c.o.pdl));
       } else {
         GemvArgs a;
         a.w = &m;
@@ -215,8 +228,11 @@ Status dense_row(Ctx& c, const std::string& name, WeightFormat f, int k, int v, 
   GRIDQ_ASSIGN_OR_RETURN(double ms, time_graph(c.s, enqueue, c.o, &spread));
   const double bytes = static_cast<double>(mat_bytes) + static_cast<double>(xb) + static_cast<double>(yb) +
                        (f == WeightFormat::FP8 ? rows * 4.0 + M * 4.0 : 0.0);
-  json row = {{"name", name}, {"rows", rows}, {"in", in}, {"M", M}, {"count", kStack}, {"launches_per_item", 1}};
-  row["format"] = f == WeightFormat::CB ? fmt::format("NVFP4_CB_K{} v{}", k, v) : f == WeightFormat::FP8 ? "FP8 W8A8" : "BF16";
+  json row = {{"name", name}, {"rows", rows},    {"in", in},
+              {"M", M},       {"count", kStack}, {"launches_per_item", 1}};
+  row["format"] = f == WeightFormat::CB    ? fmt::format("NVFP4_CB_K{} v{}", k, v)
+                  : f == WeightFormat::FP8 ? "FP8 W8A8"
+                                           : "BF16";
   if (swiglu) row["fused"] = "gate+up+SiLU·mul";
   record(c, std::move(row), ms, spread, kStack, bytes);
   return {};
@@ -231,14 +247,18 @@ Status moe_row(Ctx& c, int M) {
   const long long gu_bytes = static_cast<long long>(2 * I / 16) * (H / 256) * cb_unit_bytes(16, 2);
   const long long dn_bytes = static_cast<long long>(H / 16) * (I / 256) * cb_unit_bytes(16, 2);
   const long long layer_cb = (gu_bytes + dn_bytes) * E;
-  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer cbw, DeviceBuffer::alloc(static_cast<size_t>(layer_cb) * L + 16, "experts"));
-  GRIDQ_RETURN_IF_ERROR(fill_random_cb_tiles(cbw.as<uint8_t>(), 16, 2, layer_cb * L / cb_unit_bytes(16, 2), 21, c.s));
-  const size_t router_n = static_cast<size_t>(E) * H, sgu_n = static_cast<size_t>(2 * I) * H, sdn_n = static_cast<size_t>(H) * I;
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer cbw,
+                         DeviceBuffer::alloc(static_cast<size_t>(layer_cb) * L + 16, "experts"));
+  GRIDQ_RETURN_IF_ERROR(
+      fill_random_cb_tiles(cbw.as<uint8_t>(), 16, 2, layer_cb * L / cb_unit_bytes(16, 2), 21, c.s));
+  const size_t router_n = static_cast<size_t>(E) * H, sgu_n = static_cast<size_t>(2 * I) * H,
+               sdn_n = static_cast<size_t>(H) * I;
   const size_t layer_bf16 = router_n + sgu_n + sdn_n + H;  // + norm weight
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer bf, DeviceBuffer::alloc(layer_bf16 * L * 2 + 16, "bf16 weights"));
   GRIDQ_RETURN_IF_ERROR(fill_random_bf16(bf.as<uint16_t>(), layer_bf16 * L, 0.05f, 22, c.s));
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer bias, DeviceBuffer::alloc(static_cast<size_t>(E) * L * 4, "bias"));
-  GRIDQ_RETURN_IF_ERROR(fill_random_f32(bias.as<float>(), static_cast<size_t>(E) * L, -0.01f, 0.01f, 23, c.s));
+  GRIDQ_RETURN_IF_ERROR(
+      fill_random_f32(bias.as<float>(), static_cast<size_t>(E) * L, -0.01f, 0.01f, 23, c.s));
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer cb, DeviceBuffer::alloc(size_t{2} * 256 * 4 * 2, "codebook"));
   {
     std::vector<uint16_t> h(2 * 256 * 4);
@@ -256,14 +276,19 @@ Status moe_row(Ctx& c, int M) {
   GRIDQ_RETURN_IF_ERROR(fill_random_bf16(x.as<uint16_t>(), xh * L, 1.0f, 24, c.s));
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer a2, DeviceBuffer::alloc(xh * 2 * L, "a2"));
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer a2q, DeviceBuffer::alloc(xh * 2 * L, "a2 fp4"));
-  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer logits, DeviceBuffer::alloc(static_cast<size_t>(M) * E * 4 * L, "logits"));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer logits,
+                         DeviceBuffer::alloc(static_cast<size_t>(M) * E * 4 * L, "logits"));
   const int max_slots = std::min(E, M * topk);
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer nslots, DeviceBuffer::alloc(static_cast<size_t>(L) * 4, "nslots"));
-  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer sexp, DeviceBuffer::alloc(static_cast<size_t>(max_slots) * L * 4, "slot_expert"));
-  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer sw, DeviceBuffer::alloc(static_cast<size_t>(max_slots) * M * L * 4, "slot_weight"));
-  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer hs, DeviceBuffer::alloc(static_cast<size_t>(M) * I * 2 * L, "shared h"));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer sexp,
+                         DeviceBuffer::alloc(static_cast<size_t>(max_slots) * L * 4, "slot_expert"));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer sw,
+                         DeviceBuffer::alloc(static_cast<size_t>(max_slots) * M * L * 4, "slot_weight"));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer hs,
+                         DeviceBuffer::alloc(static_cast<size_t>(M) * I * 2 * L, "shared h"));
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer ys, DeviceBuffer::alloc(xh * 4 * L, "shared out"));
-  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer hr, DeviceBuffer::alloc(static_cast<size_t>(max_slots) * M * I * 2 * L, "routed h"));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer hr,
+                         DeviceBuffer::alloc(static_cast<size_t>(max_slots) * M * I * 2 * L, "routed h"));
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer out, DeviceBuffer::alloc(xh * 2 * L, "out"));
   GRIDQ_CUDA(cudaStreamSynchronize(c.s));
 
@@ -360,9 +385,16 @@ Status moe_row(Ctx& c, int M) {
   for (int n : ns) slots += n;
   slots /= L;
   const double act = static_cast<double>(xh) * 2 * 4 + static_cast<double>(M) * E * 4;
-  const double bytes = (static_cast<double>(router_n + sgu_n + sdn_n + H) * 2) + slots * static_cast<double>(gu_bytes + dn_bytes) + act;
-  json row = {{"name", name}, {"rows", H}, {"in", H}, {"M", M}, {"count", L}, {"launches_per_item", 7},
-              {"format", "NVFP4_CB_K16 v2 routed + BF16 router/shared"}, {"avg_active_experts", slots}};
+  const double bytes = (static_cast<double>(router_n + sgu_n + sdn_n + H) * 2) +
+                       slots * static_cast<double>(gu_bytes + dn_bytes) + act;
+  json row = {{"name", name},
+              {"rows", H},
+              {"in", H},
+              {"M", M},
+              {"count", L},
+              {"launches_per_item", 7},
+              {"format", "NVFP4_CB_K16 v2 routed + BF16 router/shared"},
+              {"avg_active_experts", slots}};
   record(c, std::move(row), ms, spread, L, bytes);
   return {};
 }
@@ -378,7 +410,8 @@ std::string utc_now() {
 
 Expected<json> run_kernel_bench(const BenchOptions& o) {
   GRIDQ_ASSIGN_OR_RETURN(DeviceInfo info, device_info());
-  if (info.major != 9) return err("bench kernels: built for sm_90a, device is sm_{}{} ({})", info.major, info.minor, info.name);
+  if (info.major != 9)
+    return err("bench kernels: built for sm_90a, device is sm_{}{} ({})", info.major, info.minor, info.name);
   GRIDQ_ASSIGN_OR_RETURN(Stream stream, Stream::create());
   GRIDQ_ASSIGN_OR_RETURN(WorkspaceBuffers wsb, WorkspaceBuffers::create());
   int driver = 0, runtime = 0;
@@ -393,26 +426,38 @@ Expected<json> run_kernel_bench(const BenchOptions& o) {
 
   // FP8 W8A8 attention projections (Laguna-S: full layers 48 heads, sliding 72; 8 KV heads).
   for (int M : {1, 8}) {
-    GRIDQ_RETURN_IF_ERROR(dense_row(c, "fp8 q_proj 3072->6144", WeightFormat::FP8, 0, 0, 6144, 3072, M, false));
-    GRIDQ_RETURN_IF_ERROR(dense_row(c, "fp8 q_proj 3072->9216", WeightFormat::FP8, 0, 0, 9216, 3072, M, false));
-    GRIDQ_RETURN_IF_ERROR(dense_row(c, "fp8 k/v_proj 3072->1024", WeightFormat::FP8, 0, 0, 1024, 3072, M, false));
-    GRIDQ_RETURN_IF_ERROR(dense_row(c, "fp8 o_proj 6144->3072", WeightFormat::FP8, 0, 0, 3072, 6144, M, false));
-    GRIDQ_RETURN_IF_ERROR(dense_row(c, "fp8 o_proj 9216->3072", WeightFormat::FP8, 0, 0, 3072, 9216, M, false));
+    GRIDQ_RETURN_IF_ERROR(
+        dense_row(c, "fp8 q_proj 3072->6144", WeightFormat::FP8, 0, 0, 6144, 3072, M, false));
+    GRIDQ_RETURN_IF_ERROR(
+        dense_row(c, "fp8 q_proj 3072->9216", WeightFormat::FP8, 0, 0, 9216, 3072, M, false));
+    GRIDQ_RETURN_IF_ERROR(
+        dense_row(c, "fp8 k/v_proj 3072->1024", WeightFormat::FP8, 0, 0, 1024, 3072, M, false));
+    GRIDQ_RETURN_IF_ERROR(
+        dense_row(c, "fp8 o_proj 6144->3072", WeightFormat::FP8, 0, 0, 3072, 6144, M, false));
+    GRIDQ_RETURN_IF_ERROR(
+        dense_row(c, "fp8 o_proj 9216->3072", WeightFormat::FP8, 0, 0, 3072, 9216, M, false));
   }
   // BF16: shared expert, dense layer-0 MLP, lm_head.
   for (int M : {1, 8}) {
-    GRIDQ_RETURN_IF_ERROR(dense_row(c, "bf16 shared gate_up+silu 3072->2x1024", WeightFormat::BF16, 0, 0, 2048, 3072, M, true));
-    GRIDQ_RETURN_IF_ERROR(dense_row(c, "bf16 shared down 1024->3072", WeightFormat::BF16, 0, 0, 3072, 1024, M, false));
-    GRIDQ_RETURN_IF_ERROR(dense_row(c, "bf16 layer0 gate_up+silu 3072->2x12288", WeightFormat::BF16, 0, 0, 24576, 3072, M, true));
-    GRIDQ_RETURN_IF_ERROR(dense_row(c, "bf16 layer0 down 12288->3072", WeightFormat::BF16, 0, 0, 3072, 12288, M, false));
+    GRIDQ_RETURN_IF_ERROR(
+        dense_row(c, "bf16 shared gate_up+silu 3072->2x1024", WeightFormat::BF16, 0, 0, 2048, 3072, M, true));
+    GRIDQ_RETURN_IF_ERROR(
+        dense_row(c, "bf16 shared down 1024->3072", WeightFormat::BF16, 0, 0, 3072, 1024, M, false));
+    GRIDQ_RETURN_IF_ERROR(dense_row(c, "bf16 layer0 gate_up+silu 3072->2x12288", WeightFormat::BF16, 0, 0,
+                                    24576, 3072, M, true));
+    GRIDQ_RETURN_IF_ERROR(
+        dense_row(c, "bf16 layer0 down 12288->3072", WeightFormat::BF16, 0, 0, 3072, 12288, M, false));
   }
-  GRIDQ_RETURN_IF_ERROR(dense_row(c, "bf16 lm_head 3072->100352", WeightFormat::BF16, 0, 0, 100352, 3072, 1, false));
+  GRIDQ_RETURN_IF_ERROR(
+      dense_row(c, "bf16 lm_head 3072->100352", WeightFormat::BF16, 0, 0, 100352, 3072, 1, false));
   // NVFP4-CB GEMV alone, every rung, both decode shapes.
   for (int k : {16, 12, 20, 24})
     for (int v : {2, 1})
       for (int M : {1, 8}) {
-        GRIDQ_RETURN_IF_ERROR(dense_row(c, fmt::format("cb K{} v{} 3072->9216", k, v), WeightFormat::CB, k, v, 9216, 3072, M, false));
-        GRIDQ_RETURN_IF_ERROR(dense_row(c, fmt::format("cb K{} v{} 9216->3072", k, v), WeightFormat::CB, k, v, 3072, 9216, M, false));
+        GRIDQ_RETURN_IF_ERROR(dense_row(c, fmt::format("cb K{} v{} 3072->9216", k, v), WeightFormat::CB, k, v,
+                                        9216, 3072, M, false));
+        GRIDQ_RETURN_IF_ERROR(dense_row(c, fmt::format("cb K{} v{} 9216->3072", k, v), WeightFormat::CB, k, v,
+                                        3072, 9216, M, false));
       }
   GRIDQ_RETURN_IF_ERROR(dense_row(c, "cb K16 v2 3072->9216", WeightFormat::CB, 16, 2, 9216, 3072, 16, false));
   GRIDQ_RETURN_IF_ERROR(dense_row(c, "cb K16 v2 9216->3072", WeightFormat::CB, 16, 2, 3072, 9216, 16, false));
@@ -441,13 +486,16 @@ Expected<json> run_kernel_bench(const BenchOptions& o) {
 }
 
 std::string format_bench_table(const json& r) {
-  std::string s = fmt::format("gridq bench kernels — {} — {} — copy {:.0f} GB/s\n", r["date"].get<std::string>(),
-                              r["gpu"].get<std::string>(), r["copy_gbs"].get<double>());
-  s += fmt::format("{:<46} {:>3} {:>10} {:>10} {:>8} {:>7}\n", "row", "M", "us/item", "MB/item", "GB/s", "%copy");
+  std::string s =
+      fmt::format("gridq bench kernels — {} — {} — copy {:.0f} GB/s\n", r["date"].get<std::string>(),
+                  r["gpu"].get<std::string>(), r["copy_gbs"].get<double>());
+  s += fmt::format("{:<46} {:>3} {:>10} {:>10} {:>8} {:>7}\n", "row", "M", "us/item", "MB/item", "GB/s",
+                   "%copy");
   for (const auto& row : r["rows"])
     s += fmt::format("{:<46} {:>3} {:>10.2f} {:>10.3f} {:>8.0f} {:>6.1f}%\n", row["name"].get<std::string>(),
-                     row["M"].get<int>(), row["us_per_item"].get<double>(), row["bytes_per_item"].get<double>() / 1e6,
-                     row["gbs"].get<double>(), row["pct_copy"].get<double>());
+                     row["M"].get<int>(), row["us_per_item"].get<double>(),
+                     row["bytes_per_item"].get<double>() / 1e6, row["gbs"].get<double>(),
+                     row["pct_copy"].get<double>());
   return s;
 }
 

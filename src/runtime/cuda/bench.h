@@ -12,14 +12,15 @@
 namespace gridq::cuda {
 
 struct BenchOptions {
-  int replays = 20;         // timed graph replays per row (median reported)
+  int replays = 20;  // timed graph replays per row (median reported)
   int warmup = 3;
-  std::string filter;       // only rows whose name contains this
-  bool pdl = true;          // programmatic dependent launch between the kernels of a stack
-  bool progress = true;     // print each row to stderr as it completes
+  std::string filter;    // only rows whose name contains this
+  bool pdl = true;       // programmatic dependent launch between the kernels of a stack
+  bool progress = true;  // print each row to stderr as it completes
   long long min_warp_bytes = 0;
   int blocks_per_sm = -1;
-  bool l2_prefetch = true;  // -1: the library default (set_gemv_blocks_per_sm)  // 0: the library default (set_gemv_min_warp_bytes)
+  bool l2_prefetch = false;  // -1: the library default (set_gemv_blocks_per_sm)  // 0: the library default
+                             // (set_gemv_min_warp_bytes)
 };
 
 Expected<nlohmann::json> run_kernel_bench(const BenchOptions& o);

@@ -32,7 +32,8 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
 }
 
 Status DeviceBuffer::upload(const void* src, size_t bytes, size_t offset) {
-  if (offset + bytes > n_) return err("device upload of {} bytes at {} overflows a {}-byte buffer", bytes, offset, n_);
+  if (offset + bytes > n_)
+    return err("device upload of {} bytes at {} overflows a {}-byte buffer", bytes, offset, n_);
   GRIDQ_CUDA(cudaMemcpy(static_cast<char*>(p_) + offset, src, bytes, cudaMemcpyHostToDevice));
   return {};
 }

@@ -10,7 +10,9 @@
 namespace gridq::cuda::detail {
 
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void pdl_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
 
 // Asks the copy engine to pull [p, p+bytes) into L2 (bytes % 16 == 0, p 16-byte aligned); no registers held.
 __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
@@ -82,7 +84,8 @@ __device__ __forceinline__ float bf16_round(float f) { return bf16_bits_to_f32(f
 
 // format.md §14.1 step 4: nearest FP4 grid value, exact ties to the lower value.
 __device__ __forceinline__ float fp4_snap(float v) {
-  constexpr float G[15] = {-6.f, -4.f, -3.f, -2.f, -1.5f, -1.f, -0.5f, 0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
+  constexpr float G[15] = {-6.f, -4.f, -3.f, -2.f, -1.5f, -1.f, -0.5f, 0.f,
+                           0.5f, 1.f,  1.5f, 2.f,  3.f,   4.f,  6.f};
   int i = 15;
 #pragma unroll
   for (int j = 14; j >= 0; --j)

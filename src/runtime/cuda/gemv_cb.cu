@@ -9,11 +9,16 @@ cudaError_t raw_gemv_cb(int k, int v, int mode, int nt, const KParams& p, long l
                         bool pdl, long long mwb) {
   if (v != 1 && v != 2) return cudaErrorNotSupported;
   switch (k) {
-    case 12: return cb_k<12>(v, mode, nt, p, units, s, pdl, mwb);
-    case 16: return cb_k<16>(v, mode, nt, p, units, s, pdl, mwb);
-    case 20: return cb_k<20>(v, mode, nt, p, units, s, pdl, mwb);
-    case 24: return cb_k<24>(v, mode, nt, p, units, s, pdl, mwb);
-    default: return cudaErrorNotSupported;
+    case 12:
+      return cb_k<12>(v, mode, nt, p, units, s, pdl, mwb);
+    case 16:
+      return cb_k<16>(v, mode, nt, p, units, s, pdl, mwb);
+    case 20:
+      return cb_k<20>(v, mode, nt, p, units, s, pdl, mwb);
+    case 24:
+      return cb_k<24>(v, mode, nt, p, units, s, pdl, mwb);
+    default:
+      return cudaErrorNotSupported;
   }
 }
 
@@ -74,11 +79,16 @@ cudaError_t decode_kv(const KParams& p, uint16_t* out, cudaStream_t s) {
 cudaError_t raw_cb_decode(int k, int v, const KParams& p, uint16_t* out, cudaStream_t s) {
   if (v != 1 && v != 2) return cudaErrorNotSupported;
   switch (k) {
-    case 12: return v == 2 ? decode_kv<12, 2>(p, out, s) : decode_kv<12, 1>(p, out, s);
-    case 16: return v == 2 ? decode_kv<16, 2>(p, out, s) : decode_kv<16, 1>(p, out, s);
-    case 20: return v == 2 ? decode_kv<20, 2>(p, out, s) : decode_kv<20, 1>(p, out, s);
-    case 24: return v == 2 ? decode_kv<24, 2>(p, out, s) : decode_kv<24, 1>(p, out, s);
-    default: return cudaErrorNotSupported;
+    case 12:
+      return v == 2 ? decode_kv<12, 2>(p, out, s) : decode_kv<12, 1>(p, out, s);
+    case 16:
+      return v == 2 ? decode_kv<16, 2>(p, out, s) : decode_kv<16, 1>(p, out, s);
+    case 20:
+      return v == 2 ? decode_kv<20, 2>(p, out, s) : decode_kv<20, 1>(p, out, s);
+    case 24:
+      return v == 2 ? decode_kv<24, 2>(p, out, s) : decode_kv<24, 1>(p, out, s);
+    default:
+      return cudaErrorNotSupported;
   }
 }
 

@@ -6,7 +6,8 @@
 namespace gridq::cuda::detail {
 
 template <int K, int V>
-cudaError_t cb_kv(int mode, int nt, const KParams& p, long long units, cudaStream_t s, bool pdl, long long mwb) {
+cudaError_t cb_kv(int mode, int nt, const KParams& p, long long units, cudaStream_t s, bool pdl,
+                  long long mwb) {
   if (mode == kStore) return launch_nt<DecCB<K, V>, kStore>(nt, p, units, s, pdl, mwb);
   if constexpr (K == 16 && V == 2) {
     if (mode == kSwiglu) return launch_nt<DecCB<K, V>, kSwiglu>(nt, p, units, s, pdl, mwb);
@@ -16,6 +17,7 @@ cudaError_t cb_kv(int mode, int nt, const KParams& p, long long units, cudaStrea
 }
 
 template <int K>
-cudaError_t cb_k(int v, int mode, int nt, const KParams& p, long long units, cudaStream_t s, bool pdl, long long mwb);
+cudaError_t cb_k(int v, int mode, int nt, const KParams& p, long long units, cudaStream_t s, bool pdl,
+                 long long mwb);
 
 }  // namespace gridq::cuda::detail

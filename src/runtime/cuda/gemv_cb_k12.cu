@@ -6,7 +6,8 @@ namespace gridq::cuda::detail {
 template <>
 cudaError_t cb_k<12>(int v, int mode, int nt, const KParams& p, long long units, cudaStream_t s, bool pdl,
                      long long mwb) {
-  return v == 2 ? cb_kv<12, 2>(mode, nt, p, units, s, pdl, mwb) : cb_kv<12, 1>(mode, nt, p, units, s, pdl, mwb);
+  return v == 2 ? cb_kv<12, 2>(mode, nt, p, units, s, pdl, mwb)
+                : cb_kv<12, 1>(mode, nt, p, units, s, pdl, mwb);
 }
 
 }  // namespace gridq::cuda::detail

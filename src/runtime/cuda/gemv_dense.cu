@@ -3,8 +3,8 @@
 
 namespace gridq::cuda::detail {
 
-cudaError_t raw_gemv_dense(int fmt, int mode, int nt, const KParams& p, long long units, cudaStream_t s, bool pdl,
-                           long long mwb) {
+cudaError_t raw_gemv_dense(int fmt, int mode, int nt, const KParams& p, long long units, cudaStream_t s,
+                           bool pdl, long long mwb) {
   if (fmt == kFmtBF16) {
     if (mode == kStore) return launch_nt<DecBF16, kStore>(nt, p, units, s, pdl, mwb);
     if (mode == kSwiglu) return launch_nt<DecBF16, kSwiglu>(nt, p, units, s, pdl, mwb);

@@ -35,7 +35,9 @@ __device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src)
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
 
 // ---------------------------------------------------------------------------------------------------------
 // Decoders. Each gives: kUnitK, kUnitBytes, kSmemBytes, Frag (registers of one unit), load(), XFrag/load_x()
@@ -43,8 +45,12 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 
 struct DecBF16 {
   static constexpr int kUnitK = 64, kUnitBytes = 2048, kSmemBytes = 0;
-  struct Frag { uint4 w[4]; };
-  struct XFrag { uint4 v[2]; };
+  struct Frag {
+    uint4 w[4];
+  };
+  struct XFrag {
+    uint4 v[2];
+  };
   __device__ static void init_smem(void*, const KParams&) {}
   __device__ static void load(Frag& f, const uint8_t* u, int lane) {
 #pragma unroll
@@ -67,15 +73,20 @@ struct DecBF16 {
       uint32_t a0 = word(f.w[p], o), a2 = word(f.w[p], o + 1);
       uint32_t a1 = word(f.w[2 + p], o), a3 = word(f.w[2 + p], o + 1);
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) mma_bf16(acc[nt], a0, a1, a2, a3, word(x[nt].v[p], o), word(x[nt].v[p], o + 1));
+      for (int nt = 0; nt < NT; ++nt)
+        mma_bf16(acc[nt], a0, a1, a2, a3, word(x[nt].v[p], o), word(x[nt].v[p], o + 1));
     }
   }
 };
 
 struct DecFP8 {
   static constexpr int kUnitK = 64, kUnitBytes = 1024, kSmemBytes = 0;
-  struct Frag { uint4 w[2]; };
-  struct XFrag { uint4 v; };
+  struct Frag {
+    uint4 w[2];
+  };
+  struct XFrag {
+    uint4 v;
+  };
   __device__ static void init_smem(void*, const KParams&) {}
   __device__ static void load(Frag& f, const uint8_t* u, int lane) {
     f.w[0] = ld16(u + lane * 16);
@@ -91,7 +102,8 @@ struct DecFP8 {
       uint32_t a0 = word(f.w[0], 2 * h), a2 = word(f.w[0], 2 * h + 1);
       uint32_t a1 = word(f.w[1], 2 * h), a3 = word(f.w[1], 2 * h + 1);
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) mma_e4m3(acc[nt], a0, a1, a2, a3, word(x[nt].v, 2 * h), word(x[nt].v, 2 * h + 1));
+      for (int nt = 0; nt < NT; ++nt)
+        mma_e4m3(acc[nt], a0, a1, a2, a3, word(x[nt].v, 2 * h), word(x[nt].v, 2 * h + 1));
     }
   }
 };
@@ -115,11 +127,14 @@ struct DecCB {
     uint32_t sc[2];
     uint32_t e[2];
   };
-  struct XFrag { uint4 v[8]; };
+  struct XFrag {
+    uint4 v[8];
+  };
 
   __device__ static void init_smem(void* smem, const KParams& p) {
     // Replicated copy i = e·kRep + r of entry e: consecutive threads store consecutive words (no bank
-    // conflicts); the loads are issued in batches so that the fill costs a few L2 round trips, not one per word.
+    // conflicts); the loads are issued in batches so that the fill costs a few L2 round trips, not one per
+    // word.
     uint2* tab = static_cast<uint2*>(smem);
     const uint2* cb = reinterpret_cast<const uint2*>(p.codebook);
     constexpr int kTotal = kTabEntries * kRep, kBatch = 16;
@@ -143,13 +158,16 @@ struct DecCB {
       // E4M3 byte -> BF16 bits (exact); NaN bytes -> BF16 NaN. Load-time checks refuse NaN and signed bytes.
       for (int b = threadIdx.x; b < 256; b += blockDim.x) {
         int s = (b & 0x80) << 8, e = (b >> 3) & 15, m = b & 7, v;
-        if ((b & 0x7F) == 0x7F) v = s | 0x7FC0;
-        else if (e) v = s | ((e + 120) << 7) | (m << 4);
+        if ((b & 0x7F) == 0x7F)
+          v = s | 0x7FC0;
+        else if (e)
+          v = s | ((e + 120) << 7) | (m << 4);
         else if (m) {  // subnormal m·2^-9: normalise
           int sh = m >= 4 ? 0 : (m >= 2 ? 1 : 2);
           int mm = (m << sh) & 3;  // bits below the leading one, as a 2-bit field
           v = s | ((120 - sh) << 7) | (mm << 5);
-        } else v = s;
+        } else
+          v = s;
         st[b] = v;
       }
     }
@@ -161,7 +179,8 @@ struct DecCB {
 #pragma unroll
       for (int p = 0; p < N16; ++p) {
         uint4 v = ld16(u + (p * 2 + h) * 512 + lane * 16);
-        f.rec[h][4 * p] = v.x, f.rec[h][4 * p + 1] = v.y, f.rec[h][4 * p + 2] = v.z, f.rec[h][4 * p + 3] = v.w;
+        f.rec[h][4 * p] = v.x, f.rec[h][4 * p + 1] = v.y, f.rec[h][4 * p + 2] = v.z,
+                     f.rec[h][4 * p + 3] = v.w;
       }
 #pragma unroll
       for (int q = 0; q < N4; ++q) f.rec[h][4 * N16 + q] = ld4(u + N16 * 1024 + (q * 2 + h) * 128 + lane * 4);
@@ -185,8 +204,10 @@ struct DecCB {
   __device__ static uint32_t sub_index(const uint32_t (&rec)[NW]) {
     constexpr int bit = J * B, w = bit / 32, sh = bit % 32;
     uint32_t v;
-    if constexpr (sh + B <= 32) v = rec[w] >> sh;
-    else v = __funnelshift_r(rec[w], rec[w + 1], sh);
+    if constexpr (sh + B <= 32)
+      v = rec[w] >> sh;
+    else
+      v = __funnelshift_r(rec[w], rec[w + 1], sh);
     return v & ((1u << B) - 1);
   }
 
@@ -194,15 +215,17 @@ struct DecCB {
   template <int G>
   __device__ static uint32_t scale2(const Frag& f, int h, const int* st) {
     uint32_t s;
-    if constexpr (V == 2) s = static_cast<uint32_t>(st[(f.sc[h] >> (4 * G)) & 15] + static_cast<int>(f.e[h] << 7));
-    else s = static_cast<uint32_t>(st[(f.sc[h] >> (8 * G)) & 255]);
+    if constexpr (V == 2)
+      s = static_cast<uint32_t>(st[(f.sc[h] >> (4 * G)) & 15] + static_cast<int>(f.e[h] << 7));
+    else
+      s = static_cast<uint32_t>(st[(f.sc[h] >> (8 * G)) & 255]);
     return s * 0x10001u;
   }
 
   // Decoded A-fragment words of sub-vector J: a0/a2 (row g), a1/a3 (row g+8).
   template <int J>
-  __device__ static void decode(const Frag& f, const uint2* tab, int rep, uint32_t s0, uint32_t s1, uint32_t& a0,
-                                uint32_t& a1, uint32_t& a2, uint32_t& a3) {
+  __device__ static void decode(const Frag& f, const uint2* tab, int rep, uint32_t s0, uint32_t s1,
+                                uint32_t& a0, uint32_t& a1, uint32_t& a2, uint32_t& a3) {
     constexpr int tb = (J & 1) << B;
     uint2 e0 = tab[(tb + sub_index<J>(f.rec[0])) * kRep + rep];
     uint2 e1 = tab[(tb + sub_index<J>(f.rec[1])) * kRep + rep];
@@ -216,21 +239,21 @@ struct DecCB {
   __device__ static void mma_group(const Frag& f, const XFrag (&x)[NT], float (&acc)[NT][4], const uint2* tab,
                                    const int* st, int rep) {
     uint32_t s0 = scale2<G>(f, 0, st), s1 = scale2<G>(f, 1, st);
-#define GRIDQ_CB_STEP(JJ)                                                                                    \
-  {                                                                                                          \
-    constexpr int J = 4 * G + JJ;                                                                            \
-    uint32_t a0, a1, a2, a3;                                                                                 \
-    decode<J>(f, tab, rep, s0, s1, a0, a1, a2, a3);                                                          \
-    _Pragma("unroll") for (int nt = 0; nt < NT; ++nt) mma_bf16(acc[nt], a0, a1, a2, a3,                     \
-                                                               word(x[nt].v[J / 2], (J % 2) * 2),            \
-                                                               word(x[nt].v[J / 2], (J % 2) * 2 + 1));       \
+#define GRIDQ_CB_STEP(JJ)                                                                                   \
+  {                                                                                                         \
+    constexpr int J = 4 * G + JJ;                                                                           \
+    uint32_t a0, a1, a2, a3;                                                                                \
+    decode<J>(f, tab, rep, s0, s1, a0, a1, a2, a3);                                                         \
+    _Pragma("unroll") for (int nt = 0; nt < NT; ++nt) mma_bf16(                                             \
+        acc[nt], a0, a1, a2, a3, word(x[nt].v[J / 2], (J % 2) * 2), word(x[nt].v[J / 2], (J % 2) * 2 + 1)); \
   }
     GRIDQ_CB_STEP(0) GRIDQ_CB_STEP(1) GRIDQ_CB_STEP(2) GRIDQ_CB_STEP(3)
 #undef GRIDQ_CB_STEP
   }
 
   template <int NT>
-  __device__ static void mma(const Frag& f, const XFrag (&x)[NT], float (&acc)[NT][4], const void* smem, int lane) {
+  __device__ static void mma(const Frag& f, const XFrag (&x)[NT], float (&acc)[NT][4], const void* smem,
+                             int lane) {
     const uint2* tab = static_cast<const uint2*>(smem);
     const int* st = reinterpret_cast<const int*>(static_cast<const char*>(smem) + kScaleTabOff);
     const int rep = lane % kRep;
@@ -312,7 +335,9 @@ __device__ __forceinline__ void zero(float (&a)[NV]) {
 // Warp w's units are [w·U/T, (w+1)·U/T). The host keeps U·T < 2^32, so 32-bit unsigned math suffices (64-bit
 // division is a long software sequence).
 __device__ __forceinline__ unsigned range_start(unsigned w, unsigned U, unsigned T) { return w * U / T; }
-__device__ __forceinline__ unsigned warp_of(unsigned u, unsigned U, unsigned T) { return ((u + 1) * T - 1) / U; }
+__device__ __forceinline__ unsigned warp_of(unsigned u, unsigned U, unsigned T) {
+  return ((u + 1) * T - 1) / U;
+}
 
 // Depth of the per-warp shared-memory ring and the kernel's dynamic shared memory (tables + rings).
 template <class Dec, int MODE>
@@ -321,14 +346,15 @@ constexpr int ring_stages() {
 }
 template <class Dec, int MODE>
 constexpr int kernel_smem_bytes() {
-  return Dec::kSmemBytes + kWarpsPerBlock * ring_stages<Dec, MODE>() * (MODE == kSwiglu ? 2 : 1) * Dec::kUnitBytes;
+  return Dec::kSmemBytes +
+         kWarpsPerBlock * ring_stages<Dec, MODE>() * (MODE == kSwiglu ? 2 : 1) * Dec::kUnitBytes;
 }
 
 template <class Dec, int NT, int MODE>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(const KParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int NP = MODE == kSwiglu ? 2 : 1;  // tiles per unit
-  constexpr int NV = NP * NT * 4;             // accumulator floats per lane
+  constexpr int NV = NP * NT * 4;              // accumulator floats per lane
   constexpr int kPD = (16384 / (Dec::kUnitBytes * NP)) > 1 ? 16384 / (Dec::kUnitBytes * NP) : 1;
 
   Dec::init_smem(smem, p);
@@ -404,16 +430,18 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const KParams p) {
   Cursor<Dec, MODE> nc = cc;
   typename Dec::Frag cur[NP];
   // Activations of a unit, token n = 8·nt + g; loaded one unit ahead.
-  auto load_x = [&](const Cursor<Dec, MODE>& c, typename Dec::XFrag (&xf)[NT]) {
+  auto load_x = [&](const Cursor<Dec, MODE>& c, typename Dec::XFrag(&xf)[NT]) {
     const long long xoff = (MODE == kMoeDown ? static_cast<long long>(c.slot) * M * p.K : 0) +
                            static_cast<long long>(c.s) * Dec::kUnitK;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       const int n = 8 * nt + g;
       if constexpr (std::is_same_v<Dec, DecFP8>)
-        Dec::load_x(xf[nt], static_cast<const uint8_t*>(p.x) + xoff + static_cast<long long>(n) * p.K, t, n < M);
+        Dec::load_x(xf[nt], static_cast<const uint8_t*>(p.x) + xoff + static_cast<long long>(n) * p.K, t,
+                    n < M);
       else
-        Dec::load_x(xf[nt], static_cast<const uint16_t*>(p.x) + xoff + static_cast<long long>(n) * p.K, t, n < M);
+        Dec::load_x(xf[nt], static_cast<const uint16_t*>(p.x) + xoff + static_cast<long long>(n) * p.K, t,
+                    n < M);
     }
   };
   typename Dec::XFrag xf[NT], xn[NT];
@@ -445,7 +473,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const KParams p) {
     }
 #pragma unroll
     for (int pi = 0; pi < NP; ++pi) {
-      float (&a)[NT][4] = *reinterpret_cast<float(*)[NT][4]>(acc + pi * NT * 4);
+      float(&a)[NT][4] = *reinterpret_cast<float(*)[NT][4]>(acc + pi * NT * 4);
       Dec::template mma<NT>(cur[pi], xf, a, smem, lane);
     }
 
@@ -526,8 +554,10 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const KParams p) {
               float val = v[nt * 4 + i];
               if (p.row_scale) val = __fmul_rn(__fmul_rn(p.xscale[n], p.row_scale[row]), val);
               const long long o = static_cast<long long>(n) * p.rows + row;
-              if (p.y_f32) static_cast<float*>(p.y)[o] = val;
-              else static_cast<uint16_t*>(p.y)[o] = f32_to_bf16_bits(val);
+              if (p.y_f32)
+                static_cast<float*>(p.y)[o] = val;
+              else
+                static_cast<uint16_t*>(p.y)[o] = f32_to_bf16_bits(val);
             }
         } else if constexpr (MODE == kSwiglu) {
           const int slot = static_cast<int>(tile / p.R), r = static_cast<int>(tile % p.R);
@@ -558,7 +588,8 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const KParams p) {
                 for (int hh = 0; hh < 2; ++hh) out[hh] = nan ? uint16_t{0x7FC0} : fp4_qdq_elem(hv[hh], s);
               }
               if (n < M) {
-                uint16_t* h = static_cast<uint16_t*>(p.y) + (static_cast<long long>(slot) * M + n) * p.rows + r * 16;
+                uint16_t* h =
+                    static_cast<uint16_t*>(p.y) + (static_cast<long long>(slot) * M + n) * p.rows + r * 16;
                 h[g] = out[0];
                 h[g + 8] = out[1];
               }

@@ -24,21 +24,22 @@ enum class WeightFormat { BF16, FP8, CB };
 struct DeviceMatrix {
   WeightFormat format = WeightFormat::BF16;
   int rows = 0, in = 0;
-  const uint8_t* tiles = nullptr;      // tiled layout (relayout.h)
-  long long expert_stride = 0;         // bytes between experts (MoE stacks)
-  const float* row_scale = nullptr;    // FP8: weight_scale [rows] (per expert: + e·rows)
+  const uint8_t* tiles = nullptr;    // tiled layout (relayout.h)
+  long long expert_stride = 0;       // bytes between experts (MoE stacks)
+  const float* row_scale = nullptr;  // FP8: weight_scale [rows] (per expert: + e·rows)
   // CB only:
   int k = 16, layout_version = 2;
-  const uint16_t* codebook = nullptr;  // [2 sub-tables][2^(k/2)][4] BF16 bits (converted from the FP16 sidecar)
-  uint16_t v2_table_bf16[16] = {};     // v2: BF16 bits of T[c] (every entry exact E4M3, so exact in BF16)
+  const uint16_t* codebook =
+      nullptr;                      // [2 sub-tables][2^(k/2)][4] BF16 bits (converted from the FP16 sidecar)
+  uint16_t v2_table_bf16[16] = {};  // v2: BF16 bits of T[c] (every entry exact E4M3, so exact in BF16)
 };
 
 // Cross-block split-K scratch. One workspace serves any number of kernels launched in order on ONE stream
 // (each kernel touches it only after waiting for its predecessor); the counters are returned to zero by
 // every kernel.
 struct Workspace {
-  int* counters = nullptr;   // [kMaxCounters], zero-initialised once
-  float* partials = nullptr; // [kMaxPartialFloats]
+  int* counters = nullptr;    // [kMaxCounters], zero-initialised once
+  float* partials = nullptr;  // [kMaxPartialFloats]
   static constexpr long long kMaxCounters = 1 << 15;
   static constexpr long long kMaxPartialFloats = 1LL << 23;
 };
@@ -65,19 +66,20 @@ long long gemv_min_warp_bytes();
 // Blocks per SM of a GEMV grid (0 = automatic: all that fit).
 void set_gemv_blocks_per_sm(int n);
 int gemv_blocks_per_sm();
-// Bulk L2 prefetch of weight units ahead of the loads (default on).
+// Bulk L2 prefetch of weight units ahead of the loads (default off: measured slower, docs/kernels.md).
 void set_gemv_l2_prefetch(bool on);
 
 // Fused gate+up (+SiLU·mul) over a [2I, in] matrix whose rows 0..I-1 are gate and I..2I-1 up:
 // h[m, i] = bf16(silu(bf16(gate))·bf16(up)), then optionally the FP4 activation QDQ (format.md §14.1) on each
 // group of 16 consecutive i. h is BF16 [M, I]. BF16 and CB weights.
-Status gemv_swiglu(const DeviceMatrix& w, int M, const void* x, uint16_t* h, bool qdq_fp4, const Workspace& ws,
-                   cudaStream_t stream, bool pdl);
+Status gemv_swiglu(const DeviceMatrix& w, int M, const void* x, uint16_t* h, bool qdq_fp4,
+                   const Workspace& ws, cudaStream_t stream, bool pdl);
 
 // ---- Activation kernels ----
 
 // FP8 per-token contract (format.md §14.2) in (codes, scale) form: q [M, K] E4M3, s [M].
-Status quantize_fp8_tokens(const uint16_t* x, int M, int K, uint8_t* q, float* s, cudaStream_t stream, bool pdl);
+Status quantize_fp8_tokens(const uint16_t* x, int M, int K, uint8_t* q, float* s, cudaStream_t stream,
+                           bool pdl);
 // FP4 group-16 QDQ (format.md §14.1), BF16 -> BF16; K % 16 == 0.
 Status qdq_fp4(const uint16_t* x, int M, int K, uint16_t* y, cudaStream_t stream, bool pdl);
 // y = bf16(x · rsqrt(mean(x²) + eps) · w), FP32 math; with optional fused FP4-QDQ'd copy (y_fp4) and FP8
@@ -87,7 +89,7 @@ struct RmsNormArgs {
   const uint16_t* w = nullptr;  // [H] BF16
   int M = 1, H = 0;
   float eps = 1e-6f;
-  uint16_t* y = nullptr;        // [M, H]
+  uint16_t* y = nullptr;  // [M, H]
   uint16_t* y_fp4 = nullptr;
   uint8_t* y_q = nullptr;
   float* y_s = nullptr;
@@ -104,10 +106,10 @@ struct RouteArgs {
   const float* bias = nullptr;  // [E] FP32
   int M = 1, E = 256, topk = 10;
   int* nslots = nullptr;
-  int* slot_expert = nullptr;   // [M·topk]
-  float* slot_weight = nullptr; // [M·topk, M]
-  int* topk_ids = nullptr;      // [M, topk] (optional, for tests)
-  float* topk_w = nullptr;      // [M, topk]
+  int* slot_expert = nullptr;    // [M·topk]
+  float* slot_weight = nullptr;  // [M·topk, M]
+  int* topk_ids = nullptr;       // [M, topk] (optional, for tests)
+  float* topk_w = nullptr;       // [M, topk]
 };
 Status route(const RouteArgs& a, cudaStream_t stream, bool pdl);
 
@@ -119,14 +121,14 @@ struct MoeArgs {
   const DeviceMatrix* gate_up = nullptr;  // stack [E][2I, H], CB
   const DeviceMatrix* down = nullptr;     // stack [E][H, I], CB
   int M = 1, max_slots = 10;
-  const uint16_t* x = nullptr;            // [M, H]
+  const uint16_t* x = nullptr;  // [M, H]
   const int* nslots = nullptr;
   const int* slot_expert = nullptr;
   const float* slot_weight = nullptr;
-  uint16_t* h = nullptr;                  // [max_slots, M, I] scratch
+  uint16_t* h = nullptr;  // [max_slots, M, I] scratch
   float routed_scale = 1.0f;
   const float* add = nullptr;
-  uint16_t* out = nullptr;                // [M, H]
+  uint16_t* out = nullptr;  // [M, H]
 };
 Status moe_gate_up(const MoeArgs& a, const Workspace& ws, cudaStream_t stream, bool pdl);
 Status moe_down(const MoeArgs& a, const Workspace& ws, cudaStream_t stream, bool pdl);

@@ -13,8 +13,9 @@ inline constexpr long long kMaxCounters = 1 << 15;
 inline constexpr long long kMaxPartialFloats = 1LL << 23;
 
 enum Mode : int {
-  kStore = 0,   // y = acc (· scales), BF16 or FP32
-  kSwiglu = 1,  // unit = gate tile + up tile; h = silu(gate)·up (+FP4 QDQ); MoE slots when slot_expert != null
+  kStore = 0,  // y = acc (· scales), BF16 or FP32
+  kSwiglu =
+      1,  // unit = gate tile + up tile; h = silu(gate)·up (+FP4 QDQ); MoE slots when slot_expert != null
   kMoeDown = 2  // tile's K-run spans all slots; fold with routing weights; out = scale·Σ + add
 };
 
@@ -56,7 +57,8 @@ void raw_set_l2_prefetch(bool on);  // 0 = automatic (half the occupancy)
 int raw_blocks_per_sm();
 cudaError_t raw_cb_decode(int k, int v, const KParams& p, uint16_t* out, cudaStream_t s);
 
-cudaError_t raw_quantize_fp8(const uint16_t* x, int M, int K, uint8_t* q, float* s, cudaStream_t st, bool pdl);
+cudaError_t raw_quantize_fp8(const uint16_t* x, int M, int K, uint8_t* q, float* s, cudaStream_t st,
+                             bool pdl);
 cudaError_t raw_qdq_fp4(const uint16_t* x, int M, int K, uint16_t* y, cudaStream_t st, bool pdl);
 cudaError_t raw_rmsnorm(const uint16_t* x, const uint16_t* w, int M, int H, float eps, uint16_t* y,
                         uint16_t* y_fp4, uint8_t* y_q, float* y_s, cudaStream_t st, bool pdl);

@@ -39,7 +39,7 @@ const KernelShape& kernel_shape() {
 // Blocks per SM a GEMV grid may use: 0 = all that fit (measured faster than leaving room for the next
 // kernel of a stack, see docs/kernels.md); n > 0 caps it.
 inline int g_blocks_per_sm_cap = 0;
-inline bool g_l2_prefetch = true;
+inline bool g_l2_prefetch = false;  // measured slower than the cp.async ring alone (docs/kernels.md)
 
 template <class Dec, int NT, int MODE>
 cudaError_t launch_gemv_kernel(const KParams& p, long long max_units, cudaStream_t stream, bool pdl,
@@ -82,8 +82,8 @@ cudaError_t launch_nt(int nt, const KParams& p, long long units, cudaStream_t s,
 }
 
 // Per translation unit entry points (gemv_dense.cu, gemv_cb.cu).
-cudaError_t raw_gemv_dense(int fmt, int mode, int nt, const KParams& p, long long units, cudaStream_t s, bool pdl,
-                           long long mwb);
+cudaError_t raw_gemv_dense(int fmt, int mode, int nt, const KParams& p, long long units, cudaStream_t s,
+                           bool pdl, long long mwb);
 cudaError_t raw_gemv_cb(int k, int v, int mode, int nt, const KParams& p, long long units, cudaStream_t s,
                         bool pdl, long long mwb);
 

@@ -11,7 +11,8 @@ Status check_cb(int k, int v, int rows, int in, size_t bytes, const char* what) 
   if (k < 12 || k > 24 || (k % 2) != 0)
     return err("{}: NVFP4-CB k={} has no CUDA kernel (k must be even, 12..24)", what, k);
   if (v != 1 && v != 2) return err("{}: layout_version {} is not 1 or 2", what, v);
-  if (rows <= 0 || rows % kTileRows != 0) return err("{}: rows {} is not a positive multiple of 16", what, rows);
+  if (rows <= 0 || rows % kTileRows != 0)
+    return err("{}: rows {} is not a positive multiple of 16", what, rows);
   if (in <= 0 || in % 256 != 0) return err("{}: in {} is not a positive multiple of 256", what, in);
   size_t want = static_cast<size_t>(rows) * static_cast<size_t>(in / 256) * cb_type_size(k, v);
   if (bytes != want) return err("{}: {} bytes, expected {} for [{}, {}]", what, bytes, want, rows, in);
@@ -65,17 +66,20 @@ void dense_map(int rows, int in, int piece_elems, int pieces_per_half, F&& f) {
             const int g = lane / 4, t = lane % 4;
             const size_t row = static_cast<size_t>(rt) * kTileRows + g + 8 * h;
             const size_t src = row * in + static_cast<size_t>(s) * kDenseUnitK + 16 * t + piece_elems * p;
-            const size_t dst = unit + (static_cast<size_t>(h * pieces_per_half + p) * 32 + lane) * piece_elems;
+            const size_t dst =
+                unit + (static_cast<size_t>(h * pieces_per_half + p) * 32 + lane) * piece_elems;
             f(src, dst, piece_elems);
           }
     }
 }
 
 Status check_dense(int rows, int in, size_t elems, const char* what) {
-  if (rows <= 0 || rows % kTileRows != 0) return err("{}: rows {} is not a positive multiple of 16", what, rows);
+  if (rows <= 0 || rows % kTileRows != 0)
+    return err("{}: rows {} is not a positive multiple of 16", what, rows);
   if (in <= 0 || in % kDenseUnitK != 0) return err("{}: in {} is not a positive multiple of 64", what, in);
   if (elems != static_cast<size_t>(rows) * in)
-    return err("{}: {} elements, expected {} for [{}, {}]", what, elems, static_cast<size_t>(rows) * in, rows, in);
+    return err("{}: {} elements, expected {} for [{}, {}]", what, elems, static_cast<size_t>(rows) * in, rows,
+               in);
   return {};
 }
 
@@ -83,14 +87,16 @@ Status check_dense(int rows, int in, size_t elems, const char* what) {
 
 int cb_unit_bytes(int k, int layout_version) { return kTileRows * cb_type_size(k, layout_version); }
 
-Expected<std::vector<uint8_t>> cb_relayout(int k, int v, int rows, int in, std::span<const uint8_t> canonical) {
+Expected<std::vector<uint8_t>> cb_relayout(int k, int v, int rows, int in,
+                                           std::span<const uint8_t> canonical) {
   GRIDQ_RETURN_IF_ERROR(check_cb(k, v, rows, in, canonical.size(), "cb_relayout"));
   std::vector<uint8_t> out(canonical.size());
   cb_map(k, v, rows, in, [&](size_t c, size_t t, size_t n) { std::memcpy(&out[t], &canonical[c], n); });
   return out;
 }
 
-Expected<std::vector<uint8_t>> cb_relayout_inverse(int k, int v, int rows, int in, std::span<const uint8_t> tiled) {
+Expected<std::vector<uint8_t>> cb_relayout_inverse(int k, int v, int rows, int in,
+                                                   std::span<const uint8_t> tiled) {
   GRIDQ_RETURN_IF_ERROR(check_cb(k, v, rows, in, tiled.size(), "cb_relayout_inverse"));
   std::vector<uint8_t> out(tiled.size());
   cb_map(k, v, rows, in, [&](size_t c, size_t t, size_t n) { std::memcpy(&out[c], &tiled[t], n); });
@@ -100,14 +106,16 @@ Expected<std::vector<uint8_t>> cb_relayout_inverse(int k, int v, int rows, int i
 Expected<std::vector<uint8_t>> fp8_relayout(int rows, int in, std::span<const uint8_t> canonical) {
   GRIDQ_RETURN_IF_ERROR(check_dense(rows, in, canonical.size(), "fp8_relayout"));
   std::vector<uint8_t> out(canonical.size());
-  dense_map<uint8_t>(rows, in, 16, 1, [&](size_t c, size_t t, size_t n) { std::memcpy(&out[t], &canonical[c], n); });
+  dense_map<uint8_t>(rows, in, 16, 1,
+                     [&](size_t c, size_t t, size_t n) { std::memcpy(&out[t], &canonical[c], n); });
   return out;
 }
 
 Expected<std::vector<uint8_t>> fp8_relayout_inverse(int rows, int in, std::span<const uint8_t> tiled) {
   GRIDQ_RETURN_IF_ERROR(check_dense(rows, in, tiled.size(), "fp8_relayout_inverse"));
   std::vector<uint8_t> out(tiled.size());
-  dense_map<uint8_t>(rows, in, 16, 1, [&](size_t c, size_t t, size_t n) { std::memcpy(&out[c], &tiled[t], n); });
+  dense_map<uint8_t>(rows, in, 16, 1,
+                     [&](size_t c, size_t t, size_t n) { std::memcpy(&out[c], &tiled[t], n); });
   return out;
 }
 

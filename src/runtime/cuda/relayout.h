@@ -13,7 +13,8 @@
 //    8t..8t+7, i.e. weights 64t..64t+63). That k-byte record is split into k/16 16-byte pieces at
 //    [p][h][lane][16] and (k%16)/4 4-byte pieces after them at [q][h][lane][4].
 //    Then the scale plane: v2: [h][lane] 2 code bytes (plane bytes 1+2t, 2+2t of row g+8h: groups 4t..4t+3),
-//    followed by the 16 super exponents E[row] (row = 8h + g); v1: [h][lane] 4 E4M3 bytes (plane bytes 4t..4t+3).
+//    followed by the 16 super exponents E[row] (row = 8h + g); v1: [h][lane] 4 E4M3 bytes (plane bytes
+//    4t..4t+3).
 #pragma once
 
 #include <cstdint>

@@ -12,9 +12,9 @@ constexpr int kMaxE = 512;
 constexpr int kMaxM = 16;
 constexpr int kMaxTopk = 16;
 
-__global__ void __launch_bounds__(kRouteThreads) route_kernel(const float* logits, const float* bias, int M, int E,
-                                                              int topk, int* nslots, int* slot_expert,
-                                                              float* slot_weight, int* topk_ids, float* topk_w) {
+__global__ void __launch_bounds__(kRouteThreads)
+    route_kernel(const float* logits, const float* bias, int M, int E, int topk, int* nslots,
+                 int* slot_expert, float* slot_weight, int* topk_ids, float* topk_w) {
   __shared__ float score[kMaxE];
   __shared__ float key[kMaxE];
   __shared__ int chosen[kMaxM][kMaxTopk];
@@ -94,8 +94,8 @@ cudaError_t raw_route(const float* logits, const float* bias, int M, int E, int 
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = pdl ? 1 : 0;
-  cudaError_t e = cudaLaunchKernelEx(&cfg, route_kernel, logits, bias, M, E, topk, nslots, slot_expert, slot_weight,
-                                     topk_ids, topk_w);
+  cudaError_t e = cudaLaunchKernelEx(&cfg, route_kernel, logits, bias, M, E, topk, nslots, slot_expert,
+                                     slot_weight, topk_ids, topk_w);
   return e != cudaSuccess ? e : cudaGetLastError();
 }
 

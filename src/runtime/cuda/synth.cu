@@ -12,8 +12,10 @@ __global__ void fill_bytes_kernel(uint8_t* p, size_t n, uint64_t seed) {
   for (size_t i = (blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x) * 8; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x * 8) {
     uint64_t r = mix64(seed ^ (i * 0x9E3779B97F4A7C15ull));
-    if (i + 8 <= n) *reinterpret_cast<uint64_t*>(p + i) = r;
-    else for (size_t j = i; j < n; ++j, r >>= 8) p[j] = static_cast<uint8_t>(r);
+    if (i + 8 <= n)
+      *reinterpret_cast<uint64_t*>(p + i) = r;
+    else
+      for (size_t j = i; j < n; ++j, r >>= 8) p[j] = static_cast<uint8_t>(r);
   }
 }
 __global__ void fill_bf16_kernel(uint16_t* p, size_t n, float a, uint64_t seed) {

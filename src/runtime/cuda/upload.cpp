@@ -23,16 +23,17 @@ Status upload_tiles(DeviceWeights& d, const void* data, size_t bytes, const char
 
 }  // namespace
 
-Expected<DeviceWeights> upload_cb(int k, int v, int rows, int in, int experts, std::span<const uint8_t> canonical,
-                                  std::span<const uint16_t> codebook_f16, const std::array<float, 16>& v2_table) {
+Expected<DeviceWeights> upload_cb(int k, int v, int rows, int in, int experts,
+                                  std::span<const uint8_t> canonical, std::span<const uint16_t> codebook_f16,
+                                  const std::array<float, 16>& v2_table) {
   if (experts < 1) return err("upload_cb: experts {} < 1", experts);
   const size_t per = canonical.size() / static_cast<size_t>(experts);
   if (per * static_cast<size_t>(experts) != canonical.size())
     return err("upload_cb: {} bytes do not split into {} experts", canonical.size(), experts);
   const size_t entries = size_t{2} << (k / 2);
   if (codebook_f16.size() != entries * 4)
-    return err("upload_cb: codebook has {} FP16 values, expected {} (2 sub-tables × 2^{} × 4)", codebook_f16.size(),
-               entries * 4, k / 2);
+    return err("upload_cb: codebook has {} FP16 values, expected {} (2 sub-tables × 2^{} × 4)",
+               codebook_f16.size(), entries * 4, k / 2);
   std::vector<uint8_t> tiled(canonical.size());
   for (int e = 0; e < experts; ++e) {
     GRIDQ_ASSIGN_OR_RETURN(auto t, cb_relayout(k, v, rows, in, canonical.subspan(per * e, per)));
@@ -123,8 +124,9 @@ Expected<WorkspaceBuffers> WorkspaceBuffers::create() {
   WorkspaceBuffers b;
   GRIDQ_ASSIGN_OR_RETURN(b.counters, DeviceBuffer::alloc(Workspace::kMaxCounters * 4, "split-K counters"));
   GRIDQ_RETURN_IF_ERROR(b.counters.zero());
-  GRIDQ_ASSIGN_OR_RETURN(b.partials,
-                         DeviceBuffer::alloc(static_cast<size_t>(Workspace::kMaxPartialFloats) * 4, "split-K partials"));
+  GRIDQ_ASSIGN_OR_RETURN(
+      b.partials,
+      DeviceBuffer::alloc(static_cast<size_t>(Workspace::kMaxPartialFloats) * 4, "split-K partials"));
   b.ws.counters = b.counters.as<int>();
   b.ws.partials = b.partials.as<float>();
   return b;

@@ -358,7 +358,8 @@ Expected<Value> get_slice(const Value& obj, const Value& start, const Value& sto
       s += obj.str().substr(off[static_cast<size_t>(i)], off[static_cast<size_t>(i) + 1] - off[static_cast<size_t>(i)]);
     }
   }
-  return obj.is_list() ? Value::list(std::move(out)) : Value::string(std::move(s));
+  if (obj.is_list()) return obj.is_tuple() ? Value::tuple(std::move(out)) : Value::list(std::move(out));
+  return Value::string(std::move(s));
 }
 
 bool has_method(const Value& obj, const std::string& n) {
@@ -384,7 +385,7 @@ Expected<Value> call_method(const Value& obj, const std::string& n, CallArgs& a)
     }
     List out;
     for (const auto& [k, v] : d.items) {
-      if (n == "items") out.push_back(Value::list({Value::string(k), v}));
+      if (n == "items") out.push_back(Value::tuple({Value::string(k), v}));
       else if (n == "keys") out.push_back(Value::string(k));
       else out.push_back(v);
     }
@@ -492,7 +493,7 @@ Expected<Value> call_method(const Value& obj, const std::string& n, CallArgs& a)
 }
 
 Expected<std::string> percent_format(const std::string& fmt, const Value& args) {
-  List items = args.is_list() ? args.list_ref() : List{args};
+  List items = args.is_tuple() ? args.list_ref() : List{args};  // like Python: only a tuple spreads
   std::string out;
   size_t ai = 0;
   for (size_t i = 0; i < fmt.size(); ++i) {
@@ -582,7 +583,7 @@ Expected<bool> apply_test(const std::string& n, const Value& v, CallArgs& a) {
 }
 
 Expected<Value> apply_filter(const std::string& n, const Value& v, CallArgs& a) {
-  if (n == "safe" || (n == "list" && v.is_list())) return v;
+  if (n == "safe" || (n == "list" && v.is_list() && !v.is_tuple())) return v;
   if (n == "tojson") {
     const Value& ind = arg(a, 0, "indent", kNone);
     int indent = -1;
@@ -857,7 +858,7 @@ Expected<Value> apply_filter(const std::string& n, const Value& v, CallArgs& a) 
   }
   if (n == "format") {
     List args = a.pos;
-    GRIDQ_ASSIGN_OR_RETURN(std::string s, percent_format(v.to_string(), Value::list(std::move(args))));
+    GRIDQ_ASSIGN_OR_RETURN(std::string s, percent_format(v.to_string(), Value::tuple(std::move(args))));
     return Value::string(s);
   }
   if (n == "wordcount") {

@@ -273,7 +273,7 @@ class Evaluator {
           GRIDQ_ASSIGN_OR_RETURN(Value v, eval(*x, sc));
           l.push_back(v);
         }
-        return Value::list(std::move(l));
+        return e.kind == Expr::Kind::kTuple ? Value::tuple(std::move(l)) : Value::list(std::move(l));
       }
       case Expr::Kind::kDict: {
         Dict d;

@@ -223,11 +223,12 @@ std::string Value::repr() const {
     case Type::kUndefined:
       return "Undefined";
     case Type::kList: {
-      std::string out = "[";
+      std::string out = is_tuple() ? "(" : "[";
       for (size_t k = 0; k < list_->size(); ++k) {
         if (k) out += ", ";
         out += (*list_)[k].repr();
       }
+      if (is_tuple()) return out + (list_->size() == 1 ? ",)" : ")");
       return out + "]";
     }
     case Type::kDict: {
@@ -262,7 +263,7 @@ bool values_equal(const Value& a, const Value& b) {
       return a.str() == b.str();
     case Value::Type::kList: {
       const auto &x = a.list_ref(), &y = b.list_ref();
-      if (x.size() != y.size()) return false;
+      if (x.size() != y.size() || a.is_tuple() != b.is_tuple()) return false;
       for (size_t k = 0; k < x.size(); ++k)
         if (!values_equal(x[k], y[k])) return false;
       return true;

@@ -70,6 +70,13 @@ class Value {
     v.list_ = std::make_shared<List>(std::move(l));
     return v;
   }
+  // A Python tuple: behaves as a list but prints as (a, b).
+  static Value tuple(List l) {
+    Value v = list(std::move(l));
+    v.i_ = 1;
+    return v;
+  }
+  bool is_tuple() const { return type_ == Type::kList && i_ == 1; }
   static Value dict(Dict d = {}) {
     Value v = with_type(Type::kDict);
     v.dict_ = std::make_shared<Dict>(std::move(d));
