@@ -1,5 +1,5 @@
-// gridq pin ARTIFACT: writes ARTIFACT/PINS.json (SHA-256 and size of every file) so `gridq serve` can refuse a
-// modified artifact; --verify checks an existing PINS.json instead.
+// gridq pin ARTIFACT: writes ARTIFACT/PINS.json (SHA-256 and size of every file) so `gridq serve` can refuse
+// a modified artifact; --verify checks an existing PINS.json instead.
 #include <filesystem>
 
 #include "cli/command.h"
@@ -33,7 +33,8 @@ Registrar reg({"pin", "Write PINS.json (SHA-256 of every artifact file) so serve
                [](CLI::App& sub) -> std::function<int()> {
                  auto o = std::make_shared<PinOpts>();
                  sub.add_option("ARTIFACT", o->dir, "artifact or checkpoint directory")->required();
-                 sub.add_flag("--verify", o->verify, "check the directory against its PINS.json instead of writing");
+                 sub.add_flag("--verify", o->verify,
+                              "check the directory against its PINS.json instead of writing");
                  return [o] { return run_pin(*o); };
                }});
 

@@ -1,6 +1,6 @@
 // gridq serve ARTIFACT: the OpenAI-compatible HTTP server (server.md). Flags mirror vLLM's. Order of start:
-// verify PINS.json (before anything is loaded), listen (/health says 503 loading), load tokenizer, template and
-// engine, log the kernel path per weight format, then serve until SIGINT/SIGTERM and drain.
+// verify PINS.json (before anything is loaded), listen (/health says 503 loading), load tokenizer, template
+// and engine, log the kernel path per weight format, then serve until SIGINT/SIGTERM and drain.
 #include <condition_variable>
 #include <csignal>
 #include <filesystem>
@@ -63,7 +63,8 @@ Expected<std::string> read_text(const fs::path& p) {
   return ss.str();
 }
 
-// The chat template: --chat-template FILE, else chat_template.jinja, else tokenizer_config.json's chat_template.
+// The chat template: --chat-template FILE, else chat_template.jinja, else tokenizer_config.json's
+// chat_template.
 Expected<std::string> load_template(const ServeOpts& o) {
   if (!o.chat_template.empty()) return read_text(o.chat_template);
   fs::path dir(o.dir);
@@ -73,7 +74,9 @@ Expected<std::string> load_template(const ServeOpts& o) {
   if (j.is_discarded() || !j.is_object()) return err("{}/tokenizer_config.json: not a JSON object", o.dir);
   auto it = j.find("chat_template");
   if (it == j.end() || !it->is_string())
-    return err("{}: no chat template (chat_template.jinja, tokenizer_config.json chat_template, --chat-template)", o.dir);
+    return err(
+        "{}: no chat template (chat_template.jinja, tokenizer_config.json chat_template, --chat-template)",
+        o.dir);
   return it->get<std::string>();
 }
 
@@ -91,7 +94,8 @@ int run_serve(ServeOpts o) {
   if (o.gpu_memory_utilization <= 0.0 || o.gpu_memory_utilization > 1.0)
     return fail("--gpu-memory-utilization must be in (0, 1]");
   if (o.kv_cache_dtype != "auto" && o.kv_cache_dtype != "bf16" && o.kv_cache_dtype != "fp32")
-    return fail(fmt::format("--kv-cache-dtype {}: the cpu backend supports auto, bf16 or fp32 only", o.kv_cache_dtype));
+    return fail(fmt::format("--kv-cache-dtype {}: the cpu backend supports auto, bf16 or fp32 only",
+                            o.kv_cache_dtype));
   if (!o.api_key_file.empty()) {
     auto t = read_text(o.api_key_file);
     if (!t.ok()) return fail("--api-key-file: " + t.message());
@@ -120,7 +124,8 @@ int run_serve(ServeOpts o) {
     if (!st.ok()) return fail("refusing to start: " + st.message());
     log(fmt::format("verified {} against {}", o.dir, pins.string()));
   } else {
-    log(fmt::format("WARNING: {} has no {}; files are not verified (run `gridq pin {}`)", o.dir, io::kPinsFile, o.dir));
+    log(fmt::format("WARNING: {} has no {}; files are not verified (run `gridq pin {}`)", o.dir,
+                    io::kPinsFile, o.dir));
   }
   if (fs::exists(pins)) {
     if (auto h = io::sha256_file(pins.string()); h.ok()) artifact_sha = *h;
@@ -184,17 +189,22 @@ int run_serve(ServeOpts o) {
   int64_t max_len = spec.max_position_embeddings > 0 ? spec.max_position_embeddings : 4096;
   if (o.max_model_len > 0) {
     if (o.max_model_len > max_len)
-      return fail(fmt::format("--max-model-len {} exceeds the model's max_position_embeddings {}", o.max_model_len, max_len));
+      return fail(fmt::format("--max-model-len {} exceeds the model's max_position_embeddings {}",
+                              o.max_model_len, max_len));
     max_len = o.max_model_len;
   }
   std::vector<int32_t> eos = eos_ids(**eng);
   const bool laguna = spec.architecture == "LagunaForCausalLM";
   std::string tool_parser = o.tool_parser.empty() ? (laguna ? "poolside_v1" : "hermes") : o.tool_parser;
   serve::ToolParserKind tkind;
-  if (tool_parser == "poolside_v1") tkind = serve::ToolParserKind::kPoolside;
-  else if (tool_parser == "hermes" || tool_parser == "json" || tool_parser == "qwen3") tkind = serve::ToolParserKind::kJson;
-  else if (tool_parser == "none") tkind = serve::ToolParserKind::kNone;
-  else return fail("--tool-call-parser " + tool_parser + ": expected poolside_v1, hermes (json) or none");
+  if (tool_parser == "poolside_v1")
+    tkind = serve::ToolParserKind::kPoolside;
+  else if (tool_parser == "hermes" || tool_parser == "json" || tool_parser == "qwen3")
+    tkind = serve::ToolParserKind::kJson;
+  else if (tool_parser == "none")
+    tkind = serve::ToolParserKind::kNone;
+  else
+    return fail("--tool-call-parser " + tool_parser + ": expected poolside_v1, hermes (json) or none");
 
   serve::ModelBinding mb;
   mb.served_names = names;
@@ -204,7 +214,8 @@ int run_serve(ServeOpts o) {
   mb.end_of_turn_id = tok->token_id("</assistant>");
   mb.tool_call_open_id = tok->token_id("<tool_call>");
   mb.tool_call_close_id = tok->token_id("</tool_call>");
-  std::string rparser = o.reasoning_parser.empty() ? (mb.markers.think_end >= 0 ? "poolside_v1" : "none") : o.reasoning_parser;
+  std::string rparser =
+      o.reasoning_parser.empty() ? (mb.markers.think_end >= 0 ? "poolside_v1" : "none") : o.reasoning_parser;
   if (rparser != "poolside_v1" && rparser != "none" && rparser != "qwen3" && rparser != "deepseek_r1")
     return fail("--reasoning-parser " + rparser + ": expected poolside_v1 or none");
   mb.reasoning_parser = rparser != "none";
@@ -232,8 +243,8 @@ int run_serve(ServeOpts o) {
   auto rengine = std::make_unique<serve::RuntimeEngine>(std::move(*eng), max_len,
                                                         static_cast<int64_t>(o.max_num_seqs) * max_len);
   for (const auto& line : rengine->describe_kernels()) log("kernel: " + line);
-  log(fmt::format("model {} ({}), max_model_len {}, max_num_seqs {}, tool parser {}, reasoning parser {}", names[0],
-                  spec.architecture, max_len, o.max_num_seqs, tool_parser, rparser));
+  log(fmt::format("model {} ({}), max_model_len {}, max_num_seqs {}, tool parser {}, reasoning parser {}",
+                  names[0], spec.architecture, max_len, o.max_num_seqs, tool_parser, rparser));
   metrics.set_info(artifact_sha, "bf16");
   serve::SchedulerOptions so;
   so.max_num_seqs = o.max_num_seqs;
@@ -250,8 +261,8 @@ int run_serve(ServeOpts o) {
     std::unique_lock lk(sig.mu);
     sig.cv.wait(lk, [&] { return sig.count > 0; });
   }
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout * 1000));
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout * 1000));
   if (!sched.wait_idle(deadline)) {
     log("drain timeout: aborting the remaining requests");
     sched.abort_all();
@@ -265,33 +276,35 @@ int run_serve(ServeOpts o) {
   return 0;
 }
 
-Registrar reg({"serve", "OpenAI-compatible HTTP server (chat, completions, tools, reasoning, metrics)",
-               [](CLI::App& sub) -> std::function<int()> {
-                 auto o = std::make_shared<ServeOpts>();
-                 sub.add_option("ARTIFACT", o->dir, "gridbook artifact or BF16 checkpoint directory")->required();
-                 sub.add_option("--host", o->host, "address to bind (default 127.0.0.1)");
-                 sub.add_option("--port", o->port, "TCP port (0 = any free port)");
-                 sub.add_option("--max-model-len", o->max_model_len, "context length (default: the model's)");
-                 sub.add_option("--max-num-seqs", o->max_num_seqs, "sequences per step (default 32)");
-                 sub.add_option("--gpu-memory-utilization", o->gpu_memory_utilization, "accepted; unused on cpu");
-                 sub.add_option("--kv-cache-dtype", o->kv_cache_dtype, "auto (default), bf16, fp32");
-                 sub.add_option("--api-key", o->api_keys, "required API key (repeatable)");
-                 sub.add_option("--api-key-file", o->api_key_file, "file with one API key per line");
-                 sub.add_option("--served-model-name", o->served_names, "model id(s) to answer to");
-                 sub.add_option("--default-chat-template-kwargs", o->default_kwargs, "JSON object of template variables");
-                 sub.add_option("--tool-call-parser", o->tool_parser, "poolside_v1 (Laguna default), hermes, none");
-                 sub.add_option("--reasoning-parser", o->reasoning_parser, "poolside_v1 (default), none");
-                 sub.add_option("--chat-template", o->chat_template, "chat template file (default: the model's)");
-                 sub.add_option("--threads", o->threads, "CPU threads (0 = all)");
-                 sub.add_option("--max-body-bytes", o->max_body_bytes, "request body limit (default 2 MiB)");
-                 sub.add_option("--max-queue", o->max_queue, "waiting requests before 429 (default 256)");
-                 sub.add_option("--queue-timeout", o->queue_timeout, "seconds a request may wait (0 = forever)");
-                 sub.add_option("--shutdown-timeout", o->shutdown_timeout, "drain seconds on SIGTERM (default 30)");
-                 sub.add_option("--max-num-batched-tokens", o->max_batch_tokens, "token budget per step (default 512)");
-                 sub.add_flag("--metrics-public", o->metrics_public, "serve /metrics without an API key");
-                 sub.add_flag("--skip-pin-check", o->skip_pin_check, "do not verify PINS.json (logged loudly)");
-                 return [o] { return run_serve(*o); };
-               }});
+Registrar reg(
+    {"serve", "OpenAI-compatible HTTP server (chat, completions, tools, reasoning, metrics)",
+     [](CLI::App& sub) -> std::function<int()> {
+       auto o = std::make_shared<ServeOpts>();
+       sub.add_option("ARTIFACT", o->dir, "gridbook artifact or BF16 checkpoint directory")->required();
+       sub.add_option("--host", o->host, "address to bind (default 127.0.0.1)");
+       sub.add_option("--port", o->port, "TCP port (0 = any free port)");
+       sub.add_option("--max-model-len", o->max_model_len, "context length (default: the model's)");
+       sub.add_option("--max-num-seqs", o->max_num_seqs, "sequences per step (default 32)");
+       sub.add_option("--gpu-memory-utilization", o->gpu_memory_utilization, "accepted; unused on cpu");
+       sub.add_option("--kv-cache-dtype", o->kv_cache_dtype, "auto (default), bf16, fp32");
+       sub.add_option("--api-key", o->api_keys, "required API key (repeatable)");
+       sub.add_option("--api-key-file", o->api_key_file, "file with one API key per line");
+       sub.add_option("--served-model-name", o->served_names, "model id(s) to answer to");
+       sub.add_option("--default-chat-template-kwargs", o->default_kwargs,
+                      "JSON object of template variables");
+       sub.add_option("--tool-call-parser", o->tool_parser, "poolside_v1 (Laguna default), hermes, none");
+       sub.add_option("--reasoning-parser", o->reasoning_parser, "poolside_v1 (default), none");
+       sub.add_option("--chat-template", o->chat_template, "chat template file (default: the model's)");
+       sub.add_option("--threads", o->threads, "CPU threads (0 = all)");
+       sub.add_option("--max-body-bytes", o->max_body_bytes, "request body limit (default 2 MiB)");
+       sub.add_option("--max-queue", o->max_queue, "waiting requests before 429 (default 256)");
+       sub.add_option("--queue-timeout", o->queue_timeout, "seconds a request may wait (0 = forever)");
+       sub.add_option("--shutdown-timeout", o->shutdown_timeout, "drain seconds on SIGTERM (default 30)");
+       sub.add_option("--max-num-batched-tokens", o->max_batch_tokens, "token budget per step (default 512)");
+       sub.add_flag("--metrics-public", o->metrics_public, "serve /metrics without an API key");
+       sub.add_flag("--skip-pin-check", o->skip_pin_check, "do not verify PINS.json (logged loudly)");
+       return [o] { return run_serve(*o); };
+     }});
 
 }  // namespace
 }  // namespace gridq::cli

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "cli/command.h"
+#include "core/version.h"
 
 namespace gridq::cli {
 
@@ -25,7 +26,7 @@ int main(int argc, char** argv) {
                "Examples:\n"
                "  gridq inspect models/laguna-tiny-code\n"
                "  gridq generate models/laguna-tiny-code --prompt \"def fibonacci(n):\"\n"};
-  app.set_version_flag("--version", std::string(GRIDQ_VERSION) + " (" + GRIDQ_GIT_COMMIT + ")");
+  app.set_version_flag("--version", std::string(gridq::version_string()) + " (" + gridq::git_commit() + ")");
   app.require_subcommand(1);
   auto& cmds = registry();
   std::sort(cmds.begin(), cmds.end(), [](const Command& a, const Command& b) { return a.name < b.name; });

@@ -38,10 +38,10 @@ class Job : public std::enable_shared_from_this<Job> {
     bool done = false;
     std::string finish_reason;
     int64_t tokens = 0;
-    std::vector<TokenLogprob> logprobs;      // all (non-streaming)
-    std::vector<TokenLogprob> pending_lps;   // streaming: not yet attached to a chunk
-    std::vector<std::string> call_ids;       // per streamed call index
-    std::string echo_prefix;                 // completions echo
+    std::vector<TokenLogprob> logprobs;     // all (non-streaming)
+    std::vector<TokenLogprob> pending_lps;  // streaming: not yet attached to a chunk
+    std::vector<std::string> call_ids;      // per streamed call index
+    std::string echo_prefix;                // completions echo
   };
 
   Job(std::shared_ptr<ResponseChannel> ch, const ModelBinding& m, Metrics& metrics, bool chat, bool stream)
@@ -67,7 +67,8 @@ class Job : public std::enable_shared_from_this<Job> {
         ojson d = ojson::object();
         d["role"] = "assistant";
         d["content"] = "";
-        ch_->write(sse_event(chat_chunk_json(id_, created_, model, static_cast<int>(i), d, "", nullptr, include_usage)));
+        ch_->write(sse_event(
+            chat_chunk_json(id_, created_, model, static_cast<int>(i), d, "", nullptr, include_usage)));
         choices[i].role_sent = true;
       }
     }
@@ -103,7 +104,8 @@ class Job : public std::enable_shared_from_this<Job> {
       aborted_ = true;
     } else {
       OutputDelta d = c.proc->finish();
-      c.finish_reason = r == FinishReason::kLength ? "length" : (c.proc->saw_tool_calls() ? "tool_calls" : "stop");
+      c.finish_reason =
+          r == FinishReason::kLength ? "length" : (c.proc->saw_tool_calls() ? "tool_calls" : "stop");
       if (stream_) {
         emit(idx, d, "");
         emit_final(idx);
@@ -136,7 +138,8 @@ class Job : public std::enable_shared_from_this<Job> {
 
   void write_chat(int idx, const ojson& delta, const std::string& finish) {
     Choice& c = choices[idx];
-    out(sse_event(chat_chunk_json(id_, created_, model, idx, delta, finish, take_logprobs(c), include_usage)));
+    out(sse_event(
+        chat_chunk_json(id_, created_, model, idx, delta, finish, take_logprobs(c), include_usage)));
   }
 
   void emit(int idx, const OutputDelta& d, const std::string&) {
@@ -145,7 +148,8 @@ class Job : public std::enable_shared_from_this<Job> {
       std::string text = c.echo_prefix + d.content;
       c.echo_prefix.clear();
       if (!text.empty())
-        out(sse_event(completion_chunk_json(id_, created_, model, idx, text, "", take_logprobs(c), include_usage)));
+        out(sse_event(
+            completion_chunk_json(id_, created_, model, idx, text, "", take_logprobs(c), include_usage)));
       return;
     }
     if (!d.reasoning.empty() && include_reasoning) {
@@ -184,7 +188,7 @@ class Job : public std::enable_shared_from_this<Job> {
       write_chat(idx, ojson::object(), c.finish_reason);
     } else {
       out(sse_event(completion_chunk_json(id_, created_, model, idx, c.echo_prefix, c.finish_reason,
-                                                 take_logprobs(c), include_usage)));
+                                          take_logprobs(c), include_usage)));
       c.echo_prefix.clear();
     }
   }
@@ -194,7 +198,8 @@ class Job : public std::enable_shared_from_this<Job> {
     int64_t completion_tokens = 0;
     for (const auto& c : choices) completion_tokens += c.tokens;
     if (aborted_) {
-      ApiError e = status_error(503, "unavailable_error", "aborted", "the request was aborted (server shutting down or client gone)");
+      ApiError e = status_error(503, "unavailable_error", "aborted",
+                                "the request was aborted (server shutting down or client gone)");
       if (stream_) {
         out(sse_event(error_json(e)));
         out(std::string(kSseDone));
@@ -207,8 +212,9 @@ class Job : public std::enable_shared_from_this<Job> {
     for (const auto& c : choices) metrics_.request_success(c.finish_reason);
     if (stream_) {
       if (include_usage)
-        out(sse_event(usage_chunk_json(id_, created_, model, chat_ ? "chat.completion.chunk" : "text_completion",
-                                              prompt_tokens, completion_tokens)));
+        out(sse_event(usage_chunk_json(id_, created_, model,
+                                       chat_ ? "chat.completion.chunk" : "text_completion", prompt_tokens,
+                                       completion_tokens)));
       out(std::string(kSseDone));
       out_end();
       return;
@@ -228,7 +234,8 @@ class Job : public std::enable_shared_from_this<Job> {
         outs.push_back(std::move(o));
       }
       ch_->send(200, "application/json",
-                dump(chat_response_json(id_, created_, model, outs, prompt_tokens, completion_tokens, include_reasoning)));
+                dump(chat_response_json(id_, created_, model, outs, prompt_tokens, completion_tokens,
+                                        include_reasoning)));
     } else {
       std::vector<CompletionChoiceOut> outs;
       for (size_t i = 0; i < choices.size(); ++i) {
@@ -247,12 +254,16 @@ class Job : public std::enable_shared_from_this<Job> {
   }
 
   void out(std::string data) {
-    if (started_) ch_->write(std::move(data));
-    else pending_.push_back(std::move(data));
+    if (started_)
+      ch_->write(std::move(data));
+    else
+      pending_.push_back(std::move(data));
   }
   void out_end() {
-    if (started_) ch_->end_stream();
-    else ended_ = true;
+    if (started_)
+      ch_->end_stream();
+    else
+      ended_ = true;
   }
 
   std::mutex mu_;
@@ -296,14 +307,19 @@ uint64_t choice_seed(const std::optional<int64_t>& seed, int index) {
 
 }  // namespace
 
-ApiServer::ApiServer(HttpServer& http, Metrics& metrics) : http_(http), metrics_(metrics), created_(unix_now()) {}
+ApiServer::ApiServer(HttpServer& http, Metrics& metrics)
+    : http_(http), metrics_(metrics), created_(unix_now()) {}
 
 void ApiServer::register_routes() {
   auto bind = [this](void (ApiServer::*fn)(const HttpRequest&, std::shared_ptr<ResponseChannel>)) {
-    return [this, fn](const HttpRequest& r, std::shared_ptr<ResponseChannel> ch) { (this->*fn)(r, std::move(ch)); };
+    return [this, fn](const HttpRequest& r, std::shared_ptr<ResponseChannel> ch) {
+      (this->*fn)(r, std::move(ch));
+    };
   };
-  http_.add_route({"/v1/chat/completions", "POST", "/v1/chat/completions", bind(&ApiServer::handle_chat), false});
-  http_.add_route({"/v1/completions", "POST", "/v1/completions", bind(&ApiServer::handle_completions), false});
+  http_.add_route(
+      {"/v1/chat/completions", "POST", "/v1/chat/completions", bind(&ApiServer::handle_chat), false});
+  http_.add_route(
+      {"/v1/completions", "POST", "/v1/completions", bind(&ApiServer::handle_completions), false});
   http_.add_route({"/v1/models", "GET", "/v1/models", bind(&ApiServer::handle_models), false});
   http_.add_route({"/health", "GET", "/health", bind(&ApiServer::handle_health), true});
   http_.add_route({"/metrics", "GET", "/metrics", bind(&ApiServer::handle_metrics), false});
@@ -321,9 +337,13 @@ bool ApiServer::prepare(const HttpRequest& req, ResponseChannel& ch, ojson& body
   State s = state_;
   if (s == State::kReady && sched_ && sched_->failed()) s = State::kFailed;
   if (s != State::kReady) {
-    const char* code = s == State::kLoading ? "loading" : s == State::kDraining ? "shutting_down" : "engine_failed";
+    const char* code = s == State::kLoading    ? "loading"
+                       : s == State::kDraining ? "shutting_down"
+                                               : "engine_failed";
     ch.send_error(status_error(503, "unavailable_error", code,
-                               s == State::kLoading ? "the model is still loading" : s == State::kDraining ? "the server is shutting down" : "the engine failed"));
+                               s == State::kLoading    ? "the model is still loading"
+                               : s == State::kDraining ? "the server is shutting down"
+                                                       : "the engine failed"));
     return false;
   }
   auto parsed = parse_body_json(req.body);
@@ -348,7 +368,8 @@ bool ApiServer::check_model(const std::string& model, ResponseChannel& ch) const
 
 namespace {
 
-void fill_sched(SchedRequest& r, const GenParams& g, int64_t max_tokens, std::vector<int32_t> stop_ids, int offset) {
+void fill_sched(SchedRequest& r, const GenParams& g, int64_t max_tokens, std::vector<int32_t> stop_ids,
+                int offset) {
   r.n = g.n;
   r.max_tokens = max_tokens;
   r.min_tokens = g.min_tokens;
@@ -363,7 +384,9 @@ void fill_sched(SchedRequest& r, const GenParams& g, int64_t max_tokens, std::ve
 
 ApiError submit_error(const SubmitError& e) {
   return status_error(e.status,
-                      e.status == 429 ? "rate_limit_error" : e.status == 400 ? "invalid_request_error" : "unavailable_error",
+                      e.status == 429   ? "rate_limit_error"
+                      : e.status == 400 ? "invalid_request_error"
+                                        : "unavailable_error",
                       e.code, e.message);
 }
 
@@ -379,7 +402,8 @@ void ApiServer::handle_chat(const HttpRequest& req, std::shared_ptr<ResponseChan
   if (!check_model(r.model, *ch)) return;
 
   ojson kwargs = model_.default_template_kwargs;
-  for (auto it = r.template_kwargs.begin(); it != r.template_kwargs.end(); ++it) kwargs[it.key()] = it.value();
+  for (auto it = r.template_kwargs.begin(); it != r.template_kwargs.end(); ++it)
+    kwargs[it.key()] = it.value();
   if (r.enable_thinking) kwargs["enable_thinking"] = *r.enable_thinking;
   auto rendered = model_.render(r.messages, r.tools, r.add_generation_prompt, kwargs);
   if (!rendered.ok()) return ch->send_error(invalid("messages", "chat template: " + rendered.message()));
@@ -397,7 +421,8 @@ void ApiServer::handle_chat(const HttpRequest& req, std::shared_ptr<ResponseChan
   auto ids = model_.tok->try_encode(prompt_text, false);
   if (!ids.ok()) return ch->send_error(invalid("messages", "tokenizer: " + ids.message()));
   std::vector<int32_t> prompt = std::move(*ids);
-  auto mt = resolve_max_tokens(static_cast<int64_t>(prompt.size()), r.gen.max_tokens, model_.max_model_len, -1);
+  auto mt =
+      resolve_max_tokens(static_cast<int64_t>(prompt.size()), r.gen.max_tokens, model_.max_model_len, -1);
   if (auto* e = std::get_if<ApiError>(&mt)) return ch->send_error(*e);
 
   std::vector<int32_t> stop_ids = r.gen.stop_token_ids;
@@ -464,7 +489,8 @@ void ApiServer::handle_completions(const HttpRequest& req, std::shared_ptr<Respo
     } else {
       ids = std::get<std::vector<int32_t>>(p);
     }
-    auto mt = resolve_max_tokens(static_cast<int64_t>(ids.size()), r.gen.max_tokens, model_.max_model_len, 16);
+    auto mt =
+        resolve_max_tokens(static_cast<int64_t>(ids.size()), r.gen.max_tokens, model_.max_model_len, 16);
     if (auto* e = std::get_if<ApiError>(&mt)) {
       ApiError err = *e;
       if (err.param == "messages") err.param = "prompt";
@@ -542,7 +568,9 @@ void ApiServer::handle_health(const HttpRequest&, std::shared_ptr<ResponseChanne
   if (s == State::kReady && (http_.draining())) s = State::kDraining;
   if (s == State::kReady && sched_ && sched_->failed()) s = State::kFailed;
   if (s == State::kReady) return ch->send(200, "application/json", "{\"status\":\"ok\"}");
-  const char* code = s == State::kLoading ? "loading" : s == State::kDraining ? "shutting_down" : "engine_failed";
+  const char* code = s == State::kLoading    ? "loading"
+                     : s == State::kDraining ? "shutting_down"
+                                             : "engine_failed";
   ch->send_error(status_error(503, "unavailable_error", code, std::string("not ready: ") + code));
 }
 
@@ -555,7 +583,8 @@ void ApiServer::handle_tokenize(const HttpRequest& req, std::shared_ptr<Response
   if (!prepare(req, *ch, body)) return;
   if (!body.is_object() || !body.contains("prompt") || !body["prompt"].is_string())
     return ch->send_error(invalid("prompt", "prompt must be a string"));
-  if (body.contains("model") && (!body["model"].is_string() || !check_model(body["model"].get<std::string>(), *ch)))
+  if (body.contains("model") &&
+      (!body["model"].is_string() || !check_model(body["model"].get<std::string>(), *ch)))
     return;
   auto ids = model_.tok->try_encode(body["prompt"].get_ref<const std::string&>(), false);
   if (!ids.ok()) return ch->send_error(invalid("prompt", ids.message()));
@@ -576,7 +605,8 @@ void ApiServer::handle_detokenize(const HttpRequest& req, std::shared_ptr<Respon
   for (const auto& t : body["tokens"]) {
     if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= V ||
         (t.is_number_unsigned() && t.get<uint64_t>() >= static_cast<uint64_t>(V)))
-      return ch->send_error(invalid("tokens", fmt::format("token id {} is out of vocabulary [0, {})", t.dump(), V)));
+      return ch->send_error(
+          invalid("tokens", fmt::format("token id {} is out of vocabulary [0, {})", t.dump(), V)));
     ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
   }
   ojson out = ojson::object();

@@ -20,9 +20,8 @@
 namespace gridq::serve {
 
 // Renders a chat prompt: (messages, tools or null, add_generation_prompt, extra template variables) -> text.
-using ChatRenderer =
-    std::function<Expected<std::string>(const ojson& messages, const ojson& tools, bool add_generation_prompt,
-                                        const ojson& kwargs)>;
+using ChatRenderer = std::function<Expected<std::string>(const ojson& messages, const ojson& tools,
+                                                         bool add_generation_prompt, const ojson& kwargs)>;
 
 struct ModelBinding {
   std::vector<std::string> served_names;  // first is the id reported by /v1/models

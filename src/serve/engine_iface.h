@@ -31,8 +31,8 @@ class EngineIface {
   virtual int64_t kv_used_tokens() const = 0;
   virtual Status add_sequence(SeqId id) = 0;
   virtual void remove_sequence(SeqId id) = 0;
-  // Runs all items in one forward; appends one row of vocab_size() floats per item with want_logits, in order.
-  // Each item's row must not depend on the other items (batch invariance, server.md §8).
+  // Runs all items in one forward; appends one row of vocab_size() floats per item with want_logits, in
+  // order. Each item's row must not depend on the other items (batch invariance, server.md §8).
   virtual Status forward(std::span<const StepItem> items, std::vector<float>& logits) = 0;
   // One line per weight format naming the kernel path in use (logged at start).
   virtual std::vector<std::string> describe_kernels() const { return {}; }

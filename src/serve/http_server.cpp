@@ -1,12 +1,10 @@
 #include "serve/http_server.h"
 
+#include <fmt/format.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 
-#include <cerrno>
-
-#include <fmt/format.h>
-
+#include <array>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -14,7 +12,7 @@
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <array>
+#include <cerrno>
 #include <deque>
 #include <mutex>
 
@@ -45,20 +43,34 @@ namespace {
 
 const char* reason_phrase(int status) {
   switch (status) {
-    case 200: return "OK";
-    case 204: return "No Content";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 413: return "Payload Too Large";
-    case 415: return "Unsupported Media Type";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    default: return "Status";
+    case 200:
+      return "OK";
+    case 204:
+      return "No Content";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
+    case 413:
+      return "Payload Too Large";
+    case 415:
+      return "Unsupported Media Type";
+    case 429:
+      return "Too Many Requests";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Status";
   }
 }
 
@@ -71,7 +83,7 @@ std::string lower(std::string_view s) {
 ApiError transport_error(int status, std::string code, std::string message) {
   ApiError e;
   e.status = status;
-  e.type = status == 401 ? "authentication_error"
+  e.type = status == 401   ? "authentication_error"
            : status == 404 ? "not_found_error"
            : status == 503 ? "unavailable_error"
            : status == 429 ? "rate_limit_error"
@@ -119,13 +131,13 @@ struct Session : std::enable_shared_from_this<Session> {
   // Outgoing bytes, written one buffer at a time.
   std::deque<std::string> out;
   bool writing = false;
-  bool close_after = false;   // close once `out` drains
-  bool in_request = false;    // a request is being answered
+  bool close_after = false;  // close once `out` drains
+  bool in_request = false;   // a request is being answered
   bool streaming = false;
   bool keep_alive = true;
   bool closed = false;
   bool draining_input = false;
-  uint64_t generation = 0;    // request counter; stale channels are ignored
+  uint64_t generation = 0;  // request counter; stale channels are ignored
   std::function<void()> disconnect_cb;
   std::string cur_handler, cur_method;
 
@@ -139,12 +151,15 @@ struct Session : std::enable_shared_from_this<Session> {
     parser->header_limit(static_cast<std::uint32_t>(srv.opts.max_header_bytes));
     parser->body_limit(srv.opts.max_body_bytes);
     stream.expires_after(std::chrono::milliseconds(static_cast<int64_t>(srv.opts.header_timeout_s * 1000)));
-    http::async_read_header(stream, buf, *parser,
-                            [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+    http::async_read_header(stream, buf, *parser, [self = shared_from_this()](beast::error_code ec, size_t) {
+      self->on_header(ec);
+    });
   }
 
   void fail_transport(const beast::error_code& ec) {
-    if (ec == http::error::header_limit) return respond_error_and_close(transport_error(431, "headers_too_large", "request headers exceed the limit"));
+    if (ec == http::error::header_limit)
+      return respond_error_and_close(
+          transport_error(431, "headers_too_large", "request headers exceed the limit"));
     if (ec == http::error::body_limit)
       return respond_error_and_close(transport_error(
           413, "payload_too_large", fmt::format("request body exceeds {} bytes", srv.opts.max_body_bytes)));
@@ -153,7 +168,8 @@ struct Session : std::enable_shared_from_this<Session> {
       return close();
     }
     if (ec.category() == http::make_error_code(http::error::bad_target).category())
-      return respond_error_and_close(transport_error(400, "bad_request", "malformed HTTP request: " + ec.message()));
+      return respond_error_and_close(
+          transport_error(400, "bad_request", "malformed HTTP request: " + ec.message()));
     close();
   }
 
@@ -163,18 +179,20 @@ struct Session : std::enable_shared_from_this<Session> {
     size_t n = 0;
     for (auto it = h.begin(); it != h.end(); ++it) ++n;
     if (n > srv.opts.max_headers)
-      return respond_error_and_close(transport_error(431, "headers_too_large", fmt::format("more than {} request headers", srv.opts.max_headers)));
+      return respond_error_and_close(transport_error(
+          431, "headers_too_large", fmt::format("more than {} request headers", srv.opts.max_headers)));
     if (auto ce = h.find(http::field::content_encoding); ce != h.end() && lower(ce->value()) != "identity")
-      return respond_error_and_close(transport_error(415, "unsupported_media_type", "Content-Encoding other than identity is not supported"));
+      return respond_error_and_close(transport_error(
+          415, "unsupported_media_type", "Content-Encoding other than identity is not supported"));
     if (auto cl = parser->content_length(); cl && *cl > srv.opts.max_body_bytes)
-      return respond_error_and_close(transport_error(413, "payload_too_large", fmt::format("request body exceeds {} bytes", srv.opts.max_body_bytes)));
+      return respond_error_and_close(transport_error(
+          413, "payload_too_large", fmt::format("request body exceeds {} bytes", srv.opts.max_body_bytes)));
     if (parser->is_done()) return on_request();
     stream.expires_after(std::chrono::milliseconds(static_cast<int64_t>(srv.opts.body_timeout_s * 1000)));
-    http::async_read(stream, buf, *parser,
-                     [self = shared_from_this()](beast::error_code e, size_t) {
-                       if (e) return self->fail_transport(e);
-                       self->on_request();
-                     });
+    http::async_read(stream, buf, *parser, [self = shared_from_this()](beast::error_code e, size_t) {
+      if (e) return self->fail_transport(e);
+      self->on_request();
+    });
   }
 
   void on_request();
@@ -194,22 +212,25 @@ struct Session : std::enable_shared_from_this<Session> {
     }
     writing = true;
     stream.expires_after(std::chrono::milliseconds(static_cast<int64_t>(srv.opts.write_timeout_s * 1000)));
-    net::async_write(stream, net::buffer(out.front()), [self = shared_from_this()](beast::error_code ec, size_t) {
-      if (ec) {
-        self->notify_disconnect();
-        return self->close();
-      }
-      self->out.pop_front();
-      self->write_next();
-    });
+    net::async_write(stream, net::buffer(out.front()),
+                     [self = shared_from_this()](beast::error_code ec, size_t) {
+                       if (ec) {
+                         self->notify_disconnect();
+                         return self->close();
+                       }
+                       self->out.pop_front();
+                       self->write_next();
+                     });
   }
 
-  static std::string head(int status, const std::string& content_type, std::optional<size_t> length, bool keep,
-                          const std::vector<std::pair<std::string, std::string>>& extra) {
+  static std::string head(int status, const std::string& content_type, std::optional<size_t> length,
+                          bool keep, const std::vector<std::pair<std::string, std::string>>& extra) {
     std::string s = fmt::format("HTTP/1.1 {} {}\r\nServer: gridq\r\n", status, reason_phrase(status));
     if (!content_type.empty()) s += "Content-Type: " + content_type + "\r\n";
-    if (length) s += fmt::format("Content-Length: {}\r\n", *length);
-    else s += "Transfer-Encoding: chunked\r\nCache-Control: no-cache\r\n";
+    if (length)
+      s += fmt::format("Content-Length: {}\r\n", *length);
+    else
+      s += "Transfer-Encoding: chunked\r\nCache-Control: no-cache\r\n";
     for (const auto& [k, v] : extra) s += k + ": " + v + "\r\n";
     s += keep ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
     return s;
@@ -247,13 +268,14 @@ struct Session : std::enable_shared_from_this<Session> {
 
   void watch_disconnect() {
     // A readable socket while we answer means EOF/reset (client gone) or pipelined bytes (ignored).
-    stream.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this(), gen = generation](beast::error_code ec) {
-      if (self->closed || gen != self->generation || !self->in_request) return;
-      if (ec) return self->notify_disconnect();
-      char c;
-      ssize_t r = ::recv(self->stream.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-      if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) self->notify_disconnect();
-    });
+    stream.socket().async_wait(
+        tcp::socket::wait_read, [self = shared_from_this(), gen = generation](beast::error_code ec) {
+          if (self->closed || gen != self->generation || !self->in_request) return;
+          if (ec) return self->notify_disconnect();
+          char c;
+          ssize_t r = ::recv(self->stream.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+          if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) self->notify_disconnect();
+        });
   }
 
   void notify_disconnect() {
@@ -263,8 +285,8 @@ struct Session : std::enable_shared_from_this<Session> {
     }
   }
 
-  // Half-closes and drains what the client still sends (e.g. a refused body) before closing, so the kernel does
-  // not answer unread bytes with a reset that destroys our response before the client has read it.
+  // Half-closes and drains what the client still sends (e.g. a refused body) before closing, so the kernel
+  // does not answer unread bytes with a reset that destroys our response before the client has read it.
   void graceful_close() {
     if (closed || draining_input) return;
     draining_input = true;
@@ -298,7 +320,8 @@ class Channel final : public ResponseChannel {
   Channel(std::shared_ptr<Session> s, uint64_t gen) : s_(std::move(s)), gen_(gen) {}
   void send(int status, std::string ct, std::string body,
             std::vector<std::pair<std::string, std::string>> headers) override {
-    run([status, ct = std::move(ct), body = std::move(body), headers = std::move(headers)](Session& s) mutable {
+    run([status, ct = std::move(ct), body = std::move(body),
+         headers = std::move(headers)](Session& s) mutable {
       if (s.streaming) return;
       s.send_full(status, ct, std::move(body), headers);
     });
@@ -308,7 +331,8 @@ class Channel final : public ResponseChannel {
       if (s.streaming || !s.in_request) return;
       s.streaming = true;
       if (s.srv.metrics && !s.cur_handler.empty()) s.srv.metrics->inc_http(s.cur_handler, s.cur_method, 200);
-      s.enqueue(Session::head(200, "text/event-stream", std::nullopt, s.keep_alive && !s.srv.owner->draining(), {}));
+      s.enqueue(Session::head(200, "text/event-stream", std::nullopt,
+                              s.keep_alive && !s.srv.owner->draining(), {}));
     });
   }
   void write(std::string data) override {
@@ -380,8 +404,10 @@ void Session::dispatch(HttpRequest req) {
   bool is_public = false;
   for (const auto& r : srv.routes)
     if (r.path == req.path && r.is_public) is_public = true;
-  if (match) cur_handler = match->name;
-  else if (path_known) cur_handler = srv.routes.empty() ? "" : req.path;
+  if (match)
+    cur_handler = match->name;
+  else if (path_known)
+    cur_handler = srv.routes.empty() ? "" : req.path;
   // Auth is one middleware over every route (known or not) except the public allowlist.
   if (!is_public && !srv.opts.api_keys.empty()) {
     std::string presented;
@@ -402,7 +428,8 @@ void Session::dispatch(HttpRequest req) {
     return send_full(404, "application/json", error_body(e), {});
   }
   if (!match) {
-    auto e = transport_error(405, "method_not_allowed", fmt::format("{} does not allow {}", req.path, req.method));
+    auto e =
+        transport_error(405, "method_not_allowed", fmt::format("{} does not allow {}", req.path, req.method));
     return send_full(405, "application/json", error_body(e), {{"Allow", allow}});
   }
   if (srv.owner->draining() && !match->is_public) {

@@ -22,7 +22,7 @@ namespace gridq::serve {
 
 struct HttpRequest {
   std::string method;
-  std::string path;  // target without the query string
+  std::string path;                            // target without the query string
   std::map<std::string, std::string> headers;  // lower-case names
   std::string body;
 };

@@ -4,13 +4,14 @@
 
 namespace gridq::serve {
 namespace {
-const char* kHistNames[] = {"time_to_first_token_seconds", "inter_token_latency_seconds",
+const char* kHistNames[] = {"time_to_first_token_seconds",  "inter_token_latency_seconds",
                             "e2e_request_latency_seconds",  "request_queue_time_seconds",
                             "request_prefill_time_seconds", "request_decode_time_seconds",
                             "request_prompt_tokens",        "request_generation_tokens"};
-const char* kHistHelp[] = {"Time to first token", "Time between output tokens", "End-to-end request latency",
-                           "Time spent waiting in the queue", "Time spent in prefill", "Time spent in decode",
-                           "Prompt tokens per request", "Generated tokens per request"};
+const char* kHistHelp[] = {"Time to first token",        "Time between output tokens",
+                           "End-to-end request latency", "Time spent waiting in the queue",
+                           "Time spent in prefill",      "Time spent in decode",
+                           "Prompt tokens per request",  "Generated tokens per request"};
 
 std::string esc(const std::string& s) {
   std::string o;
@@ -28,9 +29,10 @@ std::string num(double v) { return fmt::format("{}", v); }
 }  // namespace
 
 Metrics::Metrics(std::string model_name) : model_(std::move(model_name)) {
-  const std::vector<double> secs = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
+  const std::vector<double> secs = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25, 0.5,
                                     0.75,  1.0,   2.5,  5.0,  7.5,  10.0, 20.0, 40.0, 80.0};
-  const std::vector<double> toks = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000};
+  const std::vector<double> toks = {1,   2,    5,    10,   20,    50,    100,  200,
+                                    500, 1000, 2000, 5000, 10000, 20000, 50000};
   for (size_t i = 0; i < hist_.size(); ++i) {
     auto& h = hist_[i];
     h.bounds = i >= static_cast<size_t>(Hist::kPromptTokens) ? toks : secs;
@@ -84,14 +86,15 @@ std::string Metrics::render() const {
   const std::string ml = fmt::format("model_name=\"{}\"", esc(model_));
   std::string o;
   auto gauge = [&](const char* name, const char* help, double v) {
-    o += fmt::format("# HELP gridq:{} {}\n# TYPE gridq:{} gauge\ngridq:{}{{{}}} {}\n", name, help, name, name, ml,
-                     num(v));
+    o += fmt::format("# HELP gridq:{} {}\n# TYPE gridq:{} gauge\ngridq:{}{{{}}} {}\n", name, help, name, name,
+                     ml, num(v));
   };
   auto counter = [&](const char* name, const char* help, uint64_t v) {
-    o += fmt::format("# HELP gridq:{} {}\n# TYPE gridq:{} counter\ngridq:{}_total{{{}}} {}\n", name, help, name, name,
-                     ml, v);
+    o += fmt::format("# HELP gridq:{} {}\n# TYPE gridq:{} counter\ngridq:{}_total{{{}}} {}\n", name, help,
+                     name, name, ml, v);
   };
-  gauge("num_requests_running", "Requests with sequences in the running batch", static_cast<double>(running_));
+  gauge("num_requests_running", "Requests with sequences in the running batch",
+        static_cast<double>(running_));
   gauge("num_requests_waiting", "Requests waiting to be scheduled", static_cast<double>(waiting_));
   gauge("kv_cache_usage_perc", "Fraction of KV cache capacity in use (1 = full)", kv_);
   counter("prompt_tokens", "Prefill tokens processed", prompt_tokens_);
@@ -99,20 +102,23 @@ std::string Metrics::render() const {
   counter("request_aborted", "Requests aborted (client gone, shutdown)", aborted_);
   counter("prefix_cache_queries", "Prefix cache queries (no prefix cache yet)", 0);
   counter("prefix_cache_hits", "Prefix cache hits (no prefix cache yet)", 0);
-  o += "# HELP gridq:request_success Finished requests by finish reason\n# TYPE gridq:request_success counter\n";
+  o += "# HELP gridq:request_success Finished requests by finish reason\n# TYPE gridq:request_success "
+       "counter\n";
   for (const char* r : {"stop", "length", "tool_calls"}) {
     auto it = success_.find(r);
     o += fmt::format("gridq:request_success_total{{{},finished_reason=\"{}\"}} {}\n", ml, r,
                      it == success_.end() ? 0 : it->second);
   }
-  o += "# HELP gridq:http_requests HTTP requests by handler, method and status\n# TYPE gridq:http_requests counter\n";
+  o += "# HELP gridq:http_requests HTTP requests by handler, method and status\n# TYPE gridq:http_requests "
+       "counter\n";
   for (const auto& [k, v] : http_) {
     o += fmt::format("gridq:http_requests_total{{{},handler=\"{}\",method=\"{}\",status=\"{}\"}} {}\n", ml,
                      esc(std::get<0>(k)), esc(std::get<1>(k)), std::get<2>(k), v);
   }
   for (size_t i = 0; i < hist_.size(); ++i) {
     const auto& h = hist_[i];
-    o += fmt::format("# HELP gridq:{} {}\n# TYPE gridq:{} histogram\n", kHistNames[i], kHistHelp[i], kHistNames[i]);
+    o += fmt::format("# HELP gridq:{} {}\n# TYPE gridq:{} histogram\n", kHistNames[i], kHistHelp[i],
+                     kHistNames[i]);
     uint64_t cum = 0;
     for (size_t b = 0; b < h.bounds.size(); ++b) {
       cum += h.counts[b];
@@ -120,12 +126,13 @@ std::string Metrics::render() const {
     }
     cum += h.counts.back();
     o += fmt::format("gridq:{}_bucket{{{},le=\"+Inf\"}} {}\n", kHistNames[i], ml, cum);
-    o += fmt::format("gridq:{}_sum{{{}}} {}\ngridq:{}_count{{{}}} {}\n", kHistNames[i], ml, num(h.sum), kHistNames[i],
-                     ml, h.count);
+    o += fmt::format("gridq:{}_sum{{{}}} {}\ngridq:{}_count{{{}}} {}\n", kHistNames[i], ml, num(h.sum),
+                     kHistNames[i], ml, h.count);
   }
-  o += fmt::format("# HELP gridq:model_info Served model\n# TYPE gridq:model_info gauge\n"
-                   "gridq:model_info{{{},artifact_sha256=\"{}\",format=\"{}\"}} 1\n",
-                   ml, esc(sha_), esc(format_));
+  o += fmt::format(
+      "# HELP gridq:model_info Served model\n# TYPE gridq:model_info gauge\n"
+      "gridq:model_info{{{},artifact_sha256=\"{}\",format=\"{}\"}} 1\n",
+      ml, esc(sha_), esc(format_));
   return o;
 }
 

@@ -11,17 +11,7 @@
 
 namespace gridq::serve {
 
-enum class Hist {
-  kTtft,
-  kItl,
-  kE2e,
-  kQueue,
-  kPrefill,
-  kDecode,
-  kPromptTokens,
-  kGenTokens,
-  kCount
-};
+enum class Hist { kTtft, kItl, kE2e, kQueue, kPrefill, kDecode, kPromptTokens, kGenTokens, kCount };
 
 class Metrics {
  public:

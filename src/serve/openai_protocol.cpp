@@ -48,12 +48,16 @@ std::variant<ojson, ApiError> parse_body_json(std::string_view body, int max_dep
     bool in_str = false, esc = false;
     for (char c : body) {
       if (in_str) {
-        if (esc) esc = false;
-        else if (c == '\\') esc = true;
-        else if (c == '"') in_str = false;
+        if (esc)
+          esc = false;
+        else if (c == '\\')
+          esc = true;
+        else if (c == '"')
+          in_str = false;
         continue;
       }
-      if (c == '"') in_str = true;
+      if (c == '"')
+        in_str = true;
       else if (c == '{' || c == '[') {
         if (++depth > max_depth)
           return invalid("", fmt::format("request body nests JSON deeper than {} levels", max_depth));
@@ -65,12 +69,14 @@ std::variant<ojson, ApiError> parse_body_json(std::string_view body, int max_dep
   std::vector<std::set<std::string>> keys;
   auto cb = [&](int, ojson::parse_event_t ev, ojson& parsed) -> bool {
     using E = ojson::parse_event_t;
-    if (ev == E::object_start) keys.emplace_back();
+    if (ev == E::object_start)
+      keys.emplace_back();
     else if (ev == E::object_end) {
       if (!keys.empty()) keys.pop_back();
     } else if (ev == E::key && !keys.empty()) {
       const auto& k = parsed.get_ref<const std::string&>();
-      if (!keys.back().insert(k).second) throw Violation{fmt::format("duplicate key \"{}\" in request body", k)};
+      if (!keys.back().insert(k).second)
+        throw Violation{fmt::format("duplicate key \"{}\" in request body", k)};
     }
     return true;
   };
@@ -89,13 +95,20 @@ constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 
 const char* type_name(const ojson& v) {
   switch (v.type()) {
-    case ojson::value_t::null: return "null";
-    case ojson::value_t::boolean: return "a boolean";
-    case ojson::value_t::string: return "a string";
-    case ojson::value_t::array: return "a list";
-    case ojson::value_t::object: return "an object";
-    case ojson::value_t::number_float: return "a float";
-    default: return "an integer";
+    case ojson::value_t::null:
+      return "null";
+    case ojson::value_t::boolean:
+      return "a boolean";
+    case ojson::value_t::string:
+      return "a string";
+    case ojson::value_t::array:
+      return "a list";
+    case ojson::value_t::object:
+      return "an object";
+    case ojson::value_t::number_float:
+      return "a float";
+    default:
+      return "an integer";
   }
 }
 
@@ -136,14 +149,15 @@ std::optional<ApiError> get_num(const ojson& b, const char* key, double lo, doub
 std::optional<ApiError> get_bool(const ojson& b, const char* key, bool& out) {
   auto it = b.find(key);
   if (it == b.end() || it->is_null()) return std::nullopt;
-  if (!it->is_boolean()) return invalid(key, fmt::format("{} must be a boolean, got {}", key, type_name(*it)));
+  if (!it->is_boolean())
+    return invalid(key, fmt::format("{} must be a boolean, got {}", key, type_name(*it)));
   out = it->get<bool>();
   return std::nullopt;
 }
 
-#define GQ_TRY(expr)                   \
-  do {                                 \
-    if (auto _e = (expr)) return *_e;  \
+#define GQ_TRY(expr)                  \
+  do {                                \
+    if (auto _e = (expr)) return *_e; \
   } while (0)
 
 std::optional<ApiError> parse_gen(const ojson& b, const Limits& lim, bool chat, GenParams& g) {
@@ -203,14 +217,17 @@ std::optional<ApiError> parse_gen(const ojson& b, const Limits& lim, bool chat, 
         g.stop.push_back(s.get<std::string>());
       }
     } else {
-      return invalid("stop", fmt::format("stop must be a string or a list of strings, got {}", type_name(*it)));
+      return invalid("stop",
+                     fmt::format("stop must be a string or a list of strings, got {}", type_name(*it)));
     }
   }
   if (auto it = b.find("stop_token_ids"); it != b.end() && !it->is_null()) {
-    if (!it->is_array() || it->size() > 1024) return invalid("stop_token_ids", "stop_token_ids must be a list of token ids");
+    if (!it->is_array() || it->size() > 1024)
+      return invalid("stop_token_ids", "stop_token_ids must be a list of token ids");
     for (const auto& t : *it) {
       if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= lim.vocab_size)
-        return invalid("stop_token_ids", fmt::format("stop_token_ids entries must be token ids in [0, {})", lim.vocab_size));
+        return invalid("stop_token_ids",
+                       fmt::format("stop_token_ids entries must be token ids in [0, {})", lim.vocab_size));
       g.stop_token_ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
     }
   }
@@ -224,7 +241,8 @@ std::optional<ApiError> parse_gen(const ojson& b, const Limits& lim, bool chat, 
       for (char c : k) digits = digits && c >= '0' && c <= '9';
       if (digits) id = std::stoll(k);
       if (!digits || id >= lim.vocab_size)
-        return invalid("logit_bias", fmt::format("logit_bias key \"{}\" is not a token id in [0, {})", k, lim.vocab_size));
+        return invalid("logit_bias",
+                       fmt::format("logit_bias key \"{}\" is not a token id in [0, {})", k, lim.vocab_size));
       if (!kv.value().is_number() || kv.value().get<double>() < -100.0 || kv.value().get<double>() > 100.0)
         return invalid("logit_bias", "logit_bias values must be numbers in [-100, 100]");
       g.sampling.logit_bias[static_cast<int32_t>(id)] = kv.value().get<double>();
@@ -251,7 +269,8 @@ std::optional<ApiError> parse_gen(const ojson& b, const Limits& lim, bool chat, 
     if (!g.stream) return invalid("stream_options", "stream_options is only allowed when stream is true");
     if (!it->is_object()) return invalid("stream_options", "stream_options must be an object");
     if (auto u = it->find("include_usage"); u != it->end() && !u->is_null()) {
-      if (!u->is_boolean()) return invalid("stream_options", "stream_options.include_usage must be a boolean");
+      if (!u->is_boolean())
+        return invalid("stream_options", "stream_options.include_usage must be a boolean");
       g.include_usage = u->get<bool>();
     }
   }
@@ -261,7 +280,8 @@ std::optional<ApiError> parse_gen(const ojson& b, const Limits& lim, bool chat, 
 std::optional<ApiError> get_model(const ojson& b, std::string& model) {
   auto it = b.find("model");
   if (it == b.end() || it->is_null()) return invalid("model", "model is required");
-  if (!it->is_string()) return invalid("model", fmt::format("model must be a string, got {}", type_name(*it)));
+  if (!it->is_string())
+    return invalid("model", fmt::format("model must be a string, got {}", type_name(*it)));
   model = it->get<std::string>();
   return std::nullopt;
 }
@@ -287,7 +307,8 @@ std::optional<ApiError> content_text(const ojson& c, const std::string& param, b
     if (ty == part.end() || !ty->is_string() || *ty != "text")
       return invalid(pp + ".type", fmt::format("{}.type: only \"text\" content parts are supported", pp));
     auto tx = part.find("text");
-    if (tx == part.end() || !tx->is_string()) return invalid(pp + ".text", fmt::format("{}.text must be a string", pp));
+    if (tx == part.end() || !tx->is_string())
+      return invalid(pp + ".text", fmt::format("{}.text must be a string", pp));
     s += tx->get_ref<const std::string&>();
   }
   out = std::move(s);
@@ -311,8 +332,9 @@ std::optional<ApiError> parse_messages(const ojson& b, const Limits& lim, ojson&
     std::string role = r->get<std::string>();
     if (role == "developer") role = "system";
     if (role != "system" && role != "user" && role != "assistant" && role != "tool")
-      return invalid(p + ".role", fmt::format("{}.role \"{}\" is not one of system, developer, user, assistant, tool",
-                                              p, r->get<std::string>()));
+      return invalid(p + ".role",
+                     fmt::format("{}.role \"{}\" is not one of system, developer, user, assistant, tool", p,
+                                 r->get<std::string>()));
     ojson nm = ojson::object();
     nm["role"] = role;
     auto c = m.find("content");
@@ -329,14 +351,16 @@ std::optional<ApiError> parse_messages(const ojson& b, const Limits& lim, ojson&
       }
       auto tc = m.find("tool_calls");
       if (tc != m.end() && !tc->is_null()) {
-        if (!tc->is_array()) return invalid(p + ".tool_calls", fmt::format("{}.tool_calls must be a list", p));
+        if (!tc->is_array())
+          return invalid(p + ".tool_calls", fmt::format("{}.tool_calls must be a list", p));
         ojson calls = ojson::array();
         for (size_t k = 0; k < tc->size(); ++k) {
           const auto& call = (*tc)[k];
           std::string cp = fmt::format("{}.tool_calls[{}]", p, k);
           if (!call.is_object()) return invalid(cp, cp + " must be an object");
           auto fn = call.find("function");
-          if (fn == call.end() || !fn->is_object()) return invalid(cp + ".function", cp + ".function is required");
+          if (fn == call.end() || !fn->is_object())
+            return invalid(cp + ".function", cp + ".function is required");
           auto name = fn->find("name");
           if (name == fn->end() || !name->is_string() || name->get_ref<const std::string&>().empty())
             return invalid(cp + ".function.name", cp + ".function.name must be a non-empty string");
@@ -344,10 +368,12 @@ std::optional<ApiError> parse_messages(const ojson& b, const Limits& lim, ojson&
           ojson obj = ojson::object();
           if (args != fn->end() && !args->is_null()) {
             if (!args->is_string())
-              return invalid(cp + ".function.arguments", cp + ".function.arguments must be a string holding a JSON object");
+              return invalid(cp + ".function.arguments",
+                             cp + ".function.arguments must be a string holding a JSON object");
             auto parsed = parse_body_json(args->get_ref<const std::string&>(), 64);
             if (auto* e = std::get_if<ApiError>(&parsed); e || !std::get<ojson>(parsed).is_object())
-              return invalid(cp + ".function.arguments", cp + ".function.arguments must be a string holding a JSON object");
+              return invalid(cp + ".function.arguments",
+                             cp + ".function.arguments must be a string holding a JSON object");
             obj = std::move(std::get<ojson>(parsed));
           }
           ojson f = ojson::object();
@@ -372,7 +398,8 @@ std::optional<ApiError> parse_tools(const ojson& b, const Limits& lim, ChatReque
   if (have_tools) {
     if (!it->is_array()) return invalid("tools", "tools must be a list");
     if (it->empty()) return invalid("tools", "tools must not be an empty list (leave it out instead)");
-    if (it->size() > lim.max_tools) return invalid("tools", fmt::format("tools allows at most {} entries", lim.max_tools));
+    if (it->size() > lim.max_tools)
+      return invalid("tools", fmt::format("tools allows at most {} entries", lim.max_tools));
     for (size_t i = 0; i < it->size(); ++i) {
       const auto& t = (*it)[i];
       std::string p = fmt::format("tools[{}]", i);
@@ -381,7 +408,8 @@ std::optional<ApiError> parse_tools(const ojson& b, const Limits& lim, ChatReque
       if (ty == t.end() || !ty->is_string() || *ty != "function")
         return invalid(p + ".type", p + ".type must be \"function\"");
       auto fn = t.find("function");
-      if (fn == t.end() || !fn->is_object()) return invalid(p + ".function", p + ".function must be an object");
+      if (fn == t.end() || !fn->is_object())
+        return invalid(p + ".function", p + ".function must be an object");
       auto name = fn->find("name");
       if (name == fn->end() || !name->is_string() || name->get_ref<const std::string&>().empty())
         return invalid(p + ".function.name", p + ".function.name must be a non-empty string");
@@ -395,16 +423,21 @@ std::optional<ApiError> parse_tools(const ojson& b, const Limits& lim, ChatReque
   if (tc != b.end() && !tc->is_null()) {
     if (tc->is_string()) {
       const auto& s = tc->get_ref<const std::string&>();
-      if (s == "none") r.tool_choice = ToolChoice::kNone;
-      else if (s == "auto") r.tool_choice = ToolChoice::kAuto;
-      else if (s == "required") r.tool_choice = ToolChoice::kRequired;
-      else return invalid("tool_choice", "tool_choice must be none, auto, required or a named function");
+      if (s == "none")
+        r.tool_choice = ToolChoice::kNone;
+      else if (s == "auto")
+        r.tool_choice = ToolChoice::kAuto;
+      else if (s == "required")
+        r.tool_choice = ToolChoice::kRequired;
+      else
+        return invalid("tool_choice", "tool_choice must be none, auto, required or a named function");
     } else if (tc->is_object()) {
       auto ty = tc->find("type");
       auto fn = tc->find("function");
-      if (ty == tc->end() || *ty != "function" || fn == tc->end() || !fn->is_object() || !fn->contains("name") ||
-          !(*fn)["name"].is_string())
-        return invalid("tool_choice", "a named tool_choice is {\"type\":\"function\",\"function\":{\"name\":...}}");
+      if (ty == tc->end() || *ty != "function" || fn == tc->end() || !fn->is_object() ||
+          !fn->contains("name") || !(*fn)["name"].is_string())
+        return invalid("tool_choice",
+                       "a named tool_choice is {\"type\":\"function\",\"function\":{\"name\":...}}");
       r.tool_choice = ToolChoice::kNamed;
       r.tool_choice_name = (*fn)["name"].get<std::string>();
     } else {
@@ -417,7 +450,8 @@ std::optional<ApiError> parse_tools(const ojson& b, const Limits& lim, ChatReque
     bool found = false;
     for (const auto& t : *it) found = found || t["function"]["name"] == r.tool_choice_name;
     if (!found)
-      return invalid("tool_choice", fmt::format("tool_choice names \"{}\", which is not in tools", r.tool_choice_name));
+      return invalid("tool_choice",
+                     fmt::format("tool_choice names \"{}\", which is not in tools", r.tool_choice_name));
   }
   GQ_TRY(get_bool(b, "parallel_tool_calls", r.parallel_tool_calls));
   if (have_tools && r.tool_choice != ToolChoice::kNone) {
@@ -434,18 +468,21 @@ std::optional<ApiError> parse_thinking(const ojson& b, ChatRequest& r) {
   if (auto it = b.find("reasoning_effort"); it != b.end() && !it->is_null()) {
     if (!it->is_string()) return invalid("reasoning_effort", "reasoning_effort must be a string");
     const auto& s = it->get_ref<const std::string&>();
-    if (s == "none" || s == "no_think") r.enable_thinking = false;
+    if (s == "none" || s == "no_think")
+      r.enable_thinking = false;
     else if (s == "minimal" || s == "low" || s == "medium" || s == "high" || s == "xhigh" || s == "max")
       r.enable_thinking = true;
     else
-      return invalid("reasoning_effort",
-                     "reasoning_effort must be one of none, no_think, minimal, low, medium, high, xhigh, max");
+      return invalid(
+          "reasoning_effort",
+          "reasoning_effort must be one of none, no_think, minimal, low, medium, high, xhigh, max");
   }
   if (auto it = b.find("chat_template_kwargs"); it != b.end() && !it->is_null()) {
     if (!it->is_object()) return invalid("chat_template_kwargs", "chat_template_kwargs must be an object");
     for (auto kv = it->begin(); kv != it->end(); ++kv) {
       const std::string& k = kv.key();
-      if (k == "messages" || k == "tools" || k == "add_generation_prompt" || k == "bos_token" || k == "eos_token")
+      if (k == "messages" || k == "tools" || k == "add_generation_prompt" || k == "bos_token" ||
+          k == "eos_token")
         return invalid("chat_template_kwargs", fmt::format("chat_template_kwargs may not set \"{}\"", k));
       if (k == "enable_thinking" || k == "thinking") {
         if (!kv.value().is_boolean())
@@ -477,7 +514,8 @@ std::variant<ChatRequest, ApiError> parse_chat_request(const ojson& b, const Lim
   GQ_TRY(get_bool(b, "continue_final_message", r.continue_final_message));
   if (r.continue_final_message) {
     if (agp_given && r.add_generation_prompt)
-      return invalid("continue_final_message", "add_generation_prompt and continue_final_message cannot both be true");
+      return invalid("continue_final_message",
+                     "add_generation_prompt and continue_final_message cannot both be true");
     r.add_generation_prompt = false;
     if (r.messages.back()["role"] != "assistant")
       return invalid("continue_final_message", "continue_final_message needs a final assistant message");
@@ -487,7 +525,8 @@ std::variant<ChatRequest, ApiError> parse_chat_request(const ojson& b, const Lim
       return invalid("response_format", "response_format must be {\"type\": ...}");
     const auto& t = (*it)["type"].get_ref<const std::string&>();
     if (t == "json_object" || t == "json_schema")
-      return invalid("response_format", fmt::format("response_format {} is not supported (no constrained decoding)", t),
+      return invalid("response_format",
+                     fmt::format("response_format {} is not supported (no constrained decoding)", t),
                      "unsupported_parameter");
     if (t != "text") return invalid("response_format", fmt::format("unknown response_format type \"{}\"", t));
   }
@@ -508,7 +547,8 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(const ojson& 
       const bool huge = t.is_number_unsigned() && t.get<uint64_t>() > static_cast<uint64_t>(kInt32Max);
       const int64_t v = huge ? static_cast<int64_t>(lim.vocab_size) : t.get<int64_t>();
       if (v < 0 || v >= lim.vocab_size)
-        return invalid("prompt", fmt::format("prompt token id {} is out of vocabulary [0, {})", t.dump(), lim.vocab_size));
+        return invalid("prompt", fmt::format("prompt token id {} is out of vocabulary [0, {})", t.dump(),
+                                             lim.vocab_size));
       out.push_back(static_cast<int32_t>(v));
     }
     return std::nullopt;
@@ -527,14 +567,16 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(const ojson& 
     } else {
       for (const auto& p : *it) {
         if (p.is_string()) {
-          if (p.get_ref<const std::string&>().empty()) return invalid("prompt", "prompt strings must not be empty");
+          if (p.get_ref<const std::string&>().empty())
+            return invalid("prompt", "prompt strings must not be empty");
           r.prompts.emplace_back(p.get<std::string>());
         } else if (p.is_array()) {
           std::vector<int32_t> ids;
           GQ_TRY(ids_of(p, ids));
           r.prompts.emplace_back(std::move(ids));
         } else {
-          return invalid("prompt", "prompt must be a string, a list of strings, token ids or lists of token ids");
+          return invalid("prompt",
+                         "prompt must be a string, a list of strings, token ids or lists of token ids");
         }
       }
     }
@@ -548,29 +590,33 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(const ojson& 
   if (auto bo = b.find("best_of"); bo != b.end() && !bo->is_null()) {
     std::optional<int64_t> v;
     GQ_TRY(get_int(b, "best_of", 1, 16, v));
-    if (*v != r.gen.n) return invalid("best_of", "best_of other than n is not supported", "unsupported_parameter");
+    if (*v != r.gen.n)
+      return invalid("best_of", "best_of other than n is not supported", "unsupported_parameter");
   }
   return r;
 }
 
-std::variant<int64_t, ApiError> resolve_max_tokens(int64_t prompt_tokens, const std::optional<int64_t>& requested,
-                                                  int64_t max_model_len, int64_t absent_default) {
+std::variant<int64_t, ApiError> resolve_max_tokens(int64_t prompt_tokens,
+                                                   const std::optional<int64_t>& requested,
+                                                   int64_t max_model_len, int64_t absent_default) {
   const int64_t room = max_model_len - prompt_tokens;
   if (room <= 0) {
-    auto e = invalid("messages",
-                     fmt::format("This model's maximum context length is {} tokens; the prompt has {} tokens, "
-                                 "which leaves no room for a completion.",
-                                 max_model_len, prompt_tokens),
-                     "context_length_exceeded");
+    auto e =
+        invalid("messages",
+                fmt::format("This model's maximum context length is {} tokens; the prompt has {} tokens, "
+                            "which leaves no room for a completion.",
+                            max_model_len, prompt_tokens),
+                "context_length_exceeded");
     return e;
   }
   if (requested) {
     if (*requested > room)
-      return invalid("max_tokens",
-                     fmt::format("This model's maximum context length is {} tokens; the prompt has {} tokens and "
-                                 "max_completion_tokens asks for {} more.",
-                                 max_model_len, prompt_tokens, *requested),
-                     "context_length_exceeded");
+      return invalid(
+          "max_tokens",
+          fmt::format("This model's maximum context length is {} tokens; the prompt has {} tokens and "
+                      "max_completion_tokens asks for {} more.",
+                      max_model_len, prompt_tokens, *requested),
+          "context_length_exceeded");
     return *requested;
   }
   if (absent_default < 0) return room;
@@ -657,9 +703,12 @@ ojson chat_response_json(const std::string& id, int64_t created, const std::stri
     ojson msg = ojson::object();
     msg["role"] = "assistant";
     const bool has_reasoning = include_reasoning && c.reasoning && !c.reasoning->empty();
-    if (c.content && !c.content->empty()) msg["content"] = *c.content;
-    else if (!c.tool_calls.empty() || has_reasoning) msg["content"] = nullptr;
-    else msg["content"] = "";
+    if (c.content && !c.content->empty())
+      msg["content"] = *c.content;
+    else if (!c.tool_calls.empty() || has_reasoning)
+      msg["content"] = nullptr;
+    else
+      msg["content"] = "";
     if (include_reasoning) {
       msg["reasoning_content"] = has_reasoning ? ojson(*c.reasoning) : ojson(nullptr);
       msg["reasoning"] = has_reasoning ? ojson(*c.reasoning) : ojson(nullptr);

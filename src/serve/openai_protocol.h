@@ -69,7 +69,8 @@ struct ChatRequest {
   ToolChoice tool_choice = ToolChoice::kAuto;
   std::string tool_choice_name;
   bool parallel_tool_calls = true;
-  std::optional<bool> enable_thinking;  // resolved from chat_template_kwargs > reasoning_effort; unset = default
+  std::optional<bool>
+      enable_thinking;  // resolved from chat_template_kwargs > reasoning_effort; unset = default
   ojson template_kwargs = ojson::object();  // extra template variables (validated)
   bool include_reasoning = true;
   bool add_generation_prompt = true;
@@ -90,8 +91,9 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(const ojson& 
 
 // Context check (§3): returns the max_tokens to use, or a 400 context_length_exceeded naming both counts.
 // `absent_default` < 0 means "the remaining context".
-std::variant<int64_t, ApiError> resolve_max_tokens(int64_t prompt_tokens, const std::optional<int64_t>& requested,
-                                                  int64_t max_model_len, int64_t absent_default);
+std::variant<int64_t, ApiError> resolve_max_tokens(int64_t prompt_tokens,
+                                                   const std::optional<int64_t>& requested,
+                                                   int64_t max_model_len, int64_t absent_default);
 
 // ---- responses ----
 std::string random_id(std::string_view prefix, size_t n = 24);
@@ -139,7 +141,8 @@ ojson completion_response_json(const std::string& id, int64_t created, const std
 std::string sse_event(const ojson& j);
 inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
 
-// One chat.completion.chunk. `delta` must follow §4 (role first, never empty later). finish_reason "" -> null.
+// One chat.completion.chunk. `delta` must follow §4 (role first, never empty later). finish_reason "" ->
+// null.
 ojson chat_chunk_json(const std::string& id, int64_t created, const std::string& model, int index,
                       const ojson& delta, const std::string& finish_reason, const ojson& logprobs,
                       bool include_usage_field);

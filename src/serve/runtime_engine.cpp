@@ -37,8 +37,8 @@ Status RuntimeEngine::forward(std::span<const StepItem> items, std::vector<float
     for (const auto& it : items) {
       auto f = ids_.find(it.seq);
       if (f == ids_.end()) return err("serve engine: forward on unknown sequence {}", it.seq);
-      b.push_back(runtime::BatchItem{f->second, it.tokens,
-                                     it.want_logits ? runtime::LogitsMode::kLast : runtime::LogitsMode::kNone});
+      b.push_back(runtime::BatchItem{
+          f->second, it.tokens, it.want_logits ? runtime::LogitsMode::kLast : runtime::LogitsMode::kNone});
     }
   }
   GRIDQ_ASSIGN_OR_RETURN(auto out, eng_->forward(b));

@@ -15,7 +15,9 @@ Scheduler::Scheduler(EngineIface& engine, SchedulerOptions opts, Metrics* metric
 
 Scheduler::~Scheduler() { stop(); }
 
-void Scheduler::start() { thread_ = std::thread([this] { loop(); }); }
+void Scheduler::start() {
+  thread_ = std::thread([this] { loop(); });
+}
 
 void Scheduler::stop() {
   {
@@ -39,8 +41,7 @@ std::optional<SubmitError> Scheduler::submit(std::shared_ptr<SchedRequest> req) 
     if (stop_) return SubmitError{503, "shutting_down", "the server is shutting down"};
     if (waiting_.size() >= opts_.max_queue)
       return SubmitError{429, "queue_full", "the waiting queue is full; retry later"};
-    if (req->n > opts_.max_num_seqs)
-      return SubmitError{400, "invalid_value", "n exceeds --max-num-seqs"};
+    if (req->n > opts_.max_num_seqs) return SubmitError{400, "invalid_value", "n exceeds --max-num-seqs"};
     req->arrival = Clock::now();
     waiting_.push_back(std::move(req));
     waiting_reqs_ = static_cast<int64_t>(waiting_.size());
@@ -83,7 +84,8 @@ void Scheduler::admit_locked() {
     bool ok = true;
     std::vector<std::unique_ptr<Seq>> seqs;
     for (int c = 0; c < req->n; ++c) {
-      auto s = std::make_unique<Seq>(Seq{next_seq_++, req, c, Sampler(req->sampling[c]), 0, {}, -1, false, {}});
+      auto s =
+          std::make_unique<Seq>(Seq{next_seq_++, req, c, Sampler(req->sampling[c]), 0, {}, -1, false, {}});
       if (!engine_.add_sequence(s->id).ok()) {
         ok = false;
         break;
@@ -123,8 +125,9 @@ void Scheduler::finish_seq(Seq& s, FinishReason r) {
   }
   kv_reserved_ -= st->reserved;
   const SchedRequest* key = st->req.get();
-  reqs_.erase(std::remove_if(reqs_.begin(), reqs_.end(), [&](const ReqState& x) { return x.req.get() == key; }),
-              reqs_.end());
+  reqs_.erase(
+      std::remove_if(reqs_.begin(), reqs_.end(), [&](const ReqState& x) { return x.req.get() == key; }),
+      reqs_.end());
   --running_reqs_;
 }
 
@@ -214,7 +217,8 @@ void Scheduler::loop() {
       }
     }
 
-    // Build one step: every decoding sequence contributes its last token, prefills fill the rest of the budget.
+    // Build one step: every decoding sequence contributes its last token, prefills fill the rest of the
+    // budget.
     std::vector<StepItem> items;
     std::vector<Seq*> owners;
     int64_t budget = opts_.max_batch_tokens;

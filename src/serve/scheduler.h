@@ -4,7 +4,8 @@
 // each sequence with its own seeded sampler, and reports tokens through the request's callbacks.
 //
 // Simplifications (documented in docs/serving.md): each of a request's n choices prefills its own copy of the
-// prompt (no KV sharing), and admission reserves prompt + max_tokens per choice, so nothing is ever preempted.
+// prompt (no KV sharing), and admission reserves prompt + max_tokens per choice, so nothing is ever
+// preempted.
 #pragma once
 
 #include <atomic>

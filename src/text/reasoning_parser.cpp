@@ -15,14 +15,18 @@ ReasoningMode initial_reasoning_mode(std::span<const int32_t> prompt_ids, const 
 
 void ReasoningParser::feed_marker(int32_t id) {
   if (id < 0) return;
-  if (id == m_.think_start) mode_ = ReasoningMode::kReasoning;
-  else if (id == m_.think_end) mode_ = ReasoningMode::kContent;
+  if (id == m_.think_start)
+    mode_ = ReasoningMode::kReasoning;
+  else if (id == m_.think_end)
+    mode_ = ReasoningMode::kContent;
 }
 
 ReasoningDelta ReasoningParser::feed_text(std::string_view text) const {
   ReasoningDelta d;
-  if (mode_ == ReasoningMode::kReasoning) d.reasoning.assign(text);
-  else d.content.assign(text);
+  if (mode_ == ReasoningMode::kReasoning)
+    d.reasoning.assign(text);
+  else
+    d.content.assign(text);
   return d;
 }
 

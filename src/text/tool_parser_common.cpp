@@ -18,8 +18,10 @@ bool type_is_string(const nlohmann::json& t) {
     for (const auto& e : t) {
       if (!e.is_string()) return false;
       const auto& s = e.get_ref<const std::string&>();
-      if (s == "string") has_string = true;
-      else if (s != "null") return false;
+      if (s == "string")
+        has_string = true;
+      else if (s != "null")
+        return false;
     }
     return has_string;
   }
@@ -102,13 +104,27 @@ std::string json_escape(std::string_view s) {
   out.reserve(s.size() + 2);
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -237,15 +253,32 @@ struct PyLit {
         if (i >= s.size()) return std::nullopt;
         char e = s[i++];
         switch (e) {
-          case 'n': out += '\n'; break;
-          case 't': out += '\t'; break;
-          case 'r': out += '\r'; break;
-          case '0': out += '\0'; break;
-          case '\\': out += '\\'; break;
-          case '\'': out += '\''; break;
-          case '"': out += '"'; break;
-          case '\n': break;
-          default: out += '\\'; out += e;
+          case 'n':
+            out += '\n';
+            break;
+          case 't':
+            out += '\t';
+            break;
+          case 'r':
+            out += '\r';
+            break;
+          case '0':
+            out += '\0';
+            break;
+          case '\\':
+            out += '\\';
+            break;
+          case '\'':
+            out += '\'';
+            break;
+          case '"':
+            out += '"';
+            break;
+          case '\n':
+            break;
+          default:
+            out += '\\';
+            out += e;
         }
       } else {
         out += c;

@@ -11,8 +11,10 @@ std::optional<ParsedToolCall> parse_block(std::string_view body) {
   // Depth guard before handing model output to the parser.
   int depth = 0, max_depth = 0;
   for (char c : t) {
-    if (c == '{' || c == '[') max_depth = std::max(max_depth, ++depth);
-    else if (c == '}' || c == ']') --depth;
+    if (c == '{' || c == '[')
+      max_depth = std::max(max_depth, ++depth);
+    else if (c == '}' || c == ']')
+      --depth;
   }
   if (max_depth > 64) return std::nullopt;
   auto j = nlohmann::ordered_json::parse(t.begin(), t.end(), nullptr, false);

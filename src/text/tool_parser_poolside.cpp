@@ -149,7 +149,7 @@ class PoolsideStream final : public ToolStreamParser {
       emitted_content_ = true;
     }
     d.content.append(s);
-    (void)final;
+    (void) final;
   }
 
   void close_value(ToolStreamDelta& d, std::string_view rest) {
@@ -292,8 +292,10 @@ class PoolsideStream final : public ToolStreamParser {
             size_t hold = partial_tag_suffix(buf_, {kValEnd, kClose});
             std::string_view safe = std::string_view(buf_).substr(0, buf_.size() - hold);
             if (!val_dup_) {
-              if (val_is_string_) emit_args(d, json_escape(safe));
-              else val_buf_.append(safe);
+              if (val_is_string_)
+                emit_args(d, json_escape(safe));
+              else
+                val_buf_.append(safe);
             }
             buf_.erase(0, safe.size());
             return;

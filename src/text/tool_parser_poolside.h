@@ -8,8 +8,8 @@
 //  - a value with no </arg_value> runs to </tool_call>;
 //  - once any <tool_call> was seen, whitespace-only content is null.
 // Known divergence: an unterminated block at the end of generation makes the non-streaming parse return the
-// whole text as content (spec rule 7), while a stream that already sent the call's name cannot retract it; the
-// stream closes the call's arguments so they still parse.
+// whole text as content (spec rule 7), while a stream that already sent the call's name cannot retract it;
+// the stream closes the call's arguments so they still parse.
 #pragma once
 
 #include <memory>

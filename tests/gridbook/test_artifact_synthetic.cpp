@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -46,6 +48,7 @@ void expect_refused(const SyntheticArtifact& a, std::initializer_list<std::strin
   auto r = Artifact::open(dir);
   fs::remove_all(dir);
   ASSERT_FALSE(r.ok()) << "artifact was accepted";
+  if (std::getenv("GRIDQ_TEST_VERBOSE")) std::printf("refused: %s\n", r.message().c_str());
   for (std::string_view n : needles) EXPECT_NE(r.message().find(n), std::string::npos) << r.message();
 }
 

@@ -16,7 +16,8 @@ namespace gridq::serve::testing {
 
 // Logits for a history: a fixed pseudo-random score per (history hash, token), restricted to `allowed` ids
 // (others get -30) so generated text stays printable.
-inline std::vector<float> fake_logits(const std::vector<int32_t>& hist, int32_t vocab, int32_t lo, int32_t hi) {
+inline std::vector<float> fake_logits(const std::vector<int32_t>& hist, int32_t vocab, int32_t lo,
+                                      int32_t hi) {
   uint64_t h = 1469598103934665603ull;
   for (int32_t t : hist) h = (h ^ static_cast<uint64_t>(t)) * 1099511628211ull;
   std::vector<float> out(vocab, -30.0f);
@@ -30,7 +31,8 @@ inline std::vector<float> fake_logits(const std::vector<int32_t>& hist, int32_t 
 
 class FakeEngine final : public EngineIface {
  public:
-  FakeEngine(int32_t vocab, int64_t max_len, int32_t lo, int32_t hi) : V_(vocab), L_(max_len), lo_(lo), hi_(hi) {}
+  FakeEngine(int32_t vocab, int64_t max_len, int32_t lo, int32_t hi)
+      : V_(vocab), L_(max_len), lo_(lo), hi_(hi) {}
   int32_t vocab_size() const override { return V_; }
   int64_t max_model_len() const override { return L_; }
   int64_t kv_capacity_tokens() const override { return capacity; }
@@ -54,7 +56,8 @@ class FakeEngine final : public EngineIface {
     if (step_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms));
     std::lock_guard lk(mu_);
     ++steps;
-    if (fail_at_step > 0 && steps >= fail_at_step) return err("injected engine failure at step {}", steps.load());
+    if (fail_at_step > 0 && steps >= fail_at_step)
+      return err("injected engine failure at step {}", steps.load());
     max_batch_seen = std::max<int64_t>(max_batch_seen, static_cast<int64_t>(items.size()));
     for (const auto& it : items) {
       auto f = seqs_.find(it.seq);

@@ -10,9 +10,7 @@ namespace {
 
 const Limits kLim{4096, 4096};
 
-ojson base_chat() {
-  return ojson::parse(R"({"model":"m","messages":[{"role":"user","content":"hi"}]})");
-}
+ojson base_chat() { return ojson::parse(R"({"model":"m","messages":[{"role":"user","content":"hi"}]})"); }
 
 std::optional<ApiError> chat_err(const ojson& b) {
   auto r = parse_chat_request(b, kLim);
@@ -35,8 +33,9 @@ TEST(Protocol, ErrorShape) {
 }
 
 TEST(Protocol, BodyParsingRefusesBadJson) {
-  for (std::string bad : {"{", "{\"a\":1,\"a\":2}", "[1,", "nul", "{\"a\":\"\\ud800\"}", std::string("{\"a\":\"\xff\"}"),
-                          std::string(100000, '[') + std::string(100000, ']')}) {
+  for (std::string bad :
+       {"{", "{\"a\":1,\"a\":2}", "[1,", "nul", "{\"a\":\"\\ud800\"}", std::string("{\"a\":\"\xff\"}"),
+        std::string(100000, '[') + std::string(100000, ']')}) {
     auto r = parse_body_json(bad);
     ASSERT_TRUE(std::holds_alternative<ApiError>(r)) << bad.substr(0, 40);
     EXPECT_EQ(std::get<ApiError>(r).status, 400);
@@ -56,7 +55,8 @@ TEST(Protocol, BodyParsingRefusesBadJson) {
 TEST(Protocol, IntegerFieldsRejectBadValues) {
   // T8: -1, 0 where invalid, 2^31, 2^63, floats, strings and null.
   const char* bad[] = {"-1", "2147483648", "9223372036854775808", "1.5", "2.0", "\"3\"", "null", "true"};
-  for (const char* field : {"max_tokens", "max_completion_tokens", "n", "top_logprobs", "min_tokens", "top_k"}) {
+  for (const char* field :
+       {"max_tokens", "max_completion_tokens", "n", "top_logprobs", "min_tokens", "top_k"}) {
     for (const char* v : bad) {
       if (std::string(field) == "top_k" && std::string(v) == "-1") continue;  // -1 = off
       if (std::string(field) == "min_tokens" && std::string(v) == "-1") {
@@ -133,7 +133,8 @@ TEST(Protocol, RangeAndCapChecks) {
       {R"({"messages":[{"content":"x"}]})", "messages[0].role"},
       {R"({"messages":[{"role":"wizard","content":"x"}]})", "messages[0].role"},
       {R"({"messages":[{"role":"user"}]})", "messages[0].content"},
-      {R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]})", "messages[0].content[0].type"},
+      {R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]})",
+       "messages[0].content[0].type"},
       {R"({"messages":[{"role":"assistant","content":null,"tool_calls":[{"type":"function","function":{"name":"f","arguments":"[1]"}}]}]})",
        "messages[0].tool_calls[0].function.arguments"},
       {R"({"messages":[{"role":"assistant","content":null,"tool_calls":[{"type":"function","function":{"name":"f","arguments":{"a":1}}}]}]})",
@@ -155,7 +156,8 @@ TEST(Protocol, RangeAndCapChecks) {
   b = base_chat();
   b["tools"] = ojson::array();
   for (int i = 0; i < 129; ++i)
-    b["tools"].push_back(ojson::parse(fmt::format(R"({{"type":"function","function":{{"name":"f{}"}}}})", i)));
+    b["tools"].push_back(
+        ojson::parse(fmt::format(R"({{"type":"function","function":{{"name":"f{}"}}}})", i)));
   EXPECT_EQ(chat_err(b)->param, "tools");
   b = base_chat();
   b["logit_bias"] = ojson::object();
@@ -214,11 +216,12 @@ TEST(Protocol, CompletionPrompts) {
   EXPECT_TRUE(ok(R"({"model":"m","prompt":[1,2,3]})"));
   EXPECT_TRUE(ok(R"({"model":"m","prompt":[[1,2],[3]]})"));
   EXPECT_TRUE(ok(R"({"model":"m","prompt":"x","logprobs":5,"echo":true})"));
-  for (const char* j : {R"({"model":"m","prompt":""})", R"({"model":"m","prompt":[]})", R"({"model":"m"})",
-                        R"({"model":"m","prompt":[4096]})", R"({"model":"m","prompt":[-1]})",
-                        R"({"model":"m","prompt":[[1],[99999999999]]})", R"({"model":"m","prompt":"x","suffix":"y"})",
-                        R"({"model":"m","prompt":"x","logprobs":6})", R"({"model":"m","prompt":"x","logprobs":true})",
-                        R"({"model":"m","prompt":{"a":1}})"}) {
+  for (const char* j :
+       {R"({"model":"m","prompt":""})", R"({"model":"m","prompt":[]})", R"({"model":"m"})",
+        R"({"model":"m","prompt":[4096]})", R"({"model":"m","prompt":[-1]})",
+        R"({"model":"m","prompt":[[1],[99999999999]]})", R"({"model":"m","prompt":"x","suffix":"y"})",
+        R"({"model":"m","prompt":"x","logprobs":6})", R"({"model":"m","prompt":"x","logprobs":true})",
+        R"({"model":"m","prompt":{"a":1}})"}) {
     auto r = parse_completion_request(ojson::parse(j), kLim);
     ASSERT_TRUE(std::holds_alternative<ApiError>(r)) << j;
     EXPECT_EQ(std::get<ApiError>(r).status, 400);

@@ -10,7 +10,8 @@ namespace {
 
 const text::Tokenizer& tok() {
   static text::Tokenizer t = [] {
-    auto r = text::Tokenizer::from_file(std::string(GRIDQ_SOURCE_DIR) + "/models/laguna-tiny-code/tokenizer.json");
+    auto r =
+        text::Tokenizer::from_file(std::string(GRIDQ_SOURCE_DIR) + "/models/laguna-tiny-code/tokenizer.json");
     EXPECT_TRUE(r.ok()) << r.message();
     return std::move(*r);
   }();
@@ -44,8 +45,10 @@ Streamed run_stream(OutputSpec spec, const std::vector<int32_t>& ids) {
     s.reasoning += d.reasoning;
     s.content += d.content;
     for (const auto& c : d.calls) {
-      if (c.first) s.calls.push_back({c.name, c.arguments});
-      else s.calls[c.index].arguments += c.arguments;
+      if (c.first)
+        s.calls.push_back({c.name, c.arguments});
+      else
+        s.calls[c.index].arguments += c.arguments;
     }
   };
   for (int32_t id : ids) {

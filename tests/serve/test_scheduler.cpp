@@ -87,7 +87,7 @@ TEST(Scheduler, ConcurrentGreedyMatchesReferenceWithChunkingAndQueueing) {
     auto ref = testing::reference_greedy(r->prompt, r->max_tokens, r->stop_ids, kV, kLo, kHi);
     EXPECT_EQ(r->out[0], ref);
     EXPECT_EQ(r->reasons[0], static_cast<int64_t>(ref.size()) == r->max_tokens ? FinishReason::kLength
-                                                                                 : FinishReason::kStop);
+                                                                               : FinishReason::kStop);
   }
   EXPECT_LE(eng.max_batch_seen, 8 + 16);
   EXPECT_GT(eng.max_batch_seen, 1) << "requests must actually share steps";

@@ -75,10 +75,10 @@ const std::vector<int32_t> kOn = {kUser, kM.assistant, kM.think_start};
 const std::vector<int32_t> kOff = {kUser, kM.assistant, kM.think_end};
 const std::vector<int32_t> kRaw = {kUser, kUser};
 // History holds a closed think block in an earlier assistant turn, then a new turn with thinking on.
-const std::vector<int32_t> kHistoryOn = {kM.assistant, kM.think_start, kUser, kM.think_end, kUser,
-                                         kM.assistant, kM.think_start};
-const std::vector<int32_t> kHistoryOff = {kM.assistant, kM.think_start, kUser, kM.think_end, kUser,
-                                          kM.assistant, kM.think_end};
+const std::vector<int32_t> kHistoryOn = {kM.assistant, kM.think_start, kUser,         kM.think_end,
+                                         kUser,        kM.assistant,   kM.think_start};
+const std::vector<int32_t> kHistoryOff = {kM.assistant, kM.think_start, kUser,       kM.think_end,
+                                          kUser,        kM.assistant,   kM.think_end};
 // Prefill continuation: the prompt ends inside an assistant message's content (continue_final_message).
 const std::vector<int32_t> kPrefill = {kM.assistant, kM.think_end, kUser, kUser};
 const std::vector<int32_t> kPrefillInThink = {kM.assistant, kM.think_start, kUser};

@@ -106,12 +106,14 @@ std::vector<PoolCase> poolside_cases() {
        std::nullopt,
        {{"get_weather", R"({"city": "Paris"})"}}},
       {"older release: NAME\\n and newline after each pair",
-       "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n"
+       "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</"
+       "arg_key>\n"
        "<arg_value>3</arg_value>\n</tool_call>",
        std::nullopt,
        {{"get_weather", R"({"city": "Paris", "days": 3})"}}},
       {"content before call kept, after dropped",
-       "Let me check.\n<tool_call>get_weather<arg_key>city</arg_key><arg_value>Oslo</arg_value></tool_call>trailing",
+       "Let me "
+       "check.\n<tool_call>get_weather<arg_key>city</arg_key><arg_value>Oslo</arg_value></tool_call>trailing",
        "Let me check.\n",
        {{"get_weather", R"({"city": "Oslo"})"}}},
       {"whitespace-only content before a call becomes null",
@@ -155,7 +157,9 @@ std::vector<PoolCase> poolside_cases() {
        std::nullopt,
        {{"get_weather", "{\"city\": \"Zürich 東京\"}"}}},
       {"empty name dropped",
-       "pre<tool_call><arg_key>a</arg_key><arg_value>1</arg_value></tool_call>", "pre", {}},
+       "pre<tool_call><arg_key>a</arg_key><arg_value>1</arg_value></tool_call>",
+       "pre",
+       {}},
       {"whitespace between key and value",
        "<tool_call>get_weather<arg_key> city </arg_key> \n <arg_value>Rome</arg_value></tool_call>",
        std::nullopt,
@@ -236,17 +240,25 @@ TEST(PoolsideToolParser, StringValueStreamsIncrementally) {
 TEST(PoolsideToolParser, NeverThrowsOnGarbage) {
   auto schemas = weather_schemas();
   std::mt19937 rng(7);
-  const std::vector<std::string> atoms = {"<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
-                                          "</arg_value>", "a", " ", "\n", "{", "'", "\"", "1", "<", ">", "/"};
+  const std::vector<std::string> atoms = {"<tool_call>", "</tool_call>",
+                                          "<arg_key>",   "</arg_key>",
+                                          "<arg_value>", "</arg_value>",
+                                          "a",           " ",
+                                          "\n",          "{",
+                                          "'",           "\"",
+                                          "1",           "<",
+                                          ">",           "/"};
   for (int t = 0; t < 300; ++t) {
     std::string s;
     int n = std::uniform_int_distribution<int>(0, 30)(rng);
     for (int i = 0; i < n; ++i) s += atoms[rng() % atoms.size()];
     auto r = parse_poolside_tool_calls(s, schemas);
-    for (const auto& c : r.calls) EXPECT_TRUE(nlohmann::json::parse(c.arguments, nullptr, false).is_object()) << s;
+    for (const auto& c : r.calls)
+      EXPECT_TRUE(nlohmann::json::parse(c.arguments, nullptr, false).is_object()) << s;
     auto p = make_poolside_stream_parser(schemas);
     auto a = run_stream(*p, {s});
-    for (const auto& c : a.calls) EXPECT_TRUE(nlohmann::json::parse(c.arguments, nullptr, false).is_object()) << s;
+    for (const auto& c : a.calls)
+      EXPECT_TRUE(nlohmann::json::parse(c.arguments, nullptr, false).is_object()) << s;
     // Terminated outputs (every <tool_call> closed) must agree exactly.
     size_t open = 0, pos = 0;
     bool terminated = true;
@@ -302,7 +314,8 @@ TEST(JsonToolParser, SpecCasesAndSplits) {
       {"no call", "plain text", "plain text", {}},
       {"empty", "", std::nullopt, {}},
       {"one call",
-       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2}}\n</tool_call>",
+       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": "
+       "2}}\n</tool_call>",
        std::nullopt,
        {{"get_weather", R"({"city": "Paris", "days": 2})"}}},
       {"parameters synonym, key order kept",
@@ -310,21 +323,31 @@ TEST(JsonToolParser, SpecCasesAndSplits) {
        "Sure. ",
        {{"f", R"({"z": 1, "a": {"b": [true, null]}})"}}},
       {"two calls with text between kept as content",
-       "<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call> mid <tool_call>{\"name\":\"b\",\"arguments\":{}}"
+       "<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call> mid "
+       "<tool_call>{\"name\":\"b\",\"arguments\":{}}"
        "</tool_call>\n",
        " mid \n",
        {{"a", "{}"}, {"b", "{}"}}},
       {"whitespace-only content with calls is null",
-       "\n<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call>\n", std::nullopt, {{"a", "{}"}}},
-      {"invalid JSON left in content", "x<tool_call>{not json}</tool_call>y", "x<tool_call>{not json}</tool_call>y",
+       "\n<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call>\n",
+       std::nullopt,
+       {{"a", "{}"}}},
+      {"invalid JSON left in content",
+       "x<tool_call>{not json}</tool_call>y",
+       "x<tool_call>{not json}</tool_call>y",
        {}},
       {"arguments not an object left in content",
        "<tool_call>{\"name\":\"a\",\"arguments\":\"{}\"}</tool_call>",
-       "<tool_call>{\"name\":\"a\",\"arguments\":\"{}\"}</tool_call>", {}},
-      {"missing name left in content", "<tool_call>{\"arguments\":{}}</tool_call>",
-       "<tool_call>{\"arguments\":{}}</tool_call>", {}},
+       "<tool_call>{\"name\":\"a\",\"arguments\":\"{}\"}</tool_call>",
+       {}},
+      {"missing name left in content",
+       "<tool_call>{\"arguments\":{}}</tool_call>",
+       "<tool_call>{\"arguments\":{}}</tool_call>",
+       {}},
       {"unterminated left in content", "a<tool_call>{\"name\":\"a\"", "a<tool_call>{\"name\":\"a\"", {}},
-      {"non-ASCII", "<tool_call>{\"name\":\"t\",\"arguments\":{\"s\":\"h\\u00e9 東\"}}</tool_call>", std::nullopt,
+      {"non-ASCII",
+       "<tool_call>{\"name\":\"t\",\"arguments\":{\"s\":\"h\\u00e9 東\"}}</tool_call>",
+       std::nullopt,
        {{"t", "{\"s\": \"hé 東\"}"}}},
   };
   for (const auto& c : cases) {

@@ -9,6 +9,7 @@
 #include <functional>
 #include <vector>
 
+#include "core/version.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_buffer.h"
 #include "runtime/cuda/kernels.h"
@@ -467,7 +468,7 @@ Expected<json> run_kernel_bench(const BenchOptions& o) {
 
   json r;
   r["date"] = utc_now();
-  r["commit"] = GRIDQ_GIT_COMMIT;
+  r["commit"] = gridq::git_commit();
   r["gpu"] = info.name;
   r["sms"] = info.sm_count;
   r["l2_bytes"] = info.l2_bytes;
