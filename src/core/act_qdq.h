@@ -22,8 +22,8 @@ void qdq_fp4_group16(const uint16_t* in_bf16, uint16_t* out_bf16);
 Status qdq_fp4_row(std::span<const uint16_t> in, std::span<uint16_t> out);
 Status qdq_fp4_row_f32(std::span<const float> in, std::span<float> out);
 
-// FP8 per-token contract (§14.2), QDQ form: out = bf16_rn(fl32(e4m3(q) · s)). Refuses out.size() != in.size().
-// A NaN in the row makes the whole row NaN (the absmax, hence s, is NaN). Signs of zero are kept.
+// FP8 per-token contract (§14.2), QDQ form: out = bf16_rn(fl32(e4m3(q) · s)). Refuses out.size() !=
+// in.size(). A NaN in the row makes the whole row NaN (the absmax, hence s, is NaN). Signs of zero are kept.
 Status qdq_fp8_token_row(std::span<const uint16_t> in, std::span<uint16_t> out);
 Status qdq_fp8_token_row_f32(std::span<const float> in, std::span<float> out);
 

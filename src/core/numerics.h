@@ -7,8 +7,8 @@
 //  - f32_to_bf16 / f32_to_f16: IEEE behaviour, overflow -> ±inf, NaN stays a quiet NaN.
 //  - f32_to_e4m3_rne: RNE, and every |x| > 448 (including ±inf) saturates to ±448 ("satfinite"); NaN -> 0x7F.
 //    E4M3 has no infinity, and no gridq contract wants an overflow to become NaN.
-//  - f32_to_e4m3_sat: clamps to [-448, 448] first, then RNE. For every input this equals f32_to_e4m3_rne; it is
-//    kept as a separate name because format.md §14.2 states the clamp explicitly.
+//  - f32_to_e4m3_sat: clamps to [-448, 448] first, then RNE. It equals f32_to_e4m3_rne for every input; it
+//    is kept as a separate name because format.md §14.2 states the clamp explicitly.
 //  - f32_to_e2m1_rne: RNE, |x| > 6 saturates to ±6; NaN -> +0 (E2M1 has no NaN; callers must not pass NaN).
 // Signs of zero are kept by every conversion (-0 -> 0x8000 / 0x80 / code 8).
 #pragma once

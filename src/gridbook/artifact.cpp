@@ -278,9 +278,10 @@ Status Artifact::build_modules() {
   for (const ModuleSpec& s : specs) {
     auto it = by_alias.find(s.name);
     if (it == by_alias.end()) {
-      return err("{}: missing tensor for module '{}' (expected '{}.{}'; format.md §15 Coverage)", dir, s.name,
-                 s.name,
-                 s.bare ? "<bare parameter>" : (qc ? "weight' or '" + s.name + ".cb_qweight" : "weight"));
+      const std::string plain = s.bare ? s.name : s.name + ".weight";
+      const std::string expected =
+          qc && s.linear ? fmt::format("'{}' or '{}.cb_qweight'", plain, s.name) : fmt::format("'{}'", plain);
+      return err("{}: missing tensor for module '{}' (expected {}; format.md §15 Coverage)", dir, s.name, expected);
     }
     present.push_back(&s);
     (s.linear ? linear_names : other_names).push_back(it->second.name);

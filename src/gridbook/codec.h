@@ -31,7 +31,8 @@ struct Codebook {
   static Expected<Codebook> from_tables(const Rung& r, std::vector<std::vector<float>> tables,
                                         std::string_view label = "codebook");
   // Same from FP16 tables as stored in the sidecar (format.md §10).
-  static Expected<Codebook> from_f16_tables(const Rung& r, const std::vector<std::span<const uint16_t>>& tables,
+  static Expected<Codebook> from_f16_tables(const Rung& r,
+                                            const std::vector<std::span<const uint16_t>>& tables,
                                             std::string_view label = "codebook");
 
   // The 8 coordinates of `code` (< 2^k): sub_cb_0[idx_0] ‖ sub_cb_1[idx_1] ‖ ...
@@ -44,7 +45,8 @@ inline int64_t row_bytes(const Rung& r, int64_t in) { return in / kSuperblock * 
 // ---- decode (inputs assumed checked: planes by check_scale_planes, fp8 scale finite and > 0) ----
 
 // One fp4 superblock (index stream + plane) -> 256 BF16 weights.
-void decode_superblock_fp4(const Rung& r, const Codebook& cb, const uint8_t* sb, uint16_t out_bf16[kSuperblock]);
+void decode_superblock_fp4(const Rung& r, const Codebook& cb, const uint8_t* sb,
+                           uint16_t out_bf16[kSuperblock]);
 // One fp8 superblock (index stream only) with its row's FP32 scale -> 256 BF16 weights.
 void decode_superblock_fp8(const Rung& r, const Codebook& cb, const uint8_t* sb, float row_scale,
                            uint16_t out_bf16[kSuperblock]);
@@ -60,16 +62,16 @@ Status check_fp8_row_scales(std::span<const float> weight_scale, std::string_vie
 // stacked [E, rows, (in/256)·ts]; `weight_scale` is fp8's F32 [rows] / [E, rows] (empty for fp4); `out` is
 // BF16 [rows, in] / [E, rows, in]. Refuses in % 256 != 0, a byte dimension that does not match the rung's
 // type_size, size mismatches, bad scale planes and bad fp8 scales, naming `tensor` and the rule.
-Status decode_tensor(const Rung& r, const Codebook& cb, std::string_view tensor, std::span<const uint8_t> qweight,
-                     std::span<const int64_t> shape, int64_t in, std::span<const float> weight_scale,
-                     std::span<uint16_t> out);
+Status decode_tensor(const Rung& r, const Codebook& cb, std::string_view tensor,
+                     std::span<const uint8_t> qweight, std::span<const int64_t> shape, int64_t in,
+                     std::span<const float> weight_scale, std::span<uint16_t> out);
 
 // ---- encode (deterministic: same inputs -> same bytes) ----
 
 // fp4 v1: 32 codes and 16 E4M3 scale bytes -> type_size bytes at sb. Refuses NaN/negative scale bytes and
 // codes >= 2^k.
-Status encode_superblock_fp4_v1(const Rung& r, std::span<const uint64_t> codes, const uint8_t scales_e4m3[kFp4Groups],
-                                uint8_t* sb);
+Status encode_superblock_fp4_v1(const Rung& r, std::span<const uint64_t> codes,
+                                const uint8_t scales_e4m3[kFp4Groups], uint8_t* sb);
 // fp4 v2: 32 codes, the super exponent and 16 group codes -> type_size bytes. Refuses illegal (E, c) pairs.
 Status encode_superblock_fp4_v2(const Rung& r, std::span<const uint64_t> codes, uint8_t E,
                                 const uint8_t c[kFp4Groups], uint8_t* sb);

@@ -14,17 +14,17 @@
 namespace gridq::gridbook {
 
 // T4_2oct8m: entry c = 8i + j is (1 + j/8)·2^i. Every entry is exact E4M3.
-inline constexpr std::array<float, 16> kV2Table = {1.0f, 1.125f, 1.25f, 1.375f, 1.5f,  1.625f, 1.75f, 1.875f,
+inline constexpr std::array<float, 16> kV2Table = {1.0f, 1.125f, 1.25f, 1.375f, 1.5f, 1.625f, 1.75f, 1.875f,
                                                    2.0f, 2.25f,  2.5f,  2.75f,  3.0f, 3.25f,  3.5f,  3.75f};
 
 // An all-zero superblock stores this E with all codes 0 (E = 117 has no legal code 0). gridq's reading of the
 // spec's "smallest legal E with codes 0"; to be confirmed against producer output.
 inline constexpr uint8_t kV2ZeroSuperblockE = 118;
 
-float v2_scale(uint8_t E, int c);                 // T[c]·2^(E−127) in FP32 (exact for every legal pair)
+float v2_scale(uint8_t E, int c);  // T[c]·2^(E−127) in FP32 (exact for every legal pair)
 bool v2_legal(uint8_t E, int c);
 const std::array<float, 4096>& v2_compose_table();  // [256 E, 16 c]: entry E·16 + c = v2_scale(E, c)
-int v2_lowest_legal_code(uint8_t E);               // -1 when E has no legal code
+int v2_lowest_legal_code(uint8_t E);                // -1 when E has no legal code
 // Smallest legal code c for E with v2_scale(E, c) >= ideal; a group below the reachable set therefore snaps
 // up to the smallest reachable scale (never clips). -1 when ideal is above every legal scale of E or E has
 // none. ideal <= 0 (an all-zero group) gives the lowest legal code.

@@ -60,3 +60,49 @@ else fail "inspect shape mismatch report" "$out $(cat "$TMP/bad.err")"; fi
 
 if out="$("$GRIDQ" inspect "$TMP/does-not-exist" 2>&1)"; then fail "inspect of a missing dir exits non-zero"
 else pass "inspect of a missing dir exits non-zero"; fi
+
+# --- an artifact (attention as compressed-tensors FP8, the rest BF16) built by make_fp8_artifact.py ---
+HERE="$(dirname "${BASH_SOURCE[0]}")"
+if "$PY" "$HERE/make_fp8_artifact.py" "$MODEL" "$TMP/fp8art" --pins 2>"$TMP/mk.err"; then
+  if "$GRIDQ" inspect "$TMP/fp8art" --json >"$TMP/art.json" 2>"$TMP/art.err" && "$PY" - "$TMP/art.json" <<'PYEOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["ok"] and r["kind"] == "artifact", r
+assert r["pins"] == "verified", r["pins"]
+assert r["totals"]["params"] == 24806948, r["totals"]
+q = r["quantization"]
+assert q["quant_method"] == "gridbook" and q["layout_version"] == 1, q
+assert q["groups"] == [{"name": "attention_fp8", "kind": "compressed-tensors", "format": "FP8_W8A8", "modules": 16}], q
+attn = [m for m in r["modules"] if m["component"] == "attention"]
+assert len(attn) == 16
+for m in attn:
+    rows, cols = m["shape"]
+    assert m["format"] == "FP8_W8A8" and m["bytes"] == rows * cols + 4 * rows, m
+assert r["components"]["attention"]["bytes"] == sum(m["bytes"] for m in attn)
+assert all(m["format"] == "BF16" for m in r["modules"] if m["component"] != "attention")
+PYEOF
+  then pass "inspect --json of an FP8-attention artifact (formats, bytes, PINS verified)"
+  else fail "inspect of an FP8-attention artifact" "$(cat "$TMP/art.err")"; fi
+
+  # A file changed after pinning is refused and named.
+  cp -r "$TMP/fp8art" "$TMP/pinbad"
+  echo " " >>"$TMP/pinbad/quant_config.json"
+  if out="$("$GRIDQ" inspect "$TMP/pinbad" 2>&1)"; then fail "inspect with a PINS mismatch exits non-zero"
+  elif grep -q "quant_config.json" <<<"$out"; then pass "inspect refuses a file modified after PINS.json"
+  else fail "PINS mismatch message names the file" "$out"; fi
+
+  # Dropping the router from ignore leaves a Linear unclaimed (the substring-bug class of error).
+  "$PY" "$HERE/make_fp8_artifact.py" "$MODEL" "$TMP/unclaimed"
+  "$PY" - "$TMP/unclaimed/quant_config.json" <<'PYEOF'
+import json, sys
+q = json.load(open(sys.argv[1]))
+q["ignore"].remove("model.layers.1.mlp.gate")
+json.dump(q, open(sys.argv[1], "w"))
+PYEOF
+  if out="$("$GRIDQ" inspect "$TMP/unclaimed" 2>&1)"; then fail "inspect with an unclaimed Linear exits non-zero"
+  elif grep -q "model.layers.1.mlp.gate" <<<"$out" && grep -q "not claimed" <<<"$out"; then
+    pass "inspect refuses an unclaimed Linear"
+  else fail "unclaimed Linear message" "$out"; fi
+else
+  fail "make_fp8_artifact.py" "$(cat "$TMP/mk.err")"
+fi

@@ -2,6 +2,8 @@
 // gridbook reference decoder (gridbook::decode_row). Outputs are poisoned first, so unwritten elements fail.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "core/act_qdq.h"
 #include "cuda_test_util.h"
 

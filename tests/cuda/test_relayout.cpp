@@ -2,8 +2,6 @@
 // tiled byte comes from exactly one canonical byte (checked with distinct byte positions).
 #include <gtest/gtest.h>
 
-#include <numeric>
-
 #include "cuda_test_util.h"
 #include "runtime/cuda/relayout.h"
 

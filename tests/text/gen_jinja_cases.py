@@ -54,6 +54,7 @@ CASES = [
  "{{ 'x' | indent(2) }}|{{ 'a\\nb\\n\\nc' | indent(2) }}|{{ 'a\\nb' | indent(4, true) }}|{{ '%s-%d' | format('a', 3) }}|{{ '%s!' % 'hi' }}",
  "{% set d2 = {'z': 1, 'a': 2} %}{{ d2 | dictsort }}|{{ d2 | tojson }}|{{ msgs[-1]['role'] }}|{{ msgs[5] is defined }}",
  "{%+ if t %}  keep{% endif %}\n  {%+ if t %}x{% endif %}",
+ "{{ '%s-%s' % (1, 'b') }}|{{ '%s' % [1, 2] }}|{{ (1,) }}|{{ (1, 2)[1:] }}|{{ (1, 2) | list }}|{{ d.items() | first }}|{{ (1, 2) == [1, 2] }}",
 ]
 out = []
 for c in CASES:

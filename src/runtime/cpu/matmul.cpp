@@ -17,6 +17,7 @@ namespace gridq::runtime::cpu {
 // toolchain.
 constexpr int kLanes = 16;
 constexpr int64_t kRowBlock = 4;  // weight rows widened to fp32 together, then reused for every token
+constexpr int64_t kFusedMaxTokens = 4;  // below this many tokens BF16 rows are not widened first
 
 // Same operations in every clone (no FMA: avx2 does not imply it), so the clones give identical bits.
 __attribute__((target_clones("avx2", "default"))) float cpu_dot_impl(const float* a, const float* b, int64_t n) {
@@ -27,6 +28,19 @@ __attribute__((target_clones("avx2", "default"))) float cpu_dot_impl(const float
   for (int j = 0; i < n; ++i, ++j) acc[j] += a[i] * b[i];
   for (int w = kLanes / 2; w > 0; w /= 2)
     for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+  return acc[0];
+}
+
+// BF16 row times fp32 vector without the widened copy: the same products in the same order as
+// cpu_dot_impl on the widened row (widening is exact), so either path gives identical bits.
+__attribute__((target_clones("avx2", "default"))) float cpu_dot_bf16(const uint16_t* w, const float* b, int64_t n) {
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) acc[j] += std::bit_cast<float>(static_cast<uint32_t>(w[i + j]) << 16) * b[i + j];
+  for (int j = 0; i < n; ++i, ++j) acc[j] += std::bit_cast<float>(static_cast<uint32_t>(w[i]) << 16) * b[i];
+  for (int k = kLanes / 2; k > 0; k /= 2)
+    for (int j = 0; j < k; ++j) acc[j] += acc[j + k];
   return acc[0];
 }
 
@@ -92,6 +106,13 @@ void matmul(const QMatrix& w, const float* x, int64_t T, float* y) {
     for (int64_t rb = 0; rb < nblocks; ++rb) {
       const int64_t r0 = rb * kRowBlock;
       const int64_t nr = std::min(kRowBlock, R - r0);
+      if (w.format == WeightFormat::kBF16 && T < kFusedMaxTokens) {
+        // Decode: few tokens, so read each BF16 row straight from the weights.
+        const uint16_t* wb = static_cast<const uint16_t*>(w.data);
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t i = 0; i < nr; ++i) y[t * R + r0 + i] = cpu_dot_bf16(wb + (r0 + i) * C, xa + t * C, C);
+        continue;
+      }
       for (int64_t i = 0; i < nr; ++i) row_f32(w, r0 + i, wrow.data() + i * C);
       for (int64_t t = 0; t < T; ++t) {
         const float* xt = xa + t * C;
