@@ -4,7 +4,7 @@
 #include <filesystem>
 
 #include "io/checkpoint.h"
-#include "io/io_test_util.h"
+#include "io_test_util.h"
 
 namespace gridq::io {
 namespace {

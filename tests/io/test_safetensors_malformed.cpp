@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "io/io_test_util.h"
+#include "io_test_util.h"
 #include "io/safetensors.h"
 
 namespace gridq::io {

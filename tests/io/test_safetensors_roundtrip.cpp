@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <random>
 
-#include "io/io_test_util.h"
+#include "io_test_util.h"
 #include "io/safetensors.h"
 
 namespace gridq::io {

@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "io/io_test_util.h"
+#include "io_test_util.h"
 #include "io/pins.h"
 #include "io/sha256.h"
 
