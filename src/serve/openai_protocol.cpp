@@ -250,7 +250,7 @@ std::optional<ApiError> parse_gen(const ojson& b, const Limits& lim, bool chat, 
   }
   if (chat) {
     GQ_TRY(get_bool(b, "logprobs", g.logprobs));
-    if (auto it = b.find("top_logprobs"); it != b.end() && !it->is_null()) {
+    if (auto it = b.find("top_logprobs"); it != b.end()) {  // null is a 400 like every integer (T8)
       i.reset();
       GQ_TRY(get_int(b, "top_logprobs", 0, 20, i));
       if (!g.logprobs) return invalid("top_logprobs", "top_logprobs is only allowed when logprobs is true");

@@ -33,7 +33,7 @@ TEST(Protocol, ErrorShape) {
 }
 
 TEST(Protocol, BodyParsingRefusesBadJson) {
-  for (std::string bad :
+  for (std::string bad : std::vector<std::string>
        {"{", "{\"a\":1,\"a\":2}", "[1,", "nul", "{\"a\":\"\\ud800\"}", std::string("{\"a\":\"\xff\"}"),
         std::string(100000, '[') + std::string(100000, ']')}) {
     auto r = parse_body_json(bad);
@@ -41,7 +41,7 @@ TEST(Protocol, BodyParsingRefusesBadJson) {
     EXPECT_EQ(std::get<ApiError>(r).status, 400);
   }
   // Non-object bodies parse as JSON but are refused by the request parsers.
-  for (std::string s : {"\"str\"", "[1]", "3", "null"}) {
+  for (std::string s : std::vector<std::string>{"\"str\"", "[1]", "3", "null"}) {
     auto r = parse_body_json(s);
     ASSERT_TRUE(std::holds_alternative<ojson>(r));
     EXPECT_TRUE(chat_err(std::get<ojson>(r)).has_value()) << s;
@@ -142,7 +142,8 @@ TEST(Protocol, RangeAndCapChecks) {
   };
   for (const auto& c : cases) {
     ojson b = base_chat();
-    for (auto& [k, v] : ojson::parse(c.json).items()) b[k] = v;
+    const ojson patch = ojson::parse(c.json);  // named: items() must not outlive a temporary
+    for (auto& [k, v] : patch.items()) b[k] = v;
     auto e = chat_err(b);
     ASSERT_TRUE(e.has_value()) << c.json;
     EXPECT_EQ(e->status, 400) << c.json;
