@@ -415,7 +415,8 @@ Expected<Value> call_method(const Value& obj, const std::string& n, CallArgs& a)
     return Value::boolean(r);
   }
   if (n == "split" || n == "rsplit") {
-    const Value& mx = arg(a, 1, "maxsplit", Value::integer(-1));
+    const Value mx = arg(  // a copy: arg() may return its temporary default
+     a, 1, "maxsplit", Value::integer(-1));
     GRIDQ_ASSIGN_OR_RETURN(int64_t m, to_int_arg(mx, "maxsplit"));
     if (n == "rsplit" && m >= 0) return err("rsplit with maxsplit is not supported");
     GRIDQ_ASSIGN_OR_RETURN(List parts, py_split(s, arg(a, 0, "sep", kNone), m));
@@ -632,7 +633,7 @@ Expected<Value> apply_filter(const std::string& n, const Value& v, CallArgs& a) 
   }
   if (n == "escape" || n == "e" || n == "forceescape") return Value::string(html_escape(v.to_string()));
   if (n == "int") {
-    const Value& dflt = arg(a, 0, "default", Value::integer(0));
+    const Value dflt = arg(a, 0, "default", Value::integer(0));  // a copy: arg() may return its temporary default
     if (v.is_int() || v.is_bool()) return Value::integer(v.as_int());
     if (v.is_float()) return fits_int64(v.as_double()) ? Value::integer(static_cast<int64_t>(v.as_double())) : dflt;
     if (v.is_string()) {
@@ -647,7 +648,7 @@ Expected<Value> apply_filter(const std::string& n, const Value& v, CallArgs& a) 
     return dflt;
   }
   if (n == "float") {
-    const Value& dflt = arg(a, 0, "default", Value::floating(0.0));
+    const Value dflt = arg(a, 0, "default", Value::floating(0.0));  // a copy: arg() may return its temporary default
     if (v.is_number()) return Value::floating(v.as_double());
     if (v.is_string()) {
       std::string s = py_strip(v.str(), kNone, 3);
@@ -835,7 +836,7 @@ Expected<Value> apply_filter(const std::string& n, const Value& v, CallArgs& a) 
   }
   if (n == "attr") return get_attr(v, arg(a, 0, "name", kUndef).to_string());
   if (n == "indent") {
-    const Value& w = arg(a, 0, "width", Value::integer(4));
+    const Value w = arg(a, 0, "width", Value::integer(4));  // a copy: arg() may return its temporary default
     const std::string ind = w.is_string() ? w.str() : std::string(static_cast<size_t>(std::max<int64_t>(0, w.as_int())), ' ');
     const bool first = arg(a, 1, "first", Value::boolean(false)).truthy();
     const bool blank = arg(a, 2, "blank", Value::boolean(false)).truthy();
