@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "text/tool_parser_common.h"
 #include "text/utf8.h"
 
 namespace gridq::text::jinja {
@@ -303,42 +304,10 @@ Expected<bool> values_less(const Value& a, const Value& b) {
 
 namespace {
 
+// Same escaping as the tool parsers' JSON (Python json.dumps with ensure_ascii=False).
 void json_str(const std::string& s, std::string& out) {
   out += '"';
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      default:
-        if (c < 0x20) {
-          char b[8];
-          std::snprintf(b, sizeof(b), "\\u%04x", c);
-          out += b;
-        } else {
-          out += ch;
-        }
-    }
-  }
+  out += json_escape(s);
   out += '"';
 }
 
