@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PKGS=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev clang-format
+PKGS=(build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev clang-format ccache
       nlohmann-json3-dev libcli11-dev libfmt-dev libssl-dev libpcre2-dev libgtest-dev libgmock-dev
       libbenchmark-dev libomp-dev libboost1.81-dev python3-venv)
 missing=()

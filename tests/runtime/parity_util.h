@@ -12,6 +12,20 @@
 
 namespace gridq::testing {
 
+// True in the ASan+UBSan build. Its job is memory and UB errors, not numbers (the normal build checks
+// those), and it runs ~20x slower, so the long model runs there use a smaller slice of the same work.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
 inline std::string repo_path(const std::string& rel) { return std::string(GRIDQ_SOURCE_DIR) + "/" + rel; }
 
 struct Fixture {

@@ -38,8 +38,9 @@ TEST(Perplexity, TinyCodeOnEvalText) {
   const std::string text = ss.str();
   auto tok = text::Tokenizer::from_file(testing::repo_path("models/laguna-tiny-code/tokenizer.json"));
   ASSERT_TRUE(tok.ok()) << tok.message();
-  auto ids = spread_windows(*tok, text, 16, 512);
-  ASSERT_EQ(ids.size(), 16u * 512u);
+  const int n_windows = testing::kSanitized ? 2 : 16;
+  auto ids = spread_windows(*tok, text, n_windows, 512);
+  ASSERT_EQ(ids.size(), static_cast<size_t>(n_windows) * 512u);
   auto eng = runtime::Engine::open(testing::repo_path("models/laguna-tiny-code"), {});
   ASSERT_TRUE(eng.ok()) << eng.message();
   PerplexityOptions o;
@@ -47,13 +48,18 @@ TEST(Perplexity, TinyCodeOnEvalText) {
   o.window = 512;
   auto r = perplexity(**eng, ids, o);
   ASSERT_TRUE(r.ok()) << r.message();
-  std::printf("[ppl] laguna-tiny-code, %lld tokens (16 windows of 512 spread over data/code-eval.txt): ppl %.4f over %lld "
+  std::printf("[ppl] laguna-tiny-code, %lld tokens (%d windows of 512 spread over data/code-eval.txt): ppl %.4f over %lld "
               "positions (%.1f tok/s)\n",
-              static_cast<long long>(r->tokens), r->ppl, static_cast<long long>(r->positions),
+              static_cast<long long>(r->tokens), n_windows, r->ppl, static_cast<long long>(r->positions),
               r->tokens / r->seconds);
-  EXPECT_EQ(r->positions, 16 * 511);
-  EXPECT_GT(r->ppl, 4.5);
-  EXPECT_LT(r->ppl, 6.5);
+  EXPECT_EQ(r->positions, n_windows * 511);
+  if (!testing::kSanitized) {  // two windows (one of them licence boilerplate) are not a stable estimate
+    EXPECT_GT(r->ppl, 4.5);
+    EXPECT_LT(r->ppl, 6.5);
+  } else {
+    EXPECT_GT(r->ppl, 1.0);
+    EXPECT_LT(r->ppl, 40.0);
+  }
   // The NLL helper against a hand computation: logits (0, ln 3) -> p = (1/4, 3/4).
   const float lg[2] = {0.0f, std::log(3.0f)};
   EXPECT_NEAR(token_nll(lg, 2, 0), std::log(4.0), 1e-7);

@@ -71,7 +71,6 @@ TEST(Scheduler, ConcurrentGreedyMatchesReferenceWithChunkingAndQueueing) {
   opts.max_num_seqs = 8;
   opts.max_batch_tokens = 16;  // long prompts prefill in several chunks, interleaved with decodes
   Scheduler s(eng, opts, &metrics);
-  s.start();
   std::mt19937 rng(5);
   std::vector<std::shared_ptr<Recorder>> reqs;
   for (int i = 0; i < 32; ++i) {
@@ -82,6 +81,7 @@ TEST(Scheduler, ConcurrentGreedyMatchesReferenceWithChunkingAndQueueing) {
     reqs.push_back(r);
     ASSERT_FALSE(s.submit(r).has_value());
   }
+  s.start();  // after queueing all 32, so batching does not depend on thread timing
   for (auto& r : reqs) {
     ASSERT_TRUE(r->wait());
     auto ref = testing::reference_greedy(r->prompt, r->max_tokens, r->stop_ids, kV, kLo, kHi);
@@ -140,8 +140,10 @@ TEST(Scheduler, CancellationFreesSequencesWithinAStep) {
     std::lock_guard lk(r->mu);
     if (r->out[0].size() >= 3) break;
   }
-  const int64_t steps_before = eng.steps;
+  // Cancel first, then read the step count: a preempted test thread can then only make the
+  // bound looser, never fail it spuriously.
   r->cancelled = true;
+  const int64_t steps_before = eng.steps;
   ASSERT_TRUE(r->wait(2000));
   EXPECT_EQ(r->reasons[0], FinishReason::kAbort);
   EXPECT_LE(eng.steps - steps_before, 2);
@@ -206,10 +208,12 @@ TEST(Scheduler, EngineFailureReachesEveryRequest) {
   FakeEngine eng(kV, 512, kLo, kHi);
   eng.fail_at_step = 3;
   Scheduler s(eng, {}, nullptr);
-  s.start();
+  // Both are queued before the loop runs: otherwise the engine can fail (step 3) before b is
+  // submitted, and b is then refused instead of failed — the race CI hit.
   auto a = make_req({11, 12}, 100), b = make_req({13}, 100);
   ASSERT_FALSE(s.submit(a).has_value());
   ASSERT_FALSE(s.submit(b).has_value());
+  s.start();
   ASSERT_TRUE(a->wait());
   ASSERT_TRUE(b->wait());
   EXPECT_EQ(a->error_status, 503);
