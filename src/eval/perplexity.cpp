@@ -5,6 +5,19 @@
 
 namespace gridq::eval {
 
+std::vector<std::span<const int32_t>> split_windows(std::span<const int32_t> tokens, int64_t max_tokens,
+                                                    int window) {
+  std::vector<std::span<const int32_t>> windows;
+  if (window < 2) return windows;
+  if (max_tokens > 0 && static_cast<int64_t>(tokens.size()) > max_tokens)
+    tokens = tokens.subspan(0, static_cast<size_t>(max_tokens));
+  for (size_t s = 0; s < tokens.size(); s += static_cast<size_t>(window)) {
+    auto w = tokens.subspan(s, std::min(static_cast<size_t>(window), tokens.size() - s));
+    if (w.size() >= 2) windows.push_back(w);
+  }
+  return windows;
+}
+
 double token_nll(const float* logits, int64_t vocab, int32_t target) {
   double mx = logits[0];
   for (int64_t v = 1; v < vocab; ++v) mx = std::max(mx, static_cast<double>(logits[v]));
@@ -17,14 +30,12 @@ Expected<PerplexityResult> perplexity(runtime::Engine& engine, std::span<const i
                                       const PerplexityOptions& opts, const WindowSink& sink) {
   if (opts.window < 2) return err("perplexity: window must be >= 2 (got {})", opts.window);
   if (opts.batch < 1) return err("perplexity: batch must be >= 1 (got {})", opts.batch);
-  if (opts.max_tokens > 0 && static_cast<int64_t>(tokens.size()) > opts.max_tokens)
-    tokens = tokens.subspan(0, static_cast<size_t>(opts.max_tokens));
-  std::vector<std::span<const int32_t>> windows;
-  for (size_t s = 0; s < tokens.size(); s += static_cast<size_t>(opts.window)) {
-    auto w = tokens.subspan(s, std::min(static_cast<size_t>(opts.window), tokens.size() - s));
-    if (w.size() >= 2) windows.push_back(w);
+  const auto windows = split_windows(tokens, opts.max_tokens, opts.window);
+  if (windows.empty()) {
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    return err("perplexity: need at least 2 tokens (got {})",
+               opts.max_tokens > 0 ? std::min(n, opts.max_tokens) : n);
   }
-  if (windows.empty()) return err("perplexity: need at least 2 tokens (got {})", tokens.size());
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t V = engine.vocab_size();
   PerplexityResult r;

@@ -30,8 +30,13 @@ struct PerplexityResult {
 };
 
 // Called once per window with its tokens and logits [window.size(), vocab].
-using WindowSink = std::function<Status(int64_t window_index, std::span<const int32_t> window, const float* logits,
-                                        int64_t vocab)>;
+using WindowSink = std::function<Status(int64_t window_index, std::span<const int32_t> window,
+                                        const float* logits, int64_t vocab)>;
+
+// The windows perplexity() scores: the first max_tokens tokens (0: all) cut into consecutive runs of
+// `window`; a trailing run shorter than 2 tokens is dropped. Spans point into `tokens`.
+std::vector<std::span<const int32_t>> split_windows(std::span<const int32_t> tokens, int64_t max_tokens,
+                                                    int window);
 
 // Negative log-likelihood of `target` under softmax(logits[0..vocab)), in float64.
 double token_nll(const float* logits, int64_t vocab, int32_t target);
