@@ -25,8 +25,8 @@ struct AllocOption {
 };
 
 struct AllocUnit {
-  std::string name;      // e.g. "layers.2.experts" or "layers.0.attn.qkv"
-  int64_t params = 0;    // weights in the unit
+  std::string name;                  // e.g. "layers.2.experts" or "layers.0.attn.qkv"
+  int64_t params = 0;                // weights in the unit
   std::vector<AllocOption> options;  // at least one
 };
 

@@ -19,6 +19,7 @@
 
 #include "core/status.h"
 #include "model/loader.h"
+#include "runtime/model_weights.h"
 #include "text/tokenizer.h"
 
 namespace gridq::quant {
@@ -37,45 +38,58 @@ struct CalibSet {
   std::vector<int32_t> ids;      // [n_seq, seq_len]
   std::vector<uint8_t> holdout;  // [n_seq] 1 = held out: runs through the forward, never enters H
   bool bos = false;              // whether each sequence starts with the tokenizer's BOS (its own policy)
-  std::string text_sha256;       // of the calibration file's bytes
+  std::vector<int32_t>
+      bos_ids;                // the ids that open every sequence (the post-processor's prefix; empty if none)
+  int64_t stream_tokens = 0;  // tokens in the whole text; the unused tail is dropped
+  std::string text_sha256;    // of the calibration file's bytes
   std::string tokenizer_sha256;  // of tokenizer.json's bytes
   int64_t tokens() const { return static_cast<int64_t>(n_seq) * seq_len; }
 };
 
-// Tokenizes the file as one stream, cuts it into non-overlapping sequences and drops the tail. Fails
-// (naming the file and the counts) when the text has fewer than opts.tokens tokens.
+// Tokenizes the file as one stream (no special tokens), cuts it into n_seq = opts.tokens / seq_len
+// non-overlapping sequences, each opened by the tokenizer's own prefix (bos_ids: what encode(...,
+// add_special_tokens=true) puts before the text; none for laguna-tiny-code), and drops the tail. Fails,
+// naming the file and the counts, when the text is too short; fails on a missing file or bad options.
 Expected<CalibSet> make_calib_set(const std::string& text_path, const text::Tokenizer& tok,
                                   const std::string& tokenizer_json_path, const CalibOptions& opts);
 
 // ---- S3: statistics of one Linear input ----
 
 struct InputStats {
-  std::string name;        // which input, e.g. "layers.3.attn_in", "layers.3.experts.7.down_in"
-  int cols = 0;            // C
-  int64_t n = 0;           // rows accumulated into H (non-holdout tokens that reached this input)
-  std::vector<float> H;    // [C, C] Σ xᵀx, fp32, fixed chunk order (thread-count independent)
+  std::string name;  // which input, e.g. "layers.3.attn_in", "layers.3.experts.7.down_in" (see LayerCapture)
+  int cols = 0;      // C
+  int64_t n = 0;     // rows accumulated into H (non-holdout tokens that reached this input)
+  std::vector<float> H;        // [C, C] Σ xᵀx, fp32, fixed 256-row block order (thread-count independent)
   std::vector<float> imatrix;  // [C] diag(H) / n (all zeros when n == 0)
   int64_t n_hold = 0;          // rows in `holdout` (≤ 512)
   std::vector<float> holdout;  // [n_hold, C] rows from held-out sequences, in token order
+  int64_t hold_seen = 0;       // held-out rows that reached this input; every (hold_seen/n_hold)-th is kept
 };
 
 // S4 results for one checked input.
 struct IdentityCheck {
   std::string input;     // InputStats::name
-  std::string kind;      // "rmsnorm" (δ of quantizer.md §2 S4) or "recompute" (relative L2 error)
-  double value = 0.0;    // δ or the relative error
-  double threshold = 0;  // 0.05 (δ) or 1e-2 (recompute)
+  std::string kind;      // "rmsnorm" (δ of quantizer.md §2 S4), "recompute" (relative L2 error of a float64
+                         // reference), "routing" (tokens whose recomputed expert set differs, near-ties
+                         // skipped) or "count" (routing choices that did not reach their expert's H)
+  double value = 0.0;    // δ, the relative error, or a count
+  double threshold = 0;  // 0.05 (δ), 1e-2 (recompute), 0 (routing, count)
   bool pass = false;
 };
 
-// Every capture of one decoder layer. Which Linear reads which input (the encoder side uses this map):
-//   attn_in         q, k, v, g_proj                         (input_layernorm output)
-//   o_in            o_proj                                  (gated attention output)
-//   mlp_in          router, shared gate/up, dense gate/up   (post_attention_layernorm output)
-//   dense_down_in   dense-MLP down_proj                     (dense layers only)
-//   shared_down_in  shared-expert down_proj                 (MoE layers with a shared expert)
-//   expert_in[e]    expert e gate/up, over only the rows routed to e
-//   expert_down_in[e] expert e down_proj, u = SiLU(gate·x) ⊙ (up·x) on those rows
+// Every capture of one decoder layer. Which Linear reads which input (the encoder side uses this map), and
+// the InputStats::name of each (l = layer):
+//   attn_in         q, k, v, g_proj                         "layers.l.attn_in"   (input_layernorm output)
+//   o_in            o_proj                                  "layers.l.o_in"      (gated attention output)
+//   mlp_in          router, shared gate/up, dense gate/up   "layers.l.mlp_in"    (post_attention_layernorm
+//   output) dense_down_in   dense-MLP down_proj                     "layers.l.dense_down_in"  (dense layers
+//   only) shared_down_in  shared-expert down_proj                 "layers.l.shared_down_in" (MoE with a
+//   shared expert) expert_in[e]    expert e gate/up, over only the rows routed to e
+//   "layers.l.experts.e.gate_up_in" expert_down_in[e] expert e down_proj, u = SiLU(gate·x) ⊙ (up·x) there
+//   "layers.l.experts.e.down_in"
+// Inputs a layer does not have stay default (cols 0). checks: "rmsnorm" on attn_in, mlp_in and every expert
+// with rows; "recompute" on o_in, dense/shared_down_in, every sampled expert's down_in and the router
+// weights ("layers.l.router"); "routing" ("layers.l.router"); "count" ("layers.l.experts").
 struct LayerCapture {
   int layer = 0;
   InputStats attn_in, o_in, mlp_in, dense_down_in, shared_down_in;
@@ -83,12 +97,13 @@ struct LayerCapture {
   std::vector<InputStats> expert_down_in;  // [E]
   std::vector<int64_t> expert_counts;      // [E] routed rows of non-holdout tokens; Σ = n_tok · top_k
   std::vector<IdentityCheck> checks;       // every S4 check that ran (all passed, or run_layer failed)
-  double seconds = 0.0;
+  double seconds = 0.0;                    // wall time of run_layer
 };
 
 struct StreamerOptions {
-  int threads = 0;                      // 0 = OpenMP default; results do not depend on it
-  int64_t chunk_tokens = 8192;          // tokens per forward chunk (whole sequences)
+  int threads = 0;              // 0 = OpenMP default (sets it process-wide); results do not depend on it
+  int64_t chunk_tokens = 8192;  // tokens per forward chunk (whole sequences, at least one); H does
+                                // not depend on it
   bool router_weighted_hessian = false;  // H_e = Σ g_te² x xᵀ (quantizer.md §2 S3)
   double identity_threshold = 0.05;
   double recompute_threshold = 1e-2;
@@ -108,16 +123,25 @@ class LayerStreamer {
   int next_layer() const;  // the layer the carry is the input of
 
   // Runs layer next_layer() over every calibration sequence, captures its inputs, runs the S4 checks
-  // (an error naming the input and the measured value when one fails) and advances the carry.
+  // (an error naming the layer, input, value and threshold when one fails) and advances the carry. After
+  // an error the streamer refuses further layers until load_carry restores a verified carry.
   Expected<LayerCapture> run_layer();
 
   // Resume support: the carry's bytes (fp32 [n_tok, H]) and their SHA-256; restore sets the carry and
-  // next_layer (the caller checks the digest it recorded).
+  // next_layer (the caller checks the digest it recorded). The file is a 32-byte header (magic "GQCARRY1",
+  // int32 next_layer, int32 0, int64 n_tok, int64 H; little-endian) and the raw fp32 data; load refuses a
+  // header that does not match (layer, calibration size, model width) or a short/long file.
   std::string carry_sha256() const;
   Status save_carry(const std::string& path) const;
   Status load_carry(const std::string& path, int next_layer);
 
-  int64_t peak_bytes() const;  // the largest resident set of the streamer's own buffers so far
+  // The largest footprint of the streamer's own buffers so far: carry + accumulators + holdout rows + the
+  // chunk's KV caches and forward temporaries (an estimate of the latter). Weights are mmapped, not counted.
+  int64_t peak_bytes() const;
+
+  // For tests and evaluation: h_{next_layer} [n_tok, H] and the weights the teacher runs.
+  const std::vector<float>& carry() const;
+  const runtime::ModelWeights& weights() const;
 
  private:
   LayerStreamer();

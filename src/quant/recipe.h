@@ -10,12 +10,11 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/status.h"
 #include "gridbook/rung.h"
@@ -25,7 +24,7 @@ namespace gridq::quant {
 // One rule. `format` is "BF16" (copy the source bytes unchanged, never a cast), "FP8_DYNAMIC",
 // "NVFP4_CB_K{12..24}" or "FP8_CB_K{28..48}" (the gridbook rung names).
 struct RecipeRule {
-  std::string match;                  // anchored full-match regex over the source tensor name
+  std::string match;  // anchored full-match regex over the source tensor name
   std::string format;
   std::string scale_coding = "two_tier";  // NVFP4-CB: "two_tier" (v2) or "v1"
   std::string codebook = "lattice";       // "lattice" or "learned"
@@ -40,8 +39,8 @@ struct CbGptqParams {
   int block = 256;
   bool holdout_gate = true;
   // Accepted only with the one value gridq implements (the JSON keys exist so a recipe says what it means):
-  std::string step = "sub";    // slab = one sub-vector
-  bool act_order = false;      // codewords must stay contiguous in column order
+  std::string step = "sub";     // slab = one sub-vector
+  bool act_order = false;       // codewords must stay contiguous in column order
   std::string scales = "lazy";  // scales searched on the compensated weights
 };
 struct TwoTierParams {
@@ -51,9 +50,9 @@ struct TwoTierParams {
 };
 
 struct Recipe {
-  std::string name;     // "recipe" key, e.g. "laguna-s-2.1/nvfp4cb-k16-v2"
+  std::string name;  // "recipe" key, e.g. "laguna-s-2.1/nvfp4cb-k16-v2"
   int version = 1;
-  std::string model_type;  // must equal config.json model_type (check_model_type)
+  std::string model_type;   // must equal config.json model_type (check_model_type)
   std::string description;  // optional free text
   int64_t calib_tokens = 65536;
   int calib_seq_len = 512;
@@ -62,8 +61,8 @@ struct Recipe {
   std::vector<RecipeRule> rules;
   CbGptqParams cb_gptq;
   TwoTierParams two_tier;
-  std::string sha256;      // of the recipe file's bytes (provenance)
-  nlohmann::json source;   // the parsed file as written (copied into provenance verbatim)
+  std::string sha256;     // of the recipe file's bytes (provenance)
+  nlohmann::json source;  // the parsed file as written (copied into provenance verbatim)
 };
 
 // Format helpers shared by the recipe parser, the plan and the pipeline.
@@ -77,8 +76,8 @@ Expected<Recipe> parse_recipe(const std::string& bytes, const std::string& label
 // name ([A-Za-z0-9._-]+) looked up in recipe_search_dirs(repo_root) in order. Unknown names list the
 // presets.
 Expected<Recipe> load_recipe(const std::string& name_or_path, const std::string& repo_root);
-// <repo_root>/recipes (when repo_root is not empty), then next to the executable: <exe>/../share/gridq/recipes
-// (installed) and <exe>/../recipes (a build directory inside the source tree).
+// <repo_root>/recipes (when repo_root is not empty), then next to the executable:
+// <exe>/../share/gridq/recipes (installed) and <exe>/../recipes (a build directory inside the source tree).
 std::vector<std::string> recipe_search_dirs(const std::string& repo_root);
 std::vector<std::string> preset_names(const std::string& repo_root);  // sorted, unique
 
@@ -87,17 +86,17 @@ Status check_model_type(const Recipe& recipe, const nlohmann::json& config);
 
 struct SourceTensor {
   std::string name;
-  std::string dtype;           // safetensors dtype string ("BF16", "F32", …)
+  std::string dtype;  // safetensors dtype string ("BF16", "F32", …)
   std::vector<int64_t> shape;
 };
 
 struct PlannedTensor {
   std::string name;
-  int rule = -1;        // index into recipe.rules
-  std::string format;   // the rule's format
+  int rule = -1;       // index into recipe.rules
+  std::string format;  // the rule's format
   std::vector<int64_t> shape;
-  std::string dtype;    // source dtype
-  std::string unit;     // allocation unit / fusion group (plan_unit_name)
+  std::string dtype;  // source dtype
+  std::string unit;   // allocation unit / fusion group (plan_unit_name)
 };
 
 struct Plan {

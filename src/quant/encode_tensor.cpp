@@ -1,0 +1,256 @@
+#include "quant/encode_tensor.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "core/numerics.h"
+#include "io/sha256.h"
+#include "quant/cb_gptq.h"
+#include "quant/fp8_weights.h"
+#include "quant/output_proxy.h"
+
+namespace gridq::quant {
+
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+CbGptqOptions gptq_options(const EncodeParams& p) {
+  CbGptqOptions o;
+  o.damp = p.cb_gptq.damp;
+  o.block = p.cb_gptq.block;
+  o.two_tier.pilot_rows = p.two_tier.pilot_rows;
+  o.two_tier.refits = p.two_tier.refits;
+  return o;
+}
+
+}  // namespace
+
+nlohmann::json LinearStats::to_json() const {
+  nlohmann::json j = {{"format", format}, {"encoder", encoder}, {"gate", gate}};
+  if (!input.empty()) {
+    j["input"] = input;
+    j["n"] = n;
+    j["n_hold"] = n_hold;
+    j["cold"] = cold;
+    j["damp"] = damp;
+    j["half_trace"] = half_trace;
+  }
+  if (mse_gptq) j["holdout_mse_gptq"] = *mse_gptq;
+  if (mse_nn) j["holdout_mse_nn"] = *mse_nn;
+  if (identity) j["identity"] = {{"kind", identity_kind}, {"value", *identity}};
+  return j;
+}
+
+std::string w_hat_bf16_sha256(std::span<const float> w_hat) {
+  std::vector<uint8_t> b(w_hat.size() * 2);
+  for (size_t i = 0; i < w_hat.size(); ++i) {
+    const uint16_t h = f32_to_bf16(w_hat[i]);
+    b[2 * i] = static_cast<uint8_t>(h & 0xFF);
+    b[2 * i + 1] = static_cast<uint8_t>(h >> 8);
+  }
+  return io::sha256_hex(b);
+}
+
+Expected<std::vector<float>> source_to_f32(const SourceWeight& w) {
+  int64_t n = 1;
+  for (int64_t d : w.shape) n *= d;
+  const size_t es = io::dtype_size(w.dtype);
+  if (w.bytes.size() != static_cast<size_t>(n) * es)
+    return err("tensor '{}': {} bytes but shape {} of {} needs {}", w.name, w.bytes.size(),
+               shape_str(w.shape), io::dtype_name(w.dtype), static_cast<size_t>(n) * es);
+  std::vector<float> out(static_cast<size_t>(n));
+  const uint8_t* p = w.bytes.data();
+  switch (w.dtype) {
+    case io::DType::BF16:
+      for (int64_t i = 0; i < n; ++i)
+        out[i] = bf16_to_f32(static_cast<uint16_t>(p[2 * i] | (p[2 * i + 1] << 8)));
+      break;
+    case io::DType::F16:
+      for (int64_t i = 0; i < n; ++i)
+        out[i] = f16_to_f32(static_cast<uint16_t>(p[2 * i] | (p[2 * i + 1] << 8)));
+      break;
+    case io::DType::F32:
+      std::memcpy(out.data(), p, out.size() * sizeof(float));
+      break;
+    default:
+      return err("tensor '{}': dtype {} cannot be quantized (BF16, F16 or F32 only)", w.name,
+                 io::dtype_name(w.dtype));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(out[i])) return err("tensor '{}': element {} is not finite", w.name, i);
+  }
+  return out;
+}
+
+Expected<EncodedTensor> encode_tensor(const SourceWeight& w, const InputStats* in, const EncodeParams& p,
+                                      const gridbook::Codebook* cb, const std::vector<float>* W32) {
+  EncodedTensor out;
+  out.format = p.format;
+  out.stats.tensor = w.name;
+  out.stats.format = p.format;
+  if (p.format == "BF16") {  // "not quantized": the source bytes unchanged, never a cast
+    out.shape = w.shape;
+    out.dtype = w.dtype;
+    out.data.assign(w.bytes.begin(), w.bytes.end());
+    out.stats.encoder = "copy";
+    out.stats.gate = "copy";
+    return out;
+  }
+  const bool fp8_dynamic = p.format == "FP8_DYNAMIC";
+  if (!fp8_dynamic && !is_cb_format(p.format))
+    return err("tensor '{}': unknown format '{}' (BF16, FP8_DYNAMIC, NVFP4_CB_K*, FP8_CB_K*)", w.name,
+               p.format);
+  if (p.encoder != "cb_gptq" && p.encoder != "rtn")
+    return err("tensor '{}': unknown encoder '{}' (cb_gptq or rtn)", w.name, p.encoder);
+  if (w.shape.size() != 2)
+    return err("tensor '{}': {} needs a 2-D weight [R, C], the shape is {}", w.name, p.format,
+               shape_str(w.shape));
+  if (!in) return err("tensor '{}': {} needs the statistics of its input (none captured)", w.name, p.format);
+  const int64_t R64 = w.shape[0], C64 = w.shape[1];
+  if (R64 <= 0 || C64 <= 0 || R64 > INT32_MAX || C64 > INT32_MAX)
+    return err("tensor '{}': shape {} is not encodable", w.name, shape_str(w.shape));
+  const int R = static_cast<int>(R64), C = static_cast<int>(C64);
+  if (in->cols != C)
+    return err("tensor '{}': weight has C = {} columns but its input '{}' has {} features (wrong capture)",
+               w.name, C, in->name, in->cols);
+  if (in->n < 0 || in->H.size() != size_t(C) * C || in->imatrix.size() != size_t(C) ||
+      in->holdout.size() != size_t(in->n_hold) * C)
+    return err("input '{}': statistics have inconsistent sizes (H {}, imatrix {}, holdout {} for C = {})",
+               in->name, in->H.size(), in->imatrix.size(), in->holdout.size(), C);
+
+  std::vector<float> own;
+  if (!W32) {
+    GRIDQ_ASSIGN_OR_RETURN(own, source_to_f32(w));
+    W32 = &own;
+  }
+  const float* W = W32->data();
+  const float* H = in->H.data();
+  const float* q = in->imatrix.data();
+  const float* Xh = in->holdout.data();
+  const int64_t n_hold = in->n_hold;
+  const bool gptq = p.encoder == "cb_gptq";
+  const bool gate = gptq && p.cb_gptq.holdout_gate && n_hold > 0;
+
+  out.rows = R64;
+  out.cols = C64;
+  out.shape = {R64, C64};
+  LinearStats& st = out.stats;
+  st.encoder = p.encoder;
+  st.input = in->name;
+  st.n = in->n;
+  st.n_hold = n_hold;
+  st.cold = in->n == 0;
+
+  if (fp8_dynamic) {
+    out.dtype = io::DType::F8_E4M3;
+    Fp8Weights chosen;
+    if (gptq) {
+      GRIDQ_ASSIGN_OR_RETURN(
+          chosen, quantize_fp8_per_channel_gptq(W, R, C, H, in->n, p.cb_gptq.damp, p.cb_gptq.block));
+      st.damp = in->n > 0 ? p.cb_gptq.damp : 0.0;
+      if (gate) {
+        GRIDQ_ASSIGN_OR_RETURN(Fp8Weights nn, quantize_fp8_per_channel(W, R, C));
+        const std::vector<float> nn_hat = dequantize_fp8(nn);
+        const std::vector<float> g_hat = dequantize_fp8(chosen);
+        st.mse_gptq = holdout_output_mse(Xh, n_hold, W, g_hat.data(), R, C);
+        st.mse_nn = holdout_output_mse(Xh, n_hold, W, nn_hat.data(), R, C);
+        if (*st.mse_gptq <= *st.mse_nn) {
+          st.gate = "kept_gptq";
+        } else {
+          st.gate = "kept_nn";
+          chosen = std::move(nn);
+        }
+      } else {
+        st.gate = "ungated";
+      }
+    } else {
+      GRIDQ_ASSIGN_OR_RETURN(chosen, quantize_fp8_per_channel(W, R, C));
+      st.gate = "rtn";
+    }
+    out.data = std::move(chosen.q);
+    out.scale = std::move(chosen.scale);
+    out.w_hat.resize(size_t(R) * C);
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < C; ++j)
+        out.w_hat[size_t(r) * C + j] = e4m3_to_f32(out.data[size_t(r) * C + j]) * out.scale[r];
+  } else {
+    if (!cb) return err("tensor '{}': {} needs a codebook", w.name, p.format);
+    const gridbook::Rung rung = cb->rung;
+    if (rung.name() != p.format)
+      return err("tensor '{}': codebook is {} but the format is {}", w.name, rung.name(), p.format);
+    out.rung = rung;
+    out.dtype = io::DType::U8;
+    const CbGptqOptions opt = gptq_options(p);
+    if (rung.grid == gridbook::Grid::FP4) {
+      if (rung.layout_version != 2)
+        return err("tensor '{}': {} with v1 scale coding is not implemented by the encoder (use two_tier)",
+                   w.name, p.format);
+      Fp4CbEncoding enc;
+      if (gptq) {
+        GRIDQ_ASSIGN_OR_RETURN(enc, encode_fp4_cb_gptq(*cb, W, R, C, H, in->n, q, opt));
+        st.damp = enc.damp_used;
+        if (gate) {
+          GRIDQ_ASSIGN_OR_RETURN(Fp4CbEncoding nn, encode_fp4_rtn(*cb, W, R, C, q, opt.two_tier));
+          st.mse_gptq = holdout_output_mse(Xh, n_hold, W, enc.w_hat.data(), R, C);
+          st.mse_nn = holdout_output_mse(Xh, n_hold, W, nn.w_hat.data(), R, C);
+          if (*st.mse_gptq <= *st.mse_nn) {
+            st.gate = "kept_gptq";
+          } else {
+            st.gate = "kept_nn";
+            enc = std::move(nn);
+          }
+        } else {
+          st.gate = "ungated";
+        }
+      } else {
+        GRIDQ_ASSIGN_OR_RETURN(enc, encode_fp4_rtn(*cb, W, R, C, q, opt.two_tier));
+        st.gate = "rtn";
+      }
+      GRIDQ_ASSIGN_OR_RETURN(out.data, pack_fp4_v2(rung, enc));
+      out.w_hat = std::move(enc.w_hat);
+    } else {
+      Fp8CbEncoding enc;
+      if (gptq) {
+        GRIDQ_ASSIGN_OR_RETURN(enc, encode_fp8cb_cb_gptq(*cb, W, R, C, H, in->n, q, opt));
+        st.damp = enc.damp_used;
+        if (gate) {
+          GRIDQ_ASSIGN_OR_RETURN(Fp8CbEncoding nn, encode_fp8cb_rtn(*cb, W, R, C, q, opt.two_tier.refits));
+          st.mse_gptq = holdout_output_mse(Xh, n_hold, W, enc.w_hat.data(), R, C);
+          st.mse_nn = holdout_output_mse(Xh, n_hold, W, nn.w_hat.data(), R, C);
+          if (*st.mse_gptq <= *st.mse_nn) {
+            st.gate = "kept_gptq";
+          } else {
+            st.gate = "kept_nn";
+            enc = std::move(nn);
+          }
+        } else {
+          st.gate = "ungated";
+        }
+      } else {
+        GRIDQ_ASSIGN_OR_RETURN(enc, encode_fp8cb_rtn(*cb, W, R, C, q, opt.two_tier.refits));
+        st.gate = "rtn";
+      }
+      GRIDQ_ASSIGN_OR_RETURN(out.data, pack_fp8cb(rung, enc));
+      out.scale = std::move(enc.row_scale);
+      out.w_hat = std::move(enc.w_hat);
+    }
+  }
+  // The NN-only number is what the chosen encoding is judged against; for RTN it is the chosen one.
+  if (n_hold > 0 && !st.mse_nn) {
+    const double mse = holdout_output_mse(Xh, n_hold, W, out.w_hat.data(), R, C);
+    if (gptq) {
+      st.mse_gptq = mse;
+    } else {
+      st.mse_nn = mse;
+    }
+  }
+  GRIDQ_ASSIGN_OR_RETURN(st.half_trace, output_half_trace(W, out.w_hat.data(), R, C, H, w.name.c_str()));
+  return out;
+}
+
+}  // namespace gridq::quant

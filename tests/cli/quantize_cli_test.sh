@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# `gridq quantize` end to end on the bundled model with a small calibration set (2048 tokens): the artifact
+# passes inspect and runs in generate; two runs are byte-identical; a run stopped after layer 1 and resumed
+# gives the same bytes as an uninterrupted one; a resume with different inputs is refused; malformed inputs
+# (missing shard, unknown architecture, a CB target whose C is not a multiple of 256, an unmatched tensor,
+# an existing OUT) are refused with clear errors and leave nothing valid-looking behind.
+# Usage: quantize_cli_test.sh GRIDQ_BIN REPO_ROOT. Prints "N passed, M failed"; exits non-zero on failure.
+set -u
+GRIDQ="${1:?usage: quantize_cli_test.sh GRIDQ_BIN REPO_ROOT}"
+ROOT="${2:?usage: quantize_cli_test.sh GRIDQ_BIN REPO_ROOT}"
+MODEL="$ROOT/models/laguna-tiny-code"
+CALIB="$ROOT/data/code-calib.txt"
+PY="${PYTHON:-python3}"
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/gridq_quantize.XXXXXX")"
+trap 'rm -rf "$TMP"' EXIT
+cd "$ROOT" || exit 1
+
+PASSED=0
+FAILED=0
+pass() { PASSED=$((PASSED + 1)); echo "PASS $1"; }
+fail() { FAILED=$((FAILED + 1)); echo "FAIL $1${2:+: $2}"; }
+# Small and fast: 2048 tokens in 16 sequences of 128 (one held out), round-to-nearest encoders.
+Q=(--recipe laguna --calib "$CALIB" --calib-tokens 2048 --seq-len 128 --method rtn)
+digests() { (cd "$1" && find . -type f | sort | xargs sha256sum); }
+nothing_left() { [ ! -e "$1" ] && [ ! -e "$1.partial" ]; }
+
+# --- help ---
+if out="$("$GRIDQ" quantize --help 2>&1)" && grep -q "Examples" <<<"$out" && grep -q -- "--budget-bpw" <<<"$out" &&
+  ! grep -q -- "--stop-after-layer" <<<"$out"; then
+  pass "quantize --help (examples, options; test hook hidden)"
+else fail "quantize --help" "$out"; fi
+
+# --- a full run, JSON summary ---
+if "$GRIDQ" quantize "$MODEL" "$TMP/a" "${Q[@]}" --json >"$TMP/a.json" 2>"$TMP/a.err"; then
+  if "$PY" - "$TMP/a.json" <<'PYEOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["finished"] is True and r["layers"] == 4 and r["calib_tokens"] == 2048, r
+f = r["formats"]
+assert f["NVFP4_CB_K16"]["bpw"] == 2.28125, f
+assert f["NVFP4_CB_K16"]["params"] == 14155776, f
+assert f["FP8_W8A8"]["params"] == 3670016, f
+assert "BF16" in f and r["peak_rss_bytes"] > 0
+assert any("bit-exactly" in c for c in r["checks"]), r["checks"]
+PYEOF
+  then pass "quantize --json: K16 experts at 2.28125 bpw, FP8 attention, S7 checks"
+  else fail "quantize --json summary" "$(cat "$TMP/a.json")"; fi
+  grep -q "layer 4/4" "$TMP/a.err" && grep -q "peak host memory" "$TMP/a.err" && pass "progress lines on stderr" ||
+    fail "progress lines" "$(tail -5 "$TMP/a.err")"
+else fail "quantize (full run)" "$(tail -20 "$TMP/a.err")"; fi
+
+if [ -d "$TMP/a" ] && [ ! -e "$TMP/a.partial" ] && [ -f "$TMP/a/PINS.json" ] && "$GRIDQ" pin "$TMP/a" --verify >/dev/null 2>&1; then
+  pass "OUT renamed into place with a verifying PINS.json"
+else fail "artifact layout" "$(ls -la "$TMP" "$TMP/a" 2>&1 | head -30)"; fi
+
+if out="$("$GRIDQ" inspect "$TMP/a" 2>&1)" && grep -q "NVFP4_CB_K16" <<<"$out"; then pass "inspect reads the artifact"
+else fail "inspect" "$(tail -20 <<<"$out")"; fi
+
+if out="$("$GRIDQ" generate "$TMP/a" --prompt "def add(a, b):" --max-tokens 16 2>&1)" && [ -n "$out" ]; then
+  pass "generate runs the artifact"
+else fail "generate" "$(tail -10 <<<"$out")"; fi
+
+# --- determinism ---
+if "$GRIDQ" quantize "$MODEL" "$TMP/b" "${Q[@]}" --threads 1 >/dev/null 2>"$TMP/b.err" &&
+  [ "$(digests "$TMP/a")" == "$(digests "$TMP/b")" ]; then
+  pass "two runs (2 threads vs 1) are byte-identical"
+else fail "determinism" "$(diff <(digests "$TMP/a") <(digests "$TMP/b") 2>&1 | head; tail -5 "$TMP/b.err")"; fi
+
+# --- resume ---
+if "$GRIDQ" quantize "$MODEL" "$TMP/c" "${Q[@]}" --stop-after-layer 1 >/dev/null 2>"$TMP/c1.err" &&
+  [ ! -e "$TMP/c" ] && [ -d "$TMP/c.partial" ] && [ ! -e "$TMP/c.partial/config.json" ]; then
+  pass "stop after layer 2: only OUT.partial, nothing valid-looking"
+else fail "stop after layer" "$(tail -5 "$TMP/c1.err"; ls "$TMP")"; fi
+if "$GRIDQ" quantize "$MODEL" "$TMP/c" "${Q[@]}" >/dev/null 2>"$TMP/c2.err" && grep -q "resuming" "$TMP/c2.err" &&
+  [ "$(digests "$TMP/a")" == "$(digests "$TMP/c")" ]; then
+  pass "resumed run gives the same bytes as an uninterrupted one"
+else fail "resume" "$(tail -5 "$TMP/c2.err"; diff <(digests "$TMP/a") <(digests "$TMP/c") 2>&1 | head)"; fi
+
+# (all-fp8 encodes in seconds: this part tests the refusal, not the encoders)
+F=("${Q[@]/laguna/all-fp8}")
+"$GRIDQ" quantize "$MODEL" "$TMP/d" "${F[@]}" --stop-after-layer 0 >/dev/null 2>&1
+if ! out="$("$GRIDQ" quantize "$MODEL" "$TMP/d" "${F[@]/2048/3072}" 2>&1)" && grep -q -- "--no-resume" <<<"$out" &&
+  grep -q "options" <<<"$out" && [ ! -e "$TMP/d" ]; then
+  pass "resume with different inputs is refused (suggests --no-resume)"
+else fail "resume refusal" "$out"; fi
+if "$GRIDQ" quantize "$MODEL" "$TMP/d" "${F[@]/2048/3072}" --no-resume >/dev/null 2>&1 && [ -f "$TMP/d/PINS.json" ]; then
+  pass "--no-resume starts over"
+else fail "--no-resume"; fi
+
+# --- refusals ---
+if ! out="$("$GRIDQ" quantize "$MODEL" "$TMP/a" "${Q[@]}" 2>&1)" && grep -q -- "--overwrite" <<<"$out"; then
+  pass "existing OUT refused without --overwrite"
+else fail "existing OUT" "$out"; fi
+
+cp -r "$MODEL" "$TMP/m_noshard" && rm "$TMP/m_noshard/model-00003-of-00004.safetensors"
+if ! out="$("$GRIDQ" quantize "$TMP/m_noshard" "$TMP/e1" "${Q[@]}" 2>&1)" && grep -q "model-00003-of-00004" <<<"$out" &&
+  nothing_left "$TMP/e1"; then
+  pass "missing shard refused"
+else fail "missing shard" "$out"; fi
+
+cp -r "$MODEL" "$TMP/m_arch" && sed -i 's/LagunaForCausalLM/MysteryForCausalLM/' "$TMP/m_arch/config.json"
+if ! out="$("$GRIDQ" quantize "$TMP/m_arch" "$TMP/e2" "${Q[@]}" 2>&1)" && grep -q "MysteryForCausalLM" <<<"$out" &&
+  nothing_left "$TMP/e2"; then
+  pass "unknown architecture refused"
+else fail "unknown architecture" "$out"; fi
+
+# A recipe that sends the 1-D norms to a CB format (C is not a multiple of 256 for a vector).
+"$PY" - "$ROOT/recipes/laguna.json" "$TMP/bad_c.json" "$TMP/unmatched.json" <<'PYEOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+bad = json.loads(json.dumps(r))
+bad["rules"].insert(0, {"match": "model\\.layers\\.\\d+\\.self_attn\\.[qk]_norm\\.weight", "format": "NVFP4_CB_K16"})
+json.dump(bad, open(sys.argv[2], "w"))
+un = json.loads(json.dumps(r))
+un["rules"] = [x for x in un["rules"] if "norm\\.weight|model" not in x["match"]]
+json.dump(un, open(sys.argv[3], "w"))
+PYEOF
+if ! out="$("$GRIDQ" quantize "$MODEL" "$TMP/e3" --recipe "$TMP/bad_c.json" --calib "$CALIB" 2>&1)" &&
+  grep -q "_norm.weight" <<<"$out" && grep -q "2-D weight" <<<"$out" && nothing_left "$TMP/e3"; then
+  pass "CB target that is not [R, C % 256 == 0] refused"
+else fail "C % 256 refusal" "$out"; fi
+if ! out="$("$GRIDQ" quantize "$MODEL" "$TMP/e4" --recipe "$TMP/unmatched.json" --calib "$CALIB" 2>&1)" &&
+  grep -q "match no rule" <<<"$out" && grep -q "lm_head.weight" <<<"$out" && nothing_left "$TMP/e4"; then
+  pass "unmatched tensor refused"
+else fail "unmatched tensor" "$out"; fi
+
+echo "$PASSED passed, $FAILED failed"
+[ "$FAILED" -eq 0 ]

@@ -1,0 +1,395 @@
+// S5–S7 without the streamer: a small BF16 Laguna checkpoint, synthetic input statistics, the laguna recipe →
+// encode every tensor → per-layer shards → metadata → S7 → PINS + rename. The artifact must pass the reader
+// (gridbook::Artifact::open), load in the runtime engine, store exactly what independent references compute
+// (BF16 bytes copied, FP8 = compressed-tensors RTN), decode bit-exactly to the encoder's Ŵ, and be
+// byte-identical across runs. A corrupted index byte must be caught by the S7 decode check.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "gridbook/artifact.h"
+#include "io/pins.h"
+#include "model/loader.h"
+#include "pipeline_test_util.h"
+#include "quant/allocate.h"
+#include "quant/export.h"
+#include "quant/fp8_weights.h"
+#include "quant/lattice_codebook.h"
+#include "quant/pipeline.h"
+#include "runtime/engine.h"
+
+namespace gridq::quant {
+namespace {
+
+namespace fs = std::filesystem;
+using gridq::testing::kSanitized;
+using gridq::testing::repo_path;
+using testing::TinyLaguna;
+
+std::string tmp_dir(const std::string& tag) {
+  return (fs::temp_directory_path() / fmt::format("gridq_export_{}_{}", ::getpid(), tag)).string();
+}
+
+// Encodes `src` with the given recipe/method on synthetic statistics and writes the artifact to `out`.
+Status build_artifact(const std::string& src, const TinyLaguna& o, const std::string& out,
+                      const std::string& recipe_name, const std::string& method,
+                      std::vector<CbSlice>* slices_out) {
+  GRIDQ_ASSIGN_OR_RETURN(Recipe recipe, load_recipe(recipe_name, repo_path("")));
+  GRIDQ_ASSIGN_OR_RETURN(model::LoadedModel model, model::load_model(src));
+  std::vector<SourceTensor> st;
+  for (const std::string& n : model.checkpoint->names()) {
+    const io::TensorInfo* t = model.checkpoint->find(n);
+    st.push_back({n, std::string(io::dtype_name(t->dtype)), t->shape});
+  }
+  GRIDQ_ASSIGN_OR_RETURN(Plan plan, make_plan(recipe, st, true));
+  QuantizeOptions qo;
+  qo.method = method;
+  GRIDQ_ASSIGN_OR_RETURN(std::vector<TensorTask> tasks, resolve_tasks(recipe, plan, model, qo));
+  std::map<std::string, gridbook::Codebook> books;
+  for (const TensorTask& t : tasks) {
+    if (!is_cb_format(t.format) || books.count(t.format)) continue;
+    GRIDQ_ASSIGN_OR_RETURN(gridbook::Rung r, gridbook::parse_rung_name(t.format, 2));
+    GRIDQ_ASSIGN_OR_RETURN(gridbook::Codebook cb, lattice_codebook(r));
+    books.emplace(t.format, std::move(cb));
+  }
+  const int64_t n = kSanitized ? 272 : 512;
+  static const InputStats wide = testing::synthetic_stats("wide", o.hidden, n, 48, 11);
+  static const InputStats narrow = testing::synthetic_stats("narrow", o.moe_inter, n, 48, 12);
+  const std::string partial = out + ".partial";
+  fs::remove_all(partial);
+  fs::create_directories(partial);
+  std::vector<CbSlice> slices;
+  ExportInfo info;
+  info.source_dir = src;
+  info.source_config = model.checkpoint->config();
+  for (int l = 0; l <= o.layers; ++l) {
+    const int layer = l < o.layers ? l : -1;
+    LayerCapture cap;
+    if (layer >= 0)
+      cap = testing::synthetic_capture(o, layer, wide, narrow, /*cold_expert=*/layer == 1 ? 1 : -1);
+    GRIDQ_ASSIGN_OR_RETURN(
+        auto encs, encode_layer_tensors(tasks, layer, layer >= 0 ? &cap : nullptr, *model.checkpoint, books));
+    GRIDQ_ASSIGN_OR_RETURN(ShardContent c, assemble_tensors(std::move(encs)));
+    const std::string shard = shard_file_name(l, o.layers + 1);
+    GRIDQ_RETURN_IF_ERROR(write_shard((fs::path(partial) / shard).string(), c.tensors).status());
+    info.shard_files.push_back(shard);
+    slices.insert(slices.end(), c.cb_slices.begin(), c.cb_slices.end());
+  }
+  for (const TensorTask& t : tasks) {
+    info.tensor_formats[t.name] = t.format;
+    if (is_cb_format(t.format)) info.codebooks.emplace(t.format, books.at(t.format));
+  }
+  info.provenance = {{"recipe", {{"name", recipe.name}, {"sha256", recipe.sha256}}}};
+  GRIDQ_RETURN_IF_ERROR(write_artifact_metadata(partial, info));
+  GRIDQ_RETURN_IF_ERROR(verify_artifact(partial, slices).status());
+  GRIDQ_RETURN_IF_ERROR(finalize_artifact(partial, out, /*overwrite=*/true));
+  if (slices_out) *slices_out = slices;
+  return Status();
+}
+
+class ExportRoundTrip : public ::testing::Test {
+ protected:
+  // The recipe's encoders (CB-GPTQ for the experts); round-to-nearest under a sanitizer to stay fast.
+  static std::string method() { return kSanitized ? "rtn" : ""; }
+  static void SetUpTestSuite() {
+    src_ = tmp_dir("src");
+    testing::write_tiny_laguna(src_, opt_);
+    out_ = tmp_dir("out");
+    Status st = build_artifact(src_, opt_, out_, "laguna", method(), &slices_);
+    build_status_ = st.ok() ? "" : st.message();
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(src_);
+    fs::remove_all(out_);
+  }
+  static inline TinyLaguna opt_;
+  static inline std::string src_, out_, build_status_;
+  static inline std::vector<CbSlice> slices_;
+};
+
+TEST_F(ExportRoundTrip, ReaderAcceptsAndFormatsFollowTheRecipe) {
+  ASSERT_EQ(build_status_, "");
+  EXPECT_FALSE(fs::exists(out_ + ".partial"));
+  auto art = gridbook::Artifact::open(out_);
+  ASSERT_TRUE(art.ok()) << art.message();
+  int cb = 0, fp8 = 0;
+  for (const auto& m : (*art)->modules()) {
+    if (m.component == gridbook::Component::kRoutedExperts) {
+      ++cb;
+      EXPECT_EQ(m.format, gridbook::WeightFormat::kCodebook) << m.name;
+      EXPECT_EQ(m.format_label(), "NVFP4_CB_K16") << m.name;
+      EXPECT_DOUBLE_EQ(m.bpw(), 2.28125) << m.name;
+      EXPECT_EQ(m.shape.size(), 3u) << m.name;  // stacked
+    } else if (m.component == gridbook::Component::kAttention) {
+      ++fp8;
+      EXPECT_EQ(m.format, gridbook::WeightFormat::kFP8W8A8) << m.name;
+    } else if (m.name.ends_with("e_score_correction_bias")) {
+      EXPECT_EQ(m.format, gridbook::WeightFormat::kF32) << m.name;  // the fp32 bias stays fp32
+    } else {
+      EXPECT_EQ(m.format, gridbook::WeightFormat::kBF16) << m.name;
+    }
+  }
+  EXPECT_EQ(cb, 2);       // layer 1: gate_up_proj + down_proj
+  EXPECT_EQ(fp8, 4 * 2);  // q/k/v/o of both layers
+  const auto& st = (*art)->quant_config()->provenance_extra;
+  ASSERT_TRUE(st.contains("tensor_formats"));
+  EXPECT_EQ(st["tensor_formats"]["model.layers.1.mlp.experts.gate_up_proj"], "NVFP4_CB_K16");
+  // Every CB Linear (2 experts x 3 roles) was decode-checked.
+  EXPECT_EQ(slices_.size(), 6u);
+  const auto& qc = *(*art)->quant_config();
+  auto has = [&](const std::string& m) {
+    return std::find(qc.ignore.begin(), qc.ignore.end(), m) != qc.ignore.end();
+  };
+  EXPECT_TRUE(has("model.layers.1.mlp.gate"));
+  EXPECT_TRUE(has("model.layers.0.mlp.down_proj"));
+  EXPECT_TRUE(has("model.layers.1.self_attn.g_proj"));
+  EXPECT_TRUE(has("lm_head"));
+  EXPECT_FALSE(has("model.layers.1.mlp.experts.gate_up_proj"));
+  ASSERT_TRUE(qc.codebook_sha256.has_value());
+  EXPECT_EQ(qc.codebook_sha256->size(), 2u);  // K16 sub0 + sub1
+  EXPECT_TRUE(io::verify_pins(out_).ok());
+}
+
+TEST_F(ExportRoundTrip, StoresWhatIndependentReferencesCompute) {
+  ASSERT_EQ(build_status_, "");
+  auto src = io::Checkpoint::open(src_);
+  auto dst = io::Checkpoint::open(out_);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  // BF16 rule = the source bytes unchanged (and the F32 bias stays F32).
+  for (const char* n :
+       {"model.embed_tokens.weight", "model.layers.1.mlp.experts.e_score_correction_bias",
+        "model.layers.1.mlp.shared_expert.down_proj.weight", "model.layers.0.mlp.up_proj.weight"}) {
+    const io::TensorInfo* a = (*src)->find(n);
+    const io::TensorInfo* b = (*dst)->find(n);
+    ASSERT_TRUE(a && b) << n;
+    EXPECT_EQ(a->dtype, b->dtype) << n;
+    EXPECT_EQ(a->shape, b->shape) << n;
+    EXPECT_TRUE(std::equal(a->bytes().begin(), a->bytes().end(), b->bytes().begin(), b->bytes().end())) << n;
+  }
+  // FP8_DYNAMIC (laguna: round to nearest) = the compressed-tensors reference on the source weight.
+  const io::TensorInfo* w = (*src)->find("model.layers.1.self_attn.q_proj.weight");
+  std::vector<float> W(static_cast<size_t>(w->numel()));
+  for (size_t i = 0; i < W.size(); ++i)
+    W[i] = bf16_to_f32(static_cast<uint16_t>(w->data[2 * i] | (w->data[2 * i + 1] << 8)));
+  auto ref = quantize_fp8_per_channel(W.data(), static_cast<int>(w->shape[0]), static_cast<int>(w->shape[1]));
+  ASSERT_TRUE(ref.ok());
+  const io::TensorInfo* q = (*dst)->find("model.layers.1.self_attn.q_proj.weight");
+  const io::TensorInfo* s = (*dst)->find("model.layers.1.self_attn.q_proj.weight_scale");
+  ASSERT_TRUE(q && s);
+  EXPECT_EQ(q->dtype, io::DType::F8_E4M3);
+  EXPECT_EQ(s->shape, (std::vector<int64_t>{w->shape[0], 1}));
+  EXPECT_TRUE(std::equal(ref->q.begin(), ref->q.end(), q->bytes().begin(), q->bytes().end()));
+  std::vector<float> scale(ref->scale.size());
+  std::memcpy(scale.data(), s->data, scale.size() * 4);
+  EXPECT_EQ(scale, ref->scale);
+}
+
+TEST_F(ExportRoundTrip, EngineRunsTheArtifact) {
+  ASSERT_EQ(build_status_, "");
+  auto e = runtime::Engine::open(out_, {});
+  ASSERT_TRUE(e.ok()) << e.message();
+  auto b = runtime::Engine::open(src_, {});
+  ASSERT_TRUE(b.ok()) << b.message();
+  const std::vector<int32_t> ids = {3, 17, 42, 99, 5, 200, 7, 1};
+  auto sq = (*e)->create_sequence();
+  auto sb = (*b)->create_sequence();
+  auto lq = (*e)->prefill(sq, ids, runtime::LogitsMode::kAll);
+  auto lb = (*b)->prefill(sb, ids, runtime::LogitsMode::kAll);
+  ASSERT_TRUE(lq.ok() && lb.ok());
+  ASSERT_EQ(lq->size(), lb->size());
+  // The quantized model differs from the teacher, but only by quantization noise: relative L2 of the logits
+  // well below 1 (a wrongly laid-out stack or a swapped gate/up gives O(1)).
+  double num = 0, den = 0;
+  for (size_t i = 0; i < lq->size(); ++i) {
+    ASSERT_TRUE(std::isfinite((*lq)[i]));
+    num += ((*lq)[i] - (*lb)[i]) * double((*lq)[i] - (*lb)[i]);
+    den += double((*lb)[i]) * (*lb)[i];
+  }
+  EXPECT_GT(num, 0.0);
+  EXPECT_LT(std::sqrt(num / den), 0.25);
+}
+
+TEST_F(ExportRoundTrip, ByteIdenticalAcrossRuns) {
+  ASSERT_EQ(build_status_, "");
+  const std::string again = tmp_dir("again");
+  Status st = build_artifact(src_, opt_, again, "laguna", method(), nullptr);
+  ASSERT_TRUE(st.ok()) << st.message();
+  const auto a = testing::dir_digests(out_), b = testing::dir_digests(again);
+  EXPECT_EQ(a, b);
+  EXPECT_TRUE(a.count("PINS.json") && a.count("cb_codebooks.pqcb") && a.count("quant_config.json"));
+  fs::remove_all(again);
+}
+
+TEST_F(ExportRoundTrip, CorruptedIndexBitIsCaughtByTheDecodeCheck) {
+  ASSERT_EQ(build_status_, "");
+  const std::string copy = tmp_dir("corrupt");
+  fs::remove_all(copy);
+  fs::copy(out_, copy, fs::copy_options::recursive);
+  // Flip bit 0 of the first index byte of the stacked gate_up_proj: the scale planes stay legal, so the
+  // reader accepts the file; only the decode comparison can tell.
+  const std::string shard = (fs::path(copy) / shard_file_name(1, 3)).string();
+  uint64_t offset = 0;
+  {
+    auto f = io::SafetensorsFile::open(shard);
+    ASSERT_TRUE(f.ok()) << f.message();
+    const io::TensorInfo* t = (*f)->find("model.layers.1.mlp.experts.gate_up_proj.cb_qweight");
+    ASSERT_NE(t, nullptr);
+    uint64_t n = 0;
+    std::ifstream in(shard, std::ios::binary);
+    in.read(reinterpret_cast<char*>(&n), 8);
+    offset = 8 + n + t->begin;
+  }
+  {
+    std::fstream io(shard, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekg(static_cast<std::streamoff>(offset));
+    char c = 0;
+    io.read(&c, 1);
+    c = static_cast<char>(c ^ 1);
+    io.seekp(static_cast<std::streamoff>(offset));
+    io.write(&c, 1);
+  }
+  EXPECT_TRUE(gridbook::Artifact::open(copy).ok());
+  auto v = verify_artifact(copy, slices_);
+  ASSERT_FALSE(v.ok());
+  EXPECT_NE(v.message().find("does not reproduce"), std::string::npos) << v.message();
+  EXPECT_NE(v.message().find("experts.0.gate_proj"), std::string::npos) << v.message();
+  fs::remove_all(copy);
+}
+
+TEST(ExportAssemble, RefusesAnIncompleteStack) {
+  auto book = lattice_codebook(*gridbook::parse_rung_name("NVFP4_CB_K12", 2));
+  ASSERT_TRUE(book.ok());
+  const InputStats in = testing::synthetic_stats("x", 256, 64, 0, 3);
+  std::vector<float> w = testing::gaussian(8 * 256, 5, 0.02);
+  std::vector<uint8_t> bytes(w.size() * 2);
+  for (size_t i = 0; i < w.size(); ++i) {
+    const uint16_t h = f32_to_bf16(w[i]);
+    bytes[2 * i] = h & 0xFF;
+    bytes[2 * i + 1] = h >> 8;
+  }
+  EncodeParams p{"NVFP4_CB_K12", "rtn", {}, {}};
+  std::vector<EncodedTensor> encs;
+  for (const char* leaf : {"gate_proj", "up_proj"}) {  // no down_proj
+    SourceWeight sw{
+        std::string("model.layers.1.mlp.experts.0.") + leaf + ".weight", io::DType::BF16, {8, 256}, bytes};
+    auto e = encode_tensor(sw, &in, p, &*book);
+    ASSERT_TRUE(e.ok()) << e.message();
+    encs.push_back(std::move(*e));
+  }
+  auto c = assemble_tensors(std::move(encs));
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.message().find("down_proj"), std::string::npos) << c.message();
+}
+
+TEST(ExportQuantConfig, GroupsIgnoreAndModuleNames) {
+  auto book = lattice_codebook(*gridbook::parse_rung_name("NVFP4_CB_K16", 2));
+  ASSERT_TRUE(book.ok());
+  ExportInfo info;
+  info.codebooks.emplace("NVFP4_CB_K16", *book);
+  info.tensor_formats = {{"model.layers.1.mlp.experts.0.gate_proj.weight", "NVFP4_CB_K16"},
+                         {"model.layers.1.mlp.experts.0.down_proj.weight", "NVFP4_CB_K16"},
+                         {"model.layers.1.mlp.gate.weight", "BF16"},
+                         {"model.layers.1.mlp.experts.e_score_correction_bias", "BF16"},
+                         {"model.layers.1.self_attn.q_proj.weight", "FP8_DYNAMIC"}};
+  auto q = build_quant_config(info);
+  ASSERT_TRUE(q.ok()) << q.message();
+  const auto& qc = q->config;
+  ASSERT_EQ(qc.groups.size(), 2u);
+  EXPECT_EQ(qc.groups[0].name, "fp8_dynamic");
+  EXPECT_EQ(qc.groups[0].targets, std::vector<std::string>{"model.layers.1.self_attn.q_proj"});
+  EXPECT_EQ(qc.groups[1].name, "nvfp4_cb_k16");
+  EXPECT_EQ(qc.groups[1].targets, (std::vector<std::string>{"model.layers.1.mlp.experts.down_proj",
+                                                            "model.layers.1.mlp.experts.gate_up_proj"}));
+  EXPECT_EQ(qc.ignore, (std::vector<std::string>{"model.layers.1.mlp.experts.e_score_correction_bias",
+                                                 "model.layers.1.mlp.gate"}));
+  EXPECT_EQ(q->tables.size(), 2u);
+  // Emitted and re-parsed, the config is the same (the reader's parser accepts what the writer emits).
+  auto back = gridbook::parse_quant_config(gridbook::emit_quant_config(qc));
+  ASSERT_TRUE(back.ok()) << back.message();
+  EXPECT_EQ(back->groups, qc.groups);
+  EXPECT_EQ(back->ignore, qc.ignore);
+  EXPECT_EQ(back->layout_version, 2);
+  // One module in two formats is refused.
+  info.tensor_formats["model.layers.1.mlp.experts.0.up_proj.weight"] = "NVFP4_CB_K12";
+  info.codebooks.emplace("NVFP4_CB_K12", *lattice_codebook(*gridbook::parse_rung_name("NVFP4_CB_K12", 2)));
+  EXPECT_FALSE(build_quant_config(info).ok());
+}
+
+}  // namespace
+}  // namespace gridq::quant
+
+namespace gridq::quant {
+namespace {
+
+// --budget-bpw pricing on synthetic statistics: every rung of the routed stack is encoded for real, its size
+// is the exact stored size (k/8 + 0.28125 bpw for K-rungs v2), its proxy cost falls as k grows, and the
+// knapsack picks the largest rung that fits the budget.
+TEST(ExportBudget, OptionsArePricedFromRealEncodings) {
+  const std::string src = tmp_dir("budget_src");
+  TinyLaguna o;
+  testing::write_tiny_laguna(src, o);
+  auto recipe = load_recipe("laguna", repo_path(""));
+  auto model = model::load_model(src);
+  ASSERT_TRUE(recipe.ok() && model.ok());
+  std::vector<SourceTensor> st;
+  for (const std::string& n : model->checkpoint->names()) {
+    const io::TensorInfo* t = model->checkpoint->find(n);
+    st.push_back({n, std::string(io::dtype_name(t->dtype)), t->shape});
+  }
+  auto plan = make_plan(*recipe, st, false);
+  ASSERT_TRUE(plan.ok());
+  QuantizeOptions qo;
+  qo.budget_bpw = 2.5;
+  qo.budget_formats = {"NVFP4_CB_K12", "NVFP4_CB_K16"};  // K20/K24 lattice books take a minute to build
+  qo.method = kSanitized ? "rtn" : "";
+  auto tasks = resolve_tasks(*recipe, *plan, *model, qo);
+  ASSERT_TRUE(tasks.ok()) << tasks.message();
+  std::map<std::string, gridbook::Codebook> books;
+  for (const char* f : {"NVFP4_CB_K12", "NVFP4_CB_K16"})
+    books.emplace(f, *lattice_codebook(*gridbook::parse_rung_name(f, 2)));
+  const InputStats wide = testing::synthetic_stats("wide", o.hidden, 300, 16, 31);
+  const InputStats narrow = testing::synthetic_stats("narrow", o.moe_inter, 300, 16, 32);
+  const LayerCapture cap = testing::synthetic_capture(o, 1, wide, narrow);
+  auto units = encode_budget_units(*tasks, 1, cap, *model->checkpoint, books);
+  ASSERT_TRUE(units.ok()) << units.message();
+  ASSERT_EQ(units->size(), 1u);
+  const BudgetUnit& u = units->front();
+  EXPECT_EQ(u.unit, "model.layers.1.mlp.experts");
+  EXPECT_EQ(u.params, int64_t{o.experts} * 3 * o.moe_inter * o.hidden);
+  ASSERT_EQ(u.options.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const int k = 12 + 4 * static_cast<int>(i);
+    EXPECT_EQ(u.options[i].bits, u.params * (4 * k + 9) / 32) << k;  // k/8 + 0.28125 bpw, exactly
+    EXPECT_EQ(u.options[i].cb_slices.size(), size_t(3 * o.experts));
+    if (i > 0) {
+      EXPECT_LT(u.options[i].half_trace, u.options[i - 1].half_trace) << k;
+    }
+  }
+  // The non-budget tensors of the layer are encoded without the stack.
+  auto base = encode_layer_tensors(*tasks, 1, &cap, *model->checkpoint, books);
+  ASSERT_TRUE(base.ok());
+  for (const auto& e : *base) {
+    EXPECT_FALSE(e.stats.tensor.ends_with("_proj.weight") &&
+                 e.stats.tensor.find(".experts.") != std::string::npos)
+        << e.stats.tensor;
+  }
+  // The knapsack over the priced options: 2.5 bpw fits K16 (2.28125) but not more; 2.0 only K12.
+  std::vector<AllocUnit> au(1);
+  au[0].name = u.unit;
+  au[0].params = u.params;
+  for (const BudgetOption& op : u.options)
+    au[0].options.push_back({op.format, double(op.bits), op.half_trace / 300.0});
+  auto ap = allocate(au, 2.5);
+  ASSERT_TRUE(ap.ok()) << ap.message();
+  EXPECT_EQ(au[0].options[static_cast<size_t>(ap->choice[0])].format, "NVFP4_CB_K16");
+  auto tight = allocate(au, 2.0);
+  ASSERT_TRUE(tight.ok()) << tight.message();
+  EXPECT_EQ(au[0].options[static_cast<size_t>(tight->choice[0])].format, "NVFP4_CB_K12");
+  fs::remove_all(src);
+}
+
+}  // namespace
+}  // namespace gridq::quant

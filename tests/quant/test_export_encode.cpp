@@ -1,0 +1,139 @@
+// encode_tensor (S5 for one Linear): every format against an independent reference — BF16 is the source bytes
+// (F32 stays F32), RTN equals the encoder library called directly, the holdout gate keeps the better of the
+// two by a recomputed output-MSE, a cold input degenerates to nearest-neighbour bytes, ½·tr(ΔW H ΔWᵀ) matches
+// a plain float64 sum, and malformed inputs are refused by name.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "pipeline_test_util.h"
+#include "quant/cb_gptq.h"
+#include "quant/encode_tensor.h"
+#include "quant/lattice_codebook.h"
+
+namespace gridq::quant {
+namespace {
+
+struct Src {
+  std::vector<float> W;
+  std::vector<uint8_t> bytes;
+  SourceWeight sw;
+  Src(const std::string& name, int R, int C, uint64_t seed)
+      : W(testing::gaussian(size_t(R) * C, seed, 0.02)) {
+    bytes.resize(W.size() * 2);
+    for (size_t i = 0; i < W.size(); ++i) {
+      const uint16_t h = f32_to_bf16(W[i]);
+      W[i] = bf16_to_f32(h);
+      bytes[2 * i] = h & 0xFF;
+      bytes[2 * i + 1] = h >> 8;
+    }
+    sw = SourceWeight{name, io::DType::BF16, {R, C}, bytes};
+  }
+};
+
+gridbook::Codebook book(const char* rung) { return *lattice_codebook(*gridbook::parse_rung_name(rung, 2)); }
+
+TEST(EncodeTensor, Bf16IsACopyOfTheSourceBytes) {
+  std::vector<float> bias = {0.5f, -1.25f, 3.0f};
+  std::vector<uint8_t> b(bias.size() * 4);
+  std::memcpy(b.data(), bias.data(), b.size());
+  SourceWeight sw{"model.layers.1.mlp.experts.e_score_correction_bias", io::DType::F32, {3}, b};
+  auto e = encode_tensor(sw, nullptr, EncodeParams{"BF16", "cb_gptq", {}, {}}, nullptr);
+  ASSERT_TRUE(e.ok()) << e.message();
+  EXPECT_EQ(e->dtype, io::DType::F32);
+  EXPECT_EQ(e->shape, (std::vector<int64_t>{3}));
+  EXPECT_EQ(e->data, b);
+  EXPECT_EQ(e->stats.encoder, "copy");
+}
+
+TEST(EncodeTensor, RtnEqualsTheEncoderLibrary) {
+  Src s("w", 32, 512, 21);
+  const InputStats in = testing::synthetic_stats("x", 512, 256, 32, 4);
+  const gridbook::Codebook cb = book("NVFP4_CB_K16");
+  auto e = encode_tensor(s.sw, &in, EncodeParams{"NVFP4_CB_K16", "rtn", {}, {}}, &cb);
+  ASSERT_TRUE(e.ok()) << e.message();
+  auto ref = encode_fp4_rtn(cb, s.W.data(), 32, 512, in.imatrix.data());
+  ASSERT_TRUE(ref.ok());
+  auto packed = pack_fp4_v2(cb.rung, *ref);
+  ASSERT_TRUE(packed.ok());
+  EXPECT_EQ(e->data, *packed);
+  EXPECT_EQ(e->w_hat, ref->w_hat);
+  EXPECT_EQ(e->stats.gate, "rtn");
+  ASSERT_TRUE(e->stats.mse_nn.has_value());
+  EXPECT_DOUBLE_EQ(*e->stats.mse_nn,
+                   holdout_output_mse(in.holdout.data(), in.n_hold, s.W.data(), ref->w_hat.data(), 32, 512));
+  // ½·tr(ΔW H ΔWᵀ) by a plain float64 triple loop.
+  double half = 0.0;
+  for (int r = 0; r < 32; ++r)
+    for (int i = 0; i < 512; ++i)
+      for (int j = 0; j < 512; ++j) {
+        const double di = double(ref->w_hat[size_t(r) * 512 + i]) - s.W[size_t(r) * 512 + i];
+        const double dj = double(ref->w_hat[size_t(r) * 512 + j]) - s.W[size_t(r) * 512 + j];
+        half += 0.5 * di * double(in.H[size_t(i) * 512 + j]) * dj;
+      }
+  EXPECT_NEAR(e->stats.half_trace, half, 1e-9 * std::abs(half) + 1e-12);
+}
+
+TEST(EncodeTensor, GateKeepsTheBetterEncodingOnHoldout) {
+  Src s("w", 32, 512, 22);
+  const InputStats in = testing::synthetic_stats("x", 512, 384, 64, 5);
+  const gridbook::Codebook cb = book("NVFP4_CB_K12");
+  auto e = encode_tensor(s.sw, &in, EncodeParams{"NVFP4_CB_K12", "cb_gptq", {}, {}}, &cb);
+  ASSERT_TRUE(e.ok()) << e.message();
+  ASSERT_TRUE(e->stats.mse_gptq && e->stats.mse_nn);
+  const double chosen =
+      holdout_output_mse(in.holdout.data(), in.n_hold, s.W.data(), e->w_hat.data(), 32, 512);
+  EXPECT_DOUBLE_EQ(chosen, std::min(*e->stats.mse_gptq, *e->stats.mse_nn));
+  EXPECT_EQ(e->stats.gate, *e->stats.mse_gptq <= *e->stats.mse_nn ? "kept_gptq" : "kept_nn");
+  EXPECT_EQ(e->stats.n, 384);
+  EXPECT_FALSE(e->stats.cold);
+  EXPECT_EQ(e->data.size(), size_t(32) * 2 * cb.rung.type_size());
+}
+
+TEST(EncodeTensor, ColdInputGivesNearestNeighbourBytes) {
+  Src s("w", 16, 256, 23);
+  const InputStats cold = testing::cold_stats("x", 256);
+  const gridbook::Codebook cb = book("NVFP4_CB_K16");
+  auto g = encode_tensor(s.sw, &cold, EncodeParams{"NVFP4_CB_K16", "cb_gptq", {}, {}}, &cb);
+  auto r = encode_tensor(s.sw, &cold, EncodeParams{"NVFP4_CB_K16", "rtn", {}, {}}, &cb);
+  ASSERT_TRUE(g.ok() && r.ok());
+  EXPECT_TRUE(g->stats.cold);
+  EXPECT_EQ(g->stats.gate, "ungated");  // no holdout rows
+  EXPECT_EQ(g->data, r->data);
+}
+
+TEST(EncodeTensor, Fp8CbAndFp8DynamicCarryRowScales) {
+  Src s("w", 16, 256, 24);
+  const InputStats in = testing::synthetic_stats("x", 256, 300, 16, 6);
+  const gridbook::Codebook cb = book("FP8_CB_K32");
+  auto c = encode_tensor(s.sw, &in, EncodeParams{"FP8_CB_K32", "cb_gptq", {}, {}}, &cb);
+  ASSERT_TRUE(c.ok()) << c.message();
+  EXPECT_EQ(c->scale.size(), 16u);
+  EXPECT_EQ(c->data.size(), size_t(16) * 128);
+  auto f = encode_tensor(s.sw, &in, EncodeParams{"FP8_DYNAMIC", "cb_gptq", {}, {}}, nullptr);
+  ASSERT_TRUE(f.ok()) << f.message();
+  EXPECT_EQ(f->dtype, io::DType::F8_E4M3);
+  EXPECT_EQ(f->data.size(), size_t(16) * 256);
+  EXPECT_TRUE(f->stats.gate == "kept_gptq" || f->stats.gate == "kept_nn");
+}
+
+TEST(EncodeTensor, RefusesMalformedInputs) {
+  Src s("model.layers.0.self_attn.q_proj.weight", 16, 256, 25);
+  const InputStats wrong = testing::synthetic_stats("layers.0.attn_in", 512, 64, 0, 7);
+  auto e = encode_tensor(s.sw, &wrong, EncodeParams{"FP8_DYNAMIC", "rtn", {}, {}}, nullptr);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.message().find("wrong capture"), std::string::npos) << e.message();
+  auto n = encode_tensor(s.sw, nullptr, EncodeParams{"FP8_DYNAMIC", "rtn", {}, {}}, nullptr);
+  ASSERT_FALSE(n.ok());
+  EXPECT_NE(n.message().find("q_proj"), std::string::npos) << n.message();
+  const InputStats ok = testing::synthetic_stats("x", 256, 64, 0, 8);
+  auto u = encode_tensor(s.sw, &ok, EncodeParams{"INT4", "rtn", {}, {}}, nullptr);
+  EXPECT_FALSE(u.ok());
+  const gridbook::Codebook v1 = *lattice_codebook(*gridbook::parse_rung_name("NVFP4_CB_K16", 1));
+  auto e1 = encode_tensor(s.sw, &ok, EncodeParams{"NVFP4_CB_K16", "rtn", {}, {}}, &v1);
+  ASSERT_FALSE(e1.ok());
+  EXPECT_NE(e1.message().find("v1"), std::string::npos) << e1.message();
+}
+
+}  // namespace
+}  // namespace gridq::quant
