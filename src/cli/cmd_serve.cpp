@@ -6,11 +6,13 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <sstream>
-#include <thread>
 
 #include "cli/cli_model.h"
 #include "cli/command.h"
+#include "gridbook/quant_config.h"
+#include "io/checkpoint.h"
 #include "io/pins.h"
 #include "io/sha256.h"
 #include "serve/api_server.h"
@@ -80,6 +82,44 @@ Expected<std::string> load_template(const ServeOpts& o) {
   return it->get<std::string>();
 }
 
+// Whether `dir` is a gridbook artifact: its config.json carries a gridbook quantization_config. Read only
+// when there is no PINS.json to verify first; a quantization_config gridq cannot read is an error here.
+Expected<bool> is_gridbook_artifact(const std::string& dir) {
+  GRIDQ_ASSIGN_OR_RETURN(nlohmann::json cfg, io::read_json_file((fs::path(dir) / "config.json").string()));
+  GRIDQ_ASSIGN_OR_RETURN(auto stub, gridbook::parse_quantization_stub(cfg));
+  return stub.has_value();
+}
+
+// server.md §11 T33 / issue #6 item 5: a gridbook artifact is served only against its PINS.json; a plain
+// Hugging Face checkpoint without one is served with a warning. Returns an error message to refuse with.
+std::optional<std::string> check_pins(const ServeOpts& o) {
+  const fs::path pins = fs::path(o.dir) / io::kPinsFile;
+  if (o.skip_pin_check) {
+    log(fmt::format("WARNING: --skip-pin-check given: the files of {} are NOT verified against {}", o.dir,
+                    io::kPinsFile));
+    return std::nullopt;
+  }
+  if (fs::exists(pins)) {
+    Status st = io::verify_pins(o.dir);
+    if (!st.ok()) return "refusing to start: " + st.message();
+    log(fmt::format("verified {} against {}", o.dir, pins.string()));
+    return std::nullopt;
+  }
+  auto artifact = is_gridbook_artifact(o.dir);
+  if (!artifact.ok())
+    return fmt::format("refusing to start: {} has no {} and its config.json cannot be checked: {}", o.dir,
+                       io::kPinsFile, artifact.message());
+  if (*artifact)
+    return fmt::format(
+        "refusing to start: {} is a gridbook artifact (config.json has a gridbook quantization_config) "
+        "but has no {}; an artifact is served only against its pins. Run `gridq pin {}` (or pass "
+        "--skip-pin-check to serve it unverified)",
+        o.dir, io::kPinsFile, o.dir);
+  log(fmt::format("WARNING: {} has no {}; files are not verified (run `gridq pin {}`)", o.dir, io::kPinsFile,
+                  o.dir));
+  return std::nullopt;
+}
+
 struct SignalState {
   std::mutex mu;
   std::condition_variable cv;
@@ -115,19 +155,9 @@ int run_serve(ServeOpts o) {
   }
 
   // 1. Pins, before any file of the artifact is parsed.
+  if (auto refusal = check_pins(o)) return fail(*refusal);
   std::string artifact_sha = "unpinned";
-  const fs::path pins = fs::path(o.dir) / io::kPinsFile;
-  if (o.skip_pin_check) {
-    log("WARNING: --skip-pin-check given: artifact files are NOT verified against PINS.json");
-  } else if (fs::exists(pins)) {
-    Status st = io::verify_pins(o.dir);
-    if (!st.ok()) return fail("refusing to start: " + st.message());
-    log(fmt::format("verified {} against {}", o.dir, pins.string()));
-  } else {
-    log(fmt::format("WARNING: {} has no {}; files are not verified (run `gridq pin {}`)", o.dir,
-                    io::kPinsFile, o.dir));
-  }
-  if (fs::exists(pins)) {
+  if (const fs::path pins = fs::path(o.dir) / io::kPinsFile; fs::exists(pins)) {
     if (auto h = io::sha256_file(pins.string()); h.ok()) artifact_sha = *h;
   }
 
@@ -242,10 +272,11 @@ int run_serve(ServeOpts o) {
 
   auto rengine = std::make_unique<serve::RuntimeEngine>(std::move(*eng), max_len,
                                                         static_cast<int64_t>(o.max_num_seqs) * max_len);
+  // One line per weight format the backend really runs, naming its kernel path (issue #6 item 5).
   for (const auto& line : rengine->describe_kernels()) log("kernel: " + line);
   log(fmt::format("model {} ({}), max_model_len {}, max_num_seqs {}, tool parser {}, reasoning parser {}",
                   names[0], spec.architecture, max_len, o.max_num_seqs, tool_parser, rparser));
-  metrics.set_info(artifact_sha, "bf16");
+  metrics.set_info(artifact_sha, serve::format_label(rengine->weight_formats()));
   serve::SchedulerOptions so;
   so.max_num_seqs = o.max_num_seqs;
   so.max_batch_tokens = o.max_batch_tokens;
@@ -254,24 +285,31 @@ int run_serve(ServeOpts o) {
   serve::Scheduler sched(*rengine, so, &metrics);
   sched.start();
   api.set_ready(mb, &sched);
-  log("ready");
+  log(o.skip_pin_check ? "ready (WARNING: UNVERIFIED files, --skip-pin-check)" : "ready");
 
   // 4. Serve until a signal, then drain.
   {
     std::unique_lock lk(sig.mu);
     sig.cv.wait(lk, [&] { return sig.count > 0; });
   }
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout * 1000));
+  using Clock = std::chrono::steady_clock;
+  const auto deadline =
+      Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout * 1000));
   if (!sched.wait_idle(deadline)) {
     log("drain timeout: aborting the remaining requests");
     sched.abort_all();
-    sched.wait_idle(std::chrono::steady_clock::now() + std::chrono::seconds(2));
+    // The aborts land at the next step boundary. A step can take seconds on a loaded machine; rather than
+    // cut those streams off, end them from here (error event and [DONE], server.md §4.8, §9).
+    if (!sched.wait_idle(Clock::now() + std::chrono::seconds(1))) api.abort_inflight();
   }
-  // Let the last responses reach their sockets before closing them.
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // stop() writes out what the requests queued (last events, [DONE]) before closing the connections.
   http.stop();
-  sched.stop();
+  // Bounded as well (timeout 0 exits within 4 s): if a step still runs, everything the clients get is
+  // already written, so exit without waiting for it (and without destroying the engine under it).
+  if (!sched.stop_within(Clock::now() + std::chrono::seconds(1))) {
+    log("stopped (an engine step was still running)");
+    std::_Exit(0);
+  }
   log("stopped");
   return 0;
 }

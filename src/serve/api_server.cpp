@@ -118,7 +118,12 @@ class Job : public std::enable_shared_from_this<Job> {
     std::lock_guard lk(mu_);
     if (finished_) return;
     finished_ = true;
-    ApiError e = status_error(status, status == 503 ? "unavailable_error" : "server_error", code, message);
+    fail(status_error(status, status == 503 ? "unavailable_error" : "server_error", code, message));
+  }
+
+ private:
+  // The request ends in an error: an HTTP error before streaming, else an error event then [DONE] (§4.8).
+  void fail(const ApiError& e) {
     if (stream_) {
       out(sse_event(error_json(e)));
       out(std::string(kSseDone));
@@ -128,7 +133,6 @@ class Job : public std::enable_shared_from_this<Job> {
     }
   }
 
- private:
   ojson take_logprobs(Choice& c) {
     if (!want_logprobs || c.pending_lps.empty()) return nullptr;
     ojson j = chat_ ? chat_logprobs_json(c.pending_lps) : completion_logprobs_json(c.pending_lps, 0);
@@ -197,18 +201,9 @@ class Job : public std::enable_shared_from_this<Job> {
     finished_ = true;
     int64_t completion_tokens = 0;
     for (const auto& c : choices) completion_tokens += c.tokens;
-    if (aborted_) {
-      ApiError e = status_error(503, "unavailable_error", "aborted",
-                                "the request was aborted (server shutting down or client gone)");
-      if (stream_) {
-        out(sse_event(error_json(e)));
-        out(std::string(kSseDone));
-        out_end();
-      } else {
-        ch_->send_error(e);
-      }
-      return;
-    }
+    if (aborted_)
+      return fail(status_error(503, "unavailable_error", "aborted",
+                               "the request was aborted (server shutting down or client gone)"));
     for (const auto& c : choices) metrics_.request_success(c.finish_reason);
     if (stream_) {
       if (include_usage)
@@ -390,16 +385,92 @@ ApiError submit_error(const SubmitError& e) {
                       e.code, e.message);
 }
 
+// Stop ids (§8): stop_token_ids, EOS unless ignore_eos, and </assistant> for chat.
+std::vector<int32_t> stop_ids_for(const GenParams& g, const ModelBinding& m, bool chat) {
+  std::vector<int32_t> ids = g.stop_token_ids;
+  if (!g.ignore_eos) ids.insert(ids.end(), m.eos_ids.begin(), m.eos_ids.end());
+  if (chat && m.end_of_turn_id >= 0) ids.push_back(m.end_of_turn_id);
+  return ids;
+}
+
+std::shared_ptr<Job> make_job(std::shared_ptr<ResponseChannel> ch, const ModelBinding& m, Metrics& metrics,
+                              bool chat, const std::string& model, const GenParams& g) {
+  auto job = std::make_shared<Job>(std::move(ch), m, metrics, chat, g.stream);
+  job->model = model;
+  job->include_usage = g.include_usage;
+  job->want_logprobs = g.logprobs;
+  return job;
+}
+
+// The output settings both routes share; chat adds reasoning and tools.
+OutputSpec output_spec(const ModelBinding& m, const GenParams& g) {
+  OutputSpec spec;
+  spec.tok = m.tok;
+  spec.stop = g.stop;
+  spec.include_stop_str = g.include_stop_str_in_output;
+  spec.skip_special = g.skip_special_tokens;
+  spec.streaming = g.stream;
+  return spec;
+}
+
+// Queues every part of a job (all or none), cancels them when the client goes away, and starts the stream.
+// False after answering with the submit error.
+bool submit_parts(Scheduler& sched, ResponseChannel& ch, Job& job,
+                  const std::vector<std::shared_ptr<SchedRequest>>& parts) {
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (auto e = sched.submit(parts[i])) {
+      for (size_t k = 0; k < i; ++k) parts[k]->cancelled = true;
+      ch.send_error(submit_error(*e));
+      return false;
+    }
+  }
+  std::vector<std::weak_ptr<SchedRequest>> wps(parts.begin(), parts.end());
+  ch.on_disconnect([wps] {
+    for (auto& w : wps)
+      if (auto p = w.lock()) p->cancelled = true;
+  });
+  job.begin_stream();
+  return true;
+}
+
 }  // namespace
 
-void ApiServer::handle_chat(const HttpRequest& req, std::shared_ptr<ResponseChannel> ch) {
+void ApiServer::track(const std::vector<std::shared_ptr<SchedRequest>>& parts) {
+  std::lock_guard lk(inflight_mu_);
+  std::erase_if(inflight_, [](const std::weak_ptr<SchedRequest>& w) { return w.expired(); });
+  inflight_.insert(inflight_.end(), parts.begin(), parts.end());
+}
+
+void ApiServer::abort_inflight() {
+  std::vector<std::shared_ptr<SchedRequest>> live;
+  {
+    std::lock_guard lk(inflight_mu_);
+    for (auto& w : inflight_)
+      if (auto p = w.lock()) live.push_back(std::move(p));
+    inflight_.clear();
+  }
+  for (auto& p : live) p->on_error(503, "shutting_down", "the server shut down before the request finished");
+}
+
+template <typename Request>
+std::optional<Request> ApiServer::validated(const HttpRequest& req, ResponseChannel& ch,
+                                            std::variant<Request, ApiError> (*parse)(const ojson&,
+                                                                                     const Limits&)) {
   ojson body;
-  if (!prepare(req, *ch, body)) return;
-  Limits lim{static_cast<int32_t>(model_.tok->vocab_size()), model_.max_model_len};
-  auto parsed = parse_chat_request(body, lim);
-  if (auto* e = std::get_if<ApiError>(&parsed)) return ch->send_error(*e);
-  ChatRequest& r = std::get<ChatRequest>(parsed);
-  if (!check_model(r.model, *ch)) return;
+  if (!prepare(req, ch, body)) return std::nullopt;
+  auto parsed = parse(body, Limits{static_cast<int32_t>(model_.tok->vocab_size()), model_.max_model_len});
+  if (auto* e = std::get_if<ApiError>(&parsed)) {
+    ch.send_error(*e);
+    return std::nullopt;
+  }
+  if (!check_model(std::get<Request>(parsed).model, ch)) return std::nullopt;
+  return std::move(std::get<Request>(parsed));
+}
+
+void ApiServer::handle_chat(const HttpRequest& req, std::shared_ptr<ResponseChannel> ch) {
+  auto parsed = validated<ChatRequest>(req, *ch, &parse_chat_request);
+  if (!parsed) return;
+  ChatRequest& r = *parsed;
 
   ojson kwargs = model_.default_template_kwargs;
   for (auto it = r.template_kwargs.begin(); it != r.template_kwargs.end(); ++it)
@@ -425,18 +496,10 @@ void ApiServer::handle_chat(const HttpRequest& req, std::shared_ptr<ResponseChan
       resolve_max_tokens(static_cast<int64_t>(prompt.size()), r.gen.max_tokens, model_.max_model_len, -1);
   if (auto* e = std::get_if<ApiError>(&mt)) return ch->send_error(*e);
 
-  std::vector<int32_t> stop_ids = r.gen.stop_token_ids;
-  if (!r.gen.ignore_eos) stop_ids.insert(stop_ids.end(), model_.eos_ids.begin(), model_.eos_ids.end());
-  if (model_.end_of_turn_id >= 0) stop_ids.push_back(model_.end_of_turn_id);
-
-  auto job = std::make_shared<Job>(ch, model_, metrics_, true, r.gen.stream);
-  job->model = r.model;
-  job->include_usage = r.gen.include_usage;
+  auto job = make_job(ch, model_, metrics_, true, r.model, r.gen);
   job->include_reasoning = r.include_reasoning;
-  job->want_logprobs = r.gen.logprobs;
   job->prompt_tokens = static_cast<int64_t>(prompt.size());
-  OutputSpec spec;
-  spec.tok = model_.tok;
+  OutputSpec spec = output_spec(model_, r.gen);
   spec.reasoning = model_.reasoning_parser;
   spec.markers = model_.markers;
   spec.initial = text::initial_reasoning_mode(prompt, model_.markers);
@@ -448,32 +511,20 @@ void ApiServer::handle_chat(const HttpRequest& req, std::shared_ptr<ResponseChan
     if (r.tool_choice == ToolChoice::kNamed) spec.filter.only_name = r.tool_choice_name;
     spec.filter.parallel = r.parallel_tool_calls;
   }
-  spec.stop = r.gen.stop;
-  spec.include_stop_str = r.gen.include_stop_str_in_output;
-  spec.skip_special = r.gen.skip_special_tokens;
-  spec.streaming = r.gen.stream;
   job->choices.resize(r.gen.n);
   for (auto& c : job->choices) c.proc = std::make_unique<OutputProcessor>(spec);
 
   auto part = std::make_shared<Part>(job, 0);
   part->prompt = std::move(prompt);
-  fill_sched(*part, r.gen, std::get<int64_t>(mt), std::move(stop_ids), 0);
-  if (auto e = sched_->submit(part)) return ch->send_error(submit_error(*e));
-  std::weak_ptr<Part> wp = part;
-  ch->on_disconnect([wp] {
-    if (auto p = wp.lock()) p->cancelled = true;
-  });
-  job->begin_stream();
+  fill_sched(*part, r.gen, std::get<int64_t>(mt), stop_ids_for(r.gen, model_, true), 0);
+  const std::vector<std::shared_ptr<SchedRequest>> parts = {part};
+  if (submit_parts(*sched_, *ch, *job, parts)) track(parts);
 }
 
 void ApiServer::handle_completions(const HttpRequest& req, std::shared_ptr<ResponseChannel> ch) {
-  ojson body;
-  if (!prepare(req, *ch, body)) return;
-  Limits lim{static_cast<int32_t>(model_.tok->vocab_size()), model_.max_model_len};
-  auto parsed = parse_completion_request(body, lim);
-  if (auto* e = std::get_if<ApiError>(&parsed)) return ch->send_error(*e);
-  CompletionRequest& r = std::get<CompletionRequest>(parsed);
-  if (!check_model(r.model, *ch)) return;
+  auto parsed = validated<CompletionRequest>(req, *ch, &parse_completion_request);
+  if (!parsed) return;
+  CompletionRequest& r = *parsed;
   if (r.prompts.size() * static_cast<size_t>(r.gen.n) > 64)
     return ch->send_error(invalid("n", "prompts x n exceeds 64 choices"));
 
@@ -499,20 +550,9 @@ void ApiServer::handle_completions(const HttpRequest& req, std::shared_ptr<Respo
     max_tokens.push_back(std::get<int64_t>(mt));
     prompts.push_back(std::move(ids));
   }
-  std::vector<int32_t> stop_ids = r.gen.stop_token_ids;
-  if (!r.gen.ignore_eos) stop_ids.insert(stop_ids.end(), model_.eos_ids.begin(), model_.eos_ids.end());
 
-  auto job = std::make_shared<Job>(ch, model_, metrics_, false, r.gen.stream);
-  job->model = r.model;
-  job->include_usage = r.gen.include_usage;
-  job->want_logprobs = r.gen.logprobs;
-  OutputSpec spec;
-  spec.tok = model_.tok;
-  spec.reasoning = false;
-  spec.stop = r.gen.stop;
-  spec.include_stop_str = r.gen.include_stop_str_in_output;
-  spec.skip_special = r.gen.skip_special_tokens;
-  spec.streaming = r.gen.stream;
+  auto job = make_job(ch, model_, metrics_, false, r.model, r.gen);
+  const OutputSpec spec = output_spec(model_, r.gen);  // raw text: no reasoning or tool parsing
   job->choices.resize(prompts.size() * r.gen.n);
   for (size_t pi = 0; pi < prompts.size(); ++pi) {
     job->prompt_tokens += static_cast<int64_t>(prompts[pi].size());
@@ -523,25 +563,15 @@ void ApiServer::handle_completions(const HttpRequest& req, std::shared_ptr<Respo
       ch_state.echo_prefix = echo;
     }
   }
-  std::vector<std::shared_ptr<Part>> parts;
+  const std::vector<int32_t> stop_ids = stop_ids_for(r.gen, model_, false);
+  std::vector<std::shared_ptr<SchedRequest>> parts;
   for (size_t pi = 0; pi < prompts.size(); ++pi) {
     auto part = std::make_shared<Part>(job, static_cast<int>(pi) * r.gen.n);
     part->prompt = std::move(prompts[pi]);
     fill_sched(*part, r.gen, max_tokens[pi], stop_ids, static_cast<int>(pi) * r.gen.n);
     parts.push_back(std::move(part));
   }
-  for (size_t i = 0; i < parts.size(); ++i) {
-    if (auto e = sched_->submit(parts[i])) {
-      for (size_t k = 0; k < i; ++k) parts[k]->cancelled = true;
-      return ch->send_error(submit_error(*e));
-    }
-  }
-  std::vector<std::weak_ptr<Part>> wps(parts.begin(), parts.end());
-  ch->on_disconnect([wps] {
-    for (auto& w : wps)
-      if (auto p = w.lock()) p->cancelled = true;
-  });
-  job->begin_stream();
+  if (submit_parts(*sched_, *ch, *job, parts)) track(parts);
 }
 
 void ApiServer::handle_models(const HttpRequest&, std::shared_ptr<ResponseChannel> ch) {

@@ -7,7 +7,9 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "serve/http_server.h"
@@ -48,6 +50,10 @@ class ApiServer {
   void set_ready(ModelBinding model, Scheduler* scheduler);
   void set_state(State s) { state_ = s; }
   State state() const { return state_; }
+  // Shutdown, when the engine did not end the aborted requests in time (it is inside a long step): ends every
+  // request still in flight from the calling thread (503, or an error event then [DONE] for streams). A late
+  // callback of the step is ignored by then.
+  void abort_inflight();
   int64_t created() const { return created_; }
 
  private:
@@ -61,6 +67,13 @@ class ApiServer {
   // Common preamble: ready check and body parse. Returns false after answering.
   bool prepare(const HttpRequest& req, ResponseChannel& ch, ojson& body);
   bool check_model(const std::string& model, ResponseChannel& ch) const;
+  // prepare(), then request validation and the served-model check shared by the generation routes.
+  // nullopt after answering.
+  template <typename Request>
+  std::optional<Request> validated(const HttpRequest& req, ResponseChannel& ch,
+                                   std::variant<Request, ApiError> (*parse)(const ojson&, const Limits&));
+
+  void track(const std::vector<std::shared_ptr<SchedRequest>>& parts);
 
   HttpServer& http_;
   Metrics& metrics_;
@@ -68,6 +81,8 @@ class ApiServer {
   ModelBinding model_;
   Scheduler* sched_ = nullptr;
   int64_t created_;
+  std::mutex inflight_mu_;
+  std::vector<std::weak_ptr<SchedRequest>> inflight_;  // submitted requests (expired once done)
 };
 
 }  // namespace gridq::serve

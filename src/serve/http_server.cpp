@@ -111,6 +111,8 @@ struct HttpServer::Impl {
   std::mutex sessions_mu;
   std::vector<std::weak_ptr<Session>> sessions;
   std::atomic<bool> stopping{false};
+  // Sessions told to close at stop() whose queued output has not reached the socket yet.
+  std::atomic<int> unflushed{0};
 
   Impl(HttpOptions o, Metrics* m, HttpServer* s) : opts(std::move(o)), metrics(m), owner(s) {}
   void do_accept();
@@ -137,7 +139,8 @@ struct Session : std::enable_shared_from_this<Session> {
   bool keep_alive = true;
   bool closed = false;
   bool draining_input = false;
-  uint64_t generation = 0;  // request counter; stale channels are ignored
+  bool stop_pending = false;  // counted in srv.unflushed until its output is flushed or it closes
+  uint64_t generation = 0;    // request counter; stale channels are ignored
   std::function<void()> disconnect_cb;
   std::string cur_handler, cur_method;
 
@@ -207,7 +210,10 @@ struct Session : std::enable_shared_from_this<Session> {
   void write_next() {
     if (out.empty()) {
       writing = false;
-      if (close_after) return graceful_close();
+      if (close_after) {
+        stop_flushed();
+        return graceful_close();
+      }
       return;
     }
     writing = true;
@@ -266,16 +272,19 @@ struct Session : std::enable_shared_from_this<Session> {
     send_full(e.status, "application/json", error_body(e), e.headers);
   }
 
-  void watch_disconnect() {
-    // A readable socket while we answer means EOF/reset (client gone) or pipelined bytes (ignored).
-    stream.socket().async_wait(
-        tcp::socket::wait_read, [self = shared_from_this(), gen = generation](beast::error_code ec) {
-          if (self->closed || gen != self->generation || !self->in_request) return;
-          if (ec) return self->notify_disconnect();
-          char c;
-          ssize_t r = ::recv(self->stream.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-          if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) self->notify_disconnect();
-        });
+  void watch_disconnect(int spurious = 0) {
+    // A readable socket while we answer means EOF/reset (client gone) or pipelined bytes (no longer
+    // watched: EOF behind them cannot be seen without reading them). The reactor may also report readiness
+    // with nothing to read (seen under load): then wait again, a bounded number of times.
+    stream.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this(), gen = generation,
+                                                        spurious](beast::error_code ec) {
+      if (self->closed || gen != self->generation || !self->in_request) return;
+      if (ec) return self->notify_disconnect();
+      char c;
+      ssize_t r = ::recv(self->stream.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) return self->notify_disconnect();
+      if (r < 0 && spurious < 64) self->watch_disconnect(spurious + 1);
+    });
   }
 
   void notify_disconnect() {
@@ -304,17 +313,36 @@ struct Session : std::enable_shared_from_this<Session> {
   }
 
   void close() {
-    if (closed) return;
+    if (closed) return stop_flushed();
     closed = true;
     notify_disconnect();
     beast::error_code ec;
     stream.socket().shutdown(tcp::socket::shutdown_both, ec);
     stream.close();
+    stop_flushed();
+  }
+
+  // Server stop: what is already queued (the last SSE events, [DONE], an abort's 503) is written first,
+  // then the connection closes; one with nothing queued closes now.
+  void close_when_flushed() {
+    stop_pending = true;
+    if (!closed && (writing || !out.empty())) {
+      close_after = true;
+      return;
+    }
+    close();
+  }
+  void stop_flushed() {
+    if (!stop_pending) return;
+    stop_pending = false;
+    --srv.unflushed;
   }
 };
 
 namespace {
 
+// A request's answer. It owns its session: a connection lives while its request does, whatever I/O is
+// pending (between two SSE writes nothing else may hold it).
 class Channel final : public ResponseChannel {
  public:
   Channel(std::shared_ptr<Session> s, uint64_t gen) : s_(std::move(s)), gen_(gen) {}
@@ -362,14 +390,12 @@ class Channel final : public ResponseChannel {
  private:
   template <typename F>
   void run(F&& f) {
-    auto s = s_.lock();
-    if (!s) return;
-    net::post(s->stream.get_executor(), [s, gen = gen_, f = std::forward<F>(f)]() mutable {
+    net::post(s_->stream.get_executor(), [s = s_, gen = gen_, f = std::forward<F>(f)]() mutable {
       if (s->closed || s->generation != gen) return;
       f(*s);
     });
   }
-  std::weak_ptr<Session> s_;
+  std::shared_ptr<Session> s_;
   uint64_t gen_;
 };
 
@@ -517,11 +543,19 @@ void HttpServer::stop() {
   });
   {
     std::lock_guard lk(im.sessions_mu);
-    for (auto& w : im.sessions)
-      if (auto s = w.lock()) net::post(s->stream.get_executor(), [s] { s->close(); });
+    for (auto& w : im.sessions) {
+      if (auto s = w.lock()) {
+        ++im.unflushed;
+        // Posted after every write a handler has already issued (strands run in order), so those are
+        // queued by the time this runs.
+        net::post(s->stream.get_executor(), [s] { s->close_when_flushed(); });
+      }
+    }
   }
-  // Give queued closes a moment, then stop the loop.
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Bounded: a client that stopped reading cannot hold the exit (server.md §9: timeout 0 exits in 4 s).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(1000);
+  while (!im.threads.empty() && im.unflushed.load() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   im.ioc.stop();
   for (auto& t : im.threads)
     if (t.joinable()) t.join();

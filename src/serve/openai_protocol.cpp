@@ -118,8 +118,10 @@ std::optional<ApiError> get_int(const ojson& b, const char* key, int64_t lo, int
   auto it = b.find(key);
   if (it == b.end()) return std::nullopt;
   if (it->is_number_unsigned()) {
+    // The JSON parser stores every non-negative literal as unsigned (0 included), so both bounds apply
+    // here too: `max_tokens: 0` must fail the lower bound like -1 does.
     uint64_t u = it->get<uint64_t>();
-    if (u > static_cast<uint64_t>(hi))
+    if (u > static_cast<uint64_t>(hi) || (lo > 0 && u < static_cast<uint64_t>(lo)))
       return invalid(key, fmt::format("{} must be an integer in [{}, {}], got {}", key, lo, hi, u));
     out = static_cast<int64_t>(u);
   } else if (it->is_number_integer()) {
@@ -558,13 +560,13 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(const ojson& 
     r.prompts.emplace_back(it->get<std::string>());
   } else if (it->is_array()) {
     if (it->empty()) return invalid("prompt", "prompt must not be empty");
-    if (it->size() > 64) return invalid("prompt", "at most 64 prompts per request");
     const auto& first = (*it)[0];
-    if (first.is_number()) {
+    if (first.is_number()) {  // one prompt of token ids: its length is checked against the context later
       std::vector<int32_t> ids;
       GQ_TRY(ids_of(*it, ids));
       r.prompts.emplace_back(std::move(ids));
     } else {
+      if (it->size() > 64) return invalid("prompt", "at most 64 prompts per request");
       for (const auto& p : *it) {
         if (p.is_string()) {
           if (p.get_ref<const std::string&>().empty())
@@ -690,14 +692,40 @@ ojson usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
   return u;
 }
 
+namespace {
+
+// The fields every response and chunk object starts with, in OpenAI's order.
+ojson object_head(const std::string& id, int64_t created, const std::string& model, const char* object) {
+  ojson out = ojson::object();
+  out["id"] = id;
+  out["object"] = object;
+  out["created"] = created;
+  out["model"] = model;
+  return out;
+}
+
+ojson response_json(ojson head, ojson choices, int64_t prompt_tokens, int64_t completion_tokens) {
+  head["choices"] = std::move(choices);
+  head["usage"] = usage_json(prompt_tokens, completion_tokens);
+  return head;
+}
+
+// A chunk carrying one choice: finish_reason "" -> null (§4 rule 6), `usage: null` when the stream reports
+// usage at its end (rule 7).
+ojson one_choice_chunk(ojson head, ojson choice, const std::string& finish_reason, const ojson& logprobs,
+                       bool include_usage_field) {
+  choice["logprobs"] = logprobs;
+  choice["finish_reason"] = finish_reason.empty() ? ojson(nullptr) : ojson(finish_reason);
+  head["choices"] = ojson::array({std::move(choice)});
+  if (include_usage_field) head["usage"] = nullptr;
+  return head;
+}
+
+}  // namespace
+
 ojson chat_response_json(const std::string& id, int64_t created, const std::string& model,
                          const std::vector<ChatChoiceOut>& choices, int64_t prompt_tokens,
                          int64_t completion_tokens, bool include_reasoning) {
-  ojson out = ojson::object();
-  out["id"] = id;
-  out["object"] = "chat.completion";
-  out["created"] = created;
-  out["model"] = model;
   ojson cs = ojson::array();
   for (const auto& c : choices) {
     ojson msg = ojson::object();
@@ -734,19 +762,13 @@ ojson chat_response_json(const std::string& id, int64_t created, const std::stri
     ch["finish_reason"] = c.finish_reason;
     cs.push_back(std::move(ch));
   }
-  out["choices"] = std::move(cs);
-  out["usage"] = usage_json(prompt_tokens, completion_tokens);
-  return out;
+  return response_json(object_head(id, created, model, "chat.completion"), std::move(cs), prompt_tokens,
+                       completion_tokens);
 }
 
 ojson completion_response_json(const std::string& id, int64_t created, const std::string& model,
                                const std::vector<CompletionChoiceOut>& choices, int64_t prompt_tokens,
                                int64_t completion_tokens) {
-  ojson out = ojson::object();
-  out["id"] = id;
-  out["object"] = "text_completion";
-  out["created"] = created;
-  out["model"] = model;
   ojson cs = ojson::array();
   for (const auto& c : choices) {
     ojson ch = ojson::object();
@@ -756,58 +778,36 @@ ojson completion_response_json(const std::string& id, int64_t created, const std
     ch["finish_reason"] = c.finish_reason;
     cs.push_back(std::move(ch));
   }
-  out["choices"] = std::move(cs);
-  out["usage"] = usage_json(prompt_tokens, completion_tokens);
-  return out;
+  return response_json(object_head(id, created, model, "text_completion"), std::move(cs), prompt_tokens,
+                       completion_tokens);
 }
 
 std::string sse_event(const ojson& j) { return "data: " + dump(j) + "\n\n"; }
 
-namespace {
-ojson chunk_head(const std::string& id, int64_t created, const std::string& model, const char* object) {
-  ojson out = ojson::object();
-  out["id"] = id;
-  out["object"] = object;
-  out["created"] = created;
-  out["model"] = model;
-  return out;
-}
-}  // namespace
-
 ojson chat_chunk_json(const std::string& id, int64_t created, const std::string& model, int index,
                       const ojson& delta, const std::string& finish_reason, const ojson& logprobs,
                       bool include_usage_field) {
-  ojson out = chunk_head(id, created, model, "chat.completion.chunk");
   ojson ch = ojson::object();
   ch["index"] = index;
   ch["delta"] = delta;
-  ch["logprobs"] = logprobs;
-  ch["finish_reason"] = finish_reason.empty() ? ojson(nullptr) : ojson(finish_reason);
-  out["choices"] = ojson::array({std::move(ch)});
-  if (include_usage_field) out["usage"] = nullptr;
-  return out;
+  return one_choice_chunk(object_head(id, created, model, "chat.completion.chunk"), std::move(ch),
+                          finish_reason, logprobs, include_usage_field);
 }
 
 ojson completion_chunk_json(const std::string& id, int64_t created, const std::string& model, int index,
                             const std::string& text, const std::string& finish_reason, const ojson& logprobs,
                             bool include_usage_field) {
-  ojson out = chunk_head(id, created, model, "text_completion");
   ojson ch = ojson::object();
   ch["index"] = index;
   ch["text"] = text;
-  ch["logprobs"] = logprobs;
-  ch["finish_reason"] = finish_reason.empty() ? ojson(nullptr) : ojson(finish_reason);
-  out["choices"] = ojson::array({std::move(ch)});
-  if (include_usage_field) out["usage"] = nullptr;
-  return out;
+  return one_choice_chunk(object_head(id, created, model, "text_completion"), std::move(ch), finish_reason,
+                          logprobs, include_usage_field);
 }
 
 ojson usage_chunk_json(const std::string& id, int64_t created, const std::string& model, const char* object,
                        int64_t prompt_tokens, int64_t completion_tokens) {
-  ojson out = chunk_head(id, created, model, object);
-  out["choices"] = ojson::array();
-  out["usage"] = usage_json(prompt_tokens, completion_tokens);
-  return out;
+  return response_json(object_head(id, created, model, object), ojson::array(), prompt_tokens,
+                       completion_tokens);
 }
 
 }  // namespace gridq::serve

@@ -1,5 +1,7 @@
 #include "serve/runtime_engine.h"
 
+#include "runtime/cpu/cpu_backend.h"
+
 namespace gridq::serve {
 
 RuntimeEngine::RuntimeEngine(std::unique_ptr<runtime::Engine> eng, int64_t max_model_len, int64_t cap)
@@ -46,9 +48,18 @@ Status RuntimeEngine::forward(std::span<const StepItem> items, std::vector<float
   return {};
 }
 
+std::vector<WeightFormatUse> RuntimeEngine::weight_formats() const {
+  // Only the CPU reference backend exists in this build; another backend reports nothing rather than a
+  // guess (the start-up log then says so).
+  const auto* cpu = dynamic_cast<const runtime::cpu::CpuBackend*>(&eng_->backend());
+  return cpu ? weight_format_uses(cpu->weights()) : std::vector<WeightFormatUse>{};
+}
+
 std::vector<std::string> RuntimeEngine::describe_kernels() const {
-  // The CPU engine runs checkpoint weights as BF16 (fp32 accumulation); the router stays BF16 as well.
-  return {"weights bf16: cpu backend, runtime/cpu matmul (bf16 x fp32 activations, fp32 accumulate)"};
+  std::vector<std::string> lines;
+  for (const auto& u : weight_formats()) lines.push_back(kernel_line(u));
+  if (lines.empty()) lines.push_back("backend is not the cpu reference: no per-format kernel report");
+  return lines;
 }
 
 }  // namespace gridq::serve

@@ -7,6 +7,7 @@
 
 #include "runtime/engine.h"
 #include "serve/engine_iface.h"
+#include "serve/weight_report.h"
 
 namespace gridq::serve {
 
@@ -22,6 +23,8 @@ class RuntimeEngine final : public EngineIface {
   void remove_sequence(SeqId id) override;
   Status forward(std::span<const StepItem> items, std::vector<float>& logits) override;
   std::vector<std::string> describe_kernels() const override;
+  // The formats of the matrices the backend runs (empty for a backend that does not expose them).
+  std::vector<WeightFormatUse> weight_formats() const;
   runtime::Engine& engine() { return *eng_; }
 
  private:

@@ -29,6 +29,18 @@ void Scheduler::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+bool Scheduler::stop_within(Clock::time_point deadline) {
+  {
+    std::unique_lock lk(mu_);
+    stop_ = true;
+    abort_flag_ = true;
+    cv_.notify_all();
+    if (thread_.joinable() && !idle_cv_.wait_until(lk, deadline, [&] { return exited_; })) return false;
+  }
+  if (thread_.joinable()) thread_.join();
+  return true;
+}
+
 std::string Scheduler::failure() const {
   std::lock_guard lk(mu_);
   return failure_;
@@ -57,7 +69,8 @@ void Scheduler::abort_all() {
 
 bool Scheduler::wait_idle(Clock::time_point deadline) {
   std::unique_lock lk(mu_);
-  return idle_cv_.wait_until(lk, deadline, [&] { return running_reqs_.load() == 0 && waiting_.empty(); });
+  return idle_cv_.wait_until(lk, deadline,
+                             [&] { return running_reqs_.load() == 0 && waiting_.empty() && !settling_; });
 }
 
 Scheduler::ReqState* Scheduler::state_of(const SchedRequest* r) {
@@ -192,6 +205,7 @@ void Scheduler::loop() {
       }
       if (!abort_running && !failed_) admit_locked();
       waiting_reqs_ = static_cast<int64_t>(waiting_.size());
+      settling_ = !aborted.empty() || !timed_out.empty();
     }
     for (auto& r : aborted) {
       if (metrics_) metrics_->request_aborted();
@@ -199,6 +213,10 @@ void Scheduler::loop() {
     }
     for (auto& r : timed_out)
       r->on_error(503, "queue_timeout", "the request waited in the queue longer than --queue-timeout");
+    if (!aborted.empty() || !timed_out.empty()) {
+      std::lock_guard lk(mu_);
+      settling_ = false;
+    }
     for (auto& s : running_)
       if (abort_running || s->req->cancelled) finish_seq(*s, FinishReason::kAbort);
     std::erase_if(running_, [](const std::unique_ptr<Seq>& s) { return s->done; });
@@ -206,6 +224,7 @@ void Scheduler::loop() {
     {
       std::unique_lock lk(mu_);
       if (stop_ && running_.empty() && waiting_.empty()) {
+        exited_ = true;
         idle_cv_.notify_all();
         return;
       }

@@ -69,6 +69,9 @@ class Scheduler {
   void start();
   // Aborts everything still queued or running and joins the thread.
   void stop();
+  // The same, but gives up waiting at `deadline` (an engine step can take long on a loaded machine): false
+  // when the thread is still inside a step; the caller must then not destroy the engine (it exits instead).
+  bool stop_within(std::chrono::steady_clock::time_point deadline);
 
   std::optional<SubmitError> submit(std::shared_ptr<SchedRequest> req);
   // Every queued and running request ends with FinishReason::kAbort at the next step boundary.
@@ -120,6 +123,9 @@ class Scheduler {
   std::vector<ReqState> reqs_;
   std::thread thread_;
   bool stop_ = false;
+  // Requests just taken off the queue (aborted, timed out) whose callbacks have not run yet: not idle.
+  bool settling_ = false;
+  bool exited_ = false;  // the loop has returned (stop_within)
   std::atomic<bool> abort_flag_{false};
   std::atomic<bool> failed_{false};
   std::string failure_;

@@ -386,4 +386,33 @@ std::optional<nlohmann::ordered_json> parse_python_literal(std::string_view s) {
   return v;
 }
 
+void ContentStream::emit(std::string& out, std::string_view s) {
+  if (s.empty()) return;
+  if (!emitted_) {
+    if (is_all_space(s)) {
+      pending_ws_.append(s);
+      return;
+    }
+    out += pending_ws_;
+    pending_ws_.clear();
+    emitted_ = true;
+  }
+  out.append(s);
+}
+
+bool ContentStream::until_open(std::string& buf, bool final, std::string& out, bool drop) {
+  static constexpr std::string_view kOpen = "<tool_call>";
+  const size_t s = buf.find(kOpen);
+  const size_t take =
+      s != std::string::npos ? s : buf.size() - (final ? 0 : partial_tag_suffix(buf, {kOpen}));
+  if (!drop) emit(out, std::string_view(buf).substr(0, take));
+  buf.erase(0, s != std::string::npos ? s + kOpen.size() : take);
+  return s != std::string::npos;
+}
+
+void ContentStream::finish(std::string& out, bool keep_space) {
+  if (keep_space) out += pending_ws_;
+  pending_ws_.clear();
+}
+
 }  // namespace gridq::text

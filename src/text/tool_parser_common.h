@@ -85,4 +85,24 @@ size_t partial_tag_suffix(std::string_view buf, std::initializer_list<std::strin
 bool is_all_space(std::string_view s);
 std::string_view trim_space(std::string_view s);
 
+// The content side of both streaming tool parsers: text outside call blocks goes to content, except
+//  - a suffix that may still grow into `<tool_call>` (held until the next feed resolves it), and
+//  - leading whitespace, held until real text follows: content that is only whitespace around calls is
+//    null in the non-streaming parse, so the stream may send it only once that cannot happen.
+class ContentStream {
+ public:
+  // Moves the text of `buf` before the next `<tool_call>` to `out` (or drops it when `drop`, e.g. text
+  // between calls) and consumes the tag: true. Without a tag it moves all but a possible partial tag (all
+  // when `final`) and returns false.
+  bool until_open(std::string& buf, bool final, std::string& out, bool drop = false);
+  // Content text that is not scanned for tags (an invalid block kept verbatim, an unterminated tail).
+  void emit(std::string& out, std::string_view s);
+  // End of generation: the held leading whitespace is content only when `keep_space`.
+  void finish(std::string& out, bool keep_space);
+
+ private:
+  std::string pending_ws_;
+  bool emitted_ = false;
+};
+
 }  // namespace gridq::text

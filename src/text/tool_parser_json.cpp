@@ -58,51 +58,25 @@ class JsonStream final : public ToolStreamParser {
   ToolStreamDelta feed(std::string_view text) override {
     buf_.append(text);
     ToolStreamDelta d;
-    run(d, false);
+    run(d);
     return d;
   }
   ToolStreamDelta finish() override {
     ToolStreamDelta d;
-    if (in_block_) {
-      emit_content(d, std::string(kOpen) + buf_);
-      buf_.clear();
-      in_block_ = false;
-    } else {
-      emit_content(d, buf_);
-      buf_.clear();
-    }
-    if (n_calls_ == 0) d.content += pending_ws_;
-    pending_ws_.clear();
+    // An unterminated block stays in content verbatim, its opening tag included.
+    content_.emit(d.content, in_block_ ? std::string(kOpen) + buf_ : buf_);
+    buf_.clear();
+    in_block_ = false;
+    content_.finish(d.content, n_calls_ == 0);
     return d;
   }
   bool saw_calls() const override { return n_calls_ > 0; }
 
  private:
-  void emit_content(ToolStreamDelta& d, std::string_view s) {
-    if (s.empty()) return;
-    if (!emitted_) {
-      if (is_all_space(s)) {
-        pending_ws_.append(s);
-        return;
-      }
-      d.content += pending_ws_;
-      pending_ws_.clear();
-      emitted_ = true;
-    }
-    d.content.append(s);
-  }
-  void run(ToolStreamDelta& d, bool final) {
+  void run(ToolStreamDelta& d) {
     for (;;) {
       if (!in_block_) {
-        size_t s = buf_.find(kOpen);
-        if (s == std::string::npos) {
-          size_t hold = final ? 0 : partial_tag_suffix(buf_, {kOpen});
-          emit_content(d, std::string_view(buf_).substr(0, buf_.size() - hold));
-          buf_.erase(0, buf_.size() - hold);
-          return;
-        }
-        emit_content(d, std::string_view(buf_).substr(0, s));
-        buf_.erase(0, s + kOpen.size());
+        if (!content_.until_open(buf_, false, d.content)) return;
         in_block_ = true;
       }
       size_t e = buf_.find(kClose);
@@ -112,15 +86,16 @@ class JsonStream final : public ToolStreamParser {
         d.calls.push_back(ToolCallDelta{n_calls_, false, "", c->arguments});
         ++n_calls_;
       } else {
-        emit_content(d, std::string(kOpen) + buf_.substr(0, e + kClose.size()));
+        content_.emit(d.content, std::string(kOpen) + buf_.substr(0, e + kClose.size()));
       }
       buf_.erase(0, e + kClose.size());
       in_block_ = false;
     }
   }
 
-  std::string buf_, pending_ws_;
-  bool in_block_ = false, emitted_ = false;
+  ContentStream content_;
+  std::string buf_;
+  bool in_block_ = false;
   int n_calls_ = 0;
 };
 

@@ -108,7 +108,7 @@ class PoolsideStream final : public ToolStreamParser {
     run(d, true);
     switch (st_) {
       case St::kContent:
-        flush_content(d, buf_, true);
+        content_.emit(d.content, buf_);
         break;
       case St::kName:
       case St::kSkipBlock:
@@ -123,11 +123,8 @@ class PoolsideStream final : public ToolStreamParser {
         close_call(d);
         break;
     }
-    if (st_ == St::kContent || !pending_ws_.empty()) {
-      // Held whitespace survives only when no call block was ever seen.
-      if (!seen_block_ && !pending_ws_.empty()) d.content += pending_ws_;
-    }
-    pending_ws_.clear();
+    // Held whitespace survives only when no call block was ever seen.
+    content_.finish(d.content, !seen_block_);
     buf_.clear();
     return d;
   }
@@ -136,21 +133,6 @@ class PoolsideStream final : public ToolStreamParser {
 
  private:
   enum class St { kContent, kName, kSkipBlock, kScan, kKey, kAfterKey, kValue, kAfterCall };
-
-  void flush_content(ToolStreamDelta& d, std::string_view s, bool final) {
-    if (s.empty()) return;
-    if (!emitted_content_) {
-      if (is_all_space(s)) {
-        pending_ws_.append(s);
-        return;
-      }
-      d.content += pending_ws_;
-      pending_ws_.clear();
-      emitted_content_ = true;
-    }
-    d.content.append(s);
-    (void) final;
-  }
 
   void close_value(ToolStreamDelta& d, std::string_view rest) {
     if (!val_dup_) {
@@ -179,31 +161,15 @@ class PoolsideStream final : public ToolStreamParser {
   void run(ToolStreamDelta& d, bool final) {
     for (;;) {
       switch (st_) {
-        case St::kContent: {
-          size_t s = buf_.find(kOpen);
-          if (s == std::string::npos) {
-            size_t hold = final ? 0 : partial_tag_suffix(buf_, {kOpen});
-            flush_content(d, std::string_view(buf_).substr(0, buf_.size() - hold), final);
-            buf_.erase(0, buf_.size() - hold);
-            return;
-          }
-          flush_content(d, std::string_view(buf_).substr(0, s), final);
+        case St::kContent:
+          if (!content_.until_open(buf_, final, d.content)) return;
           seen_block_ = true;
-          buf_.erase(0, s + kOpen.size());
           st_ = St::kName;
           break;
-        }
-        case St::kAfterCall: {
-          size_t s = buf_.find(kOpen);
-          if (s == std::string::npos) {
-            size_t hold = final ? 0 : partial_tag_suffix(buf_, {kOpen});
-            buf_.erase(0, buf_.size() - hold);
-            return;
-          }
-          buf_.erase(0, s + kOpen.size());
+        case St::kAfterCall:  // text between or after calls is dropped (rule 6)
+          if (!content_.until_open(buf_, final, d.content, /*drop=*/true)) return;
           st_ = St::kName;
           break;
-        }
         case St::kName: {
           size_t i = 0;
           while (i < buf_.size() && is_ws(buf_[i])) ++i;
@@ -318,9 +284,8 @@ class PoolsideStream final : public ToolStreamParser {
 
   ToolSchemas schemas_;
   St st_ = St::kContent;
+  ContentStream content_;
   std::string buf_;
-  std::string pending_ws_;
-  bool emitted_content_ = false;
   bool seen_block_ = false;
   int n_calls_ = 0;
   std::string name_, key_, val_buf_;

@@ -85,7 +85,6 @@ def test_t3_sdk_exception_classes(server):
         bad.models.list()
 
 
-@pytest.mark.xfail(reason="known failure, gridq serve issue still open (see the closing note of issue 6)", strict=False)
 def test_t8_integer_fields(server):
     for field in ("max_tokens", "max_completion_tokens", "n", "top_logprobs", "min_tokens"):
         for v in (-1, 2**31, 2**63, 1.5, "3", None):
@@ -114,7 +113,6 @@ def test_t11_bad_bodies(server):
     assert_error(r, 415)
 
 
-@pytest.mark.xfail(reason="known failure, gridq serve issue still open (see the closing note of issue 6)", strict=False)
 def test_t12_caps_and_trt_negatives(server):
     cases = [
         (chat(n=17), "n"), (chat(stop=["x"] * 17), "stop"), (chat(logprobs=True, top_logprobs=21), "top_logprobs"),
@@ -169,7 +167,6 @@ def test_t16_headers(server):
         assert s.recv(4096).startswith(b"HTTP/1.1 431")
 
 
-@pytest.mark.xfail(reason="known failure, gridq serve issue still open (see the closing note of issue 6)", strict=False)
 def test_t17_t18_context(server):
     long_prompt = list(range(10, 10 + 300))
     e = assert_error(post(server, "/v1/completions", {"model": MODEL_ID, "prompt": long_prompt}), 400)
@@ -177,22 +174,24 @@ def test_t17_t18_context(server):
     e = assert_error(post(server, "/v1/completions", {"model": MODEL_ID, "prompt": list(range(10, 210)),
                                                       "max_tokens": 100}), 400)
     assert e["code"] == "context_length_exceeded" and "200" in e["message"] and "100" in e["message"]
-    r = post(server, "/v1/completions", {"model": MODEL_ID, "prompt": list(range(10, 250)), "max_tokens": None,
-                                         "ignore_eos": True})
-    # Absent max_tokens for completions is 16 clamped to the room left (6).
+    # Absent max_tokens (not null: T8 makes null a 400) for completions is 16 clamped to the room left (6).
+    r = post(server, "/v1/completions", {"model": MODEL_ID, "prompt": list(range(10, 260)), "ignore_eos": True})
     assert r.status_code == 200 and r.json()["choices"][0]["finish_reason"] == "length"
     assert r.json()["usage"]["completion_tokens"] == 6
 
 
-@pytest.mark.xfail(reason="known failure, gridq serve issue still open (see the closing note of issue 6)", strict=False)
 def test_t23_health_fast_under_invalid_flood(server):
-    for _ in range(100):
-        post(server, "/v1/chat/completions", content=b"{bad")
-    t = time.time()
-    assert httpx.get(server.base + "/health").status_code == 200
-    assert time.time() - t < 0.5
-    r = post(server, "/v1/chat/completions", chat())
-    assert r.status_code == 200
+    # One client without connection reuse: every request is a fresh connection, but the client's own set-up
+    # (an SSL context: ~0.05 s idle, over 0.4 s on a loaded 2-core machine) stays out of the measured time.
+    h = dict(server.headers(), **{"Content-Type": "application/json"})
+    with httpx.Client(limits=httpx.Limits(max_keepalive_connections=0), timeout=30) as cl:
+        for _ in range(100):
+            assert_error(cl.post(server.base + "/v1/chat/completions", content=b"{bad", headers=h), 400)
+        t = time.time()
+        assert cl.get(server.base + "/health").status_code == 200
+        assert time.time() - t < 0.5
+        r = cl.post(server.base + "/v1/chat/completions", json=chat(), headers=server.headers())
+        assert r.status_code == 200
 
 
 def test_t19_disconnect_frees_sequences(server):

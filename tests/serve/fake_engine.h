@@ -53,6 +53,7 @@ class FakeEngine final : public EngineIface {
     seqs_.erase(id);
   }
   Status forward(std::span<const StepItem> items, std::vector<float>& logits) override {
+    ++forwards_started;
     if (step_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms));
     std::lock_guard lk(mu_);
     ++steps;
@@ -80,6 +81,7 @@ class FakeEngine final : public EngineIface {
   int step_delay_ms = 0;
   int64_t fail_at_step = 0;
   std::atomic<int64_t> steps{0};
+  std::atomic<int64_t> forwards_started{0};  // counted on entry: a step is in progress when > steps
   int64_t max_batch_seen = 0;
 
  private:

@@ -33,9 +33,9 @@ TEST(Protocol, ErrorShape) {
 }
 
 TEST(Protocol, BodyParsingRefusesBadJson) {
-  for (std::string bad : std::vector<std::string>
-       {"{", "{\"a\":1,\"a\":2}", "[1,", "nul", "{\"a\":\"\\ud800\"}", std::string("{\"a\":\"\xff\"}"),
-        std::string(100000, '[') + std::string(100000, ']')}) {
+  for (std::string bad : std::vector<std::string>{"{", "{\"a\":1,\"a\":2}", "[1,", "nul",
+                                                  "{\"a\":\"\\ud800\"}", std::string("{\"a\":\"\xff\"}"),
+                                                  std::string(100000, '[') + std::string(100000, ']')}) {
     auto r = parse_body_json(bad);
     ASSERT_TRUE(std::holds_alternative<ApiError>(r)) << bad.substr(0, 40);
     EXPECT_EQ(std::get<ApiError>(r).status, 400);
@@ -71,11 +71,16 @@ TEST(Protocol, IntegerFieldsRejectBadValues) {
     }
   }
   for (const char* field : {"max_tokens", "n"}) {
-    ojson b = base_chat();
-    b[field] = 0;
-    auto e = chat_err(b);
-    ASSERT_TRUE(e.has_value()) << field;
-    EXPECT_EQ(e->param, field);
+    // 0 as it arrives on the wire: the JSON parser stores non-negative literals as unsigned, a different
+    // path from a signed 0 built in C++ (which once hid `max_tokens: 0` being accepted).
+    for (bool wire : {true, false}) {
+      ojson b = base_chat();
+      b[field] = wire ? ojson::parse("0") : ojson(0);
+      ASSERT_EQ(b[field].is_number_unsigned(), wire);
+      auto e = chat_err(b);
+      ASSERT_TRUE(e.has_value()) << field << " wire=" << wire;
+      EXPECT_EQ(e->param, field);
+    }
   }
   ojson b = base_chat();
   b["seed"] = ojson::parse("9223372036854775808");
@@ -227,6 +232,20 @@ TEST(Protocol, CompletionPrompts) {
     ASSERT_TRUE(std::holds_alternative<ApiError>(r)) << j;
     EXPECT_EQ(std::get<ApiError>(r).status, 400);
   }
+  // The cap of 64 counts prompts, not the token ids of one prompt (T17 sends a 300-token id prompt: its
+  // length is the context check's business, a 400 context_length_exceeded).
+  ojson long_ids = ojson::parse(R"({"model":"m"})");
+  long_ids["prompt"] = ojson::array();
+  for (int i = 0; i < 300; ++i) long_ids["prompt"].push_back(10 + i);
+  auto lr = parse_completion_request(long_ids, kLim);
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(lr));
+  EXPECT_EQ(std::get<std::vector<int32_t>>(std::get<CompletionRequest>(lr).prompts.at(0)).size(), 300u);
+  ojson many = ojson::parse(R"({"model":"m"})");
+  many["prompt"] = ojson::array();
+  for (int i = 0; i < 65; ++i) many["prompt"].push_back("x");
+  auto mr = parse_completion_request(many, kLim);
+  ASSERT_TRUE(std::holds_alternative<ApiError>(mr));
+  EXPECT_EQ(std::get<ApiError>(mr).param, "prompt");
   auto oov = parse_completion_request(ojson::parse(R"({"model":"m","prompt":[5000]})"), kLim);
   EXPECT_NE(std::get<ApiError>(oov).message.find("out of vocabulary"), std::string::npos);
 }

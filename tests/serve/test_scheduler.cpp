@@ -204,6 +204,39 @@ TEST(Scheduler, QueueFullAndAbortAll) {
   s.stop();
 }
 
+TEST(Scheduler, IdleOnlyAfterAbortCallbacksAndStopIsBounded) {
+  // Shutdown relies on both: wait_idle() true means every aborted request (queued ones included) has had
+  // its callbacks, so its last bytes are queued; stop_within() gives up while a step is still running.
+  FakeEngine eng(kV, 4096, kLo, kHi);
+  eng.step_delay_ms = 400;
+  SchedulerOptions opts;
+  opts.max_num_seqs = 1;  // one runs, the others wait in the queue
+  Scheduler s(eng, opts, nullptr);
+  std::vector<std::shared_ptr<Recorder>> rs;
+  for (int i = 0; i < 4; ++i) {
+    rs.push_back(make_req({11, 12}, 1000));
+    ASSERT_FALSE(s.submit(rs.back()).has_value());
+  }
+  s.start();
+  while (eng.forwards_started.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  s.abort_all();
+  ASSERT_TRUE(s.wait_idle(std::chrono::steady_clock::now() + std::chrono::seconds(10)));
+  for (auto& r : rs) {
+    std::lock_guard lk(r->mu);
+    EXPECT_EQ(r->done, 1);  // already, without waiting on the recorder
+    EXPECT_EQ(r->reasons[0], FinishReason::kAbort);
+  }
+  // A new request starts a 400 ms step; stopping within 20 ms of its start cannot succeed.
+  auto late = make_req({13}, 1000);
+  ASSERT_FALSE(s.submit(late).has_value());
+  const int64_t before = eng.forwards_started.load();
+  while (eng.forwards_started.load() == before) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_FALSE(s.stop_within(std::chrono::steady_clock::now() + std::chrono::milliseconds(20)));
+  EXPECT_TRUE(s.stop_within(std::chrono::steady_clock::now() + std::chrono::seconds(10)));
+  ASSERT_TRUE(late->wait(1000));
+  EXPECT_EQ(late->reasons[0], FinishReason::kAbort);
+}
+
 TEST(Scheduler, EngineFailureReachesEveryRequest) {
   FakeEngine eng(kV, 512, kLo, kHi);
   eng.fail_at_step = 3;
