@@ -1,6 +1,6 @@
-// `gridq bench kernels [--json] [--out FILE] [--filter S] [--replays N] [--no-pdl]`: CUDA decode-kernel
-// benchmark on synthetic Laguna-S-2.1 decode shapes (src/runtime/cuda/bench.h). In a build without CUDA the
-// command exists and says so.
+// `gridq bench kernels [--json] [--out FILE] [--filter S] [--replays N] [--no-pdl] [--no-chain] [--diag]`:
+// CUDA decode-kernel benchmark on synthetic Laguna-S-2.1 decode shapes (src/runtime/cuda/bench.h). In a build
+// without CUDA the command exists and says so.
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -23,6 +23,8 @@ struct BenchFlags {
   long long min_warp_bytes = 0;
   int blocks_per_sm = -1;
   bool l2_prefetch = false;
+  bool diag = false;
+  bool no_chain = false;
 };
 
 int run_kernels(const BenchFlags& f) {
@@ -34,6 +36,8 @@ int run_kernels(const BenchFlags& f) {
   o.min_warp_bytes = f.min_warp_bytes;
   o.blocks_per_sm = f.blocks_per_sm;
   o.l2_prefetch = f.l2_prefetch;
+  o.diag = f.diag;
+  o.chain = !f.no_chain;
   auto r = cuda::run_kernel_bench(o);
   if (!r.ok()) return fail("bench kernels: " + r.message());
   if (!f.out.empty()) {
@@ -71,6 +75,9 @@ const Registrar reg{Command{
                     "Work-split tuning: fewest weight bytes per warp");
       k->add_flag("--l2-prefetch", flags->l2_prefetch,
                   "Also bulk-prefetch weight units into L2 (off by default)");
+      k->add_flag("--diag", flags->diag,
+                  "Also run the diagnostic rows: empty and streaming-read stacks, per-kernel timelines");
+      k->add_flag("--no-chain", flags->no_chain, "Skip the persistent-chain version of each stack");
       k->add_option("--blocks-per-sm", flags->blocks_per_sm, "GEMV blocks per SM (0 = all that fit)");
       return [flags]() { return run_kernels(*flags); };
     }}};

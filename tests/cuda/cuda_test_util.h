@@ -168,6 +168,61 @@ DeviceBuffer upload_vec(const std::vector<T>& v, const char* what) {
   return std::move(*b);
 }
 
+// GEMV reference in float64 and small input helpers.
+inline std::vector<uint16_t> random_bf16(size_t n, float a, Rng& r) {
+  std::vector<uint16_t> v(n);
+  for (auto& x : v) x = r.bf16(a);
+  return v;
+}
+
+// y_ref[m, n] = Σ_k w[n, k]·x[m, k] (float64), plus Σ|w·x| for the tolerance.
+inline void reference(const std::vector<double>& w, const std::vector<double>& x, int rows, int in, int M,
+                      std::vector<double>& ref, std::vector<double>& absref) {
+  ref.assign(static_cast<size_t>(M) * rows, 0.0);
+  absref.assign(ref.size(), 0.0);
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < rows; ++n) {
+      double s = 0, a = 0;
+      const double* wr = w.data() + static_cast<size_t>(n) * in;
+      const double* xr = x.data() + static_cast<size_t>(m) * in;
+      for (int k = 0; k < in; ++k) s += wr[k] * xr[k], a += std::fabs(wr[k] * xr[k]);
+      ref[static_cast<size_t>(m) * rows + n] = s;
+      absref[static_cast<size_t>(m) * rows + n] = a;
+    }
+}
+
+inline std::vector<double> widen_bf16(const std::vector<uint16_t>& v) {
+  std::vector<double> d(v.size());
+  for (size_t i = 0; i < v.size(); ++i) d[i] = bf16_to_f32(v[i]);
+  return d;
+}
+
+// The fused gate+up+SiLU·mul contract in float64:
+inline double silu(double z) { return z / (1.0 + std::exp(-z)); }
+
+// h = silu(bf16(G))·bf16(U) reference from exact sums; returns pre-QDQ values and a first-order error scale.
+inline void swiglu_ref(const std::vector<uint16_t>& w /*[2I, H]*/, const std::vector<uint16_t>& x /*[H]*/,
+                       int I, int H, std::vector<double>& h, std::vector<double>& habs) {
+  h.assign(static_cast<size_t>(I), 0);
+  habs.assign(static_cast<size_t>(I), 0);
+  for (int i = 0; i < I; ++i) {
+    double G = 0, Ga = 0, U = 0, Ua = 0;
+    for (int k = 0; k < H; ++k) {
+      const double xv = bf16_to_f32(x[static_cast<size_t>(k)]);
+      const double g = bf16_to_f32(w[static_cast<size_t>(i) * H + k]) * xv;
+      const double u = bf16_to_f32(w[static_cast<size_t>(I + i) * H + k]) * xv;
+      G += g, Ga += std::fabs(g), U += u, Ua += std::fabs(u);
+    }
+    const double gq = bf16_to_f32(f32_to_bf16(static_cast<float>(G)));
+    const double uq = bf16_to_f32(f32_to_bf16(static_cast<float>(U)));
+    h[static_cast<size_t>(i)] = silu(gq) * uq;
+    // d(silu(g)·u) = silu'(g)·u·dg + silu(g)·du, with |silu'| <= 1.1; dg ~ Ga·eps, plus the roundings of g,
+    // u.
+    habs[static_cast<size_t>(i)] =
+        1.1 * std::fabs(uq) * (Ga + std::fabs(G)) + std::fabs(silu(gq)) * (Ua + std::fabs(U));
+  }
+}
+
 // Fills a device buffer with NaN-poison so that unwritten outputs are caught.
 inline void poison(DeviceBuffer& b) { ASSERT_EQ(cudaMemset(b.as(), 0xFF, b.bytes()), cudaSuccess); }
 

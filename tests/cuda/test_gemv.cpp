@@ -22,34 +22,6 @@ Ctx& ctx() {
   return c;
 }
 
-std::vector<uint16_t> random_bf16(size_t n, float a, Rng& r) {
-  std::vector<uint16_t> v(n);
-  for (auto& x : v) x = r.bf16(a);
-  return v;
-}
-
-// y_ref[m, n] = Σ_k w[n, k]·x[m, k] (float64), plus Σ|w·x| for the tolerance.
-void reference(const std::vector<double>& w, const std::vector<double>& x, int rows, int in, int M,
-               std::vector<double>& ref, std::vector<double>& absref) {
-  ref.assign(static_cast<size_t>(M) * rows, 0.0);
-  absref.assign(ref.size(), 0.0);
-  for (int m = 0; m < M; ++m)
-    for (int n = 0; n < rows; ++n) {
-      double s = 0, a = 0;
-      const double* wr = w.data() + static_cast<size_t>(n) * in;
-      const double* xr = x.data() + static_cast<size_t>(m) * in;
-      for (int k = 0; k < in; ++k) s += wr[k] * xr[k], a += std::fabs(wr[k] * xr[k]);
-      ref[static_cast<size_t>(m) * rows + n] = s;
-      absref[static_cast<size_t>(m) * rows + n] = a;
-    }
-}
-
-std::vector<double> widen_bf16(const std::vector<uint16_t>& v) {
-  std::vector<double> d(v.size());
-  for (size_t i = 0; i < v.size(); ++i) d[i] = bf16_to_f32(v[i]);
-  return d;
-}
-
 std::vector<float> run_gemv(const DeviceMatrix& m, int M, const DeviceBuffer& x, const float* xscale,
                             OutType out) {
   const size_t n = static_cast<size_t>(M) * m.rows;

@@ -20,31 +20,6 @@ WorkspaceBuffers& wsb() {
   return w;
 }
 
-double silu(double z) { return z / (1.0 + std::exp(-z)); }
-
-// h = silu(bf16(G))·bf16(U) reference from exact sums; returns pre-QDQ values and a first-order error scale.
-void swiglu_ref(const std::vector<uint16_t>& w /*[2I, H]*/, const std::vector<uint16_t>& x /*[H]*/, int I,
-                int H, std::vector<double>& h, std::vector<double>& habs) {
-  h.assign(static_cast<size_t>(I), 0);
-  habs.assign(static_cast<size_t>(I), 0);
-  for (int i = 0; i < I; ++i) {
-    double G = 0, Ga = 0, U = 0, Ua = 0;
-    for (int k = 0; k < H; ++k) {
-      const double xv = bf16_to_f32(x[static_cast<size_t>(k)]);
-      const double g = bf16_to_f32(w[static_cast<size_t>(i) * H + k]) * xv;
-      const double u = bf16_to_f32(w[static_cast<size_t>(I + i) * H + k]) * xv;
-      G += g, Ga += std::fabs(g), U += u, Ua += std::fabs(u);
-    }
-    const double gq = bf16_to_f32(f32_to_bf16(static_cast<float>(G)));
-    const double uq = bf16_to_f32(f32_to_bf16(static_cast<float>(U)));
-    h[static_cast<size_t>(i)] = silu(gq) * uq;
-    // d(silu(g)·u) = silu'(g)·u·dg + silu(g)·du, with |silu'| <= 1.1; dg ~ Ga·eps, plus the roundings of g,
-    // u.
-    habs[static_cast<size_t>(i)] =
-        1.1 * std::fabs(uq) * (Ga + std::fabs(G)) + std::fabs(silu(gq)) * (Ua + std::fabs(U));
-  }
-}
-
 TEST(CudaMoe, Bf16SwigluSharedExpert) {
   REQUIRE_GPU();
   Rng r(900);

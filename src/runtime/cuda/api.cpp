@@ -1,5 +1,6 @@
 // Host side of the kernel API (kernels.h): argument checks that fail closed with a message naming the
 // operation and the rule, KParams setup, and cudaError_t -> Status conversion with the call site.
+#include <memory>
 #include <string>
 
 #include "runtime/cuda/cuda_check.h"
@@ -84,6 +85,8 @@ long long gemv_min_warp_bytes() { return g_min_warp_bytes; }
 void set_gemv_blocks_per_sm(int n) { raw_set_blocks_per_sm(n < 0 ? 0 : n); }
 int gemv_blocks_per_sm() { return raw_blocks_per_sm(); }
 void set_gemv_l2_prefetch(bool on) { raw_set_l2_prefetch(on); }
+void set_gemv_chain_copy_engine(bool on) { raw_set_chain_bulk(on); }
+bool gemv_chain_copy_engine() { return raw_chain_bulk(); }
 
 Status gemv(const GemvArgs& a, const Workspace& ws, cudaStream_t stream, bool pdl) {
   if (a.w == nullptr) return err("gemv: no weight matrix");
@@ -106,6 +109,61 @@ Status gemv(const GemvArgs& a, const Workspace& ws, cudaStream_t stream, bool pd
   GRIDQ_LAUNCHED(raw_gemv(fmt_of(w.format), w.k, w.layout_version, kStore, a.M > 8 ? 2 : 1, p, units, stream,
                           pdl, g_min_warp_bytes),
                  "gemv");
+  return {};
+}
+
+Status gemv_chain(const ChainStep* steps, int n, const Workspace& ws, cudaStream_t stream, bool pdl) {
+  static_assert(kMaxChainSteps == kMaxChainPhases);
+  if (steps == nullptr || n < 1 || n > kMaxChainSteps)
+    return err("gemv_chain: {} steps; a chain has 1..{}", n, kMaxChainSteps);
+  if (ws.barrier == nullptr) return err("gemv_chain: workspace has no grid barrier");
+  if (steps[0].w == nullptr) return err("gemv_chain step 0: no weight matrix");
+  const DeviceMatrix& w0 = *steps[0].w;
+  const bool swiglu = steps[0].swiglu;
+  auto c = std::make_unique<ChainParams>();  // ≈ 11 KB
+  c->n = n;
+  c->pdl = pdl ? 1 : 0;
+  c->bar = ws.barrier;
+  int nt = 1;
+  for (int i = 0; i < n; ++i) {
+    const ChainStep& st = steps[i];
+    const std::string what = "gemv_chain step " + std::to_string(i);
+    if (st.w == nullptr) return err("{}: no weight matrix", what);
+    const DeviceMatrix& w = *st.w;
+    if (w.format != w0.format ||
+        (w.format == WeightFormat::CB && (w.k != w0.k || w.layout_version != w0.layout_version)))
+      return err("{}: weight format differs from step 0 (a chain runs one format; CB: one k and version)",
+                 what);
+    if (st.swiglu != swiglu)
+      return err("{}: mixes fused gate+up and plain steps (a chain runs one kind)", what);
+    GRIDQ_RETURN_IF_ERROR(check_m(st.M, what.c_str()));
+    if (st.x == nullptr || st.y == nullptr) return err("{}: null activation or output", what);
+    KParams& p = c->ph[i];
+    GRIDQ_RETURN_IF_ERROR(fill_params(w, p, what.c_str()));
+    if (swiglu) {
+      if (w.format == WeightFormat::FP8)
+        return err("{}: no fused FP8 kernel (BF16 and NVFP4-CB K16 v2)", what);
+      if (w.rows % 32) return err("{}: rows {} is not 2·I with I a multiple of 16", what, w.rows);
+      p.rows = w.rows / 2;
+      p.R = p.rows / 16;
+      p.qdq_fp4 = st.qdq_fp4 ? 1 : 0;
+    } else {
+      if (w.format == WeightFormat::FP8 && st.xscale == nullptr)
+        return err("{}: FP8 W8A8 needs the per-token activation scales", what);
+      p.y_f32 = st.out == OutType::F32 ? 1 : 0;
+    }
+    GRIDQ_RETURN_IF_ERROR(check_ws(ws, p.R, what.c_str()));
+    p.M = st.M;
+    p.x = st.x;
+    p.xscale = st.xscale;
+    p.y = st.y;
+    p.counters = ws.counters;
+    p.partials = ws.partials;
+    if (st.M > 8) nt = 2;
+  }
+  GRIDQ_LAUNCHED(raw_gemv_chain(fmt_of(w0.format), w0.k, w0.layout_version, swiglu ? kSwiglu : kStore, nt, *c,
+                                stream, g_min_warp_bytes),
+                 "gemv_chain");
   return {};
 }
 

@@ -10,34 +10,22 @@
 #include <vector>
 
 #include "core/version.h"
+#include "runtime/cuda/bench_util.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_buffer.h"
 #include "runtime/cuda/kernels.h"
+#include "runtime/cuda/kparams.h"
 #include "runtime/cuda/relayout.h"
 #include "runtime/cuda/upload.h"
 
 namespace gridq::cuda {
-namespace {
-
-using nlohmann::json;
-
-constexpr int kStack = 48;  // distinct matrices per dense row
-constexpr int kMoeLayers = 47;
-
-struct Events {
-  cudaEvent_t a = nullptr, b = nullptr;
-  ~Events() {
-    if (a) (void)cudaEventDestroy(a);
-    if (b) (void)cudaEventDestroy(b);
-  }
-};
+namespace bench {
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
 
-// Captures `enqueue` into a graph and returns the median replay time in ms (and the spread in `spread`).
 Expected<double> time_graph(cudaStream_t s, const std::function<Status(cudaStream_t)>& enqueue,
                             const BenchOptions& o, double* spread) {
   GRIDQ_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
@@ -77,6 +65,40 @@ Expected<double> time_graph(cudaStream_t s, const std::function<Status(cudaStrea
   return t[t.size() / 2];
 }
 
+void record(Ctx& c, json row, double ms, double spread, double items, double bytes_per_item) {
+  const double us = ms * 1e3 / items;
+  const double gbs = bytes_per_item / (us * 1e-6) / 1e9;
+  row["us_per_item"] = us;
+  row["bytes_per_item"] = bytes_per_item;
+  row["gbs"] = gbs;
+  row["pct_copy"] = 100.0 * gbs / c.copy_gbs;
+  row["spread"] = spread;
+  row["pdl"] = c.o.pdl;
+  if (c.o.progress)
+    std::fprintf(stderr, "%-44s M=%-2d %9.2f us %9.2f MB %7.0f GB/s %5.1f%%\n",
+                 row["name"].get<std::string>().c_str(), row["M"].get<int>(), us, bytes_per_item / 1e6, gbs,
+                 100.0 * gbs / c.copy_gbs);
+  c.rows.push_back(std::move(row));
+}
+
+bool wanted(const Ctx& c, const std::string& name) {
+  if (c.o.filter.empty()) return true;
+  size_t b = 0;
+  while (b <= c.o.filter.size()) {
+    size_t e = c.o.filter.find('|', b);
+    if (e == std::string::npos) e = c.o.filter.size();
+    if (e > b && name.find(c.o.filter.substr(b, e - b)) != std::string::npos) return true;
+    b = e + 1;
+  }
+  return false;
+}
+
+}  // namespace bench
+
+namespace {
+
+using namespace bench;
+
 Expected<double> copy_bandwidth(cudaStream_t s, const BenchOptions& o) {
   const size_t n = size_t{1} << 30;
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer a, DeviceBuffer::alloc(n, "copy source"));
@@ -99,48 +121,13 @@ Expected<double> copy_bandwidth(cudaStream_t s, const BenchOptions& o) {
   return 2.0 * static_cast<double>(n) / (median(t) * 1e-3) / 1e9;
 }
 
-struct Ctx {
-  cudaStream_t s;
-  const BenchOptions& o;
-  Workspace ws;
-  double copy_gbs;
-  json rows = json::array();
-};
+}  // namespace
 
-void record(Ctx& c, json row, double ms, double spread, double items, double bytes_per_item) {
-  const double us = ms * 1e3 / items;
-  const double gbs = bytes_per_item / (us * 1e-6) / 1e9;
-  row["us_per_item"] = us;
-  row["bytes_per_item"] = bytes_per_item;
-  row["gbs"] = gbs;
-  row["pct_copy"] = 100.0 * gbs / c.copy_gbs;
-  row["spread"] = spread;
-  row["pdl"] = c.o.pdl;
-  if (c.o.progress)
-    std::fprintf(stderr, "%-44s M=%-2d %9.2f us %9.2f MB %7.0f GB/s %5.1f%%\n",
-                 row["name"].get<std::string>().c_str(), row["M"].get<int>(), us, bytes_per_item / 1e6, gbs,
-                 100.0 * gbs / c.copy_gbs);
-  c.rows.push_back(std::move(row));
-}
+namespace bench {
 
-// filter: '|'-separated substrings; a row runs when its name contains any of them.
-bool wanted(const Ctx& c, const std::string& name) {
-  if (c.o.filter.empty()) return true;
-  size_t b = 0;
-  while (b <= c.o.filter.size()) {
-    size_t e = c.o.filter.find('|', b);
-    if (e == std::string::npos) e = c.o.filter.size();
-    if (e > b && name.find(c.o.filter.substr(b, e - b)) != std::string::npos) return true;
-    b = e + 1;
-  }
-  return false;
-}
-
-// A stack of kStack dense or CB matrices [rows, in] (kind: "bf16", "fp8", "cbK{k}v{v}"), optionally fused
-// swiglu.
 Status dense_row(Ctx& c, const std::string& name, WeightFormat f, int k, int v, int rows, int in, int M,
-                 bool swiglu) {
-  if (!wanted(c, name)) return {};
+                 bool swiglu, TraceSummary* trace, ChainTraceSummary* chain_trace) {
+  if (trace == nullptr && !wanted(c, name)) return {};
   long long mat_bytes;
   if (f == WeightFormat::CB)
     mat_bytes = static_cast<long long>(rows / 16) * (in / 256) * cb_unit_bytes(k, v);
@@ -226,7 +213,22 @@ Status dense_row(Ctx& c, const std::string& name, WeightFormat f, int k, int v, 
     return {};
   };
   double spread = 0;
-  GRIDQ_ASSIGN_OR_RETURN(double ms, time_graph(c.s, enqueue, c.o, &spread));
+  DeviceBuffer tr;
+  if (trace != nullptr) {
+    const long long words = 4LL * 2048 * kStack;
+    GRIDQ_ASSIGN_OR_RETURN(tr, DeviceBuffer::alloc(static_cast<size_t>(words) * 8, "trace"));
+    GRIDQ_RETURN_IF_ERROR(tr.zero());
+    detail::raw_set_trace(tr.as<unsigned long long>(), words);
+  }
+  auto ms_or = time_graph(c.s, enqueue, c.o, &spread);
+  const long long trace_words = detail::raw_trace_used();
+  detail::raw_set_trace(nullptr, 0);
+  GRIDQ_ASSIGN_OR_RETURN(double ms, std::move(ms_or));
+  if (trace != nullptr) {
+    std::vector<unsigned long long> h(static_cast<size_t>(trace_words));
+    GRIDQ_RETURN_IF_ERROR(tr.download(h.data(), h.size() * 8));
+    *trace = summarize_trace(h, kStack);
+  }
   const double bytes = static_cast<double>(mat_bytes) + static_cast<double>(xb) + static_cast<double>(yb) +
                        (f == WeightFormat::FP8 ? rows * 4.0 + M * 4.0 : 0.0);
   json row = {{"name", name}, {"rows", rows},    {"in", in},
@@ -235,9 +237,57 @@ Status dense_row(Ctx& c, const std::string& name, WeightFormat f, int k, int v, 
                   : f == WeightFormat::FP8 ? "FP8 W8A8"
                                            : "BF16";
   if (swiglu) row["fused"] = "gate+up+SiLU·mul";
+  if (trace != nullptr) row["trace"] = trace->to_json();
+  row["engine"] = "graph of 48 kernels";
+  json chain_row = row;
   record(c, std::move(row), ms, spread, kStack, bytes);
+  if (!c.o.chain) return {};
+
+  // The same 48 GEMVs as ONE persistent launch (gemv_chain): a grid barrier between consecutive GEMVs, so
+  // GEMV i+1 reads its activations only after every output of GEMV i is written — the dependency a real
+  // decode chain has — while its weights stream in during GEMV i's tail.
+  auto enqueue_chain = [&](cudaStream_t s) -> Status {
+    std::vector<ChainStep> steps(static_cast<size_t>(kStack));
+    for (int i = 0; i < kStack; ++i) {
+      ChainStep& st = steps[static_cast<size_t>(i)];
+      st.w = &mats[static_cast<size_t>(i)];
+      st.M = M;
+      st.x = x.as<uint8_t>() + xb * i;
+      st.xscale = xs.as<float>() + static_cast<size_t>(M) * i;
+      st.y = y.as<uint8_t>() + yb * i;
+      st.swiglu = swiglu;
+      st.qdq_fp4 = swiglu && f == WeightFormat::CB;
+    }
+    return gemv_chain(steps.data(), kStack, c.ws, s, c.o.pdl);
+  };
+  DeviceBuffer ctr;
+  if (chain_trace != nullptr) {
+    GRIDQ_ASSIGN_OR_RETURN(ctr, DeviceBuffer::alloc(size_t{2} * 1024 * kStack * 8, "chain trace"));
+    GRIDQ_RETURN_IF_ERROR(ctr.zero());
+    detail::raw_set_chain_trace(ctr.as<unsigned long long>());
+  }
+  auto cms_or = time_graph(c.s, enqueue_chain, c.o, &spread);
+  detail::raw_set_chain_trace(nullptr);
+  GRIDQ_ASSIGN_OR_RETURN(double cms, std::move(cms_or));
+  if (chain_trace != nullptr) {
+    GRIDQ_ASSIGN_OR_RETURN(DeviceInfo info, device_info());
+    std::vector<unsigned long long> h(size_t{2} * static_cast<size_t>(info.sm_count) * kStack);
+    GRIDQ_RETURN_IF_ERROR(ctr.download(h.data(), h.size() * 8));
+    *chain_trace = summarize_chain_trace(h, kStack, info.sm_count);
+    chain_row["trace"] = chain_trace->to_json();
+  } else {
+    chain_row.erase("trace");
+  }
+  chain_row["name"] = name + " [chain]";
+  chain_row["engine"] = "persistent chain";
+  chain_row["launches_per_item"] = 1.0 / kStack;
+  record(c, std::move(chain_row), cms, spread, kStack, bytes);
   return {};
 }
+
+}  // namespace bench
+
+namespace {
 
 // 47 MoE layers (Laguna-S: H 3072, 256 experts of I 1024, top-10, K16 v2 routed, BF16 router and shared
 // expert): rmsnorm(+FP4) -> router GEMV -> route -> shared gate_up -> shared down -> routed gate_up -> down.
@@ -421,10 +471,20 @@ Expected<json> run_kernel_bench(const BenchOptions& o) {
   if (o.min_warp_bytes > 0) set_gemv_min_warp_bytes(o.min_warp_bytes);
   if (o.blocks_per_sm >= 0) set_gemv_blocks_per_sm(o.blocks_per_sm);
   set_gemv_l2_prefetch(o.l2_prefetch);
+  if (o.chain_copy_engine >= 0) set_gemv_chain_copy_engine(o.chain_copy_engine == 1);
   GRIDQ_ASSIGN_OR_RETURN(double copy, copy_bandwidth(stream.get(), o));
   if (o.progress) std::fprintf(stderr, "device-to-device copy: %.0f GB/s (read + write)\n", copy);
   Ctx c{stream.get(), o, wsb.ws, copy};
+  if (o.diag) GRIDQ_RETURN_IF_ERROR(run_diag(c));
 
+  // Rows in order of importance (the acceptance rows first), so that a run cut short still has them.
+  // NVFP4-CB K16 v2 GEMV alone at both decode shapes, M = 1, 8, 16.
+  for (int M : {1, 8, 16}) {
+    GRIDQ_RETURN_IF_ERROR(
+        dense_row(c, "cb K16 v2 3072->9216", WeightFormat::CB, 16, 2, 9216, 3072, M, false));
+    GRIDQ_RETURN_IF_ERROR(
+        dense_row(c, "cb K16 v2 9216->3072", WeightFormat::CB, 16, 2, 3072, 9216, M, false));
+  }
   // FP8 W8A8 attention projections (Laguna-S: full layers 48 heads, sliding 72; 8 KV heads).
   for (int M : {1, 8}) {
     GRIDQ_RETURN_IF_ERROR(
@@ -438,7 +498,12 @@ Expected<json> run_kernel_bench(const BenchOptions& o) {
     GRIDQ_RETURN_IF_ERROR(
         dense_row(c, "fp8 o_proj 9216->3072", WeightFormat::FP8, 0, 0, 3072, 9216, M, false));
   }
-  // BF16: shared expert, dense layer-0 MLP, lm_head.
+  // One MoE layer (stack of 47).
+  GRIDQ_RETURN_IF_ERROR(moe_row(c, 1));
+  GRIDQ_RETURN_IF_ERROR(moe_row(c, 8));
+  // BF16: lm_head, shared expert, dense layer-0 MLP.
+  GRIDQ_RETURN_IF_ERROR(
+      dense_row(c, "bf16 lm_head 3072->100352", WeightFormat::BF16, 0, 0, 100352, 3072, 1, false));
   for (int M : {1, 8}) {
     GRIDQ_RETURN_IF_ERROR(
         dense_row(c, "bf16 shared gate_up+silu 3072->2x1024", WeightFormat::BF16, 0, 0, 2048, 3072, M, true));
@@ -449,22 +514,17 @@ Expected<json> run_kernel_bench(const BenchOptions& o) {
     GRIDQ_RETURN_IF_ERROR(
         dense_row(c, "bf16 layer0 down 12288->3072", WeightFormat::BF16, 0, 0, 3072, 12288, M, false));
   }
-  GRIDQ_RETURN_IF_ERROR(
-      dense_row(c, "bf16 lm_head 3072->100352", WeightFormat::BF16, 0, 0, 100352, 3072, 1, false));
-  // NVFP4-CB GEMV alone, every rung, both decode shapes.
+  // NVFP4-CB GEMV alone, the other rungs and v1, both decode shapes.
   for (int k : {16, 12, 20, 24})
-    for (int v : {2, 1})
+    for (int v : {2, 1}) {
+      if (k == 16 && v == 2) continue;
       for (int M : {1, 8}) {
         GRIDQ_RETURN_IF_ERROR(dense_row(c, fmt::format("cb K{} v{} 3072->9216", k, v), WeightFormat::CB, k, v,
                                         9216, 3072, M, false));
         GRIDQ_RETURN_IF_ERROR(dense_row(c, fmt::format("cb K{} v{} 9216->3072", k, v), WeightFormat::CB, k, v,
                                         3072, 9216, M, false));
       }
-  GRIDQ_RETURN_IF_ERROR(dense_row(c, "cb K16 v2 3072->9216", WeightFormat::CB, 16, 2, 9216, 3072, 16, false));
-  GRIDQ_RETURN_IF_ERROR(dense_row(c, "cb K16 v2 9216->3072", WeightFormat::CB, 16, 2, 3072, 9216, 16, false));
-  // One MoE layer (stack of 47).
-  GRIDQ_RETURN_IF_ERROR(moe_row(c, 1));
-  GRIDQ_RETURN_IF_ERROR(moe_row(c, 8));
+    }
 
   json r;
   r["date"] = utc_now();
@@ -482,6 +542,8 @@ Expected<json> run_kernel_bench(const BenchOptions& o) {
   r["min_warp_bytes"] = gemv_min_warp_bytes();
   r["blocks_per_sm"] = gemv_blocks_per_sm();
   r["l2_prefetch"] = o.l2_prefetch;
+  r["chain"] = o.chain;
+  r["chain_copy_engine"] = gemv_chain_copy_engine();
   r["rows"] = c.rows;
   return r;
 }

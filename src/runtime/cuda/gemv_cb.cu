@@ -22,6 +22,22 @@ cudaError_t raw_gemv_cb(int k, int v, int mode, int nt, const KParams& p, long l
   }
 }
 
+cudaError_t raw_chain_cb(int k, int v, int mode, int nt, ChainParams& c, cudaStream_t s, long long mwb) {
+  if (v != 1 && v != 2) return cudaErrorNotSupported;
+  switch (k) {
+    case 12:
+      return cb_chain_k<12>(v, mode, nt, c, s, mwb);
+    case 16:
+      return cb_chain_k<16>(v, mode, nt, c, s, mwb);
+    case 20:
+      return cb_chain_k<20>(v, mode, nt, c, s, mwb);
+    case 24:
+      return cb_chain_k<24>(v, mode, nt, c, s, mwb);
+    default:
+      return cudaErrorNotSupported;
+  }
+}
+
 // One warp per unit; writes the decoded A-fragments (the exact values the GEMV multiplies) to their canonical
 // positions [rows, in].
 template <int K, int V>

@@ -1,6 +1,7 @@
 // NVFP4-CB GEMV instantiation helper shared by gemv_cb_k*.cu.
 #pragma once
 
+#include "runtime/cuda/chain_launch.cuh"
 #include "runtime/cuda/launch.cuh"
 
 namespace gridq::cuda::detail {
@@ -19,5 +20,17 @@ cudaError_t cb_kv(int mode, int nt, const KParams& p, long long units, cudaStrea
 template <int K>
 cudaError_t cb_k(int v, int mode, int nt, const KParams& p, long long units, cudaStream_t s, bool pdl,
                  long long mwb);
+
+template <int K, int V>
+cudaError_t cb_chain_kv(int mode, int nt, ChainParams& c, cudaStream_t s, long long mwb) {
+  if (mode == kStore) return launch_chain_nt<DecCB<K, V>, kStore>(nt, c, s, mwb);
+  if constexpr (K == 16 && V == 2) {
+    if (mode == kSwiglu) return launch_chain_nt<DecCB<K, V>, kSwiglu>(nt, c, s, mwb);
+  }
+  return cudaErrorNotSupported;
+}
+
+template <int K>
+cudaError_t cb_chain_k(int v, int mode, int nt, ChainParams& c, cudaStream_t s, long long mwb);
 
 }  // namespace gridq::cuda::detail

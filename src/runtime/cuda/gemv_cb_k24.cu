@@ -1,4 +1,4 @@
-// NVFP4_CB_K24 GEMV instantiations (v1 and v2).
+// NVFP4_CB_K24 GEMV and persistent-chain instantiations (v1 and v2).
 #include "runtime/cuda/gemv_cb.cuh"
 
 namespace gridq::cuda::detail {
@@ -8,6 +8,11 @@ cudaError_t cb_k<24>(int v, int mode, int nt, const KParams& p, long long units,
                      long long mwb) {
   return v == 2 ? cb_kv<24, 2>(mode, nt, p, units, s, pdl, mwb)
                 : cb_kv<24, 1>(mode, nt, p, units, s, pdl, mwb);
+}
+
+template <>
+cudaError_t cb_chain_k<24>(int v, int mode, int nt, ChainParams& c, cudaStream_t s, long long mwb) {
+  return v == 2 ? cb_chain_kv<24, 2>(mode, nt, c, s, mwb) : cb_chain_kv<24, 1>(mode, nt, c, s, mwb);
 }
 
 }  // namespace gridq::cuda::detail

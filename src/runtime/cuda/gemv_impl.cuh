@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "runtime/cuda/device_util.cuh"
+#include "runtime/cuda/grid_sync.cuh"
 #include "runtime/cuda/kparams.h"
 
 namespace gridq::cuda::detail {
@@ -27,6 +28,22 @@ inline constexpr int kThreadsPerBlock = kThreads;
 __device__ __forceinline__ uint4 ld16(const uint8_t* p) { return *reinterpret_cast<const uint4*>(p); }
 __device__ __forceinline__ uint32_t ld4(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 __device__ __forceinline__ uint32_t ld2(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
+// Activation loads: the read-only (non-coherent) path in a single kernel; plain coherent loads in the
+// persistent chain, where a phase reads what an earlier phase of the same launch wrote (visible after the
+// grid barrier's acquire, PTX memory model; the non-coherent path has no such guarantee). Plain loads still
+// allocate in L1, which serves other warps of the SM reading the same activations.
+template <bool kCoherent>
+__device__ __forceinline__ uint4 ldx16(const void* p) {
+  if constexpr (kCoherent) {
+    uint4 v;  // a weak ld.global (never turned into the non-coherent path), ordered after the barrier
+    asm volatile("ld.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p)
+                 : "memory");
+    return v;
+  } else
+    return __ldg(static_cast<const uint4*>(p));
+}
 
 // 16-byte asynchronous global -> shared copy (L2 only), and its group bookkeeping.
 __device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {
@@ -57,10 +74,11 @@ struct DecBF16 {
     for (int i = 0; i < 4; ++i) f.w[i] = ld16(u + i * 512 + lane * 16);
   }
   // x points at this token's row + the unit's K offset; lane t owns K [16t, 16t+16).
+  template <bool kCoherent = false>
   __device__ static void load_x(XFrag& x, const uint16_t* xr, int t, bool valid) {
     if (valid) {
-      x.v[0] = __ldg(reinterpret_cast<const uint4*>(xr + 16 * t));
-      x.v[1] = __ldg(reinterpret_cast<const uint4*>(xr + 16 * t + 8));
+      x.v[0] = ldx16<kCoherent>(xr + 16 * t);
+      x.v[1] = ldx16<kCoherent>(xr + 16 * t + 8);
     } else {
       x.v[0] = x.v[1] = make_uint4(0, 0, 0, 0);
     }
@@ -92,8 +110,9 @@ struct DecFP8 {
     f.w[0] = ld16(u + lane * 16);
     f.w[1] = ld16(u + 512 + lane * 16);
   }
+  template <bool kCoherent = false>
   __device__ static void load_x(XFrag& x, const uint8_t* xr, int t, bool valid) {
-    x.v = valid ? __ldg(reinterpret_cast<const uint4*>(xr + 16 * t)) : make_uint4(0, 0, 0, 0);
+    x.v = valid ? ldx16<kCoherent>(xr + 16 * t) : make_uint4(0, 0, 0, 0);
   }
   template <int NT>
   __device__ static void mma(const Frag& f, const XFrag (&x)[NT], float (&acc)[NT][4], const void*, int) {
@@ -138,16 +157,17 @@ struct DecCB {
     uint2* tab = static_cast<uint2*>(smem);
     const uint2* cb = reinterpret_cast<const uint2*>(p.codebook);
     constexpr int kTotal = kTabEntries * kRep, kBatch = 16;
-    for (int base = 0; base < kTotal; base += kBatch * kThreadsPerBlock) {
+    const int nt = static_cast<int>(blockDim.x);
+    for (int base = 0; base < kTotal; base += kBatch * nt) {
       uint2 v[kBatch];
 #pragma unroll
       for (int j = 0; j < kBatch; ++j) {
-        const int i = base + j * kThreadsPerBlock + static_cast<int>(threadIdx.x);
+        const int i = base + j * nt + static_cast<int>(threadIdx.x);
         if (i < kTotal) v[j] = __ldg(cb + i / kRep);
       }
 #pragma unroll
       for (int j = 0; j < kBatch; ++j) {
-        const int i = base + j * kThreadsPerBlock + static_cast<int>(threadIdx.x);
+        const int i = base + j * nt + static_cast<int>(threadIdx.x);
         if (i < kTotal) tab[i] = v[j];
       }
     }
@@ -194,10 +214,11 @@ struct DecCB {
     }
   }
 
+  template <bool kCoherent = false>
   __device__ static void load_x(XFrag& x, const uint16_t* xr, int t, bool valid) {
 #pragma unroll
     for (int i = 0; i < 8; ++i)
-      x.v[i] = valid ? __ldg(reinterpret_cast<const uint4*>(xr + 64 * t + 8 * i)) : make_uint4(0, 0, 0, 0);
+      x.v[i] = valid ? ldx16<kCoherent>(xr + 64 * t + 8 * i) : make_uint4(0, 0, 0, 0);
   }
 
   template <int J>
@@ -350,15 +371,144 @@ constexpr int kernel_smem_bytes() {
          kWarpsPerBlock * ring_stages<Dec, MODE>() * (MODE == kSwiglu ? 2 : 1) * Dec::kUnitBytes;
 }
 
+// End of a tile's K-run in one warp: a tile wholly inside the warp's range (`full`) goes straight to the
+// epilogue; a split tile posts its FP32 partial (slot `first_slot`: 0 = the warp's first tile, 1 = its last)
+// and the last of its warps to arrive sums all parts in warp order and runs the epilogue. `gw` is the warp's
+// index among the T warps that split U units; every memory access that another block or a later phase may
+// see goes through L2 (st.cg / ld.cg), so the same code serves the single kernel and the persistent chain.
+template <int NT, int MODE, int NO>
+__device__ __forceinline__ void finish_tile(const KParams& p, float (&v)[NO], unsigned tile, bool full,
+                                            int first_slot, unsigned gw, unsigned U, unsigned T, unsigned uSq,
+                                            int lane) {
+  const int g = lane >> 2, t = lane & 3, M = p.M;
+  bool do_epilogue = full;
+  if (!full) {
+    const int slot = first_slot;
+    float* part = p.partials + (static_cast<size_t>(gw) * 2 + slot) * NO * 32;
+#pragma unroll
+    for (int i = 0; i < NO; ++i) __stcg(part + i * 32 + lane, v[i]);
+    // Lane 0 publishes the warp's partial (ordered before it by __syncwarp) with a release RMW; the last
+    // arriver's acquire makes every part visible to it. No full fences: they also wait for the warp's
+    // earlier loads still in flight.
+    __syncwarp();
+    int old = 0;
+    if (lane == 0)
+      old = static_cast<int>(atom_add_acq_rel_gpu(reinterpret_cast<unsigned*>(p.counters + tile), 1));
+    old = __shfl_sync(0xffffffffu, old, 0);
+    const unsigned wf = warp_of(tile * uSq, U, T), wl = warp_of(tile * uSq + uSq - 1, U, T);
+    // Warps in [wf, wl] with a non-empty range all hold a part of this tile (empty ranges only occur when
+    // a MoE launch has fewer units than warps).
+    int nparts = 0;
+    for (unsigned w = wf; w <= wl; ++w) nparts += range_start(w, U, T) < range_start(w + 1, U, T);
+    if (old == nparts - 1) {
+      __syncwarp();  // the other lanes' partial loads are ordered after lane 0's acquire
+#pragma unroll
+      for (int i = 0; i < NO; ++i) v[i] = 0.0f;
+      // Sum the parts in warp order (deterministic); the loads of a batch are independent, so a batch
+      // costs one L2 round trip.
+      constexpr int kB = NO <= 8 ? 8 : 4;
+      for (unsigned w0 = wf; w0 <= wl; w0 += kB) {
+        float buf[kB][NO];
+#pragma unroll
+        for (int j = 0; j < kB; ++j) {
+          const unsigned w = w0 + j;
+          const unsigned ws = range_start(w, U, T);
+          const bool ok = w <= wl && ws < range_start(w + 1, U, T);
+          const int ps = tile == ws / uSq ? 0 : 1;
+          const float* src = p.partials + (static_cast<size_t>(w) * 2 + ps) * NO * 32;
+#pragma unroll
+          for (int i = 0; i < NO; ++i) buf[j][i] = ok ? __ldcg(src + i * 32 + lane) : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < kB; ++j)
+#pragma unroll
+          for (int i = 0; i < NO; ++i) v[i] += buf[j][i];
+      }
+      if (lane == 0) p.counters[tile] = 0;
+      do_epilogue = true;
+    }
+  }
+  if (do_epilogue) {
+    // ---- epilogues. Fragment: v[nt*4 + i]: row g + 8·(i >> 1), token 8·nt + 2t + (i & 1).
+    if constexpr (MODE == kStore) {
+      const int rbase = static_cast<int>(tile) * 16;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int n = 8 * nt + 2 * t + (i & 1), row = rbase + g + 8 * (i >> 1);
+          if (n >= M) continue;
+          float val = v[nt * 4 + i];
+          if (p.row_scale) val = __fmul_rn(__fmul_rn(__ldcg(p.xscale + n), p.row_scale[row]), val);
+          const long long o = static_cast<long long>(n) * p.rows + row;
+          if (p.y_f32)
+            static_cast<float*>(p.y)[o] = val;
+          else
+            static_cast<uint16_t*>(p.y)[o] = f32_to_bf16_bits(val);
+        }
+    } else if constexpr (MODE == kSwiglu) {
+      const int slot = static_cast<int>(tile / p.R), r = static_cast<int>(tile % p.R);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {  // token column 2t + c
+          const int n = 8 * nt + 2 * t + c;
+          float hv[2];
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const float gq = bf16_round(v[nt * 4 + 2 * hh + c]);
+            const float uq = bf16_round(v[NT * 4 + nt * 4 + 2 * hh + c]);
+            hv[hh] = bf16_round(__fmul_rn(silu_f32(gq), uq));
+          }
+          uint16_t out[2] = {f32_to_bf16_bits(hv[0]), f32_to_bf16_bits(hv[1])};
+          if (p.qdq_fp4) {
+            // The tile's 16 rows are one QDQ group: reduce over the 8 lanes with this t (xor 4, 8, 16).
+            float a = fmaxf(fabsf(hv[0]), fabsf(hv[1]));
+            int nan = isnan(hv[0]) || isnan(hv[1]);
+#pragma unroll
+            for (int m = 4; m < 32; m <<= 1) {
+              a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, m));
+              nan |= __shfl_xor_sync(0xffffffffu, nan, m);
+            }
+            const float s = fp4_group_scale(a);
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) out[hh] = nan ? uint16_t{0x7FC0} : fp4_qdq_elem(hv[hh], s);
+          }
+          if (n < M) {
+            uint16_t* h =
+                static_cast<uint16_t*>(p.y) + (static_cast<long long>(slot) * M + n) * p.rows + r * 16;
+            h[g] = out[0];
+            h[g + 8] = out[1];
+          }
+        }
+    } else {  // kMoeDown
+      const int rbase = static_cast<int>(tile) * 16;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int n = 8 * nt + 2 * t + (i & 1), row = rbase + g + 8 * (i >> 1);
+          if (n >= M) continue;
+          const long long o = static_cast<long long>(n) * p.rows + row;
+          float val = __fmul_rn(p.out_scale, v[nt * 4 + i]);
+          if (p.add) val = __fadd_rn(val, __ldcg(p.add + o));
+          static_cast<uint16_t*>(p.y)[o] = f32_to_bf16_bits(val);
+        }
+    }
+  }
+}
+
 template <class Dec, int NT, int MODE>
-__global__ void __launch_bounds__(kThreads) gemv_kernel(const KParams p) {
-  extern __shared__ __align__(16) unsigned char smem[];
+__device__ __forceinline__ void gemv_body(const KParams& p, unsigned char* smem) {
   constexpr int NP = MODE == kSwiglu ? 2 : 1;  // tiles per unit
   constexpr int NV = NP * NT * 4;              // accumulator floats per lane
   constexpr int kPD = (16384 / (Dec::kUnitBytes * NP)) > 1 ? 16384 / (Dec::kUnitBytes * NP) : 1;
+  const bool stamp = p.trace != nullptr && threadIdx.x == 0;
+  if (stamp) p.trace[blockIdx.x * 4] = global_timer_ns();
 
   Dec::init_smem(smem, p);
   __syncthreads();
+  if (stamp) p.trace[blockIdx.x * 4 + 1] = global_timer_ns();
   pdl_launch_dependents();
 
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -419,6 +569,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const KParams p) {
     for (int i = 0; i < kStages - 1; ++i) issue();
   }
   if (!moe) pdl_wait();
+  if (stamp) p.trace[blockIdx.x * 4 + 2] = global_timer_ns();
   if (u0 >= u1) return;
 
   const int M = p.M;
@@ -492,123 +643,13 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const KParams p) {
       }
     }
     if (tile_end) {
-      float* v = MODE == kMoeDown ? tot : acc;
-      constexpr int NO = MODE == kMoeDown ? NT * 4 : NV;
       const unsigned tile = static_cast<unsigned>(cc.tile);
       const unsigned uSq = static_cast<unsigned>(Sq);
       const bool full = seg_begin == tile * uSq && cc.q == Sq - 1;
-      bool do_epilogue = full;
-      if (!full) {
-        const int slot = tile == first_tile ? 0 : 1;
-        float* part = p.partials + (static_cast<size_t>(gw) * 2 + slot) * NO * 32;
-#pragma unroll
-        for (int i = 0; i < NO; ++i) __stcg(part + i * 32 + lane, v[i]);
-        __threadfence();
-        __syncwarp();
-        int old = 0;
-        if (lane == 0) old = atomicAdd(p.counters + tile, 1);
-        old = __shfl_sync(0xffffffffu, old, 0);
-        const unsigned wf = warp_of(tile * uSq, U, T), wl = warp_of(tile * uSq + uSq - 1, U, T);
-        // Warps in [wf, wl] with a non-empty range all hold a part of this tile (empty ranges only occur when
-        // a MoE launch has fewer units than warps).
-        int nparts = 0;
-        for (unsigned w = wf; w <= wl; ++w) nparts += range_start(w, U, T) < range_start(w + 1, U, T);
-        if (old == nparts - 1) {
-          __threadfence();
-#pragma unroll
-          for (int i = 0; i < NO; ++i) v[i] = 0.0f;
-          // Sum the parts in warp order (deterministic); the loads of a batch are independent, so a batch
-          // costs one L2 round trip.
-          constexpr int kB = NO <= 8 ? 8 : 4;
-          for (unsigned w0 = wf; w0 <= wl; w0 += kB) {
-            float buf[kB][NO];
-#pragma unroll
-            for (int j = 0; j < kB; ++j) {
-              const unsigned w = w0 + j;
-              const unsigned ws = range_start(w, U, T);
-              const bool ok = w <= wl && ws < range_start(w + 1, U, T);
-              const int ps = tile == ws / uSq ? 0 : 1;
-              const float* src = p.partials + (static_cast<size_t>(w) * 2 + ps) * NO * 32;
-#pragma unroll
-              for (int i = 0; i < NO; ++i) buf[j][i] = ok ? __ldcg(src + i * 32 + lane) : 0.0f;
-            }
-#pragma unroll
-            for (int j = 0; j < kB; ++j)
-#pragma unroll
-              for (int i = 0; i < NO; ++i) v[i] += buf[j][i];
-          }
-          if (lane == 0) p.counters[tile] = 0;
-          do_epilogue = true;
-        }
-      }
-      if (do_epilogue) {
-        // ---- epilogues. Fragment: v[nt*4 + i]: row g + 8·(i >> 1), token 8·nt + 2t + (i & 1).
-        if constexpr (MODE == kStore) {
-          const int rbase = static_cast<int>(tile) * 16;
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              const int n = 8 * nt + 2 * t + (i & 1), row = rbase + g + 8 * (i >> 1);
-              if (n >= M) continue;
-              float val = v[nt * 4 + i];
-              if (p.row_scale) val = __fmul_rn(__fmul_rn(p.xscale[n], p.row_scale[row]), val);
-              const long long o = static_cast<long long>(n) * p.rows + row;
-              if (p.y_f32)
-                static_cast<float*>(p.y)[o] = val;
-              else
-                static_cast<uint16_t*>(p.y)[o] = f32_to_bf16_bits(val);
-            }
-        } else if constexpr (MODE == kSwiglu) {
-          const int slot = static_cast<int>(tile / p.R), r = static_cast<int>(tile % p.R);
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {  // token column 2t + c
-              const int n = 8 * nt + 2 * t + c;
-              float hv[2];
-#pragma unroll
-              for (int hh = 0; hh < 2; ++hh) {
-                const float gq = bf16_round(v[nt * 4 + 2 * hh + c]);
-                const float uq = bf16_round(v[NT * 4 + nt * 4 + 2 * hh + c]);
-                hv[hh] = bf16_round(__fmul_rn(silu_f32(gq), uq));
-              }
-              uint16_t out[2] = {f32_to_bf16_bits(hv[0]), f32_to_bf16_bits(hv[1])};
-              if (p.qdq_fp4) {
-                // The tile's 16 rows are one QDQ group: reduce over the 8 lanes with this t (xor 4, 8, 16).
-                float a = fmaxf(fabsf(hv[0]), fabsf(hv[1]));
-                int nan = isnan(hv[0]) || isnan(hv[1]);
-#pragma unroll
-                for (int m = 4; m < 32; m <<= 1) {
-                  a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, m));
-                  nan |= __shfl_xor_sync(0xffffffffu, nan, m);
-                }
-                const float s = fp4_group_scale(a);
-#pragma unroll
-                for (int hh = 0; hh < 2; ++hh) out[hh] = nan ? uint16_t{0x7FC0} : fp4_qdq_elem(hv[hh], s);
-              }
-              if (n < M) {
-                uint16_t* h =
-                    static_cast<uint16_t*>(p.y) + (static_cast<long long>(slot) * M + n) * p.rows + r * 16;
-                h[g] = out[0];
-                h[g + 8] = out[1];
-              }
-            }
-        } else {  // kMoeDown
-          const int rbase = static_cast<int>(tile) * 16;
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              const int n = 8 * nt + 2 * t + (i & 1), row = rbase + g + 8 * (i >> 1);
-              if (n >= M) continue;
-              const long long o = static_cast<long long>(n) * p.rows + row;
-              float val = __fmul_rn(p.out_scale, v[nt * 4 + i]);
-              if (p.add) val = __fadd_rn(val, p.add[o]);
-              static_cast<uint16_t*>(p.y)[o] = f32_to_bf16_bits(val);
-            }
-        }
-      }
+      if constexpr (MODE == kMoeDown)
+        finish_tile<NT, MODE>(p, tot, tile, full, tile == first_tile ? 0 : 1, gw, U, T, uSq, lane);
+      else
+        finish_tile<NT, MODE>(p, acc, tile, full, tile == first_tile ? 0 : 1, gw, U, T, uSq, lane);
       zero(acc);
       if constexpr (MODE == kMoeDown) zero(tot);
       seg_begin = u + 1;
@@ -617,6 +658,14 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const KParams p) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) xf[nt] = xn[nt];
   }
+}
+
+template <class Dec, int NT, int MODE>
+__global__ void __launch_bounds__(kThreads) gemv_kernel(const KParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  gemv_body<Dec, NT, MODE>(p, smem);
+  if (p.trace != nullptr && (threadIdx.x & 31) == 0)
+    atomicMax(p.trace + blockIdx.x * 4 + 3, global_timer_ns());
 }
 
 }  // namespace gridq::cuda::detail

@@ -38,8 +38,9 @@ struct DeviceMatrix {
 // (each kernel touches it only after waiting for its predecessor); the counters are returned to zero by
 // every kernel.
 struct Workspace {
-  int* counters = nullptr;    // [kMaxCounters], zero-initialised once
-  float* partials = nullptr;  // [kMaxPartialFloats]
+  int* counters = nullptr;      // [kMaxCounters], zero-initialised once
+  float* partials = nullptr;    // [kMaxPartialFloats]
+  unsigned* barrier = nullptr;  // [2] grid barrier of the persistent chain, zero-initialised once
   static constexpr long long kMaxCounters = 1 << 15;
   static constexpr long long kMaxPartialFloats = 1LL << 23;
 };
@@ -68,6 +69,28 @@ void set_gemv_blocks_per_sm(int n);
 int gemv_blocks_per_sm();
 // Bulk L2 prefetch of weight units ahead of the loads (default off: measured slower, docs/kernels.md).
 void set_gemv_l2_prefetch(bool on);
+
+// Persistent chain: runs the steps in order in ONE launch (one block per SM, all resident), a grid barrier
+// between consecutive steps, so step i+1 may read anything step i wrote (e.g. x of step i+1 = y of step i).
+// Weights of later steps stream while earlier steps finish; only activations wait for the barrier. All steps
+// use one weight format (CB: one k and layout version) and one kind (all plain GEMV or all fused gate+up
+// +SiLU·mul); 1..kMaxChainSteps steps. Each step is exactly what gemv() / gemv_swiglu() computes.
+inline constexpr int kMaxChainSteps = 48;
+struct ChainStep {
+  const DeviceMatrix* w = nullptr;
+  int M = 1;
+  const void* x = nullptr;
+  const float* xscale = nullptr;  // FP8 W8A8: per-token scales of x
+  void* y = nullptr;              // swiglu: h, BF16 [M, rows/2]
+  OutType out = OutType::BF16;    // plain GEMV only
+  bool swiglu = false;
+  bool qdq_fp4 = false;  // swiglu only
+};
+Status gemv_chain(const ChainStep* steps, int n, const Workspace& ws, cudaStream_t stream, bool pdl);
+// How the chain's weight ring is filled: copy-engine bulk copies completing on mbarriers (true) or per-lane
+// cp.async (false, default: measured equal or faster). Both compute the same bytes; kept for measurement.
+void set_gemv_chain_copy_engine(bool on);
+bool gemv_chain_copy_engine();
 
 // Fused gate+up (+SiLU·mul) over a [2I, in] matrix whose rows 0..I-1 are gate and I..2I-1 up:
 // h[m, i] = bf16(silu(bf16(gate))·bf16(up)), then optionally the FP4 activation QDQ (format.md §14.1) on each

@@ -46,15 +46,46 @@ struct KParams {
   int* counters;
   float* partials;
   int l2_prefetch;  // 1: bulk-prefetch weight units into L2 ahead of the loads
+  // Diagnostics (bench --diag): when set, per block [start, tables ready, dependency released, end] in
+  // %globaltimer ns at trace[4·block ...]; null in normal use.
+  unsigned long long* trace;
+  int warps;  // persistent chain: warps that split this phase (0 = all); set by the launcher
+};
+
+// Persistent chain (chain_impl.cuh): `n` GEMV phases of one format and mode in one launch, a grid barrier
+// between consecutive phases (phase i+1 reads its activations only after every output of phase i is written);
+// weight bytes stream through each warp's ring across phase boundaries. Passed by value (≈ 11 KB of kernel
+// parameters at 48 phases; sm_90 allows 32 KB).
+inline constexpr int kMaxChainPhases = 48;
+struct ChainParams {
+  int n;
+  int pdl;
+  int bulk;                   // 1: the ring is filled by copy-engine bulk copies (mbarriers); 0: cp.async
+  unsigned* bar;              // 2 words, zero once (Workspace::barrier)
+  unsigned long long* trace;  // diagnostics: [n][blocks][2] = (past the barrier, phase done); null normally
+  KParams ph[kMaxChainPhases];
 };
 
 // Launches the GEMV engine for (format, k, layout_version, mode, token tiles nt = 1|2). Returns
 // cudaErrorNotSupported when that combination is not instantiated.
 cudaError_t raw_gemv(int fmt, int k, int v, int mode, int nt, const KParams& p, long long max_units,
                      cudaStream_t s, bool pdl, long long min_warp_bytes);
+// Launches the persistent chain for (format, k, layout_version, mode, nt); c.ph[i].warps are filled in here.
+// Returns cudaErrorNotSupported when that combination is not instantiated.
+cudaError_t raw_gemv_chain(int fmt, int k, int v, int mode, int nt, ChainParams& c, cudaStream_t s,
+                           long long min_warp_bytes);
+// Diagnostics: while set, chain launches record per-phase block timestamps there ([n][blocks][2] words).
+void raw_set_chain_trace(unsigned long long* base);
+// The chain's ring: copy-engine bulk copies (true) or per-lane cp.async (false, default).
+void raw_set_chain_bulk(bool on);
+bool raw_chain_bulk();
 void raw_set_blocks_per_sm(int n);
 void raw_set_l2_prefetch(bool on);  // 0 = automatic (half the occupancy)
 int raw_blocks_per_sm();
+// Diagnostics: while `base` is set, each GEMV launch gets its own trace slice (4 words per block) taken from
+// `base` in launch order; returns the words used so far.
+void raw_set_trace(unsigned long long* base, long long capacity);
+long long raw_trace_used();
 cudaError_t raw_cb_decode(int k, int v, const KParams& p, uint16_t* out, cudaStream_t s);
 
 cudaError_t raw_quantize_fp8(const uint16_t* x, int M, int K, uint8_t* q, float* s, cudaStream_t st,
@@ -65,6 +96,13 @@ cudaError_t raw_rmsnorm(const uint16_t* x, const uint16_t* w, int M, int H, floa
 cudaError_t raw_route(const float* logits, const float* bias, int M, int E, int topk, int* nslots,
                       int* slot_expert, float* slot_weight, int* topk_ids, float* topk_w, cudaStream_t st,
                       bool pdl);
+
+// Diagnostic kernels (diag.cu).
+cudaError_t raw_diag_empty(int blocks, bool pdl, cudaStream_t s);
+cudaError_t raw_diag_stream(const void* src, size_t bytes, uint32_t* out, int blocks_per_sm, bool pdl,
+                            bool early, cudaStream_t s);
+cudaError_t raw_diag_stream_persistent(const void* src, size_t bytes_each, int count, uint32_t* out,
+                                       unsigned* bar, cudaStream_t s);
 
 cudaError_t raw_fill_bytes(void* p, size_t n, uint64_t seed, cudaStream_t s);
 cudaError_t raw_fill_bf16(uint16_t* p, size_t n, float a, uint64_t seed, cudaStream_t s);

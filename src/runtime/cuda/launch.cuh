@@ -40,6 +40,8 @@ const KernelShape& kernel_shape() {
 // kernel of a stack, see docs/kernels.md); n > 0 caps it.
 inline int g_blocks_per_sm_cap = 0;
 inline bool g_l2_prefetch = false;  // measured slower than the cp.async ring alone (docs/kernels.md)
+inline unsigned long long* g_trace_base = nullptr;  // diagnostics only (raw_set_trace)
+inline long long g_trace_cap = 0, g_trace_used = 0;
 
 template <class Dec, int NT, int MODE>
 cudaError_t launch_gemv_kernel(const KParams& p, long long max_units, cudaStream_t stream, bool pdl,
@@ -70,6 +72,11 @@ cudaError_t launch_gemv_kernel(const KParams& p, long long max_units, cudaStream
   cfg.numAttrs = pdl ? 1 : 0;
   KParams q = p;
   q.l2_prefetch = g_l2_prefetch ? 1 : 0;
+  q.trace = nullptr;
+  if (g_trace_base != nullptr && g_trace_used + blocks * 4 <= g_trace_cap) {
+    q.trace = g_trace_base + g_trace_used;
+    g_trace_used += blocks * 4;
+  }
   cudaError_t e = cudaLaunchKernelEx(&cfg, gemv_kernel<Dec, NT, MODE>, q);
   if (e != cudaSuccess) return e;
   return cudaGetLastError();

@@ -127,8 +127,11 @@ Expected<WorkspaceBuffers> WorkspaceBuffers::create() {
   GRIDQ_ASSIGN_OR_RETURN(
       b.partials,
       DeviceBuffer::alloc(static_cast<size_t>(Workspace::kMaxPartialFloats) * 4, "split-K partials"));
+  GRIDQ_ASSIGN_OR_RETURN(b.barrier, DeviceBuffer::alloc(16, "chain grid barrier"));
+  GRIDQ_RETURN_IF_ERROR(b.barrier.zero());
   b.ws.counters = b.counters.as<int>();
   b.ws.partials = b.partials.as<float>();
+  b.ws.barrier = b.barrier.as<unsigned>();
   return b;
 }
 

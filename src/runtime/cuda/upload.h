@@ -35,7 +35,7 @@ Expected<DeviceWeights> upload_bf16(int rows, int in, int experts, std::span<con
 
 // Owns a split-K workspace (kernels.h) sized for any launch.
 struct WorkspaceBuffers {
-  DeviceBuffer counters, partials;
+  DeviceBuffer counters, partials, barrier;
   Workspace ws;
   static Expected<WorkspaceBuffers> create();
 };
