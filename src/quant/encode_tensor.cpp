@@ -28,6 +28,32 @@ CbGptqOptions gptq_options(const EncodeParams& p) {
   return o;
 }
 
+// The rule's encoder for every quantized format: CB-GPTQ, gated on held-out output-MSE against the
+// no-feedback encoding when holdout rows exist (quantizer.md §5 line 11), or RTN alone. `hat(e)` gives an
+// encoding's decoded weights [R, C]; the outcome goes into st.gate / st.mse_*.
+template <class Enc, class Gptq, class Rtn, class Hat>
+Expected<Enc> run_encoder(bool gptq, bool gate, const Gptq& run_gptq, const Rtn& run_rtn, const Hat& hat,
+                          const float* Xh, int64_t n_hold, const float* W, int R, int C, LinearStats& st) {
+  if (!gptq) {
+    st.gate = "rtn";
+    return run_rtn();
+  }
+  GRIDQ_ASSIGN_OR_RETURN(Enc g, run_gptq());
+  if (!gate) {
+    st.gate = "ungated";
+    return g;
+  }
+  GRIDQ_ASSIGN_OR_RETURN(Enc nn, run_rtn());
+  st.mse_gptq = holdout_output_mse(Xh, n_hold, W, hat(g).data(), R, C);
+  st.mse_nn = holdout_output_mse(Xh, n_hold, W, hat(nn).data(), R, C);
+  if (*st.mse_gptq <= *st.mse_nn) {
+    st.gate = "kept_gptq";
+    return g;
+  }
+  st.gate = "kept_nn";
+  return nn;
+}
+
 }  // namespace
 
 nlohmann::json LinearStats::to_json() const {
@@ -148,36 +174,17 @@ Expected<EncodedTensor> encode_tensor(const SourceWeight& w, const InputStats* i
 
   if (fp8_dynamic) {
     out.dtype = io::DType::F8_E4M3;
-    Fp8Weights chosen;
-    if (gptq) {
-      GRIDQ_ASSIGN_OR_RETURN(
-          chosen, quantize_fp8_per_channel_gptq(W, R, C, H, in->n, p.cb_gptq.damp, p.cb_gptq.block));
+    const auto run_gptq = [&] {
       st.damp = in->n > 0 ? p.cb_gptq.damp : 0.0;
-      if (gate) {
-        GRIDQ_ASSIGN_OR_RETURN(Fp8Weights nn, quantize_fp8_per_channel(W, R, C));
-        const std::vector<float> nn_hat = dequantize_fp8(nn);
-        const std::vector<float> g_hat = dequantize_fp8(chosen);
-        st.mse_gptq = holdout_output_mse(Xh, n_hold, W, g_hat.data(), R, C);
-        st.mse_nn = holdout_output_mse(Xh, n_hold, W, nn_hat.data(), R, C);
-        if (*st.mse_gptq <= *st.mse_nn) {
-          st.gate = "kept_gptq";
-        } else {
-          st.gate = "kept_nn";
-          chosen = std::move(nn);
-        }
-      } else {
-        st.gate = "ungated";
-      }
-    } else {
-      GRIDQ_ASSIGN_OR_RETURN(chosen, quantize_fp8_per_channel(W, R, C));
-      st.gate = "rtn";
-    }
+      return quantize_fp8_per_channel_gptq(W, R, C, H, in->n, p.cb_gptq.damp, p.cb_gptq.block);
+    };
+    const auto run_rtn = [&] { return quantize_fp8_per_channel(W, R, C); };
+    GRIDQ_ASSIGN_OR_RETURN(
+        Fp8Weights chosen,
+        run_encoder<Fp8Weights>(gptq, gate, run_gptq, run_rtn, dequantize_fp8, Xh, n_hold, W, R, C, st));
+    out.w_hat = dequantize_fp8(chosen);
     out.data = std::move(chosen.q);
     out.scale = std::move(chosen.scale);
-    out.w_hat.resize(size_t(R) * C);
-    for (int r = 0; r < R; ++r)
-      for (int j = 0; j < C; ++j)
-        out.w_hat[size_t(r) * C + j] = e4m3_to_f32(out.data[size_t(r) * C + j]) * out.scale[r];
   } else {
     if (!cb) return err("tensor '{}': {} needs a codebook", w.name, p.format);
     const gridbook::Rung rung = cb->rung;
@@ -186,55 +193,29 @@ Expected<EncodedTensor> encode_tensor(const SourceWeight& w, const InputStats* i
     out.rung = rung;
     out.dtype = io::DType::U8;
     const CbGptqOptions opt = gptq_options(p);
+    const auto w_hat_of = [](const auto& e) -> const std::vector<float>& { return e.w_hat; };
+    // CB-GPTQ's damping as used (it may be raised on retries) goes into the stats.
+    const auto with_damp = [&](auto enc) {
+      if (enc.ok()) st.damp = enc->damp_used;
+      return enc;
+    };
     if (rung.grid == gridbook::Grid::FP4) {
       if (rung.layout_version != 2)
         return err("tensor '{}': {} with v1 scale coding is not implemented by the encoder (use two_tier)",
                    w.name, p.format);
-      Fp4CbEncoding enc;
-      if (gptq) {
-        GRIDQ_ASSIGN_OR_RETURN(enc, encode_fp4_cb_gptq(*cb, W, R, C, H, in->n, q, opt));
-        st.damp = enc.damp_used;
-        if (gate) {
-          GRIDQ_ASSIGN_OR_RETURN(Fp4CbEncoding nn, encode_fp4_rtn(*cb, W, R, C, q, opt.two_tier));
-          st.mse_gptq = holdout_output_mse(Xh, n_hold, W, enc.w_hat.data(), R, C);
-          st.mse_nn = holdout_output_mse(Xh, n_hold, W, nn.w_hat.data(), R, C);
-          if (*st.mse_gptq <= *st.mse_nn) {
-            st.gate = "kept_gptq";
-          } else {
-            st.gate = "kept_nn";
-            enc = std::move(nn);
-          }
-        } else {
-          st.gate = "ungated";
-        }
-      } else {
-        GRIDQ_ASSIGN_OR_RETURN(enc, encode_fp4_rtn(*cb, W, R, C, q, opt.two_tier));
-        st.gate = "rtn";
-      }
+      const auto run_gptq = [&] { return with_damp(encode_fp4_cb_gptq(*cb, W, R, C, H, in->n, q, opt)); };
+      const auto run_rtn = [&] { return encode_fp4_rtn(*cb, W, R, C, q, opt.two_tier); };
+      GRIDQ_ASSIGN_OR_RETURN(
+          Fp4CbEncoding enc,
+          run_encoder<Fp4CbEncoding>(gptq, gate, run_gptq, run_rtn, w_hat_of, Xh, n_hold, W, R, C, st));
       GRIDQ_ASSIGN_OR_RETURN(out.data, pack_fp4_v2(rung, enc));
       out.w_hat = std::move(enc.w_hat);
     } else {
-      Fp8CbEncoding enc;
-      if (gptq) {
-        GRIDQ_ASSIGN_OR_RETURN(enc, encode_fp8cb_cb_gptq(*cb, W, R, C, H, in->n, q, opt));
-        st.damp = enc.damp_used;
-        if (gate) {
-          GRIDQ_ASSIGN_OR_RETURN(Fp8CbEncoding nn, encode_fp8cb_rtn(*cb, W, R, C, q, opt.two_tier.refits));
-          st.mse_gptq = holdout_output_mse(Xh, n_hold, W, enc.w_hat.data(), R, C);
-          st.mse_nn = holdout_output_mse(Xh, n_hold, W, nn.w_hat.data(), R, C);
-          if (*st.mse_gptq <= *st.mse_nn) {
-            st.gate = "kept_gptq";
-          } else {
-            st.gate = "kept_nn";
-            enc = std::move(nn);
-          }
-        } else {
-          st.gate = "ungated";
-        }
-      } else {
-        GRIDQ_ASSIGN_OR_RETURN(enc, encode_fp8cb_rtn(*cb, W, R, C, q, opt.two_tier.refits));
-        st.gate = "rtn";
-      }
+      const auto run_gptq = [&] { return with_damp(encode_fp8cb_cb_gptq(*cb, W, R, C, H, in->n, q, opt)); };
+      const auto run_rtn = [&] { return encode_fp8cb_rtn(*cb, W, R, C, q, opt.two_tier.refits); };
+      GRIDQ_ASSIGN_OR_RETURN(
+          Fp8CbEncoding enc,
+          run_encoder<Fp8CbEncoding>(gptq, gate, run_gptq, run_rtn, w_hat_of, Xh, n_hold, W, R, C, st));
       GRIDQ_ASSIGN_OR_RETURN(out.data, pack_fp8cb(rung, enc));
       out.scale = std::move(enc.row_scale);
       out.w_hat = std::move(enc.w_hat);
