@@ -25,6 +25,57 @@
 
 namespace gridq::testing {
 
+// config.json of a small Laguna-shaped model from any options struct with the fields layers, hidden, vocab,
+// heads, kv_heads, experts, top_k, moe_inter, shared_inter, dense_inter (head_dim 128; layer 0 dense, the
+// rest MoE; full and sliding attention alternate; the released model's RoPE parameters).
+template <class O>
+nlohmann::json laguna_config_json(const O& o) {
+  nlohmann::json cfg = {{"architectures", {"LagunaForCausalLM"}},
+                        {"model_type", "laguna"},
+                        {"hidden_size", o.hidden},
+                        {"vocab_size", o.vocab},
+                        {"num_hidden_layers", o.layers},
+                        {"head_dim", 128},
+                        {"num_attention_heads", o.heads},
+                        {"num_key_value_heads", o.kv_heads},
+                        {"intermediate_size", o.dense_inter},
+                        {"moe_intermediate_size", o.moe_inter},
+                        {"shared_expert_intermediate_size", o.shared_inter},
+                        {"num_experts", o.experts},
+                        {"num_experts_per_tok", o.top_k},
+                        {"moe_routed_scaling_factor", 2.5},
+                        {"rms_norm_eps", 1e-6},
+                        {"tie_word_embeddings", false},
+                        {"gating", true},
+                        {"sliding_window", 64},
+                        {"max_position_embeddings", 4096},
+                        {"moe_apply_router_weight_on_input", false},
+                        {"moe_router_logit_softcapping", 0.0},
+                        {"torch_dtype", "bfloat16"}};
+  nlohmann::json heads = nlohmann::json::array(), lt = nlohmann::json::array(), mt = nlohmann::json::array();
+  for (int l = 0; l < o.layers; ++l) {
+    heads.push_back(o.heads);
+    lt.push_back(l % 2 == 0 ? "full_attention" : "sliding_attention");
+    mt.push_back(l == 0 ? "dense" : "sparse");
+  }
+  cfg["num_attention_heads_per_layer"] = heads;
+  cfg["layer_types"] = lt;
+  cfg["mlp_layer_types"] = mt;
+  cfg["rope_parameters"] = {
+      {"full_attention",
+       {{"rope_type", "yarn"},
+        {"rope_theta", 500000.0},
+        {"factor", 8.0},
+        {"original_max_position_embeddings", 512},
+        {"beta_fast", 32.0},
+        {"beta_slow", 1.0},
+        {"attention_factor", 1.2079441541679836},
+        {"partial_rotary_factor", 0.5}}},
+      {"sliding_attention",
+       {{"rope_type", "default"}, {"rope_theta", 10000.0}, {"partial_rotary_factor", 1.0}}}};
+  return cfg;
+}
+
 struct SyntheticOptions {
   int layers = 3;  // layer 0 dense; layers 1.. MoE
   int hidden = 512;
@@ -176,49 +227,7 @@ inline SyntheticArtifact make_synthetic_artifact(const SyntheticOptions& o = {})
   SyntheticArtifact a;
   const int64_t H = o.hidden, d = 128, q_w = int64_t{o.heads} * d, kv_w = int64_t{o.kv_heads} * d;
 
-  json cfg = {{"architectures", {"LagunaForCausalLM"}},
-              {"model_type", "laguna"},
-              {"hidden_size", H},
-              {"vocab_size", o.vocab},
-              {"num_hidden_layers", o.layers},
-              {"head_dim", d},
-              {"num_attention_heads", o.heads},
-              {"num_key_value_heads", o.kv_heads},
-              {"intermediate_size", o.dense_inter},
-              {"moe_intermediate_size", o.moe_inter},
-              {"shared_expert_intermediate_size", o.shared_inter},
-              {"num_experts", o.experts},
-              {"num_experts_per_tok", o.top_k},
-              {"moe_routed_scaling_factor", 2.5},
-              {"rms_norm_eps", 1e-6},
-              {"tie_word_embeddings", false},
-              {"gating", true},
-              {"sliding_window", 64},
-              {"max_position_embeddings", 4096},
-              {"moe_apply_router_weight_on_input", false},
-              {"moe_router_logit_softcapping", 0.0},
-              {"torch_dtype", "bfloat16"}};
-  json heads = json::array(), layer_types = json::array(), mlp_types = json::array();
-  for (int l = 0; l < o.layers; ++l) {
-    heads.push_back(o.heads);
-    layer_types.push_back(l % 2 == 0 ? "full_attention" : "sliding_attention");
-    mlp_types.push_back(l == 0 ? "dense" : "sparse");
-  }
-  cfg["num_attention_heads_per_layer"] = heads;
-  cfg["layer_types"] = layer_types;
-  cfg["mlp_layer_types"] = mlp_types;
-  cfg["rope_parameters"] = {
-      {"full_attention",
-       {{"rope_type", "yarn"},
-        {"rope_theta", 500000.0},
-        {"factor", 8.0},
-        {"original_max_position_embeddings", 512},
-        {"beta_fast", 32.0},
-        {"beta_slow", 1.0},
-        {"attention_factor", 1.2079441541679836},
-        {"partial_rotary_factor", 0.5}}},
-      {"sliding_attention",
-       {{"rope_type", "default"}, {"rope_theta", 10000.0}, {"partial_rotary_factor", 1.0}}}};
+  json cfg = laguna_config_json(o);
   gridbook::QuantizationStub stub;
   stub.format = "nvfp4_cb";
   cfg["quantization_config"] = gridbook::emit_quantization_stub(stub);

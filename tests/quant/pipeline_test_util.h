@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "../gridbook/synthetic_artifact.h"
 #include "../runtime/parity_util.h"
 #include "core/numerics.h"
 #include "io/safetensors.h"
@@ -39,52 +40,10 @@ struct TinyLaguna {
 };
 
 inline nlohmann::json tiny_laguna_config(const TinyLaguna& o) {
-  nlohmann::json cfg = {{"architectures", {"LagunaForCausalLM"}},
-                        {"model_type", "laguna"},
-                        {"hidden_size", o.hidden},
-                        {"vocab_size", o.vocab},
-                        {"num_hidden_layers", o.layers},
-                        {"head_dim", 128},
-                        {"num_attention_heads", o.heads},
-                        {"num_key_value_heads", o.kv_heads},
-                        {"intermediate_size", o.dense_inter},
-                        {"moe_intermediate_size", o.moe_inter},
-                        {"shared_expert_intermediate_size", o.shared_inter},
-                        {"num_experts", o.experts},
-                        {"num_experts_per_tok", o.top_k},
-                        {"moe_routed_scaling_factor", 2.5},
-                        {"rms_norm_eps", 1e-6},
-                        {"tie_word_embeddings", false},
-                        {"gating", true},
-                        {"sliding_window", 64},
-                        {"max_position_embeddings", 4096},
-                        {"moe_apply_router_weight_on_input", false},
-                        {"moe_router_logit_softcapping", 0.0},
-                        {"bos_token_id", 0},
-                        {"eos_token_id", 0},
-                        {"pad_token_id", 1},
-                        {"torch_dtype", "bfloat16"}};
-  nlohmann::json heads = nlohmann::json::array(), lt = nlohmann::json::array(), mt = nlohmann::json::array();
-  for (int l = 0; l < o.layers; ++l) {
-    heads.push_back(o.heads);
-    lt.push_back(l % 2 == 0 ? "full_attention" : "sliding_attention");
-    mt.push_back(l == 0 ? "dense" : "sparse");
-  }
-  cfg["num_attention_heads_per_layer"] = heads;
-  cfg["layer_types"] = lt;
-  cfg["mlp_layer_types"] = mt;
-  cfg["rope_parameters"] = {
-      {"full_attention",
-       {{"rope_type", "yarn"},
-        {"rope_theta", 500000.0},
-        {"factor", 8.0},
-        {"original_max_position_embeddings", 512},
-        {"beta_fast", 32.0},
-        {"beta_slow", 1.0},
-        {"attention_factor", 1.2079441541679836},
-        {"partial_rotary_factor", 0.5}}},
-      {"sliding_attention",
-       {{"rope_type", "default"}, {"rope_theta", 10000.0}, {"partial_rotary_factor", 1.0}}}};
+  nlohmann::json cfg = gridq::testing::laguna_config_json(o);
+  cfg["bos_token_id"] = 0;
+  cfg["eos_token_id"] = 0;
+  cfg["pad_token_id"] = 1;
   return cfg;
 }
 
