@@ -16,22 +16,8 @@ inline bool g_chain_bulk = false;
 
 template <class Dec, int NT, int MODE>
 const KernelShape& chain_shape() {
-  static const KernelShape shape = [] {
-    KernelShape s;
-    auto kern = chain_kernel<Dec, NT, MODE>;
-    constexpr int smem = chain_smem_bytes<Dec, NT, MODE>();
-    s.status = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (s.status != cudaSuccess) return s;
-    s.status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&s.blocks_per_sm, kern,
-                                                             chain_warps<Dec, NT>() * 32, smem);
-    if (s.status != cudaSuccess) return s;
-    int dev = 0;
-    s.status = cudaGetDevice(&dev);
-    if (s.status != cudaSuccess) return s;
-    s.status = cudaDeviceGetAttribute(&s.sms, cudaDevAttrMultiProcessorCount, dev);
-    if (s.status == cudaSuccess && s.blocks_per_sm < 1) s.status = cudaErrorInvalidConfiguration;
-    return s;
-  }();
+  static const KernelShape shape = query_kernel_shape(
+      chain_kernel<Dec, NT, MODE>, chain_warps<Dec, NT>() * 32, chain_smem_bytes<Dec, NT, MODE>());
   return shape;
 }
 

@@ -14,25 +14,29 @@ struct KernelShape {
   int sms = 0;
 };
 
+// Occupancy and SM count of `kern` at `threads` per block and `smem` bytes of dynamic shared memory (the
+// opt-in above 48 KB set first); an error status when it cannot run at all.
+template <class Kernel>
+KernelShape query_kernel_shape(Kernel kern, int threads, int smem) {
+  KernelShape s;
+  if (smem > 48 * 1024) {
+    s.status = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (s.status != cudaSuccess) return s;
+  }
+  s.status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&s.blocks_per_sm, kern, threads, smem);
+  if (s.status != cudaSuccess) return s;
+  int dev = 0;
+  s.status = cudaGetDevice(&dev);
+  if (s.status != cudaSuccess) return s;
+  s.status = cudaDeviceGetAttribute(&s.sms, cudaDevAttrMultiProcessorCount, dev);
+  if (s.status == cudaSuccess && s.blocks_per_sm < 1) s.status = cudaErrorInvalidConfiguration;
+  return s;
+}
+
 template <class Dec, int NT, int MODE>
 const KernelShape& kernel_shape() {
-  static const KernelShape shape = [] {
-    KernelShape s;
-    auto kern = gemv_kernel<Dec, NT, MODE>;
-    const int smem = kernel_smem_bytes<Dec, MODE>();
-    if (smem > 48 * 1024) {
-      s.status = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-      if (s.status != cudaSuccess) return s;
-    }
-    s.status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&s.blocks_per_sm, kern, kThreads, smem);
-    if (s.status != cudaSuccess) return s;
-    int dev = 0;
-    s.status = cudaGetDevice(&dev);
-    if (s.status != cudaSuccess) return s;
-    s.status = cudaDeviceGetAttribute(&s.sms, cudaDevAttrMultiProcessorCount, dev);
-    if (s.status == cudaSuccess && s.blocks_per_sm < 1) s.status = cudaErrorInvalidConfiguration;
-    return s;
-  }();
+  static const KernelShape shape =
+      query_kernel_shape(gemv_kernel<Dec, NT, MODE>, kThreads, kernel_smem_bytes<Dec, MODE>());
   return shape;
 }
 
