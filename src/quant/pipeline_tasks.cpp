@@ -188,6 +188,15 @@ Expected<const InputStats*> input_for_role(const LayerCapture& cap, const std::s
   return static_cast<const InputStats*>(nullptr);  // norms, router bias: not Linears
 }
 
+// The codebook of a CB format (nullptr for the others).
+Expected<const gridbook::Codebook*> codebook_for(const std::map<std::string, gridbook::Codebook>& codebooks,
+                                                 const std::string& format, const std::string& tensor) {
+  if (!is_cb_format(format)) return static_cast<const gridbook::Codebook*>(nullptr);
+  auto it = codebooks.find(format);
+  if (it == codebooks.end()) return err("tensor '{}': no codebook for {}", tensor, format);
+  return &it->second;
+}
+
 Expected<std::vector<EncodedTensor>> encode_layer_tensors(
     const std::vector<TensorTask>& tasks, int layer, const LayerCapture* cap, const io::Checkpoint& ckpt,
     const std::map<std::string, gridbook::Codebook>& codebooks,
@@ -205,12 +214,7 @@ Expected<std::vector<EncodedTensor>> encode_layer_tensors(
         return err("tensor '{}' (role {}): not a Linear with a captured input; it must be BF16", t.name,
                    t.role);
     }
-    const gridbook::Codebook* cb = nullptr;
-    if (is_cb_format(t.format)) {
-      auto it = codebooks.find(t.format);
-      if (it == codebooks.end()) return err("tensor '{}': no codebook for {}", t.name, t.format);
-      cb = &it->second;
-    }
+    GRIDQ_ASSIGN_OR_RETURN(const gridbook::Codebook* cb, codebook_for(codebooks, t.format, t.name));
     auto enc = encode_tensor(w, in, t.params, cb);
     if (!enc.ok()) return err("layer {}: {}: {}", layer, t.name, enc.message());
     out.push_back(std::move(*enc));
@@ -235,34 +239,35 @@ Expected<std::vector<BudgetUnit>> encode_budget_units(
       if (!ti) return err("source tensor '{}' is missing from the checkpoint", t->name);
       bu.params += ti->numel();
     }
-    for (const std::string& f : members.front()->options) {
-      std::vector<EncodedTensor> encs;
-      BudgetOption op;
-      op.format = f;
-      for (const TensorTask* t : members) {
+    // Members outer, options inner: each source weight is read and converted to fp32 once, not once per
+    // option.
+    const std::vector<std::string>& formats = members.front()->options;
+    std::vector<std::vector<EncodedTensor>> encs(formats.size());  // [option][member]
+    for (const TensorTask* t : members) {
+      GRIDQ_ASSIGN_OR_RETURN(SourceWeight w, source_weight(ckpt, t->name));
+      GRIDQ_ASSIGN_OR_RETURN(const InputStats* in, input_for_role(cap, t->role));
+      if (!in) return err("tensor '{}' (role {}): no captured input to price its options", t->name, t->role);
+      GRIDQ_ASSIGN_OR_RETURN(const std::vector<float> W32, source_to_f32(w));
+      for (size_t k = 0; k < formats.size(); ++k) {
+        const std::string& f = formats[k];
         if (on_tensor) on_tensor(f, t->name);
-        GRIDQ_ASSIGN_OR_RETURN(SourceWeight w, source_weight(ckpt, t->name));
-        GRIDQ_ASSIGN_OR_RETURN(const InputStats* in, input_for_role(cap, t->role));
-        if (!in)
-          return err("tensor '{}' (role {}): no captured input to price its options", t->name, t->role);
         EncodeParams p = t->params;
         p.format = f;
         p.encoder = encoder_for(f, t->rule_encoder, t->method);
-        const gridbook::Codebook* cb = nullptr;
-        if (is_cb_format(f)) {
-          auto it = codebooks.find(f);
-          if (it == codebooks.end()) return err("tensor '{}': no codebook for {}", t->name, f);
-          cb = &it->second;
-        }
-        auto enc = encode_tensor(w, f == "BF16" ? nullptr : in, p, cb);
+        GRIDQ_ASSIGN_OR_RETURN(const gridbook::Codebook* cb, codebook_for(codebooks, f, t->name));
+        auto enc = encode_tensor(w, f == "BF16" ? nullptr : in, p, cb, &W32);
         if (!enc.ok()) return err("layer {}: {} as {}: {}", layer, t->name, f, enc.message());
         if (f == "BF16") enc->stats.input = in->name;  // kept as is: cost 0, the record still names the input
-        op.half_trace += enc->stats.half_trace;
-        encs.push_back(std::move(*enc));
+        encs[k].push_back(std::move(*enc));
       }
-      attach_identity(&cap, encs);
-      for (const EncodedTensor& e : encs) op.stats[e.stats.tensor] = e.stats.to_json();
-      GRIDQ_ASSIGN_OR_RETURN(ShardContent oc, assemble_tensors(std::move(encs)));
+    }
+    for (size_t k = 0; k < formats.size(); ++k) {
+      BudgetOption op;
+      op.format = formats[k];
+      for (const EncodedTensor& e : encs[k]) op.half_trace += e.stats.half_trace;
+      attach_identity(&cap, encs[k]);
+      for (const EncodedTensor& e : encs[k]) op.stats[e.stats.tensor] = e.stats.to_json();
+      GRIDQ_ASSIGN_OR_RETURN(ShardContent oc, assemble_tensors(std::move(encs[k])));
       op.bits = tensor_bytes(oc.tensors) * 8;
       op.tensors = std::move(oc.tensors);
       op.cb_slices = std::move(oc.cb_slices);
