@@ -3,7 +3,8 @@
 # passes inspect and runs in generate; two runs are byte-identical; a run stopped after layer 1 and resumed
 # gives the same bytes as an uninterrupted one; a resume with different inputs is refused; malformed inputs
 # (missing shard, unknown architecture, a CB target whose C is not a multiple of 256, an unmatched tensor,
-# an existing OUT) are refused with clear errors and leave nothing valid-looking behind.
+# an existing OUT) are refused with clear errors and leave nothing valid-looking behind; --budget-bpw mixes
+# rungs under the budget and records the plan; --codebooks learned ships verified learned tables.
 # Usage: quantize_cli_test.sh GRIDQ_BIN REPO_ROOT. Prints "N passed, M failed"; exits non-zero on failure.
 set -u
 GRIDQ="${1:?usage: quantize_cli_test.sh GRIDQ_BIN REPO_ROOT}"
@@ -75,6 +76,51 @@ if "$GRIDQ" quantize "$MODEL" "$TMP/c" "${Q[@]}" >/dev/null 2>"$TMP/c2.err" && g
   [ "$(digests "$TMP/a")" == "$(digests "$TMP/c")" ]; then
   pass "resumed run gives the same bytes as an uninterrupted one"
 else fail "resume" "$(tail -5 "$TMP/c2.err"; diff <(digests "$TMP/a") <(digests "$TMP/c") 2>&1 | head)"; fi
+
+# --- allocation: --budget-bpw picks one rung per routed-expert stack (one unit per MoE layer) from real
+# encodings. K12 (1.78125) and K16 (2.28125) over 3 equal stacks: the best plan under 2.0 bpw is one K16 and
+# two K12 (1.9479); K20/K24 are left out of the candidates only to keep the test fast.
+if "$GRIDQ" quantize "$MODEL" "$TMP/g" "${Q[@]}" --budget-bpw 2.0 --budget-formats NVFP4_CB_K12,NVFP4_CB_K16 \
+  --json >"$TMP/g.json" 2>"$TMP/g.err" &&
+  "$PY" - "$TMP/g.json" "$TMP/g/quant_config.json" <<'PYEOF'
+import json, sys
+s = json.load(open(sys.argv[1]))
+a = s["allocation"]
+units = a["units"]
+assert len(units) == 3, [u["unit"] for u in units]
+assert sorted(u["format"] for u in units) == ["NVFP4_CB_K12", "NVFP4_CB_K12", "NVFP4_CB_K16"], units
+bits = sum(next(o["bits"] for o in u["options"] if o["format"] == u["format"]) for u in units)
+params = sum(u["params"] for u in units)
+assert abs(bits / params - a["bpw"]) < 1e-12 and abs(a["bpw"] - (2 * 1.78125 + 2.28125) / 3) < 1e-12, a["bpw"]
+f = s["formats"]
+assert f["NVFP4_CB_K12"]["params"] == 2 * f["NVFP4_CB_K16"]["params"], f
+prov = json.load(open(sys.argv[2]))["provenance"]
+assert prov["allocation"]["units"] == units, "the plan is recorded in the artifact's provenance"
+PYEOF
+then
+  if out="$("$GRIDQ" inspect "$TMP/g" 2>&1)" && grep -q NVFP4_CB_K12 <<<"$out" &&
+    "$GRIDQ" generate "$TMP/g" --prompt "def f(x):" --max-tokens 8 >/dev/null 2>&1; then
+    pass "--budget-bpw 2.0: one K16 and two K12 stacks, plan in provenance, artifact runs"
+  else fail "--budget-bpw artifact" "$(tail -5 <<<"$out")"; fi
+else fail "--budget-bpw" "$(cat "$TMP/g.json"; tail -5 "$TMP/g.err")"; fi
+
+# --- learned codebooks: the sidecar carries learned tables whose digests the reader verifies ---
+if "$GRIDQ" quantize "$MODEL" "$TMP/l" "${Q[@]}" --codebooks learned >/dev/null 2>"$TMP/l.err" &&
+  grep -q "learned codebooks" "$TMP/l.err" &&
+  "$PY" - "$TMP/l/quant_config.json" <<'PYEOF'
+import json, sys
+q = json.load(open(sys.argv[1]))
+prov = q["provenance"]
+assert prov["codebook_source"] == "learned", prov.get("codebook_source")
+assert prov["codebook_sha256"], "digests of the learned tables"
+PYEOF
+then
+  if out="$("$GRIDQ" inspect "$TMP/l" 2>&1)" && grep -q "table digest(s) verified" <<<"$out" &&
+    "$GRIDQ" generate "$TMP/l" --prompt "def f(x):" --max-tokens 8 >/dev/null 2>&1 &&
+    ! cmp -s "$TMP/a/cb_codebooks.pqcb" "$TMP/l/cb_codebooks.pqcb"; then
+    pass "--codebooks learned: own tables in the sidecar, digests verified, artifact runs"
+  else fail "--codebooks learned artifact" "$(tail -8 <<<"$out")"; fi
+else fail "--codebooks learned" "$(tail -5 "$TMP/l.err")"; fi
 
 # (all-fp8 encodes in seconds: this part tests the refusal, not the encoders)
 F=("${Q[@]/laguna/all-fp8}")

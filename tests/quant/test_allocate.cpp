@@ -73,18 +73,24 @@ std::vector<AllocUnit> random_instance(uint64_t seed, bool integral_bits) {
   return units;
 }
 
+// The fewest and the most bits any plan of `units` can take: every unit at its smallest / largest option.
+std::pair<double, double> bits_range(const std::vector<AllocUnit>& units) {
+  double lo = 0, hi = 0;
+  for (const auto& u : units) {
+    double mn = 1e300, mx = 0;
+    for (const auto& o : u.options) mn = std::min(mn, o.bits), mx = std::max(mx, o.bits);
+    lo += mn;
+    hi += mx;
+  }
+  return {lo, hi};
+}
+
 TEST(Allocate, MatchesExhaustiveSearchOnRandomInstances) {
   int checked = 0, binding = 0;
   for (uint64_t seed = 1; seed <= 600; ++seed) {
     std::vector<AllocUnit> units = random_instance(seed, true);
     const double P = total_params(units);
-    double lo = 0, hi = 0;
-    for (const auto& u : units) {
-      double mn = 1e300, mx = 0;
-      for (const auto& o : u.options) mn = std::min(mn, o.bits), mx = std::max(mx, o.bits);
-      lo += mn;
-      hi += mx;
-    }
+    const auto [lo, hi] = bits_range(units);
     SplitMix64 rng(seed * 977);
     const double budget_bits = std::floor(lo + (hi - lo) * rng.uniform());
     const double budget_bpw = budget_bits / P;
@@ -118,13 +124,7 @@ TEST(Allocate, BinnedFallbackNeverExceedsAndLosesAtMostOneBinPerUnit) {
   for (uint64_t seed = 1; seed <= 300; ++seed) {
     std::vector<AllocUnit> units = random_instance(seed + 10000, false);  // fractional bits: binned mode
     const double P = total_params(units);
-    double lo = 0, hi = 0;
-    for (const auto& u : units) {
-      double mn = 1e300, mx = 0;
-      for (const auto& o : u.options) mn = std::min(mn, o.bits), mx = std::max(mx, o.bits);
-      lo += mn;
-      hi += mx;
-    }
+    const auto [lo, hi] = bits_range(units);
     SplitMix64 rng(seed * 31);
     const double budget_bits = lo + (hi - lo) * rng.uniform();
     SCOPED_TRACE(seed);

@@ -90,14 +90,16 @@ std::vector<LearnInput> inputs_of(const std::vector<Mat>& mats) {
   return in;
 }
 
-// Σ_m n_m Σ_{r,j} q_j (W − Ŵ)² over the first `rows` rows of every matrix, with Ŵ from the real fp4 encoder
-// (pilot, two-tier scales, nearest codeword) run with the book under test. A row slice keeps the test fast;
-// the encoder treats the slice as the matrix, identically for both books.
-double fp4_error(const gridbook::Codebook& cb, const std::vector<Mat>& mats, int rows) {
+// Σ_m n_m Σ_{r,j} q_j (W − Ŵ)² over the first `rows` rows of every matrix, with Ŵ from the real encoder
+// `encode` (fp4: pilot, two-tier scales, nearest codeword; FP8-CB: row scale, nearest codeword) run with the
+// book under test. A row slice keeps the test fast; the encoder treats the slice as the matrix, identically
+// for both books.
+template <class Encode>
+double weighted_error(Encode encode, const gridbook::Codebook& cb, const std::vector<Mat>& mats, int rows) {
   double total = 0;
   for (const Mat& m : mats) {
     const int R = std::min(rows, m.rows);
-    auto enc = encode_fp4_rtn(cb, m.W.data(), R, m.cols, m.q.data());
+    auto enc = encode(cb, m.W.data(), R, m.cols, m.q.data());
     EXPECT_TRUE(enc.ok()) << enc.message();
     if (!enc.ok()) return 0;
     double e = 0;
@@ -111,22 +113,14 @@ double fp4_error(const gridbook::Codebook& cb, const std::vector<Mat>& mats, int
   return total;
 }
 
+double fp4_error(const gridbook::Codebook& cb, const std::vector<Mat>& mats, int rows) {
+  return weighted_error(
+      [](auto&&... a) { return encode_fp4_rtn(std::forward<decltype(a)>(a)...); }, cb, mats, rows);
+}
+
 double fp8cb_error(const gridbook::Codebook& cb, const std::vector<Mat>& mats, int rows) {
-  double total = 0;
-  for (const Mat& m : mats) {
-    const int R = std::min(rows, m.rows);
-    auto enc = encode_fp8cb_rtn(cb, m.W.data(), R, m.cols, m.q.data());
-    EXPECT_TRUE(enc.ok()) << enc.message();
-    if (!enc.ok()) return 0;
-    double e = 0;
-    for (int r = 0; r < R; ++r)
-      for (int j = 0; j < m.cols; ++j) {
-        const double d = double(enc->w_hat[size_t(r) * m.cols + j]) - m.W[size_t(r) * m.cols + j];
-        e += m.q[j] * d * d;
-      }
-    total += m.n * e;
-  }
-  return total;
+  return weighted_error(
+      [](auto&&... a) { return encode_fp8cb_rtn(std::forward<decltype(a)>(a)...); }, cb, mats, rows);
 }
 
 // Shapes, grid membership (from_tables checked it), distinct entries, lexicographic order.
