@@ -20,9 +20,10 @@ fi
 
 # Python test tools: the independent references (tokenizers, jinja2) and the client the server is tested with.
 PY=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
+# A venv left half-made by an interrupted run (python but no pip) is made again, not trusted.
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
   echo "setup-deps: creating .venv"
-  "$PY" -m venv .venv
+  "$PY" -m venv --clear .venv
 fi
 REQ=scripts/requirements-test.txt
 STAMP=.venv/.req-stamp
