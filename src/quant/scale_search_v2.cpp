@@ -18,8 +18,30 @@ constexpr int kNG = gridbook::kFp4Groups;
 constexpr uint8_t kEMin = 117;
 constexpr uint8_t kEMax = 135;
 
-// min_k (s²·A_k − 2s·B_k): the s-dependent part of err_v(s); *arg gets the first minimising k.
-inline double best_entry(const double* A, const double* B, int K, double s, int* arg) {
+// Each sub-table's entries ordered by their first coordinate (ties: lower index first), for best_entry.
+struct FirstCoordinateIndex {
+  struct Sub {
+    std::vector<int> order;     // [K] entry indices
+    std::vector<double> first;  // [K] their first coordinates, ascending
+  };
+  std::vector<Sub> sub;
+  explicit FirstCoordinateIndex(const DenseBook& book) : sub(size_t(book.n_sub)) {
+    for (int i = 0; i < book.n_sub; ++i) {
+      const int K = book.entries[size_t(i)];
+      const double* t = book.t[size_t(i)].data();
+      Sub& x = sub[size_t(i)];
+      x.order.resize(size_t(K));
+      for (int k = 0; k < K; ++k) x.order[size_t(k)] = k;
+      std::stable_sort(x.order.begin(), x.order.end(), [&](int a, int b) {
+        return t[size_t(a) * book.sub_dim] < t[size_t(b) * book.sub_dim];
+      });
+      for (int k : x.order) x.first.push_back(t[size_t(k) * book.sub_dim]);
+    }
+  }
+};
+
+// min_k (s²·A_k − 2s·B_k): the s-dependent part of err_v(s); *arg gets the first minimising k. Every entry.
+inline double best_entry_all(const double* A, const double* B, int K, double s, int* arg) {
   const double s2 = s * s;
   const double ts = 2.0 * s;
   double best = std::numeric_limits<double>::infinity();
@@ -33,6 +55,49 @@ inline double best_entry(const double* A, const double* B, int K, double s, int*
   }
   if (arg) *arg = bi;
   return best;
+}
+
+// The same minimum and argmin, skipping entries that provably cannot reach it. The value of entry k is
+// s²A_k − 2sB_k = Σ_j q_j (s·t_kj − w_j)² − C_v (C_v = Σ_j q_j w_j²), so q_0 (s·t_k0 − w_0)² − C_v is a lower
+// bound that grows with |t_k0 − w_0/s|. Entries are visited outward from w_0/s in order of their first
+// coordinate and a side stops once its bound exceeds the best value so far by far more than rounding can
+// explain (relative 1e-9; the computed values carry ~1e-15). Visited entries use the exact expression of
+// best_entry_all and its tie rule (lowest k among equal values), so the result is the same bits. For the
+// large tables (K20: 1,024 entries, K24: 4,096) this visits a small fraction of them.
+inline double best_entry(const double* A, const double* B, const FirstCoordinateIndex::Sub& ix, double s,
+                         double w0, double q0, double Cv, int* arg) {
+  const int K = static_cast<int>(ix.order.size());
+  if (!(q0 > 0.0) || K <= 32) return best_entry_all(A, B, K, s, arg);
+  const double s2 = s * s;
+  const double ts = 2.0 * s;
+  double best = std::numeric_limits<double>::infinity();
+  int bi = K;
+  auto visit = [&](int pos) {
+    const int k = ix.order[size_t(pos)];
+    const double v = s2 * A[k] - ts * B[k];
+    if (v < best || (v == best && k < bi)) {
+      best = v;
+      bi = k;
+    }
+  };
+  auto beyond = [&](int pos) {  // true when no entry at or past pos on this side can reach `best`
+    const double r = s * ix.first[size_t(pos)] - w0;
+    const double lb = q0 * r * r - Cv;
+    return lb - 1e-9 * (std::fabs(lb) + Cv) > best + 1e-9 * std::fabs(best);
+  };
+  const int start = static_cast<int>(std::lower_bound(ix.first.begin(), ix.first.end(), w0 / s) -
+                                     ix.first.begin());
+  for (int pos = start; pos < K && !beyond(pos); ++pos) visit(pos);
+  for (int pos = start - 1; pos >= 0 && !beyond(pos); --pos) visit(pos);
+  if (arg) *arg = bi;
+  return best;
+}
+
+// Σ_j q_j w_j² of one sub-vector.
+inline double sub_c(const double* w, const double* q, int d) {
+  double c = 0.0;
+  for (int j = 0; j < d; ++j) c += q[j] * w[j] * w[j];
+  return c;
 }
 
 // A_k = Σ_j q_j t_kj² and B_k = Σ_j q_j w_j t_kj for one sub-vector (j in column order).
@@ -77,17 +142,35 @@ int max_entries(const DenseBook& book) { return *std::max_element(book.entries.b
 
 }  // namespace
 
-void nearest_entries(const double* w, const double* q, int n_vectors, const double* scales,
-                     const DenseBook& book, uint32_t* out) {
+namespace {
+void nearest_entries_impl(const double* w, const double* q, int n_vectors, const double* scales,
+                          const DenseBook& book, bool exhaustive, uint32_t* out) {
   std::vector<double> A(max_entries(book)), B(max_entries(book));
+  const FirstCoordinateIndex ix(book);
   const int d = book.sub_dim;
   for (int v = 0; v < n_vectors; ++v) {
     const int sub = v % book.n_sub;
-    moments(w + size_t(v) * d, q + size_t(v) * d, book, sub, A.data(), B.data());
+    const double* wv = w + size_t(v) * d;
+    const double* qv = q + size_t(v) * d;
+    moments(wv, qv, book, sub, A.data(), B.data());
     int k = 0;
-    best_entry(A.data(), B.data(), book.entries[sub], scales[v], &k);
+    if (exhaustive)
+      best_entry_all(A.data(), B.data(), book.entries[sub], scales[v], &k);
+    else
+      best_entry(A.data(), B.data(), ix.sub[sub], scales[v], wv[0], qv[0], sub_c(wv, qv, d), &k);
     out[v] = static_cast<uint32_t>(k);
   }
+}
+}  // namespace
+
+void nearest_entries(const double* w, const double* q, int n_vectors, const double* scales,
+                     const DenseBook& book, uint32_t* out) {
+  nearest_entries_impl(w, q, n_vectors, scales, book, false, out);
+}
+
+void nearest_entries_exhaustive(const double* w, const double* q, int n_vectors, const double* scales,
+                                const DenseBook& book, uint32_t* out) {
+  nearest_entries_impl(w, q, n_vectors, scales, book, true, out);
 }
 
 double pilot_m2(const double* W, int64_t ld, int R, int C, const float* q, const DenseBook& book,
@@ -100,10 +183,11 @@ double pilot_m2(const double* W, int64_t ld, int R, int C, const float* q, const
   for (int i = 0; i < 16; ++i) L[i] = 6.0 - 2.0 * i / 15.0;
   // Per-row partial sums, reduced in row order afterwards (thread-count independent).
   std::vector<double> num(rows, 0.0), den(rows, 0.0);
+  const FirstCoordinateIndex ix(book);
 #pragma omp parallel
   {
     const int K = max_entries(book);
-    std::vector<double> A(size_t(vpg) * K), B(size_t(vpg) * K);
+    std::vector<double> A(size_t(vpg) * K), B(size_t(vpg) * K), cv(vpg);
     double qe[kG];
 #pragma omp for schedule(static)
     for (int r = 0; r < rows; ++r) {
@@ -113,19 +197,22 @@ double pilot_m2(const double* W, int64_t ld, int R, int C, const float* q, const
         for (int j = 0; j < kG; ++j) amax = std::max(amax, std::fabs(w[j]));
         if (amax == 0.0) continue;
         effective_q(q + size_t(g) * kG, kG, qe);
-        for (int v = 0; v < vpg; ++v)
+        for (int v = 0; v < vpg; ++v) {
           moments(w + v * d, qe + v * d, book, (g * vpg + v) % book.n_sub, &A[size_t(v) * K],
                   &B[size_t(v) * K]);
+          cv[v] = sub_c(w + v * d, qe + v * d, d);
+        }
+        auto best_of = [&](int v, double s, int* k) {
+          return best_entry(&A[size_t(v) * K], &B[size_t(v) * K], ix.sub[(g * vpg + v) % book.n_sub], s,
+                            w[v * d], qe[v * d], cv[v], k);
+        };
         double best = std::numeric_limits<double>::infinity();
         double best_s = 0.0;
         for (int i = 0; i < 16; ++i) {
           const double s = e4m3_round(amax / L[i]);
           if (s == 0.0) continue;
           double e = 0.0;
-          for (int v = 0; v < vpg; ++v) {
-            const int sub = (g * vpg + v) % book.n_sub;
-            e += best_entry(&A[size_t(v) * K], &B[size_t(v) * K], book.entries[sub], s, nullptr);
-          }
+          for (int v = 0; v < vpg; ++v) e += best_of(v, s, nullptr);
           if (e < best) {
             best = e;
             best_s = s;
@@ -135,7 +222,7 @@ double pilot_m2(const double* W, int64_t ld, int R, int C, const float* q, const
         for (int v = 0; v < vpg; ++v) {
           const int sub = (g * vpg + v) % book.n_sub;
           int k = 0;
-          best_entry(&A[size_t(v) * K], &B[size_t(v) * K], book.entries[sub], best_s, &k);
+          best_of(v, best_s, &k);
           const double* t = &book.t[sub][size_t(k) * d];
           for (int j = 0; j < d; ++j) {
             num[r] += qe[v * d + j] * t[j] * t[j];
@@ -173,6 +260,8 @@ void two_tier_search_superblock(const double* W, int64_t ld, int R, const float*
       moments(zero.data(), qe + v * d, book, v % book.n_sub, &A[size_t(v) * K], dummy.data());
   }
 
+  const FirstCoordinateIndex ix(book);
+
   // Legal (E, c) pairs and their scales, computed once.
   static const auto legal = [] {
     std::vector<std::array<bool, 16>> l(256);
@@ -199,12 +288,14 @@ void two_tier_search_superblock(const double* W, int64_t ld, int R, const float*
         for (int j = 0; j < d; ++j) c += qe[v * d + j] * w[v * d + j] * w[v * d + j];
         Cv[v] = c;
       }
+      auto best_of = [&](int v, double s, int* k) {
+        return best_entry(&A[size_t(v) * K], &B[size_t(v) * K], ix.sub[v % book.n_sub], s, w[v * d],
+                          qe[v * d], Cv[v], k);
+      };
       // err of group g at scale s (sub-vectors in column order).
       auto group_err = [&](int g, double s) {
         double e = 0.0;
-        for (int v = g * vpg; v < (g + 1) * vpg; ++v)
-          e += Cv[v] +
-               best_entry(&A[size_t(v) * K], &B[size_t(v) * K], book.entries[v % book.n_sub], s, nullptr);
+        for (int v = g * vpg; v < (g + 1) * vpg; ++v) e += Cv[v] + best_of(v, s, nullptr);
         return e;
       };
 
@@ -308,7 +399,7 @@ void two_tier_search_superblock(const double* W, int64_t ld, int R, const float*
             for (int v = g * vpg; v < (g + 1) * vpg; ++v) {
               const int sub = v % book.n_sub;
               int k = 0;
-              best_entry(&A[size_t(v) * K], &B[size_t(v) * K], book.entries[sub], s, &k);
+              best_of(v, s, &k);
               const double* t = &book.t[sub][size_t(k) * d];
               for (int j = 0; j < d; ++j) {
                 num += qe[v * d + j] * t[j] * w[v * d + j];
@@ -344,7 +435,7 @@ void two_tier_search_superblock(const double* W, int64_t ld, int R, const float*
         for (int v = 0; v < nv; ++v) {
           const double s = gridbook::v2_scale(plane.E, plane.c[(v * d) / kG]);
           int k = 0;
-          best_entry(&A[size_t(v) * K], &B[size_t(v) * K], book.entries[v % book.n_sub], s, &k);
+          best_of(v, s, &k);
           sub_idx[size_t(r) * nv + v] = static_cast<uint32_t>(k);
         }
       }
@@ -360,6 +451,7 @@ void fp8cb_row_scales(const double* W, int64_t ld, int R, int C, const float* q,
   effective_q(q, C, qe.data());
   double L[16];
   for (int i = 0; i < 16; ++i) L[i] = 448.0 + (448.0 * 4.0 / 6.0 - 448.0) * i / 15.0;
+  const FirstCoordinateIndex ix(book);
 #pragma omp parallel
   {
     const int K = max_entries(book);
@@ -380,9 +472,12 @@ void fp8cb_row_scales(const double* W, int64_t ld, int R, int C, const float* q,
         for (int i = 0; i < n; ++i) e[i] = cw;
         for (int v = 0; v < nv; ++v) {
           const int sub = v % book.n_sub;
-          moments(w + v * d, qe.data() + v * d, book, sub, A.data(), B.data());
+          const double* wv = w + v * d;
+          const double* qv = qe.data() + v * d;
+          moments(wv, qv, book, sub, A.data(), B.data());
+          const double cv = sub_c(wv, qv, d);
           for (int i = 0; i < n; ++i)
-            e[i] += best_entry(A.data(), B.data(), book.entries[sub], s[i], nullptr);
+            e[i] += best_entry(A.data(), B.data(), ix.sub[sub], s[i], wv[0], qv[0], cv, nullptr);
         }
       };
       double cand[16], errs[16];
@@ -403,9 +498,11 @@ void fp8cb_row_scales(const double* W, int64_t ld, int R, int C, const float* q,
         double num = 0.0, den = 0.0;
         for (int v = 0; v < nv; ++v) {
           const int sub = v % book.n_sub;
-          moments(w + v * d, qe.data() + v * d, book, sub, A.data(), B.data());
+          const double* wv = w + v * d;
+          const double* qv = qe.data() + v * d;
+          moments(wv, qv, book, sub, A.data(), B.data());
           int k = 0;
-          best_entry(A.data(), B.data(), book.entries[sub], bs, &k);
+          best_entry(A.data(), B.data(), ix.sub[sub], bs, wv[0], qv[0], sub_c(wv, qv, d), &k);
           const double* t = &book.t[sub][size_t(k) * d];
           for (int j = 0; j < d; ++j) {
             num += qe[v * d + j] * t[j] * w[v * d + j];

@@ -57,4 +57,9 @@ void fp8cb_row_scales(const double* W, int64_t ld, int R, int C, const float* q,
 void nearest_entries(const double* w, const double* q, int n_vectors, const double* scales,
                      const DenseBook& book, uint32_t* out);
 
+// The same by scanning every table entry (what nearest_entries, and every search in this file, must equal
+// bit for bit: they skip only entries that provably cannot reach the minimum). For tests.
+void nearest_entries_exhaustive(const double* w, const double* q, int n_vectors, const double* scales,
+                                const DenseBook& book, uint32_t* out);
+
 }  // namespace gridq::quant

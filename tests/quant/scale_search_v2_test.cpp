@@ -276,3 +276,93 @@ TEST(ScaleSearchV2, Fp8RowScaleNoWorseThanTheSweep) {
 
 }  // namespace
 }  // namespace gridq::quant
+
+namespace gridq::quant {
+namespace {
+
+DenseBook rung_book(const char* name, int layout) {
+  auto r = gridbook::parse_rung_name(name, layout);
+  EXPECT_TRUE(r.ok()) << r.message();
+  auto cb = lattice_codebook(*r);
+  EXPECT_TRUE(cb.ok()) << cb.message();
+  return DenseBook::from(*cb);
+}
+
+double grid_amax(const char* rung) { return rung[0] == 'F' ? 448.0 : 6.0; }  // FP8_CB_* : NVFP4_CB_*
+
+// The pruned nearest search must give the exhaustive scan's indices bit for bit: every rung, tables in
+// lattice order and shuffled (learned tables need not be sorted), weights at many magnitudes, importances
+// with zeros, and sub-vectors that sit exactly on a scaled entry or halfway between two (ties).
+TEST(ScaleSearchV2, PrunedNearestEqualsExhaustiveScan) {
+  const std::pair<const char*, int> rungs[] = {{"NVFP4_CB_K12", 2}, {"NVFP4_CB_K16", 2}, {"NVFP4_CB_K20", 2},
+                                               {"NVFP4_CB_K24", 2}, {"FP8_CB_K32", 1}};
+  int cases = 0, exact_hits = 0;
+  for (const auto& [name, layout] : rungs) {
+    for (int shuffled = 0; shuffled < 2; ++shuffled) {
+      SCOPED_TRACE(std::string(name) + (shuffled ? " shuffled" : " lattice order"));
+      DenseBook b = rung_book(name, layout);
+      SplitMix64 rng(77 + shuffled);
+      if (shuffled) {  // a Fisher-Yates permutation of every sub-table's entries
+        const int d = b.sub_dim;
+        for (auto& t : b.t)
+          for (size_t k = t.size() / d - 1; k > 0; --k) {
+            const size_t o = static_cast<size_t>(rng.uniform() * double(k + 1)) % (k + 1);
+            for (int j = 0; j < d; ++j) std::swap(t[k * d + j], t[o * d + j]);
+          }
+      }
+      const int d = b.sub_dim, nv = 512;
+      std::vector<double> w(size_t(nv) * d), q(size_t(nv) * d), s(nv);
+      for (int rep = 0; rep < 6; ++rep) {
+        for (int v = 0; v < nv; ++v) {
+          s[v] = std::ldexp(0.5 + rng.uniform(), -12 + 3 * rep);
+          const int sub = v % b.n_sub;
+          const int k = static_cast<int>(rng.uniform() * b.entries[sub]) % b.entries[sub];
+          const int k2 = static_cast<int>(rng.uniform() * b.entries[sub]) % b.entries[sub];
+          const int kind = v % 4;  // 0: random, 1: exactly on an entry, 2: midway between two, 3: random, q0 = 0
+          for (int j = 0; j < d; ++j) {
+            const double t = b.t[sub][size_t(k) * d + j], t2 = b.t[sub][size_t(k2) * d + j];
+            double x = s[v] * (2.0 * rng.uniform() - 1.0) * (grid_amax(name) * 1.2);
+            if (kind == 1) x = s[v] * t;
+            if (kind == 2) x = s[v] * 0.5 * (t + t2);
+            w[size_t(v) * d + j] = x;
+            q[size_t(v) * d + j] = (kind == 3 && j == 0) ? 0.0 : (rep % 2 ? 1.0 : 0.05 + rng.uniform());
+          }
+          exact_hits += kind == 1;
+        }
+        std::vector<uint32_t> fast(nv), all(nv);
+        nearest_entries(w.data(), q.data(), nv, s.data(), b, fast.data());
+        nearest_entries_exhaustive(w.data(), q.data(), nv, s.data(), b, all.data());
+        for (int v = 0; v < nv; ++v) ASSERT_EQ(fast[v], all[v]) << "rep " << rep << " sub-vector " << v;
+        cases += nv;
+      }
+    }
+  }
+  EXPECT_EQ(cases, 5 * 2 * 6 * 512);
+  EXPECT_GT(exact_hits, 1000);
+}
+
+// The whole two-tier search with the largest table against the direct search written from the text.
+TEST(ScaleSearchV2, K24MatchesDirectSearch) {
+  const DenseBook b = rung_book("NVFP4_CB_K24", 2);
+  const int R = 2;
+  std::vector<float> Wf = testing::gaussian(size_t(R) * 256, 31);
+  std::vector<double> W(Wf.begin(), Wf.end());
+  std::vector<float> q(256);
+  SplitMix64 rng(32);
+  for (auto& x : q) x = static_cast<float>(0.1 + rng.uniform());
+  std::vector<double> qd(q.begin(), q.end());
+  const double m2 = 3.1;
+  std::vector<gridbook::V2Plane> planes(R);
+  std::vector<uint32_t> idx(size_t(R) * 64);
+  TwoTierOptions o;
+  o.refits = 0;  // direct_search is steps 2-5
+  two_tier_search_superblock(W.data(), 256, R, q.data(), b, m2, o, planes.data(), idx.data());
+  for (int r = 0; r < R; ++r) {
+    const Direct dref = direct_search(b, &W[r * 256], qd.data(), m2);
+    EXPECT_EQ(planes[r].E, dref.E) << "row " << r;
+    for (int g = 0; g < 16; ++g) EXPECT_EQ(planes[r].c[g], dref.c[g]) << "row " << r << " group " << g;
+  }
+}
+
+}  // namespace
+}  // namespace gridq::quant
