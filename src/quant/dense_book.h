@@ -3,7 +3,9 @@
 // column order (format.md §5).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <vector>
 
 #include "gridbook/codec.h"
@@ -16,6 +18,11 @@ struct DenseBook {
   std::vector<int> entries;            // [n_sub] 2^{b_i}
   std::vector<std::vector<double>> t;  // [n_sub][entries_i, sub_dim] row-major
   gridbook::SubSplit split;            // widths/offsets for composing full codes
+  // Per sub-table, entry indices ordered by first coordinate (ties: lower index) and those coordinates,
+  // ascending: the scale search's pruned nearest search walks outward from w_0/s in this order. Built by
+  // from(); a book assembled by hand (scalar grids for gptq_core) leaves them empty and is searched in full.
+  std::vector<std::vector<int>> by_first;
+  std::vector<std::vector<double>> first;
 
   static DenseBook from(const gridbook::Codebook& cb);
 
@@ -35,6 +42,16 @@ inline DenseBook DenseBook::from(const gridbook::Codebook& cb) {
   for (int i = 0; i < b.n_sub; ++i) {
     b.entries.push_back(static_cast<int>(cb.sub[i].size() / b.sub_dim));
     b.t.emplace_back(cb.sub[i].begin(), cb.sub[i].end());
+    const std::vector<double>& t = b.t.back();
+    std::vector<int> order(static_cast<size_t>(b.entries.back()));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int x, int y) {
+      return t[size_t(x) * b.sub_dim] < t[size_t(y) * b.sub_dim];
+    });
+    std::vector<double> first;
+    for (int k : order) first.push_back(t[size_t(k) * b.sub_dim]);
+    b.by_first.push_back(std::move(order));
+    b.first.push_back(std::move(first));
   }
   return b;
 }

@@ -18,28 +18,6 @@ constexpr int kNG = gridbook::kFp4Groups;
 constexpr uint8_t kEMin = 117;
 constexpr uint8_t kEMax = 135;
 
-// Each sub-table's entries ordered by their first coordinate (ties: lower index first), for best_entry.
-struct FirstCoordinateIndex {
-  struct Sub {
-    std::vector<int> order;     // [K] entry indices
-    std::vector<double> first;  // [K] their first coordinates, ascending
-  };
-  std::vector<Sub> sub;
-  explicit FirstCoordinateIndex(const DenseBook& book) : sub(size_t(book.n_sub)) {
-    for (int i = 0; i < book.n_sub; ++i) {
-      const int K = book.entries[size_t(i)];
-      const double* t = book.t[size_t(i)].data();
-      Sub& x = sub[size_t(i)];
-      x.order.resize(size_t(K));
-      for (int k = 0; k < K; ++k) x.order[size_t(k)] = k;
-      std::stable_sort(x.order.begin(), x.order.end(), [&](int a, int b) {
-        return t[size_t(a) * book.sub_dim] < t[size_t(b) * book.sub_dim];
-      });
-      for (int k : x.order) x.first.push_back(t[size_t(k) * book.sub_dim]);
-    }
-  }
-};
-
 // min_k (s²·A_k − 2s·B_k): the s-dependent part of err_v(s); *arg gets the first minimising k. Every entry.
 inline double best_entry_all(const double* A, const double* B, int K, double s, int* arg) {
   const double s2 = s * s;
@@ -64,16 +42,18 @@ inline double best_entry_all(const double* A, const double* B, int K, double s, 
 // explain (relative 1e-9; the computed values carry ~1e-15). Visited entries use the exact expression of
 // best_entry_all and its tie rule (lowest k among equal values), so the result is the same bits. For the
 // large tables (K20: 1,024 entries, K24: 4,096) this visits a small fraction of them.
-inline double best_entry(const double* A, const double* B, const FirstCoordinateIndex::Sub& ix, double s,
-                         double w0, double q0, double Cv, int* arg) {
-  const int K = static_cast<int>(ix.order.size());
-  if (!(q0 > 0.0) || K <= 32) return best_entry_all(A, B, K, s, arg);
+inline double best_entry(const double* A, const double* B, const DenseBook& book, int sub, double s, double w0,
+                         double q0, double Cv, int* arg) {
+  const int K = book.entries[sub];
+  if (!(q0 > 0.0) || K <= 32 || book.by_first.empty()) return best_entry_all(A, B, K, s, arg);
+  const std::vector<int>& order = book.by_first[sub];
+  const std::vector<double>& first = book.first[sub];
   const double s2 = s * s;
   const double ts = 2.0 * s;
   double best = std::numeric_limits<double>::infinity();
   int bi = K;
   auto visit = [&](int pos) {
-    const int k = ix.order[size_t(pos)];
+    const int k = order[size_t(pos)];
     const double v = s2 * A[k] - ts * B[k];
     if (v < best || (v == best && k < bi)) {
       best = v;
@@ -81,12 +61,11 @@ inline double best_entry(const double* A, const double* B, const FirstCoordinate
     }
   };
   auto beyond = [&](int pos) {  // true when no entry at or past pos on this side can reach `best`
-    const double r = s * ix.first[size_t(pos)] - w0;
+    const double r = s * first[size_t(pos)] - w0;
     const double lb = q0 * r * r - Cv;
     return lb - 1e-9 * (std::fabs(lb) + Cv) > best + 1e-9 * std::fabs(best);
   };
-  const int start = static_cast<int>(std::lower_bound(ix.first.begin(), ix.first.end(), w0 / s) -
-                                     ix.first.begin());
+  const int start = static_cast<int>(std::lower_bound(first.begin(), first.end(), w0 / s) - first.begin());
   for (int pos = start; pos < K && !beyond(pos); ++pos) visit(pos);
   for (int pos = start - 1; pos >= 0 && !beyond(pos); --pos) visit(pos);
   if (arg) *arg = bi;
@@ -146,7 +125,6 @@ namespace {
 void nearest_entries_impl(const double* w, const double* q, int n_vectors, const double* scales,
                           const DenseBook& book, bool exhaustive, uint32_t* out) {
   std::vector<double> A(max_entries(book)), B(max_entries(book));
-  const FirstCoordinateIndex ix(book);
   const int d = book.sub_dim;
   for (int v = 0; v < n_vectors; ++v) {
     const int sub = v % book.n_sub;
@@ -157,7 +135,7 @@ void nearest_entries_impl(const double* w, const double* q, int n_vectors, const
     if (exhaustive)
       best_entry_all(A.data(), B.data(), book.entries[sub], scales[v], &k);
     else
-      best_entry(A.data(), B.data(), ix.sub[sub], scales[v], wv[0], qv[0], sub_c(wv, qv, d), &k);
+      best_entry(A.data(), B.data(), book, sub, scales[v], wv[0], qv[0], sub_c(wv, qv, d), &k);
     out[v] = static_cast<uint32_t>(k);
   }
 }
@@ -183,7 +161,6 @@ double pilot_m2(const double* W, int64_t ld, int R, int C, const float* q, const
   for (int i = 0; i < 16; ++i) L[i] = 6.0 - 2.0 * i / 15.0;
   // Per-row partial sums, reduced in row order afterwards (thread-count independent).
   std::vector<double> num(rows, 0.0), den(rows, 0.0);
-  const FirstCoordinateIndex ix(book);
 #pragma omp parallel
   {
     const int K = max_entries(book);
@@ -203,7 +180,7 @@ double pilot_m2(const double* W, int64_t ld, int R, int C, const float* q, const
           cv[v] = sub_c(w + v * d, qe + v * d, d);
         }
         auto best_of = [&](int v, double s, int* k) {
-          return best_entry(&A[size_t(v) * K], &B[size_t(v) * K], ix.sub[(g * vpg + v) % book.n_sub], s,
+          return best_entry(&A[size_t(v) * K], &B[size_t(v) * K], book, (g * vpg + v) % book.n_sub, s,
                             w[v * d], qe[v * d], cv[v], k);
         };
         double best = std::numeric_limits<double>::infinity();
@@ -260,8 +237,6 @@ void two_tier_search_superblock(const double* W, int64_t ld, int R, const float*
       moments(zero.data(), qe + v * d, book, v % book.n_sub, &A[size_t(v) * K], dummy.data());
   }
 
-  const FirstCoordinateIndex ix(book);
-
   // Legal (E, c) pairs and their scales, computed once.
   static const auto legal = [] {
     std::vector<std::array<bool, 16>> l(256);
@@ -284,12 +259,10 @@ void two_tier_search_superblock(const double* W, int64_t ld, int R, const float*
       for (int j = 0; j < kSB; ++j) all_zero = all_zero && w[j] == 0.0;
       for (int v = 0; v < nv; ++v) {
         moments(w + v * d, qe + v * d, book, v % book.n_sub, nullptr, &B[size_t(v) * K]);
-        double c = 0.0;
-        for (int j = 0; j < d; ++j) c += qe[v * d + j] * w[v * d + j] * w[v * d + j];
-        Cv[v] = c;
+        Cv[v] = sub_c(w + v * d, qe + v * d, d);
       }
       auto best_of = [&](int v, double s, int* k) {
-        return best_entry(&A[size_t(v) * K], &B[size_t(v) * K], ix.sub[v % book.n_sub], s, w[v * d],
+        return best_entry(&A[size_t(v) * K], &B[size_t(v) * K], book, v % book.n_sub, s, w[v * d],
                           qe[v * d], Cv[v], k);
       };
       // err of group g at scale s (sub-vectors in column order).
@@ -451,7 +424,6 @@ void fp8cb_row_scales(const double* W, int64_t ld, int R, int C, const float* q,
   effective_q(q, C, qe.data());
   double L[16];
   for (int i = 0; i < 16; ++i) L[i] = 448.0 + (448.0 * 4.0 / 6.0 - 448.0) * i / 15.0;
-  const FirstCoordinateIndex ix(book);
 #pragma omp parallel
   {
     const int K = max_entries(book);
@@ -477,7 +449,7 @@ void fp8cb_row_scales(const double* W, int64_t ld, int R, int C, const float* q,
           moments(wv, qv, book, sub, A.data(), B.data());
           const double cv = sub_c(wv, qv, d);
           for (int i = 0; i < n; ++i)
-            e[i] += best_entry(A.data(), B.data(), ix.sub[sub], s[i], wv[0], qv[0], cv, nullptr);
+            e[i] += best_entry(A.data(), B.data(), book, sub, s[i], wv[0], qv[0], cv, nullptr);
         }
       };
       double cand[16], errs[16];
@@ -502,7 +474,7 @@ void fp8cb_row_scales(const double* W, int64_t ld, int R, int C, const float* q,
           const double* qv = qe.data() + v * d;
           moments(wv, qv, book, sub, A.data(), B.data());
           int k = 0;
-          best_entry(A.data(), B.data(), ix.sub[sub], bs, wv[0], qv[0], sub_c(wv, qv, d), &k);
+          best_entry(A.data(), B.data(), book, sub, bs, wv[0], qv[0], sub_c(wv, qv, d), &k);
           const double* t = &book.t[sub][size_t(k) * d];
           for (int j = 0; j < d; ++j) {
             num += qe[v * d + j] * t[j] * w[v * d + j];

@@ -280,13 +280,15 @@ TEST(ScaleSearchV2, Fp8RowScaleNoWorseThanTheSweep) {
 namespace gridq::quant {
 namespace {
 
-DenseBook rung_book(const char* name, int layout) {
+gridbook::Codebook rung_codebook(const char* name, int layout) {
   auto r = gridbook::parse_rung_name(name, layout);
   EXPECT_TRUE(r.ok()) << r.message();
   auto cb = lattice_codebook(*r);
   EXPECT_TRUE(cb.ok()) << cb.message();
-  return DenseBook::from(*cb);
+  return *cb;
 }
+
+DenseBook rung_book(const char* name, int layout) { return DenseBook::from(rung_codebook(name, layout)); }
 
 double grid_amax(const char* rung) { return rung[0] == 'F' ? 448.0 : 6.0; }  // FP8_CB_* : NVFP4_CB_*
 
@@ -300,16 +302,17 @@ TEST(ScaleSearchV2, PrunedNearestEqualsExhaustiveScan) {
   for (const auto& [name, layout] : rungs) {
     for (int shuffled = 0; shuffled < 2; ++shuffled) {
       SCOPED_TRACE(std::string(name) + (shuffled ? " shuffled" : " lattice order"));
-      DenseBook b = rung_book(name, layout);
+      gridbook::Codebook cb = rung_codebook(name, layout);
       SplitMix64 rng(77 + shuffled);
       if (shuffled) {  // a Fisher-Yates permutation of every sub-table's entries
-        const int d = b.sub_dim;
-        for (auto& t : b.t)
+        const int d = cb.rung.sub_dim();
+        for (auto& t : cb.sub)
           for (size_t k = t.size() / d - 1; k > 0; --k) {
             const size_t o = static_cast<size_t>(rng.uniform() * double(k + 1)) % (k + 1);
             for (int j = 0; j < d; ++j) std::swap(t[k * d + j], t[o * d + j]);
           }
       }
+      const DenseBook b = DenseBook::from(cb);
       const int d = b.sub_dim, nv = 512;
       std::vector<double> w(size_t(nv) * d), q(size_t(nv) * d), s(nv);
       for (int rep = 0; rep < 6; ++rep) {
