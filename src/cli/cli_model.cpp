@@ -1,15 +1,49 @@
 #include "cli/cli_model.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <exception>
 #include <filesystem>
+#include <string>
 
 #include "io/checkpoint.h"
 
 namespace gridq::cli {
 
+const char* const kDeviceHelp =
+    "where the model runs: cpu (the reference engine), cuda (the GPU; an error when this gridq has no CUDA "
+    "backend or no usable GPU), auto (cuda when usable, else cpu, saying why; default)";
+
+CLI::Validator device_check() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        if (v == "cpu" || v == "cuda" || v == "auto") return {};
+        return "expected cpu, cuda or auto (got '" + v + "')";
+      },
+      "cpu|cuda|auto");
+}
+
+CLI::Validator memory_fraction_check() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        try {
+          size_t used = 0;
+          const double x = std::stod(v, &used);
+          if (used == v.size() && x > 0.0 && x <= 1.0) return {};
+        } catch (const std::exception&) {
+        }
+        return "must be a number in (0, 1] (got '" + v + "')";
+      },
+      "(0,1]");
+}
+
 void add_run_options(CLI::App& sub, RunOptions& o) {
   sub.add_option("--threads", o.threads, "CPU threads (0 = all cores)");
   sub.add_option("--prefill-chunk", o.prefill_chunk, "tokens per prefill forward")->check(CLI::PositiveNumber);
+  sub.add_option("--device", o.device, kDeviceHelp)->check(device_check());
+  sub.add_option("--gpu-memory-utilization", o.gpu_memory_utilization,
+                 "fraction of the GPU's memory gridq may hold, in (0, 1] (default 0.9; cuda only)")
+      ->check(memory_fraction_check());
 }
 
 void add_sampling_options(CLI::App& sub, SamplingCli& s) {
@@ -39,11 +73,23 @@ runtime::SamplingParams to_params(const SamplingCli& s) {
   return p;
 }
 
-Expected<std::unique_ptr<runtime::Engine>> open_engine(const std::string& model_dir, const RunOptions& o) {
+Expected<std::unique_ptr<runtime::Engine>> open_engine(const std::string& model_dir, const RunOptions& o,
+                                                       const LogFn& log) {
   runtime::EngineOptions eo;
   eo.threads = o.threads;
   eo.prefill_chunk = o.prefill_chunk;
-  return runtime::Engine::open(model_dir, eo);
+  eo.device = o.device;
+  eo.dev.gpu_memory_utilization = o.gpu_memory_utilization;
+  eo.dev.max_num_seqs = o.max_num_seqs;
+  eo.dev.max_model_len = o.max_model_len;
+  GRIDQ_ASSIGN_OR_RETURN(auto eng, runtime::Engine::open(model_dir, eo));
+  if (log) {
+    log(eng->device_log());
+  } else {
+    std::fprintf(stderr, "gridq: %s\n", eng->device_log().c_str());
+    std::fflush(stderr);
+  }
+  return eng;
 }
 
 Expected<text::Tokenizer> open_tokenizer(const std::string& model_dir) {

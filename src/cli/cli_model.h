@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -16,9 +17,18 @@ namespace gridq::cli {
 struct RunOptions {
   int threads = 0;
   int prefill_chunk = 512;
+  std::string device = "auto";          // --device cpu|cuda|auto
+  double gpu_memory_utilization = 0.9;  // --gpu-memory-utilization (cuda only)
+  int max_num_seqs = 16;                // sequences that hold KV at once (serve sets it; eval raises it)
+  int64_t max_model_len = 0;            // 0 = the model's (serve sets it)
 };
 
 void add_run_options(CLI::App& sub, RunOptions& o);
+// --device and --gpu-memory-utilization as serve and bench declare them too, so every command spells and
+// checks them the same way: --device is one of cpu, cuda, auto; the fraction is in (0, 1].
+extern const char* const kDeviceHelp;
+CLI::Validator device_check();
+CLI::Validator memory_fraction_check();
 
 struct SamplingCli {
   int max_tokens = 128;
@@ -36,7 +46,11 @@ struct SamplingCli {
 void add_sampling_options(CLI::App& sub, SamplingCli& s);
 runtime::SamplingParams to_params(const SamplingCli& s);
 
-Expected<std::unique_ptr<runtime::Engine>> open_engine(const std::string& model_dir, const RunOptions& o);
+// Opens the engine on the device --device picks and reports the engine's device line once through `log`
+// (default: "gridq: device: ..." on stderr).
+using LogFn = std::function<void(const std::string&)>;
+Expected<std::unique_ptr<runtime::Engine>> open_engine(const std::string& model_dir, const RunOptions& o,
+                                                       const LogFn& log = {});
 Expected<text::Tokenizer> open_tokenizer(const std::string& model_dir);
 
 // EOS ids of the model: config.json's eos_token_id plus generation_config.json's, deduplicated.

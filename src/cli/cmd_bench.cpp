@@ -1,10 +1,12 @@
-// `gridq bench kernels [--json] [--out FILE] [--filter S] [--replays N] [--no-pdl] [--no-chain] [--diag]`:
-// CUDA decode-kernel benchmark on synthetic Laguna-S-2.1 decode shapes (src/runtime/cuda/bench.h). In a build
-// without CUDA the command exists and says so.
+// `gridq bench kernels [--json] [--out FILE] [--filter S] [--replays N] [--no-pdl] [--no-chain] [--diag]
+// [--device cuda|auto]`: CUDA decode-kernel benchmark on synthetic Laguna-S-2.1 decode shapes
+// (src/runtime/cuda/bench.h). In a build without CUDA the command exists and says so. --device is accepted
+// like every run command's, but the kernels exist only on cuda, so `--device cpu` is refused.
 #include <cstdio>
 #include <fstream>
 #include <string>
 
+#include "cli/cli_model.h"
 #include "cli/command.h"
 
 #ifdef GRIDQ_HAVE_CUDA
@@ -25,9 +27,13 @@ struct BenchFlags {
   bool l2_prefetch = false;
   bool diag = false;
   bool no_chain = false;
+  std::string device = "auto";
 };
 
 int run_kernels(const BenchFlags& f) {
+  if (f.device == "cpu")
+    return fail(
+        "bench kernels: --device cpu: the decode kernels run only on cuda (use --device cuda or auto)");
 #ifdef GRIDQ_HAVE_CUDA
   cuda::BenchOptions o;
   o.filter = f.filter;
@@ -79,6 +85,9 @@ const Registrar reg{Command{
                   "Also run the diagnostic rows: empty and streaming-read stacks, per-kernel timelines");
       k->add_flag("--no-chain", flags->no_chain, "Skip the persistent-chain version of each stack");
       k->add_option("--blocks-per-sm", flags->blocks_per_sm, "GEMV blocks per SM (0 = all that fit)");
+      k->add_option("--device", flags->device,
+                    "cuda or auto (default); the kernels need cuda, so cpu is refused")
+          ->check(device_check());
       return [flags]() { return run_kernels(*flags); };
     }}};
 

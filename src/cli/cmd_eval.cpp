@@ -1,5 +1,6 @@
 // gridq eval: perplexity over windows of a text file and, with --teacher (or a --teacher-dump), the
 // student-vs-teacher metrics of quantizer.md §8 on the same windows (ALL-KL, confident-KL, top-1 agreement).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -68,7 +69,9 @@ int run_teacher_eval(const EvalArgs& a, std::span<const int32_t> ids) {
     reader = std::move(*r);
     source = reader.get();
   } else {
-    auto te = open_engine(a.teacher, a.run);
+    auto te = open_engine(a.teacher, a.run, [](const std::string& line) {
+      std::fprintf(stderr, "gridq: teacher %s\n", line.c_str());
+    });
     if (!te.ok()) return fail(te.message());
     teacher_engine = std::move(*te);
     live = std::make_unique<eval::EngineTeacher>(*teacher_engine);
@@ -195,7 +198,11 @@ Registrar reg{Command{
                    "print one JSON object (keys ppl, positions, ...; with a teacher also teacher_ppl, "
                    "all_kl, confident_kl, top1_agree, teacher_sha256, ...)");
       add_run_options(sub, a->run);
-      return [a] { return run_eval(*a); };
+      return [a] {
+        // --batch windows hold KV at once; a device backend sizes its per-sequence state for that many.
+        a->run.max_num_seqs = std::max(a->run.max_num_seqs, a->batch);
+        return run_eval(*a);
+      };
     }}};
 
 }  // namespace

@@ -59,11 +59,12 @@ int run_generate(const GenerateArgs& a) {
 
 Registrar reg{Command{
     "generate",
-    "Continue a prompt with the CPU engine, streaming text to stdout\n"
+    "Continue a prompt, streaming text to stdout (--device picks cpu or cuda; the chosen device is logged)\n"
     "Examples:\n"
     "  gridq generate models/laguna-tiny-code --prompt \"def fibonacci(n):\"\n"
     "  gridq generate models/laguna-tiny-code --prompt \"import os\" --temperature 0.8 --top-p 0.95 --seed 7\n"
-    "  gridq generate models/laguna-tiny-code --prompt \"Hi\" --chat --max-tokens 32\n",
+    "  gridq generate models/laguna-tiny-code --prompt \"Hi\" --chat --max-tokens 32\n"
+    "  gridq generate models/laguna-tiny-code --prompt \"def f(x):\" --device cpu --threads 2\n",
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<GenerateArgs>();
       sub.add_option("MODEL", a->model, "HF checkpoint directory")->required();

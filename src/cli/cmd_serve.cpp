@@ -15,6 +15,7 @@
 #include "io/checkpoint.h"
 #include "io/pins.h"
 #include "io/sha256.h"
+#include "runtime/device.h"
 #include "serve/api_server.h"
 #include "serve/http_server.h"
 #include "serve/runtime_engine.h"
@@ -34,6 +35,7 @@ struct ServeOpts {
   int64_t max_model_len = 0;
   int max_num_seqs = 32;
   double gpu_memory_utilization = 0.9;
+  std::string device = "auto";
   std::string kv_cache_dtype = "auto";
   std::vector<std::string> api_keys;
   std::string api_key_file;
@@ -133,6 +135,9 @@ int run_serve(ServeOpts o) {
   if (o.max_num_seqs < 1) return fail("--max-num-seqs must be >= 1");
   if (o.gpu_memory_utilization <= 0.0 || o.gpu_memory_utilization > 1.0)
     return fail("--gpu-memory-utilization must be in (0, 1]");
+  // Before listening: `--device cuda` on a machine that cannot run it is refused at once, not after /health
+  // has said "loading". The engine chooses again at open (the probe is cheap) and logs the choice.
+  if (auto pick = runtime::choose_device(o.device); !pick.ok()) return fail(pick.message());
   if (o.kv_cache_dtype != "auto" && o.kv_cache_dtype != "bf16" && o.kv_cache_dtype != "fp32")
     return fail(fmt::format("--kv-cache-dtype {}: the cpu backend supports auto, bf16 or fp32 only",
                             o.kv_cache_dtype));
@@ -198,13 +203,15 @@ int run_serve(ServeOpts o) {
   auto port = http.start();
   if (!port.ok()) return fail(port.message());
   log(fmt::format("listening on http://{}:{} (loading {})", o.host, *port, o.dir));
-  if (o.gpu_memory_utilization != 0.9)
-    log("note: --gpu-memory-utilization is accepted for vLLM compatibility; the cpu backend does not use it");
   if (o.api_keys.empty()) log("WARNING: no --api-key: every route is open");
 
   // 3. Load.
   RunOptions ro;
   ro.threads = o.threads;
+  ro.device = o.device;
+  ro.gpu_memory_utilization = o.gpu_memory_utilization;
+  ro.max_num_seqs = o.max_num_seqs;
+  ro.max_model_len = o.max_model_len;
   auto tok = open_tokenizer(o.dir);
   if (!tok.ok()) return fail(tok.message());
   auto tmpl_text = load_template(o);
@@ -213,8 +220,10 @@ int run_serve(ServeOpts o) {
   topts.name = "chat_template";
   auto tmpl = text::jinja::Template::parse(*tmpl_text, topts);
   if (!tmpl.ok()) return fail(tmpl.message());
-  auto eng = open_engine(o.dir, ro);
+  auto eng = open_engine(o.dir, ro, log);
   if (!eng.ok()) return fail(eng.message());
+  if ((*eng)->device() == runtime::DeviceKind::kCpu && o.gpu_memory_utilization != 0.9)
+    log("note: --gpu-memory-utilization is accepted for vLLM compatibility; the cpu backend does not use it");
   const auto& spec = (*eng)->spec();
   int64_t max_len = spec.max_position_embeddings > 0 ? spec.max_position_embeddings : 4096;
   if (o.max_model_len > 0) {
@@ -323,7 +332,9 @@ Registrar reg(
        sub.add_option("--port", o->port, "TCP port (0 = any free port)");
        sub.add_option("--max-model-len", o->max_model_len, "context length (default: the model's)");
        sub.add_option("--max-num-seqs", o->max_num_seqs, "sequences per step (default 32)");
-       sub.add_option("--gpu-memory-utilization", o->gpu_memory_utilization, "accepted; unused on cpu");
+       sub.add_option("--device", o->device, kDeviceHelp)->check(device_check());
+       sub.add_option("--gpu-memory-utilization", o->gpu_memory_utilization,
+                      "fraction of the GPU's memory gridq may hold, in (0, 1] (default 0.9; unused on cpu)");
        sub.add_option("--kv-cache-dtype", o->kv_cache_dtype, "auto (default), bf16, fp32");
        sub.add_option("--api-key", o->api_keys, "required API key (repeatable)");
        sub.add_option("--api-key-file", o->api_key_file, "file with one API key per line");

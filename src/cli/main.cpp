@@ -6,6 +6,12 @@
 #include "cli/command.h"
 #include "core/version.h"
 
+// A CUDA build registers its backend at start (runtime/device.h); without it --device auto runs on cpu and
+// --device cuda is refused.
+#if defined(GRIDQ_HAVE_CUDA)
+#include "runtime/cuda/register.h"
+#endif
+
 namespace gridq::cli {
 
 std::vector<Command>& registry() {
@@ -22,6 +28,10 @@ int fail(const std::string& message) {
 
 int main(int argc, char** argv) {
   using namespace gridq::cli;
+#if defined(GRIDQ_HAVE_CUDA)
+  // Before any command runs: choose_device (--device) sees the CUDA backend only through this registration.
+  gridq::cuda::register_backend();
+#endif
   CLI::App app{"gridq: quantize and serve Mixture-of-Experts language models (gridbook format)\n"
                "Examples:\n"
                "  gridq inspect models/laguna-tiny-code\n"

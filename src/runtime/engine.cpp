@@ -8,25 +8,54 @@
 
 namespace gridq::runtime {
 
+namespace {
+
+Status check_device_options(const DeviceOptions& d) {
+  if (!(d.gpu_memory_utilization > 0.0 && d.gpu_memory_utilization <= 1.0))
+    return err("engine: gpu_memory_utilization must be in (0, 1] (got {})", d.gpu_memory_utilization);
+  if (d.max_model_len < 0) return err("engine: max_model_len must be >= 0 (got {})", d.max_model_len);
+  if (d.max_num_seqs < 1) return err("engine: max_num_seqs must be >= 1 (got {})", d.max_num_seqs);
+  return Status::ok_status();
+}
+
+// The backend for the chosen device over host weights; `keepalive` owns what the weights point into.
+Expected<std::unique_ptr<Backend>> make_backend(DeviceKind kind, const model::ModelSpec& spec, ModelWeights w,
+                                                std::shared_ptr<void> keepalive, const EngineOptions& opts) {
+  if (kind == DeviceKind::kCuda) {
+    const CudaBackendHooks* hooks = cuda_backend_hooks();
+    // choose_device only picks CUDA with hooks registered; a null here means they were cleared since.
+    if (!hooks) return err("engine: the CUDA backend was chosen but is no longer registered");
+    return hooks->create(spec, w, std::move(keepalive), opts.dev);
+  }
+  GRIDQ_ASSIGN_OR_RETURN(auto be, cpu::CpuBackend::create(spec, std::move(w), std::move(keepalive),
+                                                          cpu::CpuOptions{opts.threads}));
+  return std::unique_ptr<Backend>(std::move(be));
+}
+
+}  // namespace
+
 Expected<std::unique_ptr<Engine>> Engine::open(const std::string& model_dir, const EngineOptions& opts) {
-  if (opts.backend != "cpu") return err("engine: backend '{}' is not available here (use cpu)", opts.backend);
   if (opts.prefill_chunk <= 0) return err("engine: prefill_chunk must be > 0 (got {})", opts.prefill_chunk);
+  GRIDQ_RETURN_IF_ERROR(check_device_options(opts.dev));
+  // Before any weight is read: a refused device costs nothing.
+  GRIDQ_ASSIGN_OR_RETURN(DeviceChoice choice, choose_device(opts.device));
   GRIDQ_ASSIGN_OR_RETURN(nlohmann::json cfg,
                          io::read_json_file((std::filesystem::path(model_dir) / "config.json").string()));
+  std::unique_ptr<Backend> be;
   if (cfg.contains("quantization_config")) {
     // A gridbook artifact: FP8 / CB weights straight from the mmapped files.
     GRIDQ_ASSIGN_OR_RETURN(std::shared_ptr<ArtifactModel> am, load_artifact_model(model_dir));
-    GRIDQ_ASSIGN_OR_RETURN(auto be, cpu::CpuBackend::create(am->spec, am->weights, am, cpu::CpuOptions{opts.threads}));
-    auto e = from_backend(std::move(be), opts);
-    e->model_dir_ = model_dir;
-    return e;
+    GRIDQ_ASSIGN_OR_RETURN(be, make_backend(choice.kind, am->spec, am->weights, am, opts));
+  } else {
+    GRIDQ_ASSIGN_OR_RETURN(model::LoadedModel lm, model::load_model(model_dir));
+    GRIDQ_ASSIGN_OR_RETURN(ModelWeights w, build_model_weights(lm.spec, lm.weights));
+    std::shared_ptr<void> keep(std::move(lm.checkpoint));
+    GRIDQ_ASSIGN_OR_RETURN(be, make_backend(choice.kind, lm.spec, std::move(w), keep, opts));
   }
-  GRIDQ_ASSIGN_OR_RETURN(model::LoadedModel lm, model::load_model(model_dir));
-  GRIDQ_ASSIGN_OR_RETURN(ModelWeights w, build_model_weights(lm.spec, lm.weights));
-  std::shared_ptr<void> keep(std::move(lm.checkpoint));
-  GRIDQ_ASSIGN_OR_RETURN(auto be, cpu::CpuBackend::create(lm.spec, std::move(w), keep, cpu::CpuOptions{opts.threads}));
   auto e = from_backend(std::move(be), opts);
   e->model_dir_ = model_dir;
+  e->device_ = choice.kind;
+  e->device_log_ = std::move(choice.log_line);
   return e;
 }
 

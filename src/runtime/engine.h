@@ -15,25 +15,32 @@
 #include "core/status.h"
 #include "model/loader.h"
 #include "runtime/backend.h"
+#include "runtime/device.h"
 
 namespace gridq::runtime {
 
 struct EngineOptions {
-  int threads = 0;             // CPU threads (0 = OpenMP default)
-  int prefill_chunk = 512;     // tokens per prefill forward
-  std::string backend = "cpu"; // only "cpu" here; CUDA plugs in through Backend
+  int threads = 0;              // CPU threads (0 = OpenMP default)
+  int prefill_chunk = 512;      // tokens per prefill forward
+  std::string device = "auto";  // cpu, cuda or auto (choose_device in device.h)
+  DeviceOptions dev;            // what the CUDA backend is asked for; unused on cpu
 };
 
 class Engine {
  public:
-  // Opens an HF checkpoint directory (BF16) and builds the CPU backend.
+  // Opens an HF checkpoint directory (BF16) or a gridbook artifact on the device opts.device picks: the CPU
+  // backend, or the registered CUDA backend (device.h). The device is chosen before anything is loaded, so
+  // `--device cuda` without a usable GPU fails at once.
   static Expected<std::unique_ptr<Engine>> open(const std::string& model_dir, const EngineOptions& opts);
-  // Wraps an existing backend (tests with synthetic models; other backends).
+  // Wraps an existing backend (tests with synthetic models; other backends); device_log() says so.
   static std::unique_ptr<Engine> from_backend(std::unique_ptr<Backend> backend, const EngineOptions& opts);
 
   const model::ModelSpec& spec() const { return backend_->spec(); }
   const std::string& model_dir() const { return model_dir_; }
   int vocab_size() const { return spec().vocab_size; }
+  // The device that runs the model and one line naming it and why (the CLI prints it once at open).
+  DeviceKind device() const { return device_; }
+  const std::string& device_log() const { return device_log_; }
 
   SeqId create_sequence();
   void free_sequence(SeqId id);
@@ -54,6 +61,8 @@ class Engine {
   std::unique_ptr<Backend> backend_;
   EngineOptions opts_;
   std::string model_dir_;
+  DeviceKind device_ = DeviceKind::kCpu;
+  std::string device_log_ = "device: custom backend";
   SeqId next_id_ = 1;
 };
 

@@ -1,0 +1,288 @@
+#include "runtime/cuda/cuda_backend.h"
+
+#include <algorithm>
+
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/forward.h"
+#include "runtime/cuda/register.h"
+
+namespace gridq::cuda {
+namespace {
+
+using detail::kMaxStepRows;
+
+size_t round16(size_t n) { return (n + 15) / 16 * 16; }
+
+}  // namespace
+
+size_t CudaBackend::Work::bytes() const {
+  size_t n = 0;
+  for (const DeviceBuffer* b : {&rows, &x, &a, &xin, &xq, &xs, &qkv, &g, &q, &o, &ob, &y, &gu, &h, &yd, &ys, &moe_out,
+                                &z, &eid, &ew, &nsl, &an, &logits, &partial})
+    n += b->bytes();
+  return n;
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_) (void)cudaStreamDestroy(stream_);
+}
+
+Expected<std::unique_ptr<CudaBackend>> CudaBackend::create(const model::ModelSpec& spec, const runtime::ModelWeights& w,
+                                                           const runtime::DeviceOptions& opts) {
+  GRIDQ_ASSIGN_OR_RETURN(std::unique_ptr<DeviceModel> dm, upload_model(spec, w));
+  return from_device_model(spec, std::move(dm), opts);
+}
+
+Expected<std::unique_ptr<CudaBackend>> CudaBackend::from_device_model(const model::ModelSpec& spec,
+                                                                      std::unique_ptr<DeviceModel> dm,
+                                                                      const runtime::DeviceOptions& opts) {
+  std::unique_ptr<CudaBackend> b(new CudaBackend());
+  b->spec_ = spec;
+  b->dm_ = std::move(dm);
+  GRIDQ_RETURN_IF_ERROR(b->init(opts));
+  return b;
+}
+
+Status CudaBackend::init(const runtime::DeviceOptions& opts) {
+  if (!(opts.gpu_memory_utilization > 0.0 && opts.gpu_memory_utilization <= 1.0))
+    return err("cuda backend: --gpu-memory-utilization {} is not in (0, 1]", opts.gpu_memory_utilization);
+  if (opts.max_num_seqs < 1) return err("cuda backend: --max-num-seqs {} < 1", opts.max_num_seqs);
+  const auto& S = spec_;
+  int max_d = 0, max_nh = 0, max_qkv = 0;
+  for (const auto& L : S.layers) {
+    if (L.head_dim % 32 || L.head_dim > detail::kMaxHeadDim)
+      return err("cuda backend: head_dim {} is not a multiple of 32 up to {}", L.head_dim, detail::kMaxHeadDim);
+    max_d = std::max(max_d, L.head_dim);
+    max_nh = std::max(max_nh, L.n_heads);
+  }
+  if (S.moe.top_k > 32 || S.moe.n_experts > 1024)
+    return err("cuda backend: MoE with {} experts top-{} (the router kernel serves ≤ 1024 experts, top-k ≤ 32)",
+               S.moe.n_experts, S.moe.top_k);
+  GRIDQ_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  GRIDQ_ASSIGN_OR_RETURN(ws_, WorkspaceBuffers::create());
+  max_len_ = opts.max_model_len > 0 ? opts.max_model_len : S.max_position_embeddings;
+  if (max_len_ < 1) return err("cuda backend: max_model_len {} < 1", max_len_);
+  GRIDQ_ASSIGN_OR_RETURN(plan_, runtime::KvPlan::from_spec(S, 16, kMaxStepRows));
+
+  // Step buffers: widest input, output and intermediate over every matrix of the model.
+  size_t W = static_cast<size_t>(S.hidden_size), Y = static_cast<size_t>(S.hidden_size), G = 1, I2 = 1, Ih = 1;
+  for (size_t l = 0; l < dm_->layers.size(); ++l) {
+    const DevLayer& dl = dm_->layers[l];
+    for (const DevLinear* m : {&dl.qkv, &dl.q, &dl.k, &dl.v, &dl.g, &dl.o, &dl.mlp.gate_up, &dl.mlp.down, &dl.router,
+                               &dl.shared.gate_up, &dl.shared.down, &dl.experts.gate, &dl.experts.up, &dl.experts.down_ref}) {
+      W = std::max(W, static_cast<size_t>(m->cols));
+      Y = std::max(Y, static_cast<size_t>(m->out_rows()));
+    }
+    max_qkv = std::max({max_qkv, dl.qkv.out_rows(), dl.q.out_rows() + dl.k.out_rows() + dl.v.out_rows()});
+    G = std::max(G, static_cast<size_t>(dl.g.out_rows()));
+    I2 = std::max({I2, static_cast<size_t>(dl.mlp.gate_up.out_rows()), static_cast<size_t>(dl.shared.gate_up.out_rows()),
+                   static_cast<size_t>(2 * S.moe.expert_intermediate)});
+    Ih = std::max({Ih, static_cast<size_t>(dl.mlp.inter), static_cast<size_t>(dl.shared.inter),
+                   static_cast<size_t>(S.moe.expert_intermediate)});
+  }
+  const size_t R = kMaxStepRows, K = static_cast<size_t>(std::max(1, S.moe.top_k)), H = static_cast<size_t>(S.hidden_size);
+  const size_t qw = static_cast<size_t>(max_nh) * static_cast<size_t>(max_d);
+  work_ = std::make_unique<Work>();
+  Work& w = *work_;
+  w.max_splits = static_cast<int>((max_len_ + detail::kAttnSplitKeys - 1) / detail::kAttnSplitKeys);
+  struct B {
+    DeviceBuffer* buf;
+    size_t bytes;
+    const char* what;
+  };
+  for (const B& b : {B{&w.rows, 3 * R * 4, "step rows"}, B{&w.x, R * H * 4, "residual"}, B{&w.a, R * H * 2, "normed input"},
+                     B{&w.xin, R * W * 2, "FP4 contract input"}, B{&w.xq, R * W, "FP8 codes"}, B{&w.xs, R * 4, "FP8 scales"},
+                     B{&w.qkv, R * (size_t(max_qkv) + 48) * 4, "qkv"}, B{&w.g, R * G * 4, "gate"}, B{&w.q, R * qw * 4, "q"},
+                     B{&w.o, R * qw * 4, "attention output"}, B{&w.ob, R * qw * 2, "gated output"},
+                     B{&w.y, R * Y * 4, "matrix output"}, B{&w.gu, R * K * I2 * 4, "gate_up"},
+                     B{&w.h, R * K * Ih * 2, "swiglu"}, B{&w.yd, R * K * H * 4, "expert outputs"},
+                     B{&w.ys, R * H * 4, "shared expert"}, B{&w.moe_out, R * H * 4, "moe output"},
+                     B{&w.z, R * round16(static_cast<size_t>(std::max(1, S.moe.n_experts))) * 4, "router logits"},
+                     B{&w.eid, R * K * 4, "expert ids"}, B{&w.ew, R * K * 4, "expert weights"}, B{&w.nsl, R * 4, "slots"},
+                     B{&w.an, R * H * 2, "final norm"},
+                     B{&w.logits, R * static_cast<size_t>(dm_->lm_head.out_rows()) * 4, "logits"},
+                     B{&w.partial, R * qw / static_cast<size_t>(max_d) * static_cast<size_t>(w.max_splits) *
+                                       static_cast<size_t>(max_d + 2) * 4,
+                       "attention splits"}}) {
+    GRIDQ_ASSIGN_OR_RETURN(*b.buf, DeviceBuffer::alloc(std::max<size_t>(b.bytes, 16), b.what));
+    GRIDQ_RETURN_IF_ERROR(b.buf->zero());
+  }
+  {
+    std::vector<int> k(R, S.moe.top_k);
+    GRIDQ_RETURN_IF_ERROR(w.nsl.upload(k.data(), R * 4));
+  }
+  // KV: what is left of gpu_memory_utilization × total after the weights and the step buffers.
+  size_t free_b = 0, total_b = 0;
+  GRIDQ_CUDA(cudaMemGetInfo(&free_b, &total_b));
+  max_seqs_ = opts.max_num_seqs;
+  max_pages_per_seq_ = static_cast<int>(std::max<int64_t>(1, plan_.pages_for(max_len_)));
+  const int64_t table_bytes = static_cast<int64_t>(max_seqs_) * max_pages_per_seq_ * 4;
+  const int64_t budget = static_cast<int64_t>(opts.gpu_memory_utilization * static_cast<double>(total_b)) -
+                         static_cast<int64_t>(total_b - free_b) - table_bytes - (int64_t{256} << 20);
+  GRIDQ_ASSIGN_OR_RETURN(auto cap, plan_.capacity(budget, max_seqs_));
+  GRIDQ_ASSIGN_OR_RETURN(pages_, DeviceBuffer::alloc(static_cast<size_t>(std::max<int64_t>(cap.page_pool_bytes, 16)),
+                                                     "KV pages"));
+  GRIDQ_ASSIGN_OR_RETURN(rings_, DeviceBuffer::alloc(static_cast<size_t>(std::max<int64_t>(cap.ring_pool_bytes, 16)),
+                                                     "KV rings"));
+  GRIDQ_ASSIGN_OR_RETURN(page_table_, DeviceBuffer::alloc(static_cast<size_t>(table_bytes), "KV page table"));
+  GRIDQ_RETURN_IF_ERROR(page_table_.zero());
+  for (int64_t p = cap.pages - 1; p >= 0; --p) free_pages_.push_back(static_cast<int>(p));
+  for (int s = max_seqs_ - 1; s >= 0; --s) free_slots_.push_back(s);
+  cudaDeviceProp prop{};
+  GRIDQ_CUDA(cudaGetDeviceProperties(&prop, 0));
+  mem_.weights = dm_->weight_bytes;
+  mem_.packed = dm_->packed_bytes;
+  mem_.kv_pages = static_cast<size_t>(cap.page_pool_bytes);
+  mem_.kv_rings = static_cast<size_t>(cap.ring_pool_bytes);
+  mem_.workspace = w.bytes() + ws_.counters.bytes() + ws_.partials.bytes() + ws_.barrier.bytes();
+  mem_.kv_tokens = cap.tokens;
+  mem_.max_seqs = max_seqs_;
+  mem_.device = prop.name;
+  return {};
+}
+
+Status CudaBackend::add_sequence(runtime::SeqId id) {
+  if (seqs_.count(id)) return err("cuda backend: sequence {} already exists", id);
+  if (free_slots_.empty())
+    return err("cuda backend: all {} sequence slots hold KV (--max-num-seqs {})", max_seqs_, max_seqs_);
+  Seq s;
+  s.slot = free_slots_.back();
+  free_slots_.pop_back();
+  seqs_.emplace(id, std::move(s));
+  return {};
+}
+
+void CudaBackend::remove_sequence(runtime::SeqId id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return;
+  for (int p : it->second.pages) free_pages_.push_back(p);
+  free_slots_.push_back(it->second.slot);
+  seqs_.erase(it);
+}
+
+int64_t CudaBackend::sequence_length(runtime::SeqId id) const {
+  auto it = seqs_.find(id);
+  return it == seqs_.end() ? -1 : it->second.len;
+}
+
+Status CudaBackend::ensure_pages(int slot, int64_t new_len) {
+  for (auto& [id, s] : seqs_) {
+    if (s.slot != slot) continue;
+    if (new_len > max_len_)
+      return err("cuda backend: sequence {} would reach {} tokens, past max_model_len {}", id, new_len, max_len_);
+    const int64_t need = plan_.pages_for(new_len);
+    while (static_cast<int64_t>(s.pages.size()) < need) {
+      if (free_pages_.empty())
+        return err("cuda backend: the KV cache is full ({} pages of {} tokens in use)", mem_.kv_tokens / plan_.page_tokens,
+                   plan_.page_tokens);
+      const int p = free_pages_.back();
+      free_pages_.pop_back();
+      const size_t at = static_cast<size_t>(s.slot) * max_pages_per_seq_ + s.pages.size();
+      s.pages.push_back(p);
+      GRIDQ_CUDA(cudaMemcpyAsync(page_table_.as<int>() + at, &s.pages.back(), 4, cudaMemcpyHostToDevice, stream_));
+      GRIDQ_CUDA(cudaStreamSynchronize(stream_));  // the source is a vector element that may move
+    }
+    return {};
+  }
+  return err("cuda backend: no sequence in slot {}", slot);
+}
+
+Status CudaBackend::set_length_for_bench(runtime::SeqId id, int64_t len) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return err("cuda backend: unknown sequence {}", id);
+  GRIDQ_RETURN_IF_ERROR(ensure_pages(it->second.slot, len));
+  it->second.len = len;
+  return {};
+}
+
+Status CudaBackend::forward(std::span<const runtime::BatchItem> items, std::vector<float>& logits) {
+  // Validate everything first: a refused batch changes no sequence.
+  for (size_t i = 0; i < items.size(); ++i) {
+    auto it = seqs_.find(items[i].seq);
+    if (it == seqs_.end()) return err("cuda backend: unknown sequence {}", items[i].seq);
+    for (size_t j = 0; j < i; ++j)
+      if (items[j].seq == items[i].seq) return err("cuda backend: sequence {} appears twice in one batch", items[i].seq);
+    for (int32_t tok : items[i].tokens)
+      if (tok < 0 || tok >= spec_.vocab_size)
+        return err("cuda backend: token id {} out of range [0, {})", tok, spec_.vocab_size);
+    const int64_t n = static_cast<int64_t>(items[i].tokens.size());
+    if (it->second.len + n > max_len_)
+      return err("cuda backend: sequence {} would reach {} tokens, past max_model_len {}", items[i].seq,
+                 it->second.len + n, max_len_);
+  }
+  for (const auto& item : items) {
+    Seq& s = seqs_.at(item.seq);
+    GRIDQ_RETURN_IF_ERROR(ensure_pages(s.slot, s.len + static_cast<int64_t>(item.tokens.size())));
+  }
+  // Rows in item order, cut into steps of ≤ 16; a step's rows of one sequence are consecutive positions.
+  Step st;
+  auto flush = [&]() -> Status {
+    if (st.ids.empty()) return {};
+    GRIDQ_RETURN_IF_ERROR(run_step(st, logits));
+    st = Step{};
+    return {};
+  };
+  for (const auto& item : items) {
+    Seq& s = seqs_.at(item.seq);
+    const int64_t n = static_cast<int64_t>(item.tokens.size());
+    for (int64_t j = 0; j < n; ++j) {
+      if (st.T() == kMaxStepRows) GRIDQ_RETURN_IF_ERROR(flush());
+      const bool want = item.logits == runtime::LogitsMode::kAll || (item.logits == runtime::LogitsMode::kLast && j == n - 1);
+      if (want) st.logit_rows.push_back(st.T());
+      st.ids.push_back(item.tokens[static_cast<size_t>(j)]);
+      st.pos.push_back(static_cast<int>(s.len + j));
+      st.slot.push_back(s.slot);
+    }
+  }
+  GRIDQ_RETURN_IF_ERROR(flush());
+  for (const auto& item : items) seqs_.at(item.seq).len += static_cast<int64_t>(item.tokens.size());
+  return {};
+}
+
+std::map<std::string, double> CudaBackend::take_phase_ms() { return std::exchange(phase_ms_, {}); }
+
+// ---- registration (runtime/device.h) ----
+
+namespace {
+
+runtime::CudaProbe probe() {
+  runtime::CudaProbe p;
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    p.description = e != cudaSuccess ? std::string("no usable CUDA device (") + cudaGetErrorString(e) + ")"
+                                     : "no CUDA device is visible";
+    (void)cudaGetLastError();
+    return p;
+  }
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+    p.description = "cudaGetDeviceProperties failed";
+    return p;
+  }
+  const std::string what = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +
+                           ", " + std::to_string(prop.totalGlobalMem >> 30) + " GiB)";
+  // The kernels are built for sm_90a (Hopper) only; other GPUs have no kernel image here.
+  if (prop.major != 9 || prop.minor != 0) {
+    p.description = what + ": this gridq has kernels for sm_90a (Hopper) only";
+    return p;
+  }
+  p.usable = true;
+  p.description = what;
+  return p;
+}
+
+}  // namespace
+
+void register_backend() {
+  runtime::CudaBackendHooks h;
+  h.probe = probe;
+  h.create = [](const model::ModelSpec& spec, const runtime::ModelWeights& w, std::shared_ptr<void>,
+                const runtime::DeviceOptions& o) -> Expected<std::unique_ptr<runtime::Backend>> {
+    GRIDQ_ASSIGN_OR_RETURN(auto b, CudaBackend::create(spec, w, o));
+    return std::unique_ptr<runtime::Backend>(std::move(b));
+  };
+  runtime::register_cuda_backend(std::move(h));
+}
+
+}  // namespace gridq::cuda

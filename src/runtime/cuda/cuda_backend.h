@@ -1,0 +1,87 @@
+// CudaBackend: the runtime::Backend on one GPU (gpu-engine.md §2). Owns the device model, the KV cache (pages
+// for full-attention layers, a ring per sequence for sliding layers, sized by kv_plan from the memory left
+// after the weights), the step workspace, and the forward (forward.cpp), which mirrors cpu/layer_ops.cpp.
+// A forward of any size runs as steps of at most kMaxStepRows rows through the decode kernels (prefill in
+// chunks of 16 tokens; the tensor-core GEMM path is the serving issue's).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/backend.h"
+#include "runtime/cuda/device_buffer.h"
+#include "runtime/cuda/device_model.h"
+#include "runtime/cuda/upload.h"
+#include "runtime/device.h"
+#include "runtime/kv_plan.h"
+
+namespace gridq::cuda {
+
+// Bytes the backend holds, reported by `gridq serve` at start.
+struct MemoryReport {
+  size_t weights = 0, packed = 0, kv_pages = 0, kv_rings = 0, workspace = 0;
+  int64_t kv_tokens = 0;  // full-layer KV tokens that fit (over all sequences)
+  int max_seqs = 0;
+  std::string device;
+};
+
+class CudaBackend final : public runtime::Backend {
+ public:
+  static Expected<std::unique_ptr<CudaBackend>> create(const model::ModelSpec& spec, const runtime::ModelWeights& w,
+                                                       const runtime::DeviceOptions& opts);
+  // A model already on the device (the synthetic full-size models of `gridq bench decode`).
+  static Expected<std::unique_ptr<CudaBackend>> from_device_model(const model::ModelSpec& spec,
+                                                                  std::unique_ptr<DeviceModel> dm,
+                                                                  const runtime::DeviceOptions& opts);
+  ~CudaBackend() override;
+
+  const model::ModelSpec& spec() const override { return spec_; }
+  Status add_sequence(runtime::SeqId id) override;
+  void remove_sequence(runtime::SeqId id) override;
+  int64_t sequence_length(runtime::SeqId id) const override;
+  Status forward(std::span<const runtime::BatchItem> items, std::vector<float>& logits) override;
+
+  const MemoryReport& memory() const { return mem_; }
+  const DeviceModel& device_model() const { return *dm_; }
+  // Sets a sequence's length without running its tokens (benchmarks at a given context: the KV it reads is
+  // whatever the pages hold). Allocates the pages.
+  Status set_length_for_bench(runtime::SeqId id, int64_t len);
+
+  // Per-phase timing of the next forwards (CUDA events around each phase, summed per name), for bench.
+  void set_phase_timing(bool on) { timing_ = on; }
+  std::map<std::string, double> take_phase_ms();
+
+  struct Step;  // one step's rows (forward.h)
+  struct Work;  // the step buffers (forward.h)
+
+ private:
+  CudaBackend() = default;
+  Status init(const runtime::DeviceOptions& opts);
+  Status run_step(const Step& st, std::vector<float>& logits);
+  Status ensure_pages(int slot, int64_t new_len);
+
+  struct Seq {
+    int slot = 0;
+    int64_t len = 0;
+    std::vector<int> pages;
+  };
+
+  model::ModelSpec spec_;
+  std::unique_ptr<DeviceModel> dm_;
+  runtime::KvPlan plan_;
+  MemoryReport mem_;
+  cudaStream_t stream_ = nullptr;
+  WorkspaceBuffers ws_;
+  DeviceBuffer pages_, rings_, page_table_;
+  int max_seqs_ = 0, max_pages_per_seq_ = 0;
+  int64_t max_len_ = 0;
+  std::vector<int> free_pages_, free_slots_;
+  std::map<runtime::SeqId, Seq> seqs_;
+  std::unique_ptr<Work> work_;
+  bool timing_ = false;
+  std::map<std::string, double> phase_ms_;
+};
+
+}  // namespace gridq::cuda

@@ -1,0 +1,111 @@
+// The forward's small row kernels: embedding, RMSNorm from the FP32 residual, residual adds, SwiGLU, the
+// softplus output gate and the MoE combine. Bound: latency (a few KB per row); one block per row, fixed
+// summation orders so a row's result never depends on the other rows of the step.
+#include "runtime/cuda/device_util.cuh"
+#include "runtime/cuda/kernels/forward_kernels.h"
+
+namespace gridq::cuda::detail {
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void __launch_bounds__(kThreads) embed_kernel(const uint16_t* table, const int* ids, int H, float* x) {
+  const int t = blockIdx.x;
+  const uint16_t* row = table + static_cast<long long>(ids[t]) * H;
+  for (int i = threadIdx.x; i < H; i += kThreads) x[static_cast<long long>(t) * H + i] = bf16_bits_to_f32(row[i]);
+}
+
+// Sum of squares in FP64 like the CPU reference (rmsnorm_rows): per-thread strided partials, then a fixed
+// tree over the block.
+__global__ void __launch_bounds__(kThreads)
+    rmsnorm_f32_kernel(const float* x, const float* w, int H, float eps, uint16_t* y) {
+  __shared__ double red[kThreads];
+  const long long t = blockIdx.x;
+  const float* v = x + t * H;
+  double ss = 0.0;
+  for (int i = threadIdx.x; i < H; i += kThreads) ss += static_cast<double>(v[i]) * v[i];
+  red[threadIdx.x] = ss;
+  __syncthreads();
+  for (int s = kThreads / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
+    __syncthreads();
+  }
+  const float var = static_cast<float>(red[0] / static_cast<double>(H));
+  const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(var, eps)));
+  for (int i = threadIdx.x; i < H; i += kThreads) y[t * H + i] = f32_to_bf16_bits(__fmul_rn(w[i], __fmul_rn(v[i], inv)));
+}
+
+__global__ void add_kernel(float* x, const void* y, int y_bf16, long long n) {
+  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const float v = y_bf16 ? bf16_bits_to_f32(static_cast<const uint16_t*>(y)[i]) : static_cast<const float*>(y)[i];
+    x[i] = __fadd_rn(x[i], v);
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    swiglu_kernel(const float* gu, long long ld, long long up_off, int I, uint16_t* h) {
+  const long long t = blockIdx.x;
+  const float* g = gu + t * ld;
+  for (int i = threadIdx.x; i < I; i += kThreads) h[t * I + i] = f32_to_bf16_bits(__fmul_rn(silu_f32(g[i]), g[up_off + i]));
+}
+
+// torch.nn.functional.softplus (beta 1, threshold 20) in FP32, as the CPU reference.
+__device__ __forceinline__ float softplus_f32(float g) { return g > 20.0f ? g : log1pf(expf(g)); }
+
+__global__ void __launch_bounds__(kThreads)
+    gate_kernel(const float* o, const float* g, long long ld_g, int mode, int nh, int d, uint16_t* out) {
+  const long long t = blockIdx.x;
+  const int n = nh * d;
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    float v = o[t * n + i];
+    if (mode == 1) v = __fmul_rn(v, softplus_f32(g[t * ld_g + i / d]));
+    if (mode == 2) v = __fmul_rn(v, softplus_f32(g[t * ld_g + i]));
+    out[t * n + i] = f32_to_bf16_bits(v);
+  }
+}
+
+// The CPU reference accumulates routed[t] += y·w expert by expert (ascending id), then scale·routed + shared.
+__global__ void __launch_bounds__(kThreads)
+    combine_kernel(const float* y, const float* w, int k, int H, float scale, const float* add, float* out) {
+  const long long t = blockIdx.x;
+  for (int c = threadIdx.x; c < H; c += kThreads) {
+    float r = 0.0f;
+    for (int j = 0; j < k; ++j) r = __fadd_rn(r, __fmul_rn(y[(t * k + j) * H + c], w[t * k + j]));
+    float o = scale == 1.0f && !add ? r : __fmul_rn(r, scale);
+    if (add) o = __fadd_rn(o, add[t * H + c]);
+    out[t * H + c] = o;
+  }
+}
+
+}  // namespace
+
+cudaError_t raw_embed(const uint16_t* table, const int* ids, int T, int H, float* x, cudaStream_t s) {
+  embed_kernel<<<T, kThreads, 0, s>>>(table, ids, H, x);
+  return cudaGetLastError();
+}
+cudaError_t raw_rmsnorm_f32(const float* x, const float* w, int T, int H, float eps, uint16_t* y, cudaStream_t s) {
+  rmsnorm_f32_kernel<<<T, kThreads, 0, s>>>(x, w, H, eps, y);
+  return cudaGetLastError();
+}
+cudaError_t raw_add(float* x, const void* y, bool y_bf16, long long n, cudaStream_t s) {
+  const long long blocks = (n + 255) / 256;
+  add_kernel<<<static_cast<unsigned>(blocks < 1024 ? blocks : 1024), 256, 0, s>>>(x, y, y_bf16 ? 1 : 0, n);
+  return cudaGetLastError();
+}
+cudaError_t raw_swiglu(const float* gu, long long ld, long long up_off, int T, int I, uint16_t* h, cudaStream_t s) {
+  swiglu_kernel<<<T, kThreads, 0, s>>>(gu, ld, up_off, I, h);
+  return cudaGetLastError();
+}
+cudaError_t raw_gate(const float* o, const float* g, long long ld_g, int mode, int T, int nh, int d, uint16_t* out,
+                     cudaStream_t s) {
+  gate_kernel<<<T, kThreads, 0, s>>>(o, g, ld_g, mode, nh, d, out);
+  return cudaGetLastError();
+}
+cudaError_t raw_moe_combine(const float* y, const float* w, int T, int k, int H, float scale, const float* add,
+                            float* out, cudaStream_t s) {
+  combine_kernel<<<T, kThreads, 0, s>>>(y, w, k, H, scale, add, out);
+  return cudaGetLastError();
+}
+
+}  // namespace gridq::cuda::detail

@@ -1,0 +1,136 @@
+// Launchers of the forward's device kernels that are not GEMVs over tiled weights (those are kernels.h):
+// embedding, RMSNorm, QK-norm + RoPE + KV write, attention, the output gate, residual adds, SwiGLU, routing,
+// the MoE combine, and the any-format reference matvec. Plain data and cudaError_t only (gpu-engine.md §1:
+// device code is a leaf); the host-side checks and messages live in forward.cpp / device_model.cpp.
+//
+// Shapes: T = rows of the step (≤ kMaxStepRows), H = hidden, d = head_dim, nh / nkv = query / KV heads.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace gridq::cuda::detail {
+
+inline constexpr int kMaxStepRows = 16;  // rows of one forward step (the GEMV kernels' M limit)
+inline constexpr int kAttnSplitKeys = 256;  // keys per attention split: fixed, so the merge order is too
+inline constexpr int kMaxHeadDim = 256;
+
+// x[t, :] = float(table[ids[t], :]), table BF16 [V, H].
+cudaError_t raw_embed(const uint16_t* table, const int* ids, int T, int H, float* x, cudaStream_t s);
+
+// y[t, :] = bf16(w ⊙ (x[t] · 1/sqrt(mean(x[t]²) + eps))), x FP32 [T, H] (sum of squares in FP64, as the CPU
+// reference), w FP32 [H].
+cudaError_t raw_rmsnorm_f32(const float* x, const float* w, int T, int H, float eps, uint16_t* y,
+                            cudaStream_t s);
+
+// x[i] += y[i] (FP32), or += float(bf16 y) when y_bf16.
+cudaError_t raw_add(float* x, const void* y, bool y_bf16, long long n, cudaStream_t s);
+
+// h[t, i] = bf16(silu(g[t, i]) · u[t, i]); g at gu + t·ld, u at gu + t·ld + up_off (FP32).
+cudaError_t raw_swiglu(const float* gu, long long ld, long long up_off, int T, int I, uint16_t* h,
+                       cudaStream_t s);
+
+// Where the KV of a row lives. Full layers: token j of the row's sequence is at page
+// page_table[seq_slot·max_pages + j / page_tokens], in-page slot j % page_tokens; K of the layer at
+// pool + page·page_bytes + k_off + slot·kvw, V at + v_off. Sliding layers: ring of the sequence at
+// rings + seq_slot·ring_seq_bytes + k_off (V + v_off), slot j % ring_slots. Offsets in BF16 elements.
+struct KvView {
+  uint16_t* base = nullptr;        // page pool (full) or ring pool (sliding)
+  long long k_off = 0, v_off = 0;  // elements
+  long long page_elems = 0;        // full: elements per page (all full layers); sliding: per sequence
+  int page_tokens = 0;             // full: tokens per page; sliding: ring slots
+  int sliding = 0;
+  const int* page_table = nullptr;  // full: [max_seqs, max_pages]
+  int max_pages = 0;
+  int kvw = 0;  // elements of one position's K (or V) row: n_kv · d
+};
+
+struct RowInfo {        // per row of a step, on the device
+  const int* pos;       // [T] absolute position
+  const int* seq_slot;  // [T] sequence slot
+};
+
+// q FP32 rows [T, nh·d] at q_src (row stride ld_q), k and v [T, nkv·d] at k_src / v_src. Per head: RMSNorm with
+// q_norm / k_norm (FP32 [d], null = none), then NeoX RoPE on the first `rot` dims with fp32 angles
+// pos·inv_freq[i] and attention factor m on cos and sin. Writes q FP32 [T, nh, d] and the row's K (normed,
+// roped) and V into the cache as BF16.
+struct RopeArgs {
+  const float *q_src = nullptr, *k_src = nullptr, *v_src = nullptr;
+  long long ld_q = 0, ld_k = 0, ld_v = 0;
+  int T = 0, nh = 0, nkv = 0, d = 0, rot = 0;
+  float eps = 1e-6f, m = 1.0f;
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  const float* inv_freq = nullptr;  // [rot/2]
+  float* q = nullptr;
+  KvView kv;
+  RowInfo rows;
+};
+cudaError_t raw_qk_rope_kv(const RopeArgs& a, cudaStream_t s);
+
+// o FP32 [T, nh, d] = softmax(q·Kᵀ/sqrt(d)) V over keys j ≤ pos (and j > pos − window when window > 0) of the
+// row's sequence, GQA head h → kv head h / (nh / nkv). Keys are cut in splits of kAttnSplitKeys positions
+// (fixed by position, not by batch) merged in split order. partial: [T·nh, max_splits, d + 2] FP32.
+struct AttnArgs {
+  const float* q = nullptr;
+  int T = 0, nh = 0, nkv = 0, d = 0, window = 0;
+  int max_splits = 0;  // ceil((max position + 1) / kAttnSplitKeys) over the step's rows
+  KvView kv;
+  RowInfo rows;
+  float* partial = nullptr;
+  float* o = nullptr;
+};
+cudaError_t raw_attention(const AttnArgs& a, cudaStream_t s);
+
+// out[t, h·d + e] = bf16(o[t, h·d + e] · softplus(g)) with g = g[t·ld_g + h] (per head, mode 1) or
+// g[t·ld_g + h·d + e] (per element, mode 2); mode 0: bf16(o).
+cudaError_t raw_gate(const float* o, const float* g, long long ld_g, int mode, int T, int nh, int d,
+                     uint16_t* out, cudaStream_t s);
+
+// Router: z FP32 [T, E] (row stride ld) → top-k per row on score + bias (bias may be null; only selects),
+// score sigmoid (softmax = 0) or softmax (1); weights renormalised when renorm. The chosen experts of a row
+// are written sorted by expert id (the CPU reference's accumulation order): ids [T, k], w [T, k].
+cudaError_t raw_route_tokens(const float* z, long long ld, const float* bias, int T, int E, int k,
+                             int softmax, int renorm, int* ids, float* w, cudaStream_t s);
+
+// out[t, :] = scale · Σ_j w[t, j] · y[t, j, :] (+ add[t, :]), j ascending (FP32); y [T, k, H].
+cudaError_t raw_moe_combine(const float* y, const float* w, int T, int k, int H, float scale,
+                            const float* add, float* out, cudaStream_t s);
+
+// ---- The reference matvec: every weight format, any row count, expert stacks (the path for shapes and
+// formats the tiled GEMV does not serve). One warp per output row, lanes over 8-weight codewords, a fixed
+// lane order and tree: batch-invariant by construction. ----
+enum RefFormat : int { kRefBF16 = 0, kRefF32 = 1, kRefFP8 = 2, kRefCB = 3 };
+struct RefMatrix {
+  int format = kRefBF16;
+  int rows = 0, cols = 0;
+  const uint8_t* data = nullptr;  // canonical bytes: expert e at data + e·expert_stride
+  long long expert_stride = 0;    // bytes
+  long long row_bytes = 0;        // bytes per row
+  const float* row_scale = nullptr;  // FP8 / fp8-grid CB: [experts·rows]
+  int act_bits = 16;                 // input contract: 16 none, 8 FP8 per-token QDQ, 4 FP4 group-16 QDQ
+  // CB only (product mode):
+  int cb_fp8 = 0;           // grid: 0 fp4, 1 fp8
+  int k = 16, layout_version = 2;
+  int n_sub = 2, sub_dim = 4;
+  int sub_bits[4] = {}, sub_off[4] = {};  // widths and offsets of the sub-indices in a code
+  int table_off[4] = {};                  // first float of each sub-table in `codebook`
+  const float* codebook = nullptr;        // sub-tables [2^b_i, sub_dim] FP32, back to back
+  float v2_table[16] = {};                // v2 scale table T[c]
+};
+// y[p·ld_y + r] = Σ_c W_e[r, c] · x̂[c] for pairs p < P, e = ids ? ids[p] : 0, x̂ = contract(x row p / x_div)
+// (x BF16 rows of `cols`; x_div = 1: a row per pair, = k: the k experts of a token share its row). FP8 W8A8
+// rounds y to BF16 as format.md §12 says; every other format keeps the FP32 sum, as the CPU reference.
+struct RefArgs {
+  RefMatrix w;
+  int P = 0;
+  const int* ids = nullptr;
+  const uint16_t* x = nullptr;
+  int x_div = 1;
+  float* y = nullptr;
+  long long ld_y = 0;
+};
+cudaError_t raw_ref_matvec(const RefArgs& a, cudaStream_t s);
+
+}  // namespace gridq::cuda::detail

@@ -1,0 +1,146 @@
+// The reference matvec: y = W·x̂ for every weight format gridq reads (BF16, F32, FP8 W8A8, NVFP4-CB and
+// FP8-CB product rungs of any k, v1 and v2 scales), any row count, and expert stacks addressed by per-pair
+// expert ids read on the device (graph-safe). It decodes canonical (on-disk) bytes exactly as format.md §5–§7
+// and applies the input's activation contract (§14) itself. One warp per output row; lane l takes the
+// 8-weight blocks 32s + l (for CB: codeword l of superblock s), a fixed order, then a fixed shuffle tree.
+// Bound: correctness first — this is the path for shapes and rungs that have no tiled kernel yet.
+#include "runtime/cuda/device_util.cuh"
+#include "runtime/cuda/kernels/forward_kernels.h"
+
+namespace gridq::cuda::detail {
+namespace {
+
+constexpr int kWarps = 8;
+
+__device__ __forceinline__ float e4m3_to_f32(uint32_t b) {
+  const uint32_t e = (b >> 3) & 15, m = b & 7;
+  float v;
+  if (e == 15 && m == 7) return __int_as_float(0x7FC00000);
+  if (e == 0)
+    v = ldexpf(static_cast<float>(m), -9);
+  else
+    v = ldexpf(1.0f + static_cast<float>(m) * 0.125f, static_cast<int>(e) - 7);
+  return (b & 0x80) ? -v : v;
+}
+
+__device__ __forceinline__ uint64_t le64(const uint8_t* p) {
+  uint64_t v = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+
+// The 8 weights of block b (columns 8b … 8b+7) of row `row` as the CPU reference reconstructs them.
+__device__ void weights8(const RefMatrix& w, const uint8_t* row, long long scale_idx, int b, float out[8]) {
+  if (w.format == kRefBF16) {
+    const uint16_t* p = reinterpret_cast<const uint16_t*>(row) + 8LL * b;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) out[j] = 8 * b + j < w.cols ? bf16_bits_to_f32(p[j]) : 0.0f;
+    return;
+  }
+  if (w.format == kRefF32) {
+    const float* p = reinterpret_cast<const float*>(row) + 8LL * b;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) out[j] = 8 * b + j < w.cols ? p[j] : 0.0f;
+    return;
+  }
+  if (w.format == kRefFP8) {
+    const uint8_t* p = row + 8LL * b;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) out[j] = 8 * b + j < w.cols ? e4m3_to_f32(p[j]) : 0.0f;
+    return;
+  }
+  // CB: superblock s = b / 32, codeword c = b % 32.
+  const int s = b / 32, c = b % 32;
+  const int ts = 4 * w.k + (w.cb_fp8 ? 0 : (w.layout_version == 2 ? 9 : 16));
+  const uint8_t* sb = row + static_cast<long long>(s) * ts;
+  const int bit = c * w.k;
+  const uint64_t code = (le64(sb + bit / 8) >> (bit % 8)) & ((w.k == 64 ? ~0ull : (1ull << w.k) - 1));
+  int o = 0;
+  for (int i = 0; i < w.n_sub; ++i) {
+    const uint64_t idx = (code >> w.sub_off[i]) & ((1ull << w.sub_bits[i]) - 1);
+    const float* tab = w.codebook + w.table_off[i] + idx * w.sub_dim;
+    for (int q = 0; q < w.sub_dim; ++q) out[o++] = tab[q];
+  }
+  if (w.cb_fp8) {
+    const float rs = w.row_scale[scale_idx];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) out[j] = bf16_round(__fmul_rn(out[j], rs));
+    return;
+  }
+  const int g = c / 2;  // fp4 scale group of 16 weights
+  float scale;
+  if (w.layout_version == 2) {
+    const int E = sb[4 * w.k];
+    const int code4 = (sb[4 * w.k + 1 + g / 2] >> (4 * (g & 1))) & 15;
+    scale = ldexpf(w.v2_table[code4], E - 127);
+  } else {
+    scale = e4m3_to_f32(sb[4 * w.k + g]);
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j) out[j] = bf16_round(__fmul_rn(out[j], scale));
+}
+
+__global__ void __launch_bounds__(kWarps * 32) ref_matvec_kernel(const RefArgs a) {
+  const RefMatrix& w = a.w;
+  const int lane = threadIdx.x & 31;
+  const int r = blockIdx.x * kWarps + (threadIdx.x >> 5), p = blockIdx.y;
+  if (r >= w.rows) return;  // whole warps exit together
+  const int e = a.ids ? a.ids[p] : 0;
+  const uint8_t* row = w.data + static_cast<long long>(e) * w.expert_stride + static_cast<long long>(r) * w.row_bytes;
+  const long long scale_idx = static_cast<long long>(e) * w.rows + r;
+  const uint16_t* x = a.x + static_cast<long long>(p / a.x_div) * w.cols;
+  const int nb = (w.cols + 7) / 8, rounds = (nb + 31) / 32;
+  // FP8 per-token contract: the row's absmax (every lane computes the same value).
+  float tok_s = 1.0f;
+  if (w.act_bits == 8 || w.format == kRefFP8) {
+    float amax = 0.0f;
+    for (int c = lane; c < w.cols; c += 32) amax = fmaxf(amax, fabsf(bf16_bits_to_f32(x[c])));
+    for (int o = 16; o; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    tok_s = fp8_token_scale(amax);
+  }
+  float acc = 0.0f;
+  for (int i = 0; i < rounds; ++i) {
+    const int b = 32 * i + lane;
+    const bool live = b < nb;
+    float xv[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) xv[j] = live && 8 * b + j < w.cols ? bf16_bits_to_f32(x[8 * b + j]) : 0.0f;
+    if (w.act_bits == 4) {  // FP4 group-16 QDQ: blocks 2g and 2g+1 are lanes l and l^1
+      float ga = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) ga = fmaxf(ga, fabsf(xv[j]));
+      ga = fmaxf(ga, __shfl_xor_sync(0xffffffffu, ga, 1));
+      const float gs = fp4_group_scale(ga);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) xv[j] = bf16_bits_to_f32(fp4_qdq_elem(xv[j], gs));
+    } else if (w.act_bits == 8 || w.format == kRefFP8) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float q = e4m3_to_f32(fp8_quant_elem(xv[j], tok_s));
+        xv[j] = w.format == kRefFP8 ? q : bf16_round(__fmul_rn(q, tok_s));
+      }
+    }
+    if (!live) continue;
+    float wv[8];
+    weights8(w, row, scale_idx, b, wv);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc = fmaf(wv[j], xv[j], acc);
+  }
+  for (int o = 16; o; o >>= 1) acc = __fadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, o));
+  if (lane == 0) {
+    float y = acc;
+    if (w.format == kRefFP8) y = bf16_round(__fmul_rn(__fmul_rn(tok_s, w.row_scale[scale_idx]), acc));
+    a.y[static_cast<long long>(p) * a.ld_y + r] = y;
+  }
+}
+
+}  // namespace
+
+cudaError_t raw_ref_matvec(const RefArgs& a, cudaStream_t s) {
+  if (a.P < 1 || a.w.rows < 1 || a.w.cols < 1 || a.x_div < 1) return cudaErrorInvalidValue;
+  ref_matvec_kernel<<<dim3((a.w.rows + kWarps - 1) / kWarps, a.P), kWarps * 32, 0, s>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace gridq::cuda::detail

@@ -1,0 +1,82 @@
+// QK-norm, RoPE and the KV write of one decoder layer (laguna.md §1.3 steps 2–3): one block per (row, head)
+// over q, k and v heads. Bound: latency. FP32 math in the CPU reference's order (no contraction: __f*_rn),
+// angles pos·inv_freq in FP32; the cache holds BF16.
+#include "runtime/cuda/device_util.cuh"
+#include "runtime/cuda/kernels/kv_view.cuh"
+
+namespace gridq::cuda::detail {
+namespace {
+
+constexpr int kThreads = 128;
+
+__global__ void __launch_bounds__(kThreads) qk_rope_kv_kernel(const RopeArgs a) {
+  __shared__ float u[kMaxHeadDim];
+  __shared__ double red[kThreads];
+  const int t = blockIdx.x, hh = blockIdx.y, d = a.d;
+  const bool is_q = hh < a.nh, is_k = !is_q && hh < a.nh + a.nkv;
+  const int head = is_q ? hh : is_k ? hh - a.nh : hh - a.nh - a.nkv;
+  const float* src = (is_q ? a.q_src + t * a.ld_q : is_k ? a.k_src + t * a.ld_k : a.v_src + t * a.ld_v) +
+                     static_cast<long long>(head) * d;
+  for (int i = threadIdx.x; i < d; i += kThreads) u[i] = src[i];
+  __syncthreads();
+  const float* nw = is_q ? a.q_norm : is_k ? a.k_norm : nullptr;
+  if (nw) {  // rmsnorm_rows over the head's d values
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < d; i += kThreads) ss += static_cast<double>(u[i]) * u[i];
+    red[threadIdx.x] = ss;
+    __syncthreads();
+    for (int s = kThreads / 2; s > 0; s >>= 1) {
+      if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
+      __syncthreads();
+    }
+    const float var = static_cast<float>(red[0] / static_cast<double>(d));
+    const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(var, a.eps)));
+    __syncthreads();
+    for (int i = threadIdx.x; i < d; i += kThreads) u[i] = __fmul_rn(nw[i], __fmul_rn(u[i], inv));
+    __syncthreads();
+  }
+  const int pos = a.rows.pos[t];
+  float out[kMaxHeadDim / kThreads];
+  const int half = a.rot / 2;
+#pragma unroll
+  for (int r = 0; r < kMaxHeadDim / kThreads; ++r) {
+    const int i = threadIdx.x + r * kThreads;
+    if (i >= d) break;
+    float v = u[i];
+    if (!(is_q || is_k) || i >= a.rot) {
+      out[r] = v;
+      continue;
+    }
+    const int fi = i < half ? i : i - half;
+    const float ang = __fmul_rn(static_cast<float>(pos), a.inv_freq[fi]);
+    const float cs = __fmul_rn(cosf(ang), a.m), sn = __fmul_rn(sinf(ang), a.m);
+    if (i < half)
+      v = __fsub_rn(__fmul_rn(u[i], cs), __fmul_rn(u[i + half], sn));
+    else
+      v = __fadd_rn(__fmul_rn(u[i], cs), __fmul_rn(u[i - half], sn));
+    out[r] = v;
+  }
+  if (is_q) {
+    float* q = a.q + (static_cast<long long>(t) * a.nh + head) * d;
+    for (int r = 0; r < kMaxHeadDim / kThreads; ++r) {
+      const int i = threadIdx.x + r * kThreads;
+      if (i < d) q[i] = out[r];
+    }
+    return;
+  }
+  uint16_t* dst = kv_row(a.kv, a.rows.seq_slot[t], pos, !is_k) + static_cast<long long>(head) * d;
+  for (int r = 0; r < kMaxHeadDim / kThreads; ++r) {
+    const int i = threadIdx.x + r * kThreads;
+    if (i < d) dst[i] = f32_to_bf16_bits(out[r]);
+  }
+}
+
+}  // namespace
+
+cudaError_t raw_qk_rope_kv(const RopeArgs& a, cudaStream_t s) {
+  if (a.d > kMaxHeadDim || a.T < 1) return cudaErrorInvalidValue;
+  qk_rope_kv_kernel<<<dim3(a.T, a.nh + 2 * a.nkv), kThreads, 0, s>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace gridq::cuda::detail

@@ -1,0 +1,49 @@
+// Which backend runs a model (`--device cpu|cuda|auto`) and the seam through which the CUDA backend plugs in:
+// runtime/ never links CUDA, so a program built with it (cli/main.cpp, the CUDA tests) registers the backend's
+// hooks at start; a program without it has none and `--device cuda` is refused with a message that says so.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "model/model_spec.h"
+#include "runtime/backend.h"
+#include "runtime/model_weights.h"
+
+namespace gridq::runtime {
+
+// What a device backend is asked for at open (vLLM's names where the meaning is the same).
+struct DeviceOptions {
+  double gpu_memory_utilization = 0.9;  // fraction of the device's total memory gridq may hold
+  int64_t max_model_len = 0;            // 0 = the model's max_position_embeddings
+  int max_num_seqs = 16;                // sequences that may hold KV at once (rings are per sequence)
+};
+
+// The CUDA backend as seen from runtime/: a probe (is there a GPU this build can run?) and a factory.
+struct CudaProbe {
+  bool usable = false;
+  std::string description;  // usable: "NVIDIA H200 (sm_90, 139.8 GiB)"; else why not, naming the rule
+};
+struct CudaBackendHooks {
+  std::function<CudaProbe()> probe;
+  // `keepalive` owns what the host weights point into (mmaps); the backend may drop it after upload.
+  std::function<Expected<std::unique_ptr<Backend>>(const model::ModelSpec&, const ModelWeights&,
+                                                   std::shared_ptr<void> keepalive, const DeviceOptions&)>
+      create;
+};
+// Hooks without a probe or a factory clear the registration (tests restore a program without CUDA so).
+void register_cuda_backend(CudaBackendHooks hooks);
+const CudaBackendHooks* cuda_backend_hooks();  // null when this program has no CUDA backend
+
+enum class DeviceKind { kCpu, kCuda };
+struct DeviceChoice {
+  DeviceKind kind = DeviceKind::kCpu;
+  std::string log_line;  // one line naming the device and why it was chosen
+};
+// flag: "cpu", "cuda" or "auto" (CUDA when this program has the backend and a usable GPU, else CPU).
+// "cuda" without a usable GPU, or any other value, is an error naming the flag and the reason.
+Expected<DeviceChoice> choose_device(const std::string& flag);
+
+}  // namespace gridq::runtime

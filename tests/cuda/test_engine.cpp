@@ -1,0 +1,134 @@
+// The CUDA engine against the CPU reference (gpu-engine.md §3): logits of the bundled model (BF16), of
+// synthetic artifacts of every rung path, of quantized artifacts named by GRIDQ_TEST_ARTIFACTS, and of the
+// Qwen3-MoE / Llama fixtures, on the fixture's sequences and on a 320-token text past the sliding window;
+// mean KL(CPU‖GPU) and top-1 agreement within the bounds. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "../gridbook/synthetic_artifact.h"
+#include "../runtime/parity_util.h"
+#include "cuda_test_util.h"
+#include "engine_test_util.h"
+
+namespace gridq::cuda::test {
+namespace {
+
+using testing::repo_path;
+
+struct Bounds {
+  double kl;
+  double top1;
+};
+
+// Prefills `ids` on both engines (all logits) and accumulates KL and top-1 agreement.
+void compare_on(Both& b, const std::vector<int32_t>& ids, testing::Compare& acc, int64_t& agree) {
+  auto sc = b.cpu->create_sequence();
+  auto sg = b.gpu->create_sequence();
+  auto lc = b.cpu->prefill(sc, ids, runtime::LogitsMode::kAll);
+  auto lg = b.gpu->prefill(sg, ids, runtime::LogitsMode::kAll);
+  ASSERT_TRUE(lc.ok()) << lc.message();
+  ASSERT_TRUE(lg.ok()) << lg.message();
+  const int64_t V = b.cpu->vocab_size(), n = static_cast<int64_t>(ids.size());
+  auto c = testing::compare_logits(lc->data(), lg->data(), n, V);
+  acc.mean_kl = (acc.mean_kl * acc.rows + c.mean_kl * n) / static_cast<double>(acc.rows + n);
+  acc.rows += n;
+  acc.max_abs = std::max(acc.max_abs, c.max_abs);
+  agree += n - c.argmax_mismatch;
+  b.cpu->free_sequence(sc);
+  b.gpu->free_sequence(sg);
+}
+
+void check_model(const std::string& dir, const std::vector<std::vector<int32_t>>& seqs, Bounds bound,
+                 const std::string& what) {
+  auto b = open_both(dir);
+  ASSERT_TRUE(b.ok()) << what << ": " << b.message();
+  testing::Compare acc;
+  int64_t agree = 0;
+  for (const auto& s : seqs) {
+    compare_on(*b, s, acc, agree);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  const double top1 = static_cast<double>(agree) / static_cast<double>(acc.rows);
+  std::printf("[gpu parity] %-34s rows %5lld mean KL %.3e top-1 %.4f max|dlogit| %.3g (bounds KL %.0e top-1 %.2f)\n",
+              what.c_str(), static_cast<long long>(acc.rows), acc.mean_kl, top1, acc.max_abs, bound.kl, bound.top1);
+  EXPECT_LE(acc.mean_kl, bound.kl) << what;
+  EXPECT_GE(top1, bound.top1) << what;
+}
+
+std::vector<std::vector<int32_t>> fixture_seqs(const std::string& path) {
+  auto f = testing::load_fixture(path);
+  std::vector<std::vector<int32_t>> out;
+  for (int64_t b = 0; b < f.B; ++b) out.emplace_back(f.ids.begin() + b * f.T, f.ids.begin() + (b + 1) * f.T);
+  return out;
+}
+
+// The fixture's windows plus 320 tokens of held-out code (past the 64-token window of the bundled model).
+std::vector<std::vector<int32_t>> laguna_seqs() {
+  auto s = fixture_seqs(repo_path("tests/fixtures/laguna-tiny-code.hf-logits.safetensors"));
+  s.push_back(text_tokens(repo_path("models/laguna-tiny-code"), repo_path("data/code-eval.txt"), 320));
+  return s;
+}
+
+TEST(CudaEngine, BundledBf16MatchesCpu) {
+  REQUIRE_GPU();
+  check_model(repo_path("models/laguna-tiny-code"), laguna_seqs(), {1e-3, 0.99}, "laguna-tiny-code BF16");
+}
+
+TEST(CudaEngine, Qwen3MoeAndLlamaFixturesMatchCpu) {
+  REQUIRE_GPU();
+  check_model(repo_path("tests/fixtures/qwen3-moe-tiny"),
+              fixture_seqs(repo_path("tests/fixtures/qwen3-moe-tiny.hf-logits.safetensors")), {1e-3, 0.99},
+              "qwen3-moe-tiny BF16");
+  check_model(repo_path("tests/fixtures/llama-tiny"),
+              fixture_seqs(repo_path("tests/fixtures/llama-tiny.hf-logits.safetensors")), {1e-3, 0.99},
+              "llama-tiny BF16");
+}
+
+// Random legal artifacts through every CB path: K16 v2 on the fused MoE kernels, K12/K20/K24 tiled 2-D and
+// reference experts, odd K13 on the reference path; FP8 and BF16 attention.
+TEST(CudaEngine, SyntheticArtifactsEveryRungMatchCpu) {
+  REQUIRE_GPU();
+  const auto dir = std::filesystem::temp_directory_path() / ("gridq-gpu-synth-" + std::to_string(::getpid()));
+  for (bool fp8 : {true, false}) {
+    testing::SyntheticOptions o;
+    o.layers = 6;
+    o.vocab = 512;
+    o.expert_k = {16, 12, 13, 20, 24};
+    o.fp8_attention = fp8;
+    auto art = testing::make_synthetic_artifact(o);
+    const std::string d = (dir / (fp8 ? "fp8" : "bf16")).string();
+    ASSERT_TRUE(art.write(d).ok());
+    std::vector<std::vector<int32_t>> seqs;
+    std::mt19937 rng(7);
+    for (int n : {40, 150}) {
+      std::vector<int32_t> s(static_cast<size_t>(n));
+      for (auto& t : s) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(o.vocab));
+      seqs.push_back(s);
+    }
+    check_model(d, seqs, fp8 ? Bounds{3e-3, 0.97} : Bounds{1e-3, 0.99},
+                std::string("synthetic K16/12/13/20/24 ") + (fp8 ? "FP8 attn" : "BF16 attn"));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// Quantized artifacts of the shipped recipes (the device script makes them with `gridq quantize`).
+TEST(CudaEngine, RecipeArtifactsMatchCpu) {
+  REQUIRE_GPU();
+  const char* env = std::getenv("GRIDQ_TEST_ARTIFACTS");
+  if (!env || !*env) GTEST_SKIP() << "GRIDQ_TEST_ARTIFACTS not set";
+  std::stringstream ss(env);
+  std::string dir;
+  while (std::getline(ss, dir, ':')) {
+    if (dir.empty()) continue;
+    const bool fp8 = artifact_has_fp8_attention(dir);
+    check_model(dir, laguna_seqs(), fp8 ? Bounds{3e-3, 0.97} : Bounds{1e-3, 0.99},
+                std::filesystem::path(dir).filename().string());
+  }
+}
+
+}  // namespace
+}  // namespace gridq::cuda::test
