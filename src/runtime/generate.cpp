@@ -20,8 +20,8 @@ size_t holdback(const std::string& text, const std::vector<std::string>& stops) 
 }  // namespace
 
 Expected<GenerateResult> generate(Engine& engine, const text::Tokenizer& tok, std::span<const int32_t> prompt,
-                                  int max_tokens, Sampler& sampler, const std::function<bool(const std::string&)>& on_text,
-                                  bool skip_special) {
+                                  int max_tokens, Sampler& sampler,
+                                  const std::function<bool(const std::string&)>& on_text, bool skip_special) {
   using clock = std::chrono::steady_clock;
   GenerateResult r;
   r.prompt_tokens = static_cast<int64_t>(prompt.size());
@@ -36,16 +36,15 @@ Expected<GenerateResult> generate(Engine& engine, const text::Tokenizer& tok, st
   auto t0 = clock::now();
   GRIDQ_ASSIGN_OR_RETURN(std::vector<float> logits, engine.prefill(seq, prompt, LogitsMode::kLast));
   r.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
-  std::vector<int32_t> history(prompt.begin(), prompt.end());
   text::StreamDecoder dec(tok, skip_special);
   std::string text;
   size_t emitted = 0;
   auto t1 = clock::now();
   bool stopped = false;
   for (int i = 0; i < max_tokens && !stopped; ++i) {
-    const int32_t id = sampler.sample(logits, history);
+    // The penalties see the prompt and the tokens generated so far (r.tokens).
+    const int32_t id = sampler.sample(logits, prompt, r.tokens).token;
     r.tokens.push_back(id);
-    history.push_back(id);
     if (sampler.is_stop_token(id)) {
       r.finish_reason = "stop";
       break;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <unordered_map>
 
@@ -15,6 +16,39 @@ uint64_t splitmix64(uint64_t& x) {
   return z ^ (z >> 31);
 }
 inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+template <class T>
+int32_t argmax_lowest(std::span<const T> v) {
+  int32_t best = 0;
+  for (size_t i = 1; i < v.size(); ++i)
+    if (v[i] > v[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
+  return best;
+}
+
+bool in_vocab(int32_t t, size_t V) { return t >= 0 && static_cast<size_t>(t) < V; }
+
+// Step 8: log-softmax of the raw logits at `token` and the `k` most likely ids.
+void add_logprobs(std::span<const float> logits, int k, SampledToken& out) {
+  const size_t V = logits.size();
+  double mx = -std::numeric_limits<double>::infinity();
+  for (float x : logits) mx = std::max(mx, static_cast<double>(x));
+  double se = 0.0;
+  for (float x : logits) se += std::exp(static_cast<double>(x) - mx);
+  const double lse = mx + std::log(se);
+  out.logprob = static_cast<float>(static_cast<double>(logits[static_cast<size_t>(out.token)]) - lse);
+  if (k <= 0) return;
+  std::vector<int32_t> idx(V);
+  std::iota(idx.begin(), idx.end(), 0);
+  const size_t n = std::min(V, static_cast<size_t>(k));
+  std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(n), idx.end(),
+                    [&](int32_t a, int32_t b) {
+                      const float la = logits[static_cast<size_t>(a)], lb = logits[static_cast<size_t>(b)];
+                      return la > lb || (la == lb && a < b);
+                    });
+  for (size_t i = 0; i < n; ++i)
+    out.top.emplace_back(idx[i],
+                         static_cast<float>(static_cast<double>(logits[static_cast<size_t>(idx[i])]) - lse));
+}
 }  // namespace
 
 Rng::Rng(uint64_t seed) {
@@ -36,81 +70,111 @@ uint64_t Rng::next() {
 
 double Rng::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
 
-int32_t argmax(std::span<const float> logits) {
-  int32_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i)
-    if (logits[i] > logits[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
-  return best;
-}
+int32_t argmax(std::span<const float> logits) { return argmax_lowest(logits); }
+int32_t argmax(std::span<const double> scores) { return argmax_lowest(scores); }
 
-void apply_penalties(std::span<float> logits, std::span<const int32_t> history, const SamplingParams& p) {
+void apply_penalties(std::span<double> scores, std::span<const int32_t> prompt,
+                     std::span<const int32_t> generated, const SamplingParams& p) {
   if (p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f) return;
-  std::unordered_map<int32_t, int> count;
-  for (int32_t t : history)
-    if (t >= 0 && static_cast<size_t>(t) < logits.size()) ++count[t];
+  const size_t V = scores.size();
+  // id -> occurrences presence/frequency count; a prompt id they do not count stays at 0 (repetition only).
+  std::unordered_map<int32_t, int64_t> count;
+  for (int32_t t : prompt)
+    if (in_vocab(t, V)) count[t] += p.penalties_count_prompt ? 1 : 0;
+  for (int32_t t : generated)
+    if (in_vocab(t, V)) ++count[t];
+  const double rep = p.repetition_penalty, presence = p.presence_penalty, frequency = p.frequency_penalty;
   for (const auto& [t, c] : count) {
-    float& l = logits[static_cast<size_t>(t)];
-    if (p.repetition_penalty != 1.0f) l = l > 0.0f ? l / p.repetition_penalty : l * p.repetition_penalty;
-    l -= p.presence_penalty + p.frequency_penalty * static_cast<float>(c);
+    double& s = scores[static_cast<size_t>(t)];
+    if (rep != 1.0) s = s > 0.0 ? s / rep : s * rep;
+    if (c > 0) s -= presence + frequency * static_cast<double>(c);
   }
 }
 
-std::vector<double> filtered_probs(std::span<const float> logits, const SamplingParams& p) {
-  const size_t V = logits.size();
-  std::vector<double> prob(V, 0.0);
-  const double temp = p.temperature > 0.0f ? p.temperature : 1.0;
-  double mx = -INFINITY;
-  for (float l : logits) mx = std::max(mx, static_cast<double>(l));
-  double z = 0.0;
-  for (size_t i = 0; i < V; ++i) z += (prob[i] = std::exp((logits[i] - mx) / temp));
-  for (double& v : prob) v /= z;
-  // Candidates sorted by probability, descending; ties keep the lower id first.
-  std::vector<int32_t> order(V);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return prob[static_cast<size_t>(a)] > prob[static_cast<size_t>(b)]; });
-  size_t keep = V;
-  if (p.top_k > 0) keep = std::min(keep, static_cast<size_t>(p.top_k));
-  if (p.top_p < 1.0f) {
-    // Smallest prefix whose mass reaches top_p (always at least one token).
-    double mass = 0.0;
-    size_t n = 0;
-    double kept_total = 0.0;
-    for (size_t i = 0; i < keep; ++i) kept_total += prob[static_cast<size_t>(order[i])];
-    while (n < keep) {
-      mass += prob[static_cast<size_t>(order[n])] / kept_total;
-      ++n;
-      if (mass >= p.top_p) break;
+std::vector<double> sampling_scores(std::span<const float> logits, std::span<const int32_t> prompt,
+                                    std::span<const int32_t> generated, std::span<const int32_t> banned,
+                                    const SamplingParams& p) {
+  std::vector<double> s(logits.begin(), logits.end());
+  apply_penalties(s, prompt, generated, p);
+  for (const auto& [t, b] : p.logit_bias)
+    if (in_vocab(t, s.size())) s[static_cast<size_t>(t)] += static_cast<double>(b);
+  for (int32_t t : banned)
+    if (in_vocab(t, s.size())) s[static_cast<size_t>(t)] = -std::numeric_limits<double>::infinity();
+  return s;
+}
+
+std::vector<double> filtered_probs(std::span<const double> scores, const SamplingParams& p) {
+  const size_t V = scores.size();
+  std::vector<double> w(V, 0.0);
+  double m = -std::numeric_limits<double>::infinity();
+  for (double s : scores) m = std::max(m, s);
+  if (!(m > -std::numeric_limits<double>::infinity())) return w;  // everything banned: no distribution
+  const double T = p.temperature > 0.0f ? static_cast<double>(p.temperature) : 1.0;
+  for (size_t i = 0; i < V; ++i) w[i] = std::exp((scores[i] - m) / T);  // exp(-inf) = 0 for banned ids
+  const bool top_k = p.top_k > 0 && static_cast<size_t>(p.top_k) < V;
+  const bool top_p = p.top_p < 1.0f;
+  const bool min_p = p.min_p > 0.0f;
+  if (top_k || top_p || min_p) {  // without a filter the sort is skipped: nothing is dropped either way
+    std::vector<int32_t> order(V);
+    std::iota(order.begin(), order.end(), 0);
+    auto wt = [&](size_t j) { return w[static_cast<size_t>(order[j])]; };
+    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+      const double wa = w[static_cast<size_t>(a)], wb = w[static_cast<size_t>(b)];
+      return wa > wb || (wa == wb && a < b);
+    });
+    size_t n = top_k ? static_cast<size_t>(p.top_k) : V;
+    if (top_p) {
+      double kept = 0.0;
+      for (size_t j = 0; j < n; ++j) kept += wt(j);
+      const double target = static_cast<double>(p.top_p) * kept;
+      double acc = 0.0;
+      size_t k = 0;
+      while (k < n) {
+        acc += wt(k++);
+        if (acc >= target) break;
+      }
+      n = std::max<size_t>(k, 1);
     }
-    keep = std::max<size_t>(n, 1);
+    if (min_p) {
+      const double thr = static_cast<double>(p.min_p) * wt(0);
+      size_t k = 0;
+      while (k < n && wt(k) >= thr) ++k;
+      n = std::max<size_t>(k, 1);
+    }
+    for (size_t j = n; j < V; ++j) w[static_cast<size_t>(order[j])] = 0.0;
   }
-  if (p.min_p > 0.0f) {
-    const double thr = p.min_p * prob[static_cast<size_t>(order[0])];
-    size_t n = 0;
-    while (n < keep && prob[static_cast<size_t>(order[n])] >= thr) ++n;
-    keep = std::max<size_t>(n, 1);
-  }
-  std::vector<double> out(V, 0.0);
   double total = 0.0;
-  for (size_t i = 0; i < keep; ++i) total += prob[static_cast<size_t>(order[i])];
-  for (size_t i = 0; i < keep; ++i) out[static_cast<size_t>(order[i])] = prob[static_cast<size_t>(order[i])] / total;
-  return out;
+  for (double x : w) total += x;
+  for (double& x : w) x /= total;
+  return w;
 }
 
-int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> history) {
-  std::vector<float> l(logits.begin(), logits.end());
-  apply_penalties(l, history, p_);
-  if (p_.temperature <= 0.0f) return argmax(l);
-  std::vector<double> prob = filtered_probs(l, p_);
-  const double u = rng_.uniform();
+int32_t pick_token(std::span<const double> probs, double u) {
   double acc = 0.0;
   int32_t last = 0;
-  for (size_t i = 0; i < prob.size(); ++i) {
-    if (prob[i] <= 0.0) continue;
+  for (size_t i = 0; i < probs.size(); ++i) {
+    if (probs[i] <= 0.0) continue;  // adds nothing to the CDF; skipping keeps `last` a real candidate
     last = static_cast<int32_t>(i);
-    acc += prob[i];
+    acc += probs[i];
     if (u < acc) return last;
   }
-  return last;  // rounding left u above the total mass: the last candidate
+  return last;
+}
+
+SampledToken Sampler::sample(std::span<const float> logits, std::span<const int32_t> prompt,
+                             std::span<const int32_t> generated, std::span<const int32_t> banned,
+                             int top_logprobs) {
+  SampledToken out;
+  if (logits.empty()) return out;
+  const std::vector<double> s = sampling_scores(logits, prompt, generated, banned, p_);
+  if (p_.temperature <= 0.0f) {
+    out.token = argmax(std::span<const double>(s));
+  } else {
+    const double u = rng_.uniform();  // drawn first: one per token, whatever the filters leave
+    out.token = pick_token(filtered_probs(s, p_), u);
+  }
+  add_logprobs(logits, top_logprobs, out);
+  return out;
 }
 
 bool Sampler::is_stop_token(int32_t id) const {
@@ -122,7 +186,8 @@ int64_t Sampler::stop_string_cut(const std::string& text) const {
   for (const auto& s : p_.stop_strings) {
     if (s.empty()) continue;
     const size_t pos = text.find(s);
-    if (pos != std::string::npos && (best < 0 || static_cast<int64_t>(pos) < best)) best = static_cast<int64_t>(pos);
+    if (pos != std::string::npos && (best < 0 || static_cast<int64_t>(pos) < best))
+      best = static_cast<int64_t>(pos);
   }
   return best;
 }

@@ -1,53 +1,107 @@
-// Token sampling: greedy, temperature, top-k, top-p, min-p, repetition/presence/frequency penalties,
-// stop token ids and stop strings, with an explicitly seeded RNG (xoshiro256** seeded by splitmix64), so
-// the same seed and the same logits give the same tokens.
+// The one token sampler. `gridq generate`/`chat` (runtime/generate.h) and the server's scheduler
+// (serve/sampling.h maps a request onto it) both sample here, so the same seed, parameters and logits give
+// the same tokens on every path; a device kernel is checked against this file.
+//
+// The algorithm, exactly (V = vocab size; all arithmetic in fp64; a "sum" is a sequential left-to-right sum
+// in the order named):
+//  1. Scores s[i] = (double)logits[i].
+//  2. Penalties (skipped when repetition = 1, presence = 0 and frequency = 0). For every distinct id i that
+//     occurs in prompt or generated: if repetition != 1, s[i] = s[i] > 0 ? s[i] / r : s[i] * r (HF). Then
+//     for every id with count c > 0, s[i] -= presence + frequency * c (OpenAI), where c counts occurrences
+//     in `generated`, plus in `prompt` when penalties_count_prompt (generate; serve sets it false, as vLLM).
+//  3. s[i] += logit_bias[i].  4. Banned ids: s[i] = -inf.
+//  5. temperature <= 0 (greedy): the token is the lowest i with s[i] == max s. No uniform is drawn.
+//  6. Otherwise m = max s, T = temperature, and w[i] = exp((s[i] - m) / T), so the most likely id has w = 1
+//     and banned ids w = 0. Candidates: ids sorted by w descending, ties by id ascending; keep the first n,
+//     starting from n = V, filtered in this order (as HF and vLLM):
+//       top_k > 0:  n = min(n, top_k);
+//       top_p < 1:  K = sum of the first n w (sorted order); n = the smallest n' >= 1 whose sum of the
+//                   first n' w (sorted order) is >= top_p * K;
+//       min_p > 0:  n = max(1, how many of the first n have w >= min_p * w[first]).
+//     Dropped ids get w = 0; W = sum of w over ids ascending; p[i] = w[i] / W (filtered_probs()).
+//     If every score is -inf (everything banned) p is all 0 and the token is 0.
+//  7. Exactly one u = Rng::uniform() per sampled token, drawn whatever the parameters: the token is the
+//     lowest id i with u < sum_{j <= i} p[j] (ids ascending: inverse CDF); when rounding leaves u at or
+//     above every partial sum, the highest id with p > 0 (pick_token()).
+//  8. Reported logprobs are of the raw model distribution (not the processed scores, as OpenAI reports):
+//     logprob(i) = logits[i] - lse, lse = mx + log(sum over ids ascending of exp(logits[i] - mx)),
+//     mx = max logits; top_logprobs = the k highest raw logits, ties by id ascending, most likely first.
+// Parameters are fp32 (what the CLI parses; the server narrows the request's JSON numbers) so a value
+// written on either side is the same number; the arithmetic above widens them to fp64.
+//
+// Reproducing it on a device: xoshiro256** is integer-only, so a kernel can run the same generator bit for
+// bit from the same seed (or take u from the host Rng, one per sequence per step). A parallel reduction
+// sums in another order than step 6, and device exp is not glibc's, which moves each w and partial sum by a
+// few ulps (~V * 2^-53 relative). So a device kernel is checked by feeding it the same scores and u and
+// requiring the same kept set and p to ~1e-12 relative, and the same token whenever u is not within ~1e-12
+// of a partial sum of step 7 (nor a top_p / min_p comparison within that of its threshold).
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace gridq::runtime {
 
 struct SamplingParams {
-  float temperature = 1.0f;  // <= 0: greedy
-  int top_k = 0;             // 0: off
-  float top_p = 1.0f;        // 1: off
-  float min_p = 0.0f;        // 0: off
-  float repetition_penalty = 1.0f;  // HF style: logit > 0 ? logit / p : logit * p, on tokens seen
-  float presence_penalty = 0.0f;    // OpenAI style: logit -= presence if count > 0
-  float frequency_penalty = 0.0f;   // logit -= frequency * count
+  float temperature = 1.0f;         // <= 0: greedy
+  int32_t top_k = 0;                // <= 0: off (OpenAI's -1 and HF's 0 both mean off)
+  float top_p = 1.0f;               // >= 1: off
+  float min_p = 0.0f;               // <= 0: off
+  float repetition_penalty = 1.0f;  // HF style, on every id of prompt and generated (step 2)
+  float presence_penalty = 0.0f;    // OpenAI style: minus presence once per counted id
+  float frequency_penalty = 0.0f;   // minus frequency * count
+  // Whether presence/frequency also count the prompt's tokens: true for gridq generate/chat (their historic
+  // behaviour); false is OpenAI/vLLM's "tokens generated so far", which serve sets.
+  bool penalties_count_prompt = true;
+  std::map<int32_t, float> logit_bias;  // id -> added to the score after the penalties (ids >= V ignored)
   uint64_t seed = 0;
   std::vector<int32_t> stop_token_ids;
   std::vector<std::string> stop_strings;
 };
 
-// xoshiro256** (Blackman & Vigna), seeded through splitmix64.
+// xoshiro256** (Blackman & Vigna), state = the first four outputs of splitmix64 started at the seed.
 class Rng {
  public:
   explicit Rng(uint64_t seed = 0);
   uint64_t next();
-  double uniform();  // [0, 1) with 53 bits
+  double uniform();  // [0, 1): (next() >> 11) * 2^-53
  private:
   uint64_t s_[4];
 };
 
-// Applies penalties in place: `history` is every token the penalties count (prompt and/or output).
-void apply_penalties(std::span<float> logits, std::span<const int32_t> history, const SamplingParams& p);
+struct SampledToken {
+  int32_t token = 0;
+  float logprob = 0.0f;                        // step 8, of `token`
+  std::vector<std::pair<int32_t, float>> top;  // top_logprobs alternatives, most likely first
+};
 
-// Probabilities after temperature and the top-k / top-p / min-p filters; filtered entries are exactly 0.
-// Order of filters (as in HF/vLLM): temperature, top-k, top-p, min-p, then renormalise. Returns fp64.
-std::vector<double> filtered_probs(std::span<const float> logits, const SamplingParams& p);
+// Step 2 in place on fp64 scores.
+void apply_penalties(std::span<double> scores, std::span<const int32_t> prompt,
+                     std::span<const int32_t> generated, const SamplingParams& p);
+// Steps 1-4: the scores the filters see.
+std::vector<double> sampling_scores(std::span<const float> logits, std::span<const int32_t> prompt,
+                                    std::span<const int32_t> generated, std::span<const int32_t> banned,
+                                    const SamplingParams& p);
+// Step 6: p over the vocabulary (filtered ids exactly 0; all 0 when every score is -inf).
+std::vector<double> filtered_probs(std::span<const double> scores, const SamplingParams& p);
+// Step 7: the token `u` picks from `probs`.
+int32_t pick_token(std::span<const double> probs, double u);
 
 class Sampler {
  public:
   explicit Sampler(SamplingParams p) : p_(std::move(p)), rng_(p_.seed) {}
-  // Samples one token from `logits` (penalties applied to a copy using `history`).
-  int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
+  // `logits` [vocab] as the model returned them; `prompt` and `generated` feed the penalties; `banned` ids
+  // are never chosen (the server's min_tokens); `top_logprobs` alternatives are reported (0: none).
+  SampledToken sample(std::span<const float> logits, std::span<const int32_t> prompt,
+                      std::span<const int32_t> generated, std::span<const int32_t> banned = {},
+                      int top_logprobs = 0);
   bool is_stop_token(int32_t id) const;
-  // If `text` (the full generated text so far) ends a stop string, returns the length of `text` to keep
-  // (stop string excluded); otherwise -1. Stop strings are matched anywhere in the text.
+  // If `text` (the full generated text so far) contains a stop string, returns the length of `text` to keep
+  // (up to the earliest stop string, which is excluded); otherwise -1.
   int64_t stop_string_cut(const std::string& text) const;
   const SamplingParams& params() const { return p_; }
 
@@ -56,6 +110,8 @@ class Sampler {
   Rng rng_;
 };
 
+// Lowest index of the maximum (greedy's tie rule).
 int32_t argmax(std::span<const float> logits);
+int32_t argmax(std::span<const double> scores);
 
 }  // namespace gridq::runtime

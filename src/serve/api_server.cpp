@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include <random>
+#include "serve/sampling.h"
 
 namespace gridq::serve {
 
@@ -78,7 +78,7 @@ class Job : public std::enable_shared_from_this<Job> {
     if (ended_) ch_->end_stream();
   }
 
-  bool on_token(int idx, const SampledToken& t) {
+  bool on_token(int idx, const runtime::SampledToken& t) {
     std::lock_guard lk(mu_);
     if (finished_) return true;
     Choice& c = choices[idx];
@@ -277,7 +277,7 @@ class Job : public std::enable_shared_from_this<Job> {
 class Part final : public SchedRequest {
  public:
   Part(std::shared_ptr<Job> job, int offset) : job_(std::move(job)), offset_(offset) {}
-  bool on_token(int c, const SampledToken& t) override { return job_->on_token(offset_ + c, t); }
+  bool on_token(int c, const runtime::SampledToken& t) override { return job_->on_token(offset_ + c, t); }
   void on_choice_done(int c, FinishReason r) override { job_->on_choice_done(offset_ + c, r); }
   void on_error(int status, const std::string& code, const std::string& msg) override {
     job_->on_error(status, code, msg);
@@ -287,18 +287,6 @@ class Part final : public SchedRequest {
   std::shared_ptr<Job> job_;
   int offset_;
 };
-
-uint64_t choice_seed(const std::optional<int64_t>& seed, int index) {
-  if (!seed) {
-    thread_local std::mt19937_64 rng{std::random_device{}()};
-    return rng();
-  }
-  // splitmix64 of (seed, index): distinct, reproducible streams per choice.
-  uint64_t z = static_cast<uint64_t>(*seed) + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(index + 1);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 }  // namespace
 
@@ -362,20 +350,6 @@ bool ApiServer::check_model(const std::string& model, ResponseChannel& ch) const
 }
 
 namespace {
-
-void fill_sched(SchedRequest& r, const GenParams& g, int64_t max_tokens, std::vector<int32_t> stop_ids,
-                int offset) {
-  r.n = g.n;
-  r.max_tokens = max_tokens;
-  r.min_tokens = g.min_tokens;
-  r.top_logprobs = g.logprobs ? g.top_logprobs : 0;
-  r.stop_ids = std::move(stop_ids);
-  for (int c = 0; c < g.n; ++c) {
-    SamplingParams sp = g.sampling;
-    sp.seed = choice_seed(g.seed, offset + c);
-    r.sampling.push_back(sp);
-  }
-}
 
 ApiError submit_error(const SubmitError& e) {
   return status_error(e.status,
@@ -516,7 +490,7 @@ void ApiServer::handle_chat(const HttpRequest& req, std::shared_ptr<ResponseChan
 
   auto part = std::make_shared<Part>(job, 0);
   part->prompt = std::move(prompt);
-  fill_sched(*part, r.gen, std::get<int64_t>(mt), stop_ids_for(r.gen, model_, true), 0);
+  fill_sched_request(*part, r.gen, std::get<int64_t>(mt), stop_ids_for(r.gen, model_, true), 0);
   const std::vector<std::shared_ptr<SchedRequest>> parts = {part};
   if (submit_parts(*sched_, *ch, *job, parts)) track(parts);
 }
@@ -568,7 +542,7 @@ void ApiServer::handle_completions(const HttpRequest& req, std::shared_ptr<Respo
   for (size_t pi = 0; pi < prompts.size(); ++pi) {
     auto part = std::make_shared<Part>(job, static_cast<int>(pi) * r.gen.n);
     part->prompt = std::move(prompts[pi]);
-    fill_sched(*part, r.gen, max_tokens[pi], stop_ids, static_cast<int>(pi) * r.gen.n);
+    fill_sched_request(*part, r.gen, max_tokens[pi], stop_ids, static_cast<int>(pi) * r.gen.n);
     parts.push_back(std::move(part));
   }
   if (submit_parts(*sched_, *ch, *job, parts)) track(parts);

@@ -1,5 +1,5 @@
 // What the server needs from a model: per-sequence KV state and one batched forward returning the logits of
-// each item's last position. The scheduler samples itself (serve/sampling.h), so an engine is just this
+// each item's last position. The scheduler samples itself (runtime/sampler.h), so an engine is just this
 // interface; tests drive the whole server with a deterministic fake (tests/serve/fake_engine.h) and
 // serve/runtime_engine.h adapts the real runtime backend.
 #pragma once

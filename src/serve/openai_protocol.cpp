@@ -173,28 +173,31 @@ std::optional<ApiError> parse_gen(const ojson& b, const Limits& lim, bool chat, 
     if (i) g.max_tokens = i;
   }
   GQ_TRY(get_num(b, "temperature", 0.0, 2.0, false, d));
-  if (d) g.sampling.temperature = *d;
+  if (d) g.sampling.temperature = static_cast<float>(*d);
   d.reset();
   GQ_TRY(get_num(b, "top_p", 0.0, 1.0, true, d));
-  if (d) g.sampling.top_p = *d;
+  if (d) g.sampling.top_p = static_cast<float>(*d);
   i.reset();
   GQ_TRY(get_int(b, "top_k", -1, kInt32Max, i));
   if (i) g.sampling.top_k = static_cast<int32_t>(*i);
   d.reset();
   GQ_TRY(get_num(b, "min_p", 0.0, 1.0, false, d));
-  if (d) g.sampling.min_p = *d;
+  if (d) g.sampling.min_p = static_cast<float>(*d);
   i.reset();
   GQ_TRY(get_int(b, "n", 1, 16, i));
   if (i) g.n = static_cast<int>(*i);
   d.reset();
   GQ_TRY(get_num(b, "presence_penalty", -2.0, 2.0, false, d));
-  if (d) g.sampling.presence_penalty = *d;
+  if (d) g.sampling.presence_penalty = static_cast<float>(*d);
   d.reset();
   GQ_TRY(get_num(b, "frequency_penalty", -2.0, 2.0, false, d));
-  if (d) g.sampling.frequency_penalty = *d;
+  if (d) g.sampling.frequency_penalty = static_cast<float>(*d);
   d.reset();
   GQ_TRY(get_num(b, "repetition_penalty", 0.0, 100.0, true, d));
-  if (d) g.sampling.repetition_penalty = *d;
+  if (d) g.sampling.repetition_penalty = static_cast<float>(*d);
+  // The sampler takes fp32: a positive value that narrows to 0 would divide by zero.
+  if (d && g.sampling.repetition_penalty <= 0.0f)
+    return invalid("repetition_penalty", fmt::format("repetition_penalty {} is below the fp32 range", *d));
   i.reset();
   GQ_TRY(get_int(b, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), i));
   if (i) g.seed = i;
@@ -247,7 +250,7 @@ std::optional<ApiError> parse_gen(const ojson& b, const Limits& lim, bool chat, 
                        fmt::format("logit_bias key \"{}\" is not a token id in [0, {})", k, lim.vocab_size));
       if (!kv.value().is_number() || kv.value().get<double>() < -100.0 || kv.value().get<double>() > 100.0)
         return invalid("logit_bias", "logit_bias values must be numbers in [-100, 100]");
-      g.sampling.logit_bias[static_cast<int32_t>(id)] = kv.value().get<double>();
+      g.sampling.logit_bias[static_cast<int32_t>(id)] = static_cast<float>(kv.value().get<double>());
     }
   }
   if (chat) {

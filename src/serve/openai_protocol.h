@@ -10,7 +10,7 @@
 #include <variant>
 #include <vector>
 
-#include "serve/sampling.h"
+#include "runtime/sampler.h"
 #include "text/tool_parser_common.h"
 
 namespace gridq::serve {
@@ -44,7 +44,9 @@ struct Limits {
 // Generation fields shared by chat and completions.
 struct GenParams {
   std::optional<int64_t> max_tokens;
-  SamplingParams sampling;
+  // The request's sampling fields as the runtime sampler takes them (fp32); serve/sampling.h adds each
+  // choice's seed and the OpenAI penalty window.
+  runtime::SamplingParams sampling;
   std::optional<int64_t> seed;
   int n = 1;
   std::vector<std::string> stop;

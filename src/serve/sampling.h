@@ -1,46 +1,29 @@
-// Per-request sampling (server.md §2, §8): penalties, logit bias, temperature, top-k/top-p/min-p, and a
-// per-sequence seeded RNG, so a sequence's tokens depend only on its own logits, parameters and seed, never
-// on what else is in the batch. Logprobs are the model's log-softmax before any processing.
+// What a request's generation fields become for the scheduler (server.md §2, §8). Sampling itself is the
+// runtime's (runtime/sampler.h, the sampler `gridq generate` uses); this maps onto it the two things that are
+// the server's own: OpenAI/vLLM penalty semantics (presence/frequency count the completion's tokens only) and
+// one seed per choice, so choice 0 of a request with seed S samples exactly as `gridq generate --seed S`.
 #pragma once
 
 #include <cstdint>
-#include <map>
-#include <random>
-#include <span>
-#include <unordered_map>
-#include <utility>
+#include <optional>
 #include <vector>
+
+#include "runtime/sampler.h"
+#include "serve/openai_protocol.h"
+#include "serve/scheduler.h"
 
 namespace gridq::serve {
 
-struct SamplingParams {
-  double temperature = 1.0;  // 0 = greedy
-  double top_p = 1.0;
-  int32_t top_k = -1;  // -1 or 0 = off
-  double min_p = 0.0;
-  double presence_penalty = 0.0;
-  double frequency_penalty = 0.0;
-  double repetition_penalty = 1.0;
-  std::map<int32_t, double> logit_bias;
-  uint64_t seed = 0;  // the scheduler derives one per choice when the request has none
-};
+// Choice 0 gets the request's seed itself; choice i > 0 a splitmix64 of (seed, i), a distinct reproducible
+// stream; without a request seed, a fresh random one.
+uint64_t choice_seed(const std::optional<int64_t>& seed, int index);
 
-struct SampledToken {
-  int32_t token = 0;
-  float logprob = 0.0f;
-  std::vector<std::pair<int32_t, float>> top;  // top_logprobs alternatives, most likely first
-};
+// The runtime sampler's parameters for choice `index` of a request.
+runtime::SamplingParams choice_sampling(const GenParams& g, int index);
 
-class Sampler {
- public:
-  explicit Sampler(SamplingParams p) : p_(std::move(p)), rng_(p_.seed) {}
-  // `logits` [vocab]; `prompt` and `generated` feed the penalties; `banned` ids are masked (min_tokens).
-  SampledToken sample(std::span<const float> logits, std::span<const int32_t> prompt,
-                      std::span<const int32_t> generated, std::span<const int32_t> banned, int top_logprobs);
-
- private:
-  SamplingParams p_;
-  std::mt19937_64 rng_;
-};
+// Fills the scheduler's view of a request: its n choices are choices offset .. offset + n - 1 of the API
+// request (completions with several prompts number them across prompts).
+void fill_sched_request(SchedRequest& r, const GenParams& g, int64_t max_tokens,
+                        std::vector<int32_t> stop_ids, int offset);
 
 }  // namespace gridq::serve

@@ -97,8 +97,8 @@ void Scheduler::admit_locked() {
     bool ok = true;
     std::vector<std::unique_ptr<Seq>> seqs;
     for (int c = 0; c < req->n; ++c) {
-      auto s =
-          std::make_unique<Seq>(Seq{next_seq_++, req, c, Sampler(req->sampling[c]), 0, {}, -1, false, {}});
+      auto s = std::make_unique<Seq>(
+          Seq{next_seq_++, req, c, runtime::Sampler(req->sampling[c]), 0, {}, -1, false, {}});
       if (!engine_.add_sequence(s->id).ok()) {
         ok = false;
         break;
@@ -289,7 +289,8 @@ void Scheduler::loop() {
       const auto& stop_ids = s.req->stop_ids;
       std::span<const int32_t> banned;
       if (static_cast<int64_t>(s.generated.size()) < s.req->min_tokens) banned = stop_ids;
-      SampledToken tok = s.sampler.sample(lrow, s.req->prompt, s.generated, banned, s.req->top_logprobs);
+      runtime::SampledToken tok =
+          s.sampler.sample(lrow, s.req->prompt, s.generated, banned, s.req->top_logprobs);
       ReqState* rs = state_of(s.req.get());
       if (rs) {
         ++rs->generated;

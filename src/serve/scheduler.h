@@ -19,9 +19,9 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/sampler.h"
 #include "serve/engine_iface.h"
 #include "serve/metrics.h"
-#include "serve/sampling.h"
 
 namespace gridq::serve {
 
@@ -33,7 +33,7 @@ class SchedRequest {
  public:
   virtual ~SchedRequest() = default;
   // A sampled token of `choice` (not a stop id). Return true when a stop string ended the choice.
-  virtual bool on_token(int choice, const SampledToken& tok) = 0;
+  virtual bool on_token(int choice, const runtime::SampledToken& tok) = 0;
   virtual void on_choice_done(int choice, FinishReason reason) = 0;
   // The request failed as a whole (engine error, queue timeout); no further callbacks follow.
   virtual void on_error(int http_status, const std::string& code, const std::string& message) = 0;
@@ -41,8 +41,8 @@ class SchedRequest {
   std::vector<int32_t> prompt;
   int n = 1;
   int64_t max_tokens = 16;
-  std::vector<SamplingParams> sampling;  // one per choice
-  std::vector<int32_t> stop_ids;         // EOS (unless ignore_eos), </assistant> for chat, stop_token_ids
+  std::vector<runtime::SamplingParams> sampling;  // one per choice (serve/sampling.h)
+  std::vector<int32_t> stop_ids;  // EOS (unless ignore_eos), </assistant> for chat, stop_token_ids
   int64_t min_tokens = 0;
   int top_logprobs = 0;
   std::atomic<bool> cancelled{false};
@@ -90,7 +90,7 @@ class Scheduler {
     SeqId id = 0;
     std::shared_ptr<SchedRequest> req;
     int choice = 0;
-    Sampler sampler;
+    runtime::Sampler sampler;
     size_t prefilled = 0;
     std::vector<int32_t> generated;
     int32_t next_input = -1;

@@ -3,13 +3,15 @@ completions, streaming and not, tools, thinking on/off, usage, n>1/seeds, logpro
 streaming clients that must each get their own greedy output."""
 
 import json
+import os
+import subprocess
 import threading
 
 import httpx
 import openai
 import pytest
 
-from server_util import API_KEY, MODEL_ID, Server
+from server_util import API_KEY, MODEL_DIR, MODEL_ID, Server, gridq_bin
 
 
 @pytest.fixture(scope="module")
@@ -213,6 +215,26 @@ def test_chat_logprobs_seed_and_n(server):
     for t in lps:
         assert t.logprob <= 0 and len(t.top_logprobs) == 3
         assert t.top_logprobs[0].logprob >= t.logprob - 1e-6
+
+
+@pytest.mark.parametrize("extra", [[], ["--top-k", "40", "--min-p", "0.02", "--repetition-penalty", "1.2"]])
+def test_generate_and_serve_same_seed_same_text(server, extra):
+    # One sampler (runtime/sampler.h): choice 0 of a completion with seed S samples exactly what
+    # `gridq generate --seed S` samples from the same logits. The prompt encodes the same on both (the
+    # tokenizer adds no special tokens); special tokens are rendered on both.
+    prompt, n = "def fibonacci(n):", 24
+    args = [gridq_bin(), "generate", str(MODEL_DIR), "--prompt", prompt, "--max-tokens", str(n), "--threads", "2",
+            "--temperature", "0.9", "--top-p", "0.95", "--seed", "123", *extra]
+    env = dict(os.environ)
+    env.setdefault("OMP_WAIT_POLICY", "passive")
+    out = subprocess.run(args, check=True, capture_output=True, timeout=300, env=env).stdout.decode("utf-8")
+    assert out.startswith(prompt) and out.endswith("\n")
+    body = {"skip_special_tokens": False}
+    for k, v in zip(extra[::2], extra[1::2]):
+        body[k[2:].replace("-", "_")] = float(v) if "." in v else int(v)
+    r = server.client().completions.create(model=MODEL_ID, prompt=prompt, max_tokens=n, temperature=0.9,
+                                           top_p=0.95, seed=123, extra_body=body)
+    assert r.choices[0].text == out[len(prompt):-1]
 
 
 def test_stop_strings(server):

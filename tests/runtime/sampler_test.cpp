@@ -1,14 +1,18 @@
-// Sampler: seeded reproducibility, top-k / top-p / min-p masks against brute-force definitions, the
-// empirical distribution, penalties and stop strings.
+// Sampler: the algorithm of runtime/sampler.h step by step. Masks against brute-force definitions, the
+// filter order, one uniform per token through the inverse CDF, the empirical distribution, greedy ties,
+// penalties in both windows, logit bias, banned ids, raw-model logprobs, stop strings, and the RNG's golden
+// values (what a device port is checked against).
+#include "runtime/sampler.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 
-#include "runtime/sampler.h"
-
 namespace gridq::runtime {
 namespace {
+
+std::vector<double> scores(const std::vector<float>& l) { return {l.begin(), l.end()}; }
 
 std::vector<float> random_logits(size_t n, uint32_t seed) {
   std::mt19937 g(seed);
@@ -74,16 +78,86 @@ TEST(Sampler, FiltersMatchBruteForce) {
             p.top_k = k;
             p.top_p = tp;
             p.min_p = mp;
-            auto got = filtered_probs(l, p);
+            auto got = filtered_probs(scores(l), p);
             auto want = brute(l, p);
             for (size_t i = 0; i < l.size(); ++i) {
-              ASSERT_EQ(got[i] > 0, want[i] > 0) << "seed " << seed << " k " << k << " p " << tp << " min_p " << mp << " i " << i;
+              ASSERT_EQ(got[i] > 0, want[i] > 0)
+                  << "seed " << seed << " k " << k << " p " << tp << " min_p " << mp << " i " << i;
               ASSERT_NEAR(got[i], want[i], 1e-12);
             }
             ++cases;
           }
   }
   EXPECT_GT(cases, 1000);
+}
+
+TEST(Sampler, TopKOffValuesAndFilterOrder) {
+  auto l = random_logits(40, 11);
+  SamplingParams off;
+  const auto base = filtered_probs(scores(l), off);
+  for (int k : {-1, 0, 40, 1000}) {
+    SamplingParams p;
+    p.top_k = k;
+    EXPECT_EQ(filtered_probs(scores(l), p), base) << k;
+  }
+  // w (T = 1, max first) = 1, 0.6 and twenty times 0.05: top_p 0.6 of the total 2.6 keeps two ids; min_p 0.1
+  // then keeps both. The other order (min_p first: total 1.6, 0.6 of it is 0.96) would keep one.
+  std::vector<float> w = {1.0f, 0.6f};
+  w.resize(22, 0.05f);
+  std::vector<float> lw;
+  for (float x : w) lw.push_back(std::log(x));
+  SamplingParams p;
+  p.top_p = 0.6f;
+  p.min_p = 0.1f;
+  auto pr = filtered_probs(scores(lw), p);
+  EXPECT_GT(pr[0], 0.0);
+  EXPECT_GT(pr[1], 0.0);
+  for (size_t i = 2; i < pr.size(); ++i) EXPECT_EQ(pr[i], 0.0);
+  // Ties at the top-k boundary keep the lower id.
+  SamplingParams k2;
+  k2.top_k = 2;
+  auto tie = filtered_probs(std::vector<double>{0.0, 1.0, 0.0, 1.0, 1.0}, k2);
+  EXPECT_EQ(tie, (std::vector<double>{0.0, 0.5, 0.0, 0.5, 0.0}));
+}
+
+TEST(Sampler, PickTokenIsInverseCdfOverIdsAscending) {
+  const std::vector<double> pr = {0.5, 0.0, 0.25, 0.25};
+  EXPECT_EQ(pick_token(pr, 0.0), 0);
+  EXPECT_EQ(pick_token(pr, 0.4999), 0);
+  EXPECT_EQ(pick_token(pr, 0.5), 2);
+  EXPECT_EQ(pick_token(pr, 0.75), 3);
+  EXPECT_EQ(pick_token(pr, 0.9999999), 3);
+  EXPECT_EQ(pick_token(std::vector<double>{0.3, 0.3, 0.0}, 0.9), 1);  // rounding shortfall: last candidate
+  EXPECT_EQ(pick_token(std::vector<double>{0.0, 0.0}, 0.5), 0);
+}
+
+TEST(Sampler, OneUniformPerTokenThroughTheDocumentedSteps) {
+  // The whole contract, replayed by hand: scores, filters, then pick_token with the next uniform of a second
+  // Rng from the same seed. A kernel that draws a different number of uniforms, or picks differently, fails.
+  SamplingParams p;
+  p.temperature = 0.8f;
+  p.top_k = 30;
+  p.top_p = 0.9f;
+  p.min_p = 0.02f;
+  p.repetition_penalty = 1.2f;
+  p.presence_penalty = 0.3f;
+  p.frequency_penalty = 0.1f;
+  p.logit_bias = {{3, 2.5f}, {7, -1.0f}};
+  p.seed = 77;
+  Sampler s(p);
+  Rng ref(p.seed);
+  const std::vector<int32_t> prompt = {1, 2, 3, 2};
+  const std::vector<int32_t> banned = {5};
+  std::vector<int32_t> gen;
+  for (int step = 0; step < 300; ++step) {
+    auto l = random_logits(50, 1000 + static_cast<uint32_t>(step));
+    const int32_t want =
+        pick_token(filtered_probs(sampling_scores(l, prompt, gen, banned, p), p), ref.uniform());
+    const int32_t got = s.sample(l, prompt, gen, banned).token;
+    ASSERT_EQ(got, want) << step;
+    ASSERT_NE(got, 5);
+    gen.push_back(got);
+  }
 }
 
 TEST(Sampler, SameSeedSameTokensDifferentSeedDiffers) {
@@ -97,9 +171,9 @@ TEST(Sampler, SameSeedSameTokensDifferentSeedDiffers) {
   Sampler c(p);
   std::vector<int32_t> ta, tb, tc;
   for (int i = 0; i < 200; ++i) {
-    ta.push_back(a.sample(l, {}));
-    tb.push_back(b.sample(l, {}));
-    tc.push_back(c.sample(l, {}));
+    ta.push_back(a.sample(l, {}, {}).token);
+    tb.push_back(b.sample(l, {}, {}).token);
+    tc.push_back(c.sample(l, {}, {}).token);
   }
   EXPECT_EQ(ta, tb);
   EXPECT_NE(ta, tc);
@@ -111,44 +185,83 @@ TEST(Sampler, EmpiricalDistributionMatches) {
   p.temperature = 1.0f;
   p.seed = 9;
   Sampler s(p);
-  auto want = filtered_probs(l, p);
+  auto want = filtered_probs(scores(l), p);
   std::vector<int> count(l.size(), 0);
   const int N = 40000;
-  for (int i = 0; i < N; ++i) ++count[static_cast<size_t>(s.sample(l, {}))];
+  for (int i = 0; i < N; ++i) ++count[static_cast<size_t>(s.sample(l, {}, {}).token)];
   for (size_t i = 0; i < l.size(); ++i) {
     const double sd = std::sqrt(want[i] * (1 - want[i]) / N);
     EXPECT_NEAR(count[i] / static_cast<double>(N), want[i], 5 * sd) << i;
   }
+  // top_k 1 leaves the argmax only.
+  p.top_k = 1;
+  Sampler k1(p);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(k1.sample(l, {}, {}).token, 2);
 }
 
-TEST(Sampler, GreedyIsArgmax) {
-  auto l = random_logits(50, 3);
+TEST(Sampler, GreedyLogprobsBannedAndBias) {
+  std::vector<float> logits = {1.0f, 3.0f, 2.0f, 3.0f, -1.0f};
   SamplingParams p;
   p.temperature = 0.0f;
   Sampler s(p);
-  EXPECT_EQ(s.sample(l, {}), argmax(l));
+  auto t = s.sample(logits, {}, {}, {}, 3);
+  EXPECT_EQ(t.token, 1);  // tie between 1 and 3 goes to the lower id
+  EXPECT_EQ(argmax(logits), 1);
+  double lse = 0;
+  for (float x : logits) lse += std::exp(static_cast<double>(x));
+  lse = std::log(lse);
+  EXPECT_NEAR(t.logprob, 3.0 - lse, 1e-6);
+  ASSERT_EQ(t.top.size(), 3u);
+  EXPECT_EQ(t.top[0].first, 1);
+  EXPECT_EQ(t.top[1].first, 3);
+  EXPECT_EQ(t.top[2].first, 2);
+  EXPECT_NEAR(t.top[2].second, 2.0 - lse, 1e-6);
+  // Banned ids are never chosen; logit_bias moves the choice, but logprobs stay the raw model's.
+  std::vector<int32_t> banned = {1, 3};
+  EXPECT_EQ(s.sample(logits, {}, {}, banned).token, 2);
+  SamplingParams b;
+  b.temperature = 0.0f;
+  b.logit_bias[4] = 100.0f;
+  b.logit_bias[99] = 100.0f;  // outside the vocabulary: ignored
+  auto tb = Sampler(b).sample(logits, {}, {}, {}, 1);
+  EXPECT_EQ(tb.token, 4);
+  EXPECT_NEAR(tb.logprob, -1.0 - lse, 1e-6);
+  EXPECT_EQ(tb.top[0].first, 1);
+  // Everything banned: token 0, at any temperature.
+  std::vector<int32_t> all = {0, 1, 2, 3, 4};
+  SamplingParams warm;
+  EXPECT_EQ(Sampler(warm).sample(logits, {}, {}, all).token, 0);
+  EXPECT_EQ(s.sample(logits, {}, {}, all).token, 0);
 }
 
-TEST(Sampler, Penalties) {
-  std::vector<float> l = {2.0f, -2.0f, 1.0f, 0.5f};
-  std::vector<int32_t> hist = {0, 1, 1, 3, 3, 3};
+TEST(Sampler, PenaltiesInBothWindows) {
+  const std::vector<double> l = {2.0, -2.0, 1.0, 0.5, 4.0};
+  const std::vector<int32_t> prompt = {0, 4}, gen = {1, 1, 3, 3, 3};
   SamplingParams p;
   p.repetition_penalty = 2.0f;
   auto a = l;
-  apply_penalties(a, hist, p);
-  EXPECT_FLOAT_EQ(a[0], 1.0f);   // positive: divided
-  EXPECT_FLOAT_EQ(a[1], -4.0f);  // negative: multiplied
-  EXPECT_FLOAT_EQ(a[2], 1.0f);   // unseen: untouched
-  EXPECT_FLOAT_EQ(a[3], 0.25f);
+  apply_penalties(a, prompt, gen, p);
+  EXPECT_EQ(a, (std::vector<double>{1.0, -4.0, 1.0, 0.25, 2.0}));  // on prompt and generated ids alike
   SamplingParams q;
   q.presence_penalty = 0.5f;
   q.frequency_penalty = 0.25f;
   auto b = l;
-  apply_penalties(b, hist, q);
-  EXPECT_FLOAT_EQ(b[0], 2.0f - 0.5f - 0.25f);
-  EXPECT_FLOAT_EQ(b[1], -2.0f - 0.5f - 0.5f);
-  EXPECT_FLOAT_EQ(b[2], 1.0f);
-  EXPECT_FLOAT_EQ(b[3], 0.5f - 0.5f - 0.75f);
+  apply_penalties(b, prompt, gen, q);  // gridq generate: the prompt counts too
+  EXPECT_EQ(
+      b, (std::vector<double>{2.0 - 0.5 - 0.25, -2.0 - 0.5 - 0.5, 1.0, 0.5 - 0.5 - 0.75, 4.0 - 0.5 - 0.25}));
+  q.penalties_count_prompt = false;  // OpenAI/vLLM: generated tokens only
+  auto c = l;
+  apply_penalties(c, prompt, gen, q);
+  EXPECT_EQ(c, (std::vector<double>{2.0, -2.0 - 0.5 - 0.5, 1.0, 0.5 - 0.5 - 0.75, 4.0}));
+  q.repetition_penalty = 2.0f;  // ... while repetition still sees the prompt
+  auto d = l;
+  apply_penalties(d, prompt, gen, q);
+  EXPECT_EQ(d, (std::vector<double>{1.0, -4.0 - 0.5 - 0.5, 1.0, 0.25 - 0.5 - 0.75, 2.0}));
+  // Out-of-vocabulary ids are ignored.
+  auto e = l;
+  const std::vector<int32_t> odd = {-1, 5, 1000};
+  apply_penalties(e, odd, odd, p);
+  EXPECT_EQ(e, l);
 }
 
 TEST(Sampler, StopStringsAndTokens) {
@@ -163,9 +276,9 @@ TEST(Sampler, StopStringsAndTokens) {
   EXPECT_FALSE(s.is_stop_token(4));
 }
 
-TEST(Sampler, RngIsXoshiroFromSplitmix) {
-  // Reference values of splitmix64 seeded with 0 (Vigna's splitmix64.c): the first output is
-  // 0xE220A8397B1DCDAF; xoshiro256** state = the first four outputs.
+TEST(Sampler, RngGoldenValues) {
+  // splitmix64 seeded with 0 (Vigna's splitmix64.c) starts 0xE220A8397B1DCDAF; xoshiro256** (Vigna's
+  // xoshiro256starstar.c) from the first four splitmix64 outputs gives these. A device port must match them.
   uint64_t x = 0;
   auto sm = [&x]() {
     uint64_t z = (x += 0x9E3779B97F4A7C15ull);
@@ -174,9 +287,14 @@ TEST(Sampler, RngIsXoshiroFromSplitmix) {
     return z ^ (z >> 31);
   };
   EXPECT_EQ(sm(), 0xE220A8397B1DCDAFull);
-  Rng r(0);
-  Rng r2(0);
-  for (int i = 0; i < 10; ++i) EXPECT_EQ(r.next(), r2.next());
+  Rng r0(0);
+  EXPECT_EQ(r0.next(), 0x99ec5f36cb75f2b4ull);
+  EXPECT_EQ(r0.next(), 0xbf6e1f784956452aull);
+  EXPECT_EQ(r0.next(), 0x1a5f849d4933e6e0ull);
+  Rng r42(42);
+  EXPECT_EQ(r42.next(), 0x15780b2e0c2ec716ull);
+  EXPECT_EQ(r42.next(), 0x6104d9866d113a7eull);
+  EXPECT_EQ(Rng(42).uniform(), static_cast<double>(0x15780b2e0c2ec716ull >> 11) * 0x1.0p-53);
   double u = Rng(5).uniform();
   EXPECT_GE(u, 0.0);
   EXPECT_LT(u, 1.0);

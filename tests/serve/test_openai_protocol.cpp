@@ -107,6 +107,7 @@ TEST(Protocol, RangeAndCapChecks) {
       {R"({"presence_penalty":3})", "presence_penalty"},
       {R"({"frequency_penalty":-2.5})", "frequency_penalty"},
       {R"({"repetition_penalty":0})", "repetition_penalty"},
+      {R"({"repetition_penalty":1e-50})", "repetition_penalty"},  // positive, but 0 in the sampler's fp32
       {R"({"stop":["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]})", "stop"},
       {R"({"stop":""})", "stop"},
       {R"({"stop":[""]})", "stop"},

@@ -17,7 +17,7 @@ constexpr int32_t kV = 300, kLo = 10, kHi = 60;
 
 class Recorder final : public SchedRequest {
  public:
-  bool on_token(int c, const SampledToken& t) override {
+  bool on_token(int c, const runtime::SampledToken& t) override {
     std::lock_guard lk(mu);
     out[c].push_back(t.token);
     if (stop_after > 0 && static_cast<int>(out[c].size()) >= stop_after) return true;
@@ -50,13 +50,13 @@ class Recorder final : public SchedRequest {
 };
 
 std::shared_ptr<Recorder> make_req(std::vector<int32_t> prompt, int64_t max_tokens, int n = 1,
-                                   double temperature = 0.0, uint64_t seed = 0) {
+                                   float temperature = 0.0f, uint64_t seed = 0) {
   auto r = std::make_shared<Recorder>();
   r->prompt = std::move(prompt);
   r->max_tokens = max_tokens;
   r->n = n;
   for (int c = 0; c < n; ++c) {
-    SamplingParams sp;
+    runtime::SamplingParams sp;
     sp.temperature = temperature;
     sp.seed = seed + static_cast<uint64_t>(c);
     r->sampling.push_back(sp);
@@ -105,7 +105,7 @@ TEST(Scheduler, SeededSamplingIndependentOfBatch) {
     FakeEngine eng(kV, 512, kLo, kHi);
     Scheduler s(eng, {}, nullptr);
     s.start();
-    auto r = make_req(prompt, 20, 1, 0.9, 42);
+    auto r = make_req(prompt, 20, 1, 0.9f, 42);
     ASSERT_FALSE(s.submit(r).has_value());
     ASSERT_TRUE(r->wait());
     alone = r->out[0];
@@ -116,11 +116,11 @@ TEST(Scheduler, SeededSamplingIndependentOfBatch) {
   s.start();
   std::vector<std::shared_ptr<Recorder>> others;
   for (int i = 0; i < 6; ++i) {
-    auto o = make_req({static_cast<int32_t>(20 + i), 21, 22}, 15, 2, 1.0, 1000 + i);
+    auto o = make_req({static_cast<int32_t>(20 + i), 21, 22}, 15, 2, 1.0f, 1000 + i);
     others.push_back(o);
     ASSERT_FALSE(s.submit(o).has_value());
   }
-  auto r = make_req(prompt, 20, 1, 0.9, 42);
+  auto r = make_req(prompt, 20, 1, 0.9f, 42);
   ASSERT_FALSE(s.submit(r).has_value());
   ASSERT_TRUE(r->wait());
   for (auto& o : others) ASSERT_TRUE(o->wait());
@@ -257,45 +257,6 @@ TEST(Scheduler, EngineFailureReachesEveryRequest) {
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->status, 503);
   s.stop();
-}
-
-TEST(Sampler, GreedyAndTopLogprobsAgainstFloat64) {
-  std::vector<float> logits = {1.0f, 3.0f, 2.0f, 3.0f, -1.0f};
-  SamplingParams p;
-  p.temperature = 0.0;
-  Sampler s(p);
-  auto t = s.sample(logits, {}, {}, {}, 3);
-  EXPECT_EQ(t.token, 1);  // tie between 1 and 3 goes to the lower id
-  double lse = 0;
-  for (float x : logits) lse += std::exp(static_cast<double>(x));
-  lse = std::log(lse);
-  EXPECT_NEAR(t.logprob, 3.0 - lse, 1e-6);
-  ASSERT_EQ(t.top.size(), 3u);
-  EXPECT_EQ(t.top[0].first, 1);
-  EXPECT_EQ(t.top[1].first, 3);
-  EXPECT_EQ(t.top[2].first, 2);
-  // Banned ids are never chosen; logit_bias moves the choice.
-  std::vector<int32_t> banned = {1, 3};
-  EXPECT_EQ(s.sample(logits, {}, {}, banned, 0).token, 2);
-  SamplingParams b;
-  b.temperature = 0.0;
-  b.logit_bias[4] = 100.0;
-  EXPECT_EQ(Sampler(b).sample(logits, {}, {}, {}, 0).token, 4);
-}
-
-TEST(Sampler, TemperatureSamplingFollowsDistribution) {
-  std::vector<float> logits = {0.0f, std::log(3.0f)};  // p = 0.25, 0.75
-  SamplingParams p;
-  p.temperature = 1.0;
-  p.seed = 7;
-  Sampler s(p);
-  int ones = 0;
-  const int N = 20000;
-  for (int i = 0; i < N; ++i) ones += s.sample(logits, {}, {}, {}, 0).token;
-  EXPECT_NEAR(static_cast<double>(ones) / N, 0.75, 0.02);
-  p.top_k = 1;
-  Sampler k1(p);
-  for (int i = 0; i < 100; ++i) EXPECT_EQ(k1.sample(logits, {}, {}, {}, 0).token, 1);
 }
 
 }  // namespace

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Device-side driver for the CUDA engine (run through the device tool from the repo root with
+# carry ["build-pcre"]; the GPU machine's image has no PCRE2, see bench/run_device.sh). Builds gridq and
+# test_cuda (full build, Release, CUDA on), quantizes the bundled model with the shipped recipes (RTN, small
+# calibration: the point is the formats, not their quality) in the background, runs the GPU engine tests
+# (parity vs CPU, batch invariance), the kernel tests, `gridq generate --device cuda`, and
+# `gridq bench decode`. Every step writes under $OUT as it goes, so a run stopped at its limit still returns.
+#
+#   GRIDQ_STEPS   which steps to run (default "build tests artifacts generate bench"), space separated
+#   GRIDQ_BENCH   arguments of `gridq bench decode` (default: --synthetic laguna-s-2.1)
+#   GRIDQ_FILTER  gtest filter of the engine tests (default CudaEngine.*:CudaInvariance.*:CudaBenchDecode*)
+set -o pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+STEPS=${GRIDQ_STEPS:-build tests artifacts generate bench}
+has() { [[ " $STEPS " == *" $1 "* ]]; }
+log() { echo "== $(date +%T) $*" | tee -a "$OUT/summary.txt"; }
+{
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv,noheader
+  nvcc --version | tail -1
+} 2>&1 | tee "$OUT/gpu.txt"
+
+PCRE="$PWD/build-pcre"
+mkdir -p /tmp/pcre-pc
+sed "s#^prefix=.*#prefix=$PCRE#" "$PCRE/lib/pkgconfig/libpcre2-8.pc" > /tmp/pcre-pc/libpcre2-8.pc
+export PKG_CONFIG_PATH="/tmp/pcre-pc${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+export LD_LIBRARY_PATH="$PCRE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export OMP_WAIT_POLICY=passive
+B=build-gpu
+if has build; then
+  t0=$(date +%s)
+  if ! { cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DGRIDQ_CUDA=ON -DGRIDQ_WERROR=OFF \
+           -DGRIDQ_CUDA_ARCHS=90a > "$OUT/build.txt" 2>&1 && ninja -C $B -j16 gridq test_cuda >> "$OUT/build.txt" 2>&1; }; then
+    grep -E "error|Error|FAILED" -A3 "$OUT/build.txt" | head -60
+    log "build failed"
+    exit 1
+  fi
+  log "build: $(($(date +%s) - t0)) s"
+  rm -f "$OUT/build.txt"
+fi
+G=$B/gridq
+T=$B/tests/test_cuda
+
+ART=/tmp/art
+if has artifacts; then
+  mkdir -p $ART
+  # In the background while the first tests run: 4 recipes × 4 threads.
+  for r in laguna all-fp8 experts-fp8cb experts-k12; do
+    ( $G quantize models/laguna-tiny-code $ART/$r --recipe $r --calib data/code-calib.txt --method rtn \
+        --calib-tokens 2048 --threads 4 --quiet --overwrite > $ART/$r.log 2>&1; echo "rc $?" >> $ART/$r.log ) &
+  done
+fi
+
+if has tests; then
+  t0=$(date +%s)
+  timeout 300 $T --gtest_filter="${GRIDQ_FILTER:-CudaEngine.*:CudaInvariance.*:CudaBenchDecode*}" > "$OUT/engine_tests.txt" 2>&1
+  rc=$?
+  grep -E "^\[( +OK|  FAILED|  PASSED|  SKIPPED)|Failure|gpu parity|gpu invariance|SEED|Expected|Which is|error" \
+    "$OUT/engine_tests.txt" | head -80
+  log "engine tests exit $rc ($(($(date +%s) - t0)) s)"
+  t0=$(date +%s)
+  timeout 150 $T --gtest_filter="-CudaEngine.*:CudaInvariance.*:CudaBench*:CudaChain.*" > "$OUT/kernel_tests.txt" 2>&1
+  rc=$?
+  grep -E "^\[(  FAILED|  PASSED)|Failure" "$OUT/kernel_tests.txt" | head -30
+  log "kernel tests exit $rc ($(($(date +%s) - t0)) s)"
+fi
+
+if has artifacts; then
+  wait
+  for r in laguna all-fp8 experts-fp8cb experts-k12; do echo "$r: $(tail -1 $ART/$r.log)"; done | tee -a "$OUT/summary.txt"
+  list=$(for r in laguna all-fp8 experts-fp8cb experts-k12; do [ -f $ART/$r/config.json ] && printf "%s:" $ART/$r; done)
+  t0=$(date +%s)
+  GRIDQ_TEST_ARTIFACTS="$list" timeout 200 $T --gtest_filter="CudaEngine.RecipeArtifacts*" > "$OUT/artifact_tests.txt" 2>&1
+  rc=$?
+  grep -E "^\[(  FAILED|  PASSED|  SKIPPED)|Failure|gpu parity|Expected|Which is" "$OUT/artifact_tests.txt" | head -40
+  log "artifact tests exit $rc ($(($(date +%s) - t0)) s)"
+fi
+
+if has generate; then
+  for m in models/laguna-tiny-code $ART/laguna; do
+    [ -f $m/config.json ] || continue
+    for d in cuda cpu; do
+      echo "-- generate $m --device $d" >> "$OUT/generate.txt"
+      timeout 60 $G generate $m --device $d --prompt "def fibonacci(n):" --max-tokens 48 >> "$OUT/generate.txt" 2>&1
+      echo "rc $?" >> "$OUT/generate.txt"
+    done
+  done
+  cat "$OUT/generate.txt"
+fi
+
+if has bench; then
+  t0=$(date +%s)
+  timeout 400 $G bench decode ${GRIDQ_BENCH:---synthetic laguna-s-2.1} --json-out "$OUT/bench_decode.json" \
+    > "$OUT/bench_decode.txt" 2>&1
+  rc=$?
+  cat "$OUT/bench_decode.txt" | tail -60
+  log "bench decode exit $rc ($(($(date +%s) - t0)) s)"
+fi
