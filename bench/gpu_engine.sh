@@ -8,7 +8,7 @@
 #
 #   GRIDQ_STEPS   which steps to run (default "build tests artifacts generate bench"), space separated
 #   GRIDQ_BENCH   arguments of `gridq bench decode` (default: --synthetic laguna-s-2.1)
-#   GRIDQ_FILTER  gtest filter of the engine tests (default CudaEngine.*:CudaInvariance.*:CudaBenchDecode*)
+#   GRIDQ_FILTER  gtest filter of the engine tests (default CudaEngine.*:CudaInvariance.*:CudaLinear.*:CudaBenchDecode*:BenchDecode*)
 set -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
@@ -54,13 +54,13 @@ fi
 
 if has tests; then
   t0=$(date +%s)
-  timeout 300 $T --gtest_filter="${GRIDQ_FILTER:-CudaEngine.*:CudaInvariance.*:CudaBenchDecode*}" > "$OUT/engine_tests.txt" 2>&1
+  timeout 300 $T --gtest_filter="${GRIDQ_FILTER:-CudaEngine.*:CudaInvariance.*:CudaLinear.*:CudaBenchDecode*:BenchDecode*}" > "$OUT/engine_tests.txt" 2>&1
   rc=$?
   grep -E "^\[( +OK|  FAILED|  PASSED|  SKIPPED)|Failure|gpu parity|gpu invariance|SEED|Expected|Which is|error" \
     "$OUT/engine_tests.txt" | head -80
   log "engine tests exit $rc ($(($(date +%s) - t0)) s)"
   t0=$(date +%s)
-  timeout 150 $T --gtest_filter="-CudaEngine.*:CudaInvariance.*:CudaBench*:CudaChain.*" > "$OUT/kernel_tests.txt" 2>&1
+  timeout 150 $T --gtest_filter="-CudaEngine.*:CudaInvariance.*:CudaLinear.*:CudaBench*:BenchDecode*:CudaChain.*" > "$OUT/kernel_tests.txt" 2>&1
   rc=$?
   grep -E "^\[(  FAILED|  PASSED)|Failure" "$OUT/kernel_tests.txt" | head -30
   log "kernel tests exit $rc ($(($(date +%s) - t0)) s)"
@@ -71,7 +71,7 @@ if has artifacts; then
   for r in laguna all-fp8 experts-fp8cb experts-k12; do echo "$r: $(tail -1 $ART/$r.log)"; done | tee -a "$OUT/summary.txt"
   list=$(for r in laguna all-fp8 experts-fp8cb experts-k12; do [ -f $ART/$r/config.json ] && printf "%s:" $ART/$r; done)
   t0=$(date +%s)
-  GRIDQ_TEST_ARTIFACTS="$list" timeout 200 $T --gtest_filter="CudaEngine.RecipeArtifacts*" > "$OUT/artifact_tests.txt" 2>&1
+  GRIDQ_TEST_ARTIFACTS="$list" timeout 200 $T --gtest_filter="CudaEngine.RecipeArtifacts*:CudaLinear.RecipeArtifact*" > "$OUT/artifact_tests.txt" 2>&1
   rc=$?
   grep -E "^\[(  FAILED|  PASSED|  SKIPPED)|Failure|gpu parity|Expected|Which is" "$OUT/artifact_tests.txt" | head -40
   log "artifact tests exit $rc ($(($(date +%s) - t0)) s)"
@@ -91,9 +91,14 @@ fi
 
 if has bench; then
   t0=$(date +%s)
-  timeout 400 $G bench decode ${GRIDQ_BENCH:---synthetic laguna-s-2.1} --json-out "$OUT/bench_decode.json" \
+  timeout 400 $G bench decode ${GRIDQ_BENCH:---synthetic laguna-s-2.1} --out "$OUT/bench_decode.json" \
     > "$OUT/bench_decode.txt" 2>&1
   rc=$?
   cat "$OUT/bench_decode.txt" | tail -60
   log "bench decode exit $rc ($(($(date +%s) - t0)) s)"
+  if [ -f $ART/laguna/config.json ]; then
+    timeout 60 $G bench decode $ART/laguna --batches 1,16 --contexts 0,1000 --steps 8 --out "$OUT/bench_decode_tiny.json" \
+      > "$OUT/bench_decode_tiny.txt" 2>&1
+    echo "tiny artifact bench exit $?"; tail -8 "$OUT/bench_decode_tiny.txt"
+  fi
 fi

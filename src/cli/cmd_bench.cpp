@@ -11,6 +11,7 @@
 
 #ifdef GRIDQ_HAVE_CUDA
 #include "runtime/cuda/bench.h"
+#include "runtime/cuda/bench_decode.h"
 #endif
 
 namespace gridq::cli {
@@ -28,7 +29,42 @@ struct BenchFlags {
   bool diag = false;
   bool no_chain = false;
   std::string device = "auto";
+  // bench decode
+  std::string model_dir, synthetic;
+  std::vector<int> batches{1, 4, 16}, contexts{0, 8192, 32768};
+  int steps = 32, warmup = 4;
+  uint64_t seed = 1;
 };
+
+int run_decode(const BenchFlags& f) {
+  if (f.device == "cpu") return fail("bench decode: --device cpu: the decode benchmark measures the CUDA engine");
+  if (f.synthetic.empty() == f.model_dir.empty())
+    return fail("bench decode: give a MODEL directory or --synthetic NAME (one of them)");
+#ifdef GRIDQ_HAVE_CUDA
+  cuda::BenchDecodeOptions o;
+  o.synthetic = f.synthetic;
+  o.model_dir = f.model_dir;
+  o.batches = f.batches;
+  o.contexts = f.contexts;
+  o.steps = f.steps;
+  o.warmup = f.warmup;
+  o.seed = f.seed;
+  auto r = cuda::run_bench_decode(o);
+  if (!r.ok()) return fail("bench decode: " + r.message());
+  if (!f.out.empty()) {
+    std::ofstream os(f.out);
+    os << r->dump(2) << "\n";
+    if (!os) return fail("bench decode: cannot write " + f.out);
+  }
+  if (f.json)
+    std::printf("%s\n", r->dump(2).c_str());
+  else
+    std::printf("%s", cuda::format_bench_decode_table(*r).c_str());
+  return 0;
+#else
+  return fail("bench decode: this gridq was built without CUDA (configure with -DGRIDQ_CUDA=ON on a machine with nvcc)");
+#endif
+}
 
 int run_kernels(const BenchFlags& f) {
   if (f.device == "cpu")
@@ -65,7 +101,7 @@ int run_kernels(const BenchFlags& f) {
 }
 
 const Registrar reg{Command{
-    "bench", "Benchmarks (kernels: CUDA decode kernels on synthetic Laguna-S-2.1 shapes)",
+    "bench", "Benchmarks (kernels: CUDA decode kernels; decode: the whole model's decode on the CUDA engine)",
     [](CLI::App& sub) -> std::function<int()> {
       auto flags = std::make_shared<BenchFlags>();
       sub.require_subcommand(1);
@@ -88,7 +124,26 @@ const Registrar reg{Command{
       k->add_option("--device", flags->device,
                     "cuda or auto (default); the kernels need cuda, so cpu is refused")
           ->check(device_check());
-      return [flags]() { return run_kernels(*flags); };
+      CLI::App* d = sub.add_subcommand(
+          "decode",
+          "Whole-model decode tok/s, GB/s and % of copy per (batch, context) on the CUDA engine\n"
+          "Examples:\n"
+          "  gridq bench decode --synthetic laguna-s-2.1            # full-size, built on the GPU\n"
+          "  gridq bench decode --synthetic laguna-s-2.1 --batches 1 --contexts 0,32768 --out r.json\n"
+          "  gridq bench decode build/demo/laguna-tiny-code-gridbook  # an artifact (or HF) directory");
+      d->add_option("MODEL", flags->model_dir, "artifact or HF checkpoint directory (or use --synthetic)");
+      d->add_option("--synthetic", flags->synthetic,
+                    "a full-size model of random legal bytes built on the GPU: laguna-s-2.1, laguna-xs-2.1, "
+                    "laguna-tiny-code");
+      d->add_option("--batches", flags->batches, "decode batch sizes (default 1,4,16)")->delimiter(',');
+      d->add_option("--contexts", flags->contexts, "context lengths (default 0,8192,32768)")->delimiter(',');
+      d->add_option("--steps", flags->steps, "timed decode steps per cell (default 32)")->check(CLI::Range(1, 10000));
+      d->add_option("--warmup", flags->warmup, "untimed steps first (default 4)")->check(CLI::Range(0, 1000));
+      d->add_option("--seed", flags->seed, "seed of the synthetic weights and token ids (default 1)");
+      d->add_option("--out", flags->out, "also write the JSON result (machine, commit, driver, CUDA) here");
+      d->add_flag("--json", flags->json, "print the JSON instead of the table");
+      d->add_option("--device", flags->device, "cuda or auto (default)")->check(device_check());
+      return [flags, d]() { return d->parsed() ? run_decode(*flags) : run_kernels(*flags); };
     }}};
 
 }  // namespace

@@ -124,6 +124,9 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
                                                      "KV pages"));
   GRIDQ_ASSIGN_OR_RETURN(rings_, DeviceBuffer::alloc(static_cast<size_t>(std::max<int64_t>(cap.ring_pool_bytes, 16)),
                                                      "KV rings"));
+  // Zeroed: a page is only read at positions its sequence wrote, but freed device memory can hold NaN bytes.
+  GRIDQ_RETURN_IF_ERROR(pages_.zero());
+  GRIDQ_RETURN_IF_ERROR(rings_.zero());
   GRIDQ_ASSIGN_OR_RETURN(page_table_, DeviceBuffer::alloc(static_cast<size_t>(table_bytes), "KV page table"));
   GRIDQ_RETURN_IF_ERROR(page_table_.zero());
   for (int64_t p = cap.pages - 1; p >= 0; --p) free_pages_.push_back(static_cast<int>(p));
@@ -192,6 +195,13 @@ Status CudaBackend::set_length_for_bench(runtime::SeqId id, int64_t len) {
   if (it == seqs_.end()) return err("cuda backend: unknown sequence {}", id);
   GRIDQ_RETURN_IF_ERROR(ensure_pages(it->second.slot, len));
   it->second.len = len;
+  return {};
+}
+
+Status CudaBackend::randomize_kv_for_bench(uint64_t seed) {
+  GRIDQ_RETURN_IF_ERROR(fill_random_bf16(pages_.as<uint16_t>(), pages_.bytes() / 2, 0.5f, seed, stream_));
+  GRIDQ_RETURN_IF_ERROR(fill_random_bf16(rings_.as<uint16_t>(), rings_.bytes() / 2, 0.5f, seed + 1, stream_));
+  GRIDQ_CUDA(cudaStreamSynchronize(stream_));
   return {};
 }
 

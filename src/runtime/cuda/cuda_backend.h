@@ -48,6 +48,8 @@ class CudaBackend final : public runtime::Backend {
   // Sets a sequence's length without running its tokens (benchmarks at a given context: the KV it reads is
   // whatever the pages hold). Allocates the pages.
   Status set_length_for_bench(runtime::SeqId id, int64_t len);
+  // Fills every KV page and ring with random finite BF16 (benchmarks read realistic, not zero, KV).
+  Status randomize_kv_for_bench(uint64_t seed);
 
   // Per-phase timing of the next forwards (CUDA events around each phase, summed per name), for bench.
   void set_phase_timing(bool on) { timing_ = on; }

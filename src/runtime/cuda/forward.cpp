@@ -10,6 +10,7 @@
 
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/kernels/forward_kernels.h"
+#include "runtime/cuda/linear.h"
 
 namespace gridq::cuda {
 namespace {
@@ -57,35 +58,8 @@ struct Ctx {
 
 #define GQ_LAUNCH(expr, what) GRIDQ_RETURN_IF_ERROR(::gridq::cuda::cuda_status((expr), what, __FILE__, __LINE__))
 
-// y [T, L.out_rows()] FP32 = L(x), x BF16 [T, L.cols] (row stride L.cols); the input contract applied here
-// (tiled) or inside the reference kernel.
 Status linear(Ctx& c, const DevLinear& L, const uint16_t* x, float* y) {
-  if (L.path == P::kRef) {
-    detail::RefArgs a;
-    a.w = L.ref;
-    a.P = c.T;
-    a.x = x;
-    a.y = y;
-    a.ld_y = L.rows;
-    GQ_LAUNCH(detail::raw_ref_matvec(a, c.s), "reference matvec");
-    return {};
-  }
-  GemvArgs g;
-  g.w = &L.tiled.m;
-  g.M = c.T;
-  g.y = y;
-  g.out = OutType::F32;
-  if (L.tiled.m.format == WeightFormat::FP8) {
-    GRIDQ_RETURN_IF_ERROR(quantize_fp8_tokens(x, c.T, L.cols, c.w.xq.as<uint8_t>(), c.w.xs.as<float>(), c.s, false));
-    g.x = c.w.xq.as();
-    g.xscale = c.w.xs.as<float>();
-  } else if (L.act_bits == 4) {
-    GRIDQ_RETURN_IF_ERROR(qdq_fp4(x, c.T, L.cols, c.w.xin.as<uint16_t>(), c.s, false));
-    g.x = c.w.xin.as();
-  } else {
-    g.x = x;
-  }
-  return gemv(g, c.ws.ws, c.s, false);
+  return apply_linear(L, x, c.T, y, {c.w.xin.as<uint16_t>(), c.w.xq.as<uint8_t>(), c.w.xs.as<float>()}, c.ws.ws, c.s);
 }
 
 // x += SwiGLU(a) for the dense MLP or the shared expert; with `out` set, the result goes there instead.

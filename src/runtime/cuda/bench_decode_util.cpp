@@ -1,0 +1,96 @@
+#include "runtime/cuda/bench_decode_util.h"
+
+#include <algorithm>
+#include <ctime>
+
+#include "runtime/cuda/bench_util.h"
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/device_buffer.h"
+#include "runtime/cuda/kernels.h"
+
+namespace gridq::cuda::decode_bench {
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  char b[32];
+  std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return b;
+}
+
+Expected<double> copy_bandwidth(cudaStream_t s) {
+  const size_t n = size_t{1} << 30;
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer a, DeviceBuffer::alloc(n, "copy source"));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::alloc(n, "copy destination"));
+  GRIDQ_RETURN_IF_ERROR(fill_random_bf16(a.as<uint16_t>(), n / 2, 1.0f, 1, s));
+  bench::Events ev;
+  GRIDQ_CUDA(cudaEventCreate(&ev.a));
+  GRIDQ_CUDA(cudaEventCreate(&ev.b));
+  for (int i = 0; i < 3; ++i) GRIDQ_CUDA(cudaMemcpyAsync(b.as(), a.as(), n, cudaMemcpyDeviceToDevice, s));
+  std::vector<double> t;
+  for (int i = 0; i < 10; ++i) {
+    GRIDQ_CUDA(cudaEventRecord(ev.a, s));
+    GRIDQ_CUDA(cudaMemcpyAsync(b.as(), a.as(), n, cudaMemcpyDeviceToDevice, s));
+    GRIDQ_CUDA(cudaEventRecord(ev.b, s));
+    GRIDQ_CUDA(cudaEventSynchronize(ev.b));
+    float ms = 0;
+    GRIDQ_CUDA(cudaEventElapsedTime(&ms, ev.a, ev.b));
+    t.push_back(ms);
+  }
+  return 2.0 * static_cast<double>(n) / (bench::median(t) * 1e-3) / 1e9;
+}
+
+StreamBytes stream_bytes(const model::ModelSpec& spec, const DeviceModel& dm) {
+  StreamBytes b;
+  auto kern = [&](const DevLinear& l) {
+    if (l.path == DevLinear::Path::kNone) return;
+    b.kernels[l.kernel] = b.kernels.value(l.kernel, 0) + 1;
+  };
+  b.embed_row = static_cast<double>(spec.hidden_size) * 2.0;
+  b.fixed = static_cast<double>(dm.final_norm.bytes() + dm.lm_head.resident_bytes());
+  kern(dm.lm_head);
+  for (const DevLayer& dl : dm.layers) {
+    for (const DevLinear* l :
+         {&dl.qkv, &dl.q, &dl.k, &dl.v, &dl.g, &dl.o, &dl.mlp.gate_up, &dl.mlp.down, &dl.router,
+          &dl.shared.gate_up, &dl.shared.down, &dl.experts.gate, &dl.experts.up, &dl.experts.down_ref}) {
+      kern(*l);
+      if (l != &dl.experts.gate && l != &dl.experts.up && l != &dl.experts.down_ref)
+        b.fixed += static_cast<double>(l->resident_bytes());
+    }
+    b.fixed += static_cast<double>(dl.vecs.bytes());
+    const size_t ex = dl.experts.resident_bytes();
+    if (ex == 0) continue;
+    ++b.moe_layers;
+    const double E = std::max(1, spec.moe.n_experts);
+    if (dl.experts.fused) {
+      ++b.fused_moe_layers;
+      const std::string name = "fused MoE gate_up+down (tiled NVFP4_CB_K16 v2)";
+      b.kernels[name] = b.kernels.value(name, 0) + 1;
+      const double one =
+          static_cast<double>(dl.experts.gate_up.m.expert_stride + dl.experts.down.m.expert_stride);
+      b.experts += one;
+      b.fixed += static_cast<double>(ex) - E * one;  // codebooks and slack
+    } else {
+      b.experts += static_cast<double>(ex) / E;
+    }
+  }
+  return b;
+}
+
+double kv_bytes_at(const model::ModelSpec& spec, int64_t p) {
+  double n = 0;
+  for (const auto& L : spec.layers) {
+    const int64_t keys =
+        L.attn == model::AttnKind::kSliding && L.window > 0 ? std::min<int64_t>(p + 1, L.window) : p + 1;
+    n += static_cast<double>(keys) * L.n_kv_heads * L.head_dim * 2.0 * 2.0;
+  }
+  return n;
+}
+
+uint64_t fnv1a(const std::vector<float>& v) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  const auto* p = reinterpret_cast<const unsigned char*>(v.data());
+  for (size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+}  // namespace gridq::cuda::decode_bench

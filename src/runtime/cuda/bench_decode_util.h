@@ -1,0 +1,40 @@
+// Pieces of `gridq bench decode` (bench_decode.cpp): the copy-bandwidth ceiling and the byte
+// model of one decode step (what the forward streams, from the device model itself, so it holds for
+// synthetic and real weights alike).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "model/model_spec.h"
+#include "runtime/cuda/device_model.h"
+
+namespace gridq::cuda::decode_bench {
+
+// 1 GiB device-to-device copy, read + write bytes over the median of 10 timed copies (bench.cpp's
+// measurement), in GB/s. The source holds finite BF16 values.
+Expected<double> copy_bandwidth(cudaStream_t s);
+
+// What one decode step streams.
+struct StreamBytes {
+  double fixed = 0;      // non-expert weights (lm_head, norms, codebooks included), read once per step
+  double embed_row = 0;  // one embedding row (read per token)
+  double experts = 0;    // one routed expert of every MoE layer, summed over the layers
+  nlohmann::json kernels = nlohmann::json::object();  // DevLinear::kernel -> count
+  int fused_moe_layers = 0, moe_layers = 0;
+};
+StreamBytes stream_bytes(const model::ModelSpec& spec, const DeviceModel& dm);
+
+// K+V bytes (BF16) one sequence reads in a step at position p, the new key included: p + 1 keys on full
+// layers, min(p + 1, window) on sliding layers.
+double kv_bytes_at(const model::ModelSpec& spec, int64_t p);
+
+uint64_t fnv1a(const std::vector<float>& v);
+std::string utc_now();
+
+}  // namespace gridq::cuda::decode_bench

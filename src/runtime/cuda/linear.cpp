@@ -1,0 +1,39 @@
+#include "runtime/cuda/linear.h"
+
+#include "runtime/cuda/cuda_check.h"
+
+namespace gridq::cuda {
+
+Status apply_linear(const DevLinear& L, const uint16_t* x, int T, float* y, const LinearScratch& sc,
+                    const Workspace& ws, cudaStream_t s) {
+  if (T < 1 || T > kMaxTokens) return err("linear ({}): {} rows outside 1..{}", L.kernel, T, kMaxTokens);
+  if (L.path == DevLinear::Path::kRef) {
+    detail::RefArgs a;
+    a.w = L.ref;
+    a.P = T;
+    a.x = x;
+    a.y = y;
+    a.ld_y = L.rows;
+    GRIDQ_RETURN_IF_ERROR(cuda_status(detail::raw_ref_matvec(a, s), "reference matvec", __FILE__, __LINE__));
+    return {};
+  }
+  if (L.path != DevLinear::Path::kTiled) return err("linear: matrix was not uploaded");
+  GemvArgs g;
+  g.w = &L.tiled.m;
+  g.M = T;
+  g.y = y;
+  g.out = OutType::F32;
+  if (L.tiled.m.format == WeightFormat::FP8) {
+    GRIDQ_RETURN_IF_ERROR(quantize_fp8_tokens(x, T, L.cols, sc.xq, sc.xs, s, false));
+    g.x = sc.xq;
+    g.xscale = sc.xs;
+  } else if (L.act_bits == 4) {
+    GRIDQ_RETURN_IF_ERROR(qdq_fp4(x, T, L.cols, sc.xin, s, false));
+    g.x = sc.xin;
+  } else {
+    g.x = x;
+  }
+  return gemv(g, ws, s, false);
+}
+
+}  // namespace gridq::cuda

@@ -1,0 +1,23 @@
+// One Linear on the device, whatever its path (device_model.h): y [T, L.out_rows()] FP32 = L(x) for BF16
+// rows x [T, L.cols]. The input contract is applied here for tiled kernels (FP8 per-token codes, FP4 QDQ)
+// and inside the reference kernel otherwise. The forward and the per-op tests call this one function.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "core/status.h"
+#include "runtime/cuda/device_model.h"
+#include "runtime/cuda/kernels.h"
+
+namespace gridq::cuda {
+
+struct LinearScratch {
+  uint16_t* xin = nullptr;  // [T, cols] BF16: the FP4-QDQ'd input
+  uint8_t* xq = nullptr;    // [T, cols] E4M3 codes of the FP8 per-token contract
+  float* xs = nullptr;      // [T] their scales
+};
+
+Status apply_linear(const DevLinear& L, const uint16_t* x, int T, float* y, const LinearScratch& scratch,
+                    const Workspace& ws, cudaStream_t s);
+
+}  // namespace gridq::cuda
