@@ -175,7 +175,8 @@ TEST(SyntheticModel, TinyDeviceModelHasUploadModelsLayout) {
       EXPECT_EQ(dl.mlp.gate_up.rows, 2048);
       continue;
     }
-    EXPECT_EQ(dl.router.out_rows(), 16);  // 12 experts padded
+    EXPECT_EQ(dl.router.out_rows(), 12);  // the reference matvec: no padding rows
+    EXPECT_EQ(dl.router.path, DevLinear::Path::kRef);
     EXPECT_NE(dl.router_bias, nullptr);
     EXPECT_TRUE(dl.shared.fused);
     EXPECT_TRUE(dl.experts.fused);

@@ -17,7 +17,7 @@ size_t round16(size_t n) { return (n + 15) / 16 * 16; }
 
 size_t CudaBackend::Work::bytes() const {
   size_t n = 0;
-  for (const DeviceBuffer* b : {&rows, &x, &a, &xin, &xq, &xs, &qkv, &g, &q, &o, &ob, &y, &gu, &h, &yd, &ys, &moe_out,
+  for (const DeviceBuffer* b : {&rows, &x, &a, &a32, &xin, &xq, &xs, &qkv, &g, &q, &o, &ob, &y, &gu, &h, &yd, &ys, &moe_out,
                                 &z, &eid, &ew, &nsl, &an, &logits, &partial})
     n += b->bytes();
   return n;
@@ -90,7 +90,7 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
     size_t bytes;
     const char* what;
   };
-  for (const B& b : {B{&w.rows, 3 * R * 4, "step rows"}, B{&w.x, R * H * 4, "residual"}, B{&w.a, R * H * 2, "normed input"},
+  for (const B& b : {B{&w.rows, 3 * R * 4, "step rows"}, B{&w.x, R * H * 4, "residual"}, B{&w.a, R * H * 2, "normed input"}, B{&w.a32, R * H * 4, "normed input fp32"},
                      B{&w.xin, R * W * 2, "FP4 contract input"}, B{&w.xq, R * W, "FP8 codes"}, B{&w.xs, R * 4, "FP8 scales"},
                      B{&w.qkv, R * (size_t(max_qkv) + 48) * 4, "qkv"}, B{&w.g, R * G * 4, "gate"}, B{&w.q, R * qw * 4, "q"},
                      B{&w.o, R * qw * 4, "attention output"}, B{&w.ob, R * qw * 2, "gated output"},
@@ -141,6 +141,9 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
   mem_.kv_tokens = cap.tokens;
   mem_.max_seqs = max_seqs_;
   mem_.device = prop.name;
+  // The memsets and copies above ran on the legacy default stream, which a non-blocking stream does not wait
+  // for: finish them before the first step touches the KV pools.
+  GRIDQ_CUDA(cudaDeviceSynchronize());
   return {};
 }
 

@@ -247,7 +247,7 @@ Expected<std::unique_ptr<DeviceModel>> upload_model(const model::ModelSpec& spec
       for (const QMatrix* m : {&lw.mlp_gate, &lw.mlp_up, &lw.mlp_down}) count(*m);
     } else {
       const auto& M = spec.moe;
-      GRIDQ_ASSIGN_OR_RETURN(dl.router, upload_linear({&lw.router}, p + "router"));
+      GRIDQ_ASSIGN_OR_RETURN(dl.router, upload_linear({&lw.router}, p + "router", false));
       count(lw.router);
       if (M.shared_intermediate > 0) {
         GRIDQ_RETURN_IF_ERROR(upload_swiglu(dl.shared, lw.shared_gate, lw.shared_up, lw.shared_down, p + "shared expert"));

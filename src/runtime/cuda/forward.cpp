@@ -165,7 +165,17 @@ Status moe(Ctx& c, const DevLayer& dl) {
   const auto& M = c.spec.moe;
   const int H = c.spec.hidden_size, E = M.n_experts, k = M.top_k, I = M.expert_intermediate;
   const uint16_t* a = c.w.a.as<uint16_t>();
-  GRIDQ_RETURN_IF_ERROR(linear(c, dl.router, a, c.w.z.as<float>()));
+  // The router reads the FP32 normed rows (laguna.md §1.4: near-ties are real; the BF16 rounding of its
+  // input would flip choices the reference makes). Always the reference matvec.
+  {
+    detail::RefArgs r;
+    r.w = dl.router.ref;
+    r.P = c.T;
+    r.x_f32 = c.w.a32.as<float>();
+    r.y = c.w.z.as<float>();
+    r.ld_y = dl.router.rows;
+    GQ_LAUNCH(detail::raw_ref_matvec(r, c.s), "router");
+  }
   GQ_LAUNCH(detail::raw_route_tokens(c.w.z.as<float>(), dl.router.out_rows(), dl.router_bias, c.T, E, k,
                                      M.score == model::RouterScore::kSoftmax ? 1 : 0, M.renormalize ? 1 : 0,
                                      c.w.eid.as<int>(), c.w.ew.as<float>(), c.s),
@@ -272,10 +282,12 @@ Status CudaBackend::run_step(const Step& st, std::vector<float>& logits) {
       kv.page_tokens = plan_.ring_slots[static_cast<size_t>(ri)];
       kv.sliding = 1;
     }
-    GQ_LAUNCH(detail::raw_rmsnorm_f32(w.x.as<float>(), dl.input_norm, T, H, spec_.norm_eps, w.a.as<uint16_t>(), stream_),
+    GQ_LAUNCH(detail::raw_rmsnorm_f32(w.x.as<float>(), dl.input_norm, T, H, spec_.norm_eps, w.a.as<uint16_t>(),
+                                      nullptr, stream_),
               "input_layernorm");
     GRIDQ_RETURN_IF_ERROR(attention(c, dl, L, kv));
-    GQ_LAUNCH(detail::raw_rmsnorm_f32(w.x.as<float>(), dl.post_norm, T, H, spec_.norm_eps, w.a.as<uint16_t>(), stream_),
+    GQ_LAUNCH(detail::raw_rmsnorm_f32(w.x.as<float>(), dl.post_norm, T, H, spec_.norm_eps, w.a.as<uint16_t>(),
+                                      L.mlp == model::MlpKind::kMoe ? w.a32.as<float>() : nullptr, stream_),
               "post_attention_layernorm");
     if (L.mlp == model::MlpKind::kDense) {
       GRIDQ_RETURN_IF_ERROR(swiglu_block(c, dl.mlp, w.a.as<uint16_t>(), w.x.as<float>()));
@@ -289,7 +301,7 @@ Status CudaBackend::run_step(const Step& st, std::vector<float>& logits) {
   for (int i = 0; i < R; ++i)
     GQ_LAUNCH(detail::raw_rmsnorm_f32(w.x.as<float>() + static_cast<long long>(st.logit_rows[i]) * H,
                                       dm_->final_norm.as<float>(), 1, H, spec_.norm_eps,
-                                      w.an.as<uint16_t>() + static_cast<long long>(i) * H, stream_),
+                                      w.an.as<uint16_t>() + static_cast<long long>(i) * H, nullptr, stream_),
               "final norm");
   Ctx lc = c;
   lc.T = R;

@@ -19,6 +19,7 @@ struct CudaBackend::Work {
   DeviceBuffer rows;         // int [3][16]: ids, pos, seq_slot
   DeviceBuffer x;            // f32 [16, H] residual stream
   DeviceBuffer a;            // bf16 [16, H] normed input of a block
+  DeviceBuffer a32;          // f32 [16, H] the same before rounding (the router's input)
   DeviceBuffer xin;          // bf16 [16, W] contract copy (FP4 QDQ) of a tiled GEMV's input, W = widest input
   DeviceBuffer xq, xs;       // u8 [16, W] FP8 codes, f32 [16] per-token scales
   DeviceBuffer qkv, g;       // f32 [16, qkv rows], [16, g rows] (padded rows)

@@ -184,6 +184,26 @@ Expected<DevLinear> fp8_linear(Builder& b, int rows, int cols) {
   return tiled(std::move(w), rows, cols, 8, "tiled FP8 W8A8");
 }
 
+// The router: canonical BF16 [rows, cols] for the reference matvec (forward.cpp runs it on FP32 inputs).
+Expected<DevLinear> bf16_ref_linear(Builder& b, int rows, int cols) {
+  DevLinear d;
+  d.path = DevLinear::Path::kRef;
+  d.rows = rows;
+  d.cols = cols;
+  d.kernel = "reference BF16";
+  const size_t n = static_cast<size_t>(rows) * static_cast<size_t>(cols);
+  GRIDQ_ASSIGN_OR_RETURN(d.ref_data, DeviceBuffer::alloc(n * 2 + 16, "synthetic router"));
+  GRIDQ_RETURN_IF_ERROR(fill_random_bf16(d.ref_data.as<uint16_t>(), n, 0.05f, b.next(), b.s));
+  b.packed += n * 2;
+  d.ref.format = detail::kRefBF16;
+  d.ref.rows = rows;
+  d.ref.cols = cols;
+  d.ref.row_bytes = static_cast<long long>(cols) * 2;
+  d.ref.expert_stride = d.ref.row_bytes * rows;
+  d.ref.data = d.ref_data.as<uint8_t>();
+  return d;
+}
+
 // A BF16 SwiGLU block: gate and up as one [2I, H] matrix (gate rows first), the fused gate+up kernel.
 Status swiglu(Builder& b, DevSwiglu& s, int inter, int H) {
   s.inter = inter;
@@ -244,7 +264,7 @@ Expected<DevLayer> layer(Builder& b, const model::ModelSpec& spec, const model::
     return dl;
   }
   const auto& M = spec.moe;
-  GRIDQ_ASSIGN_OR_RETURN(dl.router, bf16_linear(b, M.n_experts, H));
+  GRIDQ_ASSIGN_OR_RETURN(dl.router, bf16_ref_linear(b, M.n_experts, H));
   if (M.shared_intermediate > 0) GRIDQ_RETURN_IF_ERROR(swiglu(b, dl.shared, M.shared_intermediate, H));
   const int I = M.expert_intermediate;
   if (I % 16 != 0 || H % 16 != 0)

@@ -18,7 +18,7 @@ __global__ void __launch_bounds__(kThreads) embed_kernel(const uint16_t* table, 
 // Sum of squares in FP64 like the CPU reference (rmsnorm_rows): per-thread strided partials, then a fixed
 // tree over the block.
 __global__ void __launch_bounds__(kThreads)
-    rmsnorm_f32_kernel(const float* x, const float* w, int H, float eps, uint16_t* y) {
+    rmsnorm_f32_kernel(const float* x, const float* w, int H, float eps, uint16_t* y, float* y32) {
   __shared__ double red[kThreads];
   const long long t = blockIdx.x;
   const float* v = x + t * H;
@@ -32,7 +32,11 @@ __global__ void __launch_bounds__(kThreads)
   }
   const float var = static_cast<float>(red[0] / static_cast<double>(H));
   const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(var, eps)));
-  for (int i = threadIdx.x; i < H; i += kThreads) y[t * H + i] = f32_to_bf16_bits(__fmul_rn(w[i], __fmul_rn(v[i], inv)));
+  for (int i = threadIdx.x; i < H; i += kThreads) {
+    const float o = __fmul_rn(w[i], __fmul_rn(v[i], inv));
+    y[t * H + i] = f32_to_bf16_bits(o);
+    if (y32) y32[t * H + i] = o;
+  }
 }
 
 __global__ void add_kernel(float* x, const void* y, int y_bf16, long long n) {
@@ -84,8 +88,9 @@ cudaError_t raw_embed(const uint16_t* table, const int* ids, int T, int H, float
   embed_kernel<<<T, kThreads, 0, s>>>(table, ids, H, x);
   return cudaGetLastError();
 }
-cudaError_t raw_rmsnorm_f32(const float* x, const float* w, int T, int H, float eps, uint16_t* y, cudaStream_t s) {
-  rmsnorm_f32_kernel<<<T, kThreads, 0, s>>>(x, w, H, eps, y);
+cudaError_t raw_rmsnorm_f32(const float* x, const float* w, int T, int H, float eps, uint16_t* y, float* y32,
+                            cudaStream_t s) {
+  rmsnorm_f32_kernel<<<T, kThreads, 0, s>>>(x, w, H, eps, y, y32);
   return cudaGetLastError();
 }
 cudaError_t raw_add(float* x, const void* y, bool y_bf16, long long n, cudaStream_t s) {

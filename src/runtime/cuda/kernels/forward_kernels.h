@@ -20,8 +20,8 @@ inline constexpr int kMaxHeadDim = 256;
 cudaError_t raw_embed(const uint16_t* table, const int* ids, int T, int H, float* x, cudaStream_t s);
 
 // y[t, :] = bf16(w ⊙ (x[t] · 1/sqrt(mean(x[t]²) + eps))), x FP32 [T, H] (sum of squares in FP64, as the CPU
-// reference), w FP32 [H].
-cudaError_t raw_rmsnorm_f32(const float* x, const float* w, int T, int H, float eps, uint16_t* y,
+// reference), w FP32 [H]; y32 (optional) gets the same values before the BF16 rounding.
+cudaError_t raw_rmsnorm_f32(const float* x, const float* w, int T, int H, float eps, uint16_t* y, float* y32,
                             cudaStream_t s);
 
 // x[i] += y[i] (FP32), or += float(bf16 y) when y_bf16.
@@ -127,6 +127,7 @@ struct RefArgs {
   int P = 0;
   const int* ids = nullptr;
   const uint16_t* x = nullptr;
+  const float* x_f32 = nullptr;  // instead of x: FP32 rows (the router, act_bits 16 only)
   int x_div = 1;
   float* y = nullptr;
   long long ld_y = 0;

@@ -89,11 +89,13 @@ __global__ void __launch_bounds__(kWarps * 32) ref_matvec_kernel(const RefArgs a
   const int e = a.ids ? a.ids[p] : 0;
   const uint8_t* row = w.data + static_cast<long long>(e) * w.expert_stride + static_cast<long long>(r) * w.row_bytes;
   const long long scale_idx = static_cast<long long>(e) * w.rows + r;
-  const uint16_t* x = a.x + static_cast<long long>(p / a.x_div) * w.cols;
+  const long long xrow = static_cast<long long>(p / a.x_div) * w.cols;
+  const uint16_t* x = a.x_f32 ? nullptr : a.x + xrow;
+  const float* xf = a.x_f32 ? a.x_f32 + xrow : nullptr;
   const int nb = (w.cols + 7) / 8, rounds = (nb + 31) / 32;
   // FP8 per-token contract: the row's absmax (every lane computes the same value).
   float tok_s = 1.0f;
-  if (w.act_bits == 8 || w.format == kRefFP8) {
+  if (xf == nullptr && (w.act_bits == 8 || w.format == kRefFP8)) {
     float amax = 0.0f;
     for (int c = lane; c < w.cols; c += 32) amax = fmaxf(amax, fabsf(bf16_bits_to_f32(x[c])));
     for (int o = 16; o; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
@@ -105,7 +107,8 @@ __global__ void __launch_bounds__(kWarps * 32) ref_matvec_kernel(const RefArgs a
     const bool live = b < nb;
     float xv[8];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) xv[j] = live && 8 * b + j < w.cols ? bf16_bits_to_f32(x[8 * b + j]) : 0.0f;
+    for (int j = 0; j < 8; ++j)
+      xv[j] = live && 8 * b + j < w.cols ? (xf ? xf[8 * b + j] : bf16_bits_to_f32(x[8 * b + j])) : 0.0f;
     if (w.act_bits == 4) {  // FP4 group-16 QDQ: blocks 2g and 2g+1 are lanes l and l^1
       float ga = 0.0f;
 #pragma unroll
@@ -139,6 +142,7 @@ __global__ void __launch_bounds__(kWarps * 32) ref_matvec_kernel(const RefArgs a
 
 cudaError_t raw_ref_matvec(const RefArgs& a, cudaStream_t s) {
   if (a.P < 1 || a.w.rows < 1 || a.w.cols < 1 || a.x_div < 1) return cudaErrorInvalidValue;
+  if (a.x_f32 && (a.w.act_bits != 16 || a.w.format == kRefFP8)) return cudaErrorInvalidValue;
   ref_matvec_kernel<<<dim3((a.w.rows + kWarps - 1) / kWarps, a.P), kWarps * 32, 0, s>>>(a);
   return cudaGetLastError();
 }
