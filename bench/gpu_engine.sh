@@ -13,7 +13,7 @@ set -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-STEPS=${GRIDQ_STEPS:-build tests artifacts generate bench}
+STEPS=${GRIDQ_STEPS:-build tests artifacts generate serve bench sanitize}
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 log() { echo "== $(date +%T) $*" | tee -a "$OUT/summary.txt"; }
 {
@@ -87,6 +87,24 @@ if has generate; then
     done
   done
   cat "$OUT/generate.txt"
+fi
+
+if has sanitize; then
+  t0=$(date +%s)
+  timeout 240 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 $T \
+    --gtest_filter="CudaInvariance.PrefillChunking*:CudaLinear.BundledModel*:CudaEngine.SyntheticArtifactsEveryRungRun" \
+    > "$OUT/memcheck.txt" 2>&1
+  rc=$?
+  grep -E "ERROR SUMMARY|LEAK SUMMARY|Invalid|PASSED|FAILED" "$OUT/memcheck.txt" | head -12
+  log "compute-sanitizer memcheck exit $rc ($(($(date +%s) - t0)) s)"
+fi
+
+if has serve; then
+  for m in models/laguna-tiny-code $ART/laguna; do
+    [ -f $m/config.json ] || continue
+    echo "-- serve --device cuda $m" | tee -a "$OUT/serve.txt"
+    timeout 200 python3 bench/gpu_serve_smoke.py $G $m 2>&1 | tee -a "$OUT/serve.txt" | tail -12
+  done
 fi
 
 if has bench; then

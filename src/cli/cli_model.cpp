@@ -44,6 +44,7 @@ void add_run_options(CLI::App& sub, RunOptions& o) {
   sub.add_option("--gpu-memory-utilization", o.gpu_memory_utilization,
                  "fraction of the GPU's memory gridq may hold, in (0, 1] (default 0.9; cuda only)")
       ->check(memory_fraction_check());
+  sub.add_flag("--enforce-eager", o.enforce_eager, "cuda: launch every kernel, no CUDA graph replay (debugging)");
 }
 
 void add_sampling_options(CLI::App& sub, SamplingCli& s) {
@@ -82,6 +83,7 @@ Expected<std::unique_ptr<runtime::Engine>> open_engine(const std::string& model_
   eo.dev.gpu_memory_utilization = o.gpu_memory_utilization;
   eo.dev.max_num_seqs = o.max_num_seqs;
   eo.dev.max_model_len = o.max_model_len;
+  eo.dev.cuda_graphs = !o.enforce_eager;
   GRIDQ_ASSIGN_OR_RETURN(auto eng, runtime::Engine::open(model_dir, eo));
   if (log) {
     log(eng->device_log());

@@ -35,6 +35,7 @@ struct ServeOpts {
   int64_t max_model_len = 0;
   int max_num_seqs = 32;
   double gpu_memory_utilization = 0.9;
+  bool enforce_eager = false;
   std::string device = "auto";
   std::string kv_cache_dtype = "auto";
   std::vector<std::string> api_keys;
@@ -212,6 +213,7 @@ int run_serve(ServeOpts o) {
   ro.gpu_memory_utilization = o.gpu_memory_utilization;
   ro.max_num_seqs = o.max_num_seqs;
   ro.max_model_len = o.max_model_len;
+  ro.enforce_eager = o.enforce_eager;
   auto tok = open_tokenizer(o.dir);
   if (!tok.ok()) return fail(tok.message());
   auto tmpl_text = load_template(o);
@@ -279,8 +281,12 @@ int run_serve(ServeOpts o) {
     return tp->render(ctx);
   };
 
-  auto rengine = std::make_unique<serve::RuntimeEngine>(std::move(*eng), max_len,
-                                                        static_cast<int64_t>(o.max_num_seqs) * max_len);
+  // Admission budget: the KV a device backend has room for; the CPU grows its KV on demand.
+  const std::string mem = (*eng)->backend().memory_report();
+  if (!mem.empty()) log("memory: " + mem);
+  const int64_t device_kv = (*eng)->backend().kv_capacity_tokens();
+  const int64_t kv_budget = device_kv >= 0 ? device_kv : static_cast<int64_t>(o.max_num_seqs) * max_len;
+  auto rengine = std::make_unique<serve::RuntimeEngine>(std::move(*eng), max_len, kv_budget);
   // One line per weight format the backend really runs, naming its kernel path (issue #6 item 5).
   for (const auto& line : rengine->describe_kernels()) log("kernel: " + line);
   log(fmt::format("model {} ({}), max_model_len {}, max_num_seqs {}, tool parser {}, reasoning parser {}",
@@ -335,6 +341,7 @@ Registrar reg(
        sub.add_option("--device", o->device, kDeviceHelp)->check(device_check());
        sub.add_option("--gpu-memory-utilization", o->gpu_memory_utilization,
                       "fraction of the GPU's memory gridq may hold, in (0, 1] (default 0.9; unused on cpu)");
+       sub.add_flag("--enforce-eager", o->enforce_eager, "cuda: no CUDA graph replay of decode steps");
        sub.add_option("--kv-cache-dtype", o->kv_cache_dtype, "auto (default), bf16, fp32");
        sub.add_option("--api-key", o->api_keys, "required API key (repeatable)");
        sub.add_option("--api-key-file", o->api_key_file, "file with one API key per line");

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/status.h"
@@ -31,6 +32,11 @@ class Backend {
   // Runs all items in one forward (each item's tokens see only its own sequence). Appends to `logits`
   // [rows, vocab] fp32 one row per requested position, items in order, positions ascending.
   virtual Status forward(std::span<const BatchItem> items, std::vector<float>& logits) = 0;
+  // What a device backend holds, for the start-up report ("weights 37.6 GB, KV 80.1 GB (1.9 M tokens), ...");
+  // empty for a backend that allocates on demand (the CPU).
+  virtual std::string memory_report() const { return {}; }
+  // Full-attention KV tokens that fit over all sequences (admission); -1 = grows on demand.
+  virtual int64_t kv_capacity_tokens() const { return -1; }
 };
 
 }  // namespace gridq::runtime

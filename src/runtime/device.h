@@ -19,6 +19,7 @@ struct DeviceOptions {
   double gpu_memory_utilization = 0.9;  // fraction of the device's total memory gridq may hold
   int64_t max_model_len = 0;            // 0 = the model's max_position_embeddings
   int max_num_seqs = 16;                // sequences that may hold KV at once (rings are per sequence)
+  bool cuda_graphs = true;              // decode steps replay CUDA graphs (vLLM's --enforce-eager turns off)
 };
 
 // The CUDA backend as seen from runtime/: a probe (is there a GPU this build can run?) and a factory.

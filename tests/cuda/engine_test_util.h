@@ -26,8 +26,9 @@ struct Both {
   CudaBackend* cuda = nullptr;  // owned by gpu
 };
 
-inline runtime::DeviceOptions test_device_options(int max_seqs = 16) {
+inline runtime::DeviceOptions test_device_options(int max_seqs = 16, bool graphs = true) {
   runtime::DeviceOptions o;
+  o.cuda_graphs = graphs;
   o.gpu_memory_utilization = 0.5;
   o.max_model_len = 4096;
   o.max_num_seqs = max_seqs;
@@ -35,7 +36,7 @@ inline runtime::DeviceOptions test_device_options(int max_seqs = 16) {
 }
 
 // The GPU engine alone (no CPU twin), for the invariance tests.
-inline Expected<Both> open_both(const std::string& dir, bool with_cpu = true, int max_seqs = 16) {
+inline Expected<Both> open_both(const std::string& dir, bool with_cpu = true, int max_seqs = 16, bool graphs = true) {
   GRIDQ_ASSIGN_OR_RETURN(nlohmann::json cfg, io::read_json_file((std::filesystem::path(dir) / "config.json").string()));
   model::ModelSpec spec;
   runtime::ModelWeights w;
@@ -52,7 +53,7 @@ inline Expected<Both> open_both(const std::string& dir, bool with_cpu = true, in
     keep = std::shared_ptr<void>(std::move(lm.checkpoint));
   }
   Both b;
-  GRIDQ_ASSIGN_OR_RETURN(auto gpu, CudaBackend::create(spec, w, test_device_options(max_seqs)));
+  GRIDQ_ASSIGN_OR_RETURN(auto gpu, CudaBackend::create(spec, w, test_device_options(max_seqs, graphs)));
   b.cuda = gpu.get();
   runtime::EngineOptions eo;
   b.gpu = runtime::Engine::from_backend(std::move(gpu), eo);

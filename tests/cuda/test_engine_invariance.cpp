@@ -70,6 +70,26 @@ TEST(CudaInvariance, GreedyAloneVsBesideFifteenOthersAndRunToRun) {
   EXPECT_EQ(same, l_alone.size()) << "decode logits of row 0 alone vs in a 16-row step";
 }
 
+// Decode steps replay CUDA graphs from their second occurrence: the replay must give the eager bits.
+TEST(CudaInvariance, GraphReplayEqualsEager) {
+  REQUIRE_GPU();
+  auto g = open_both(repo_path("models/laguna-tiny-code"), false, 16, true);
+  auto e = open_both(repo_path("models/laguna-tiny-code"), false, 16, false);
+  ASSERT_TRUE(g.ok() && e.ok());
+  const int V = g->gpu->vocab_size();
+  std::vector<std::vector<int32_t>> ps;
+  for (int i = 0; i < 5; ++i) ps.push_back(prompt(300 + i, 30 + 11 * i, V));
+  std::vector<std::vector<float>> lg, le;
+  auto tg = greedy(*g->gpu, ps, 64, &lg);
+  auto te = greedy(*e->gpu, ps, 64, &le);
+  EXPECT_EQ(tg, te) << "greedy tokens, graphs vs eager";
+  size_t same = 0;
+  for (size_t s = 0; s < lg.size() && s < le.size(); ++s)
+    same += std::memcmp(lg[s].data(), le[s].data(), lg[s].size() * 4) == 0;
+  std::printf("[gpu invariance] graph replay == eager: %zu/%zu decode steps bit-identical\n", same, lg.size());
+  EXPECT_EQ(same, lg.size());
+}
+
 TEST(CudaInvariance, PrefillChunkingDoesNotChangeLogits) {
   REQUIRE_GPU();
   auto b = open_both(repo_path("models/laguna-tiny-code"), false);

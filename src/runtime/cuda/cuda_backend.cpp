@@ -1,5 +1,7 @@
 #include "runtime/cuda/cuda_backend.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "runtime/cuda/cuda_check.h"
@@ -24,6 +26,8 @@ size_t CudaBackend::Work::bytes() const {
 }
 
 CudaBackend::~CudaBackend() {
+  for (void* g : graphs_)
+    if (g) (void)cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(g));
   if (stream_) (void)cudaStreamDestroy(stream_);
 }
 
@@ -59,6 +63,7 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
     return err("cuda backend: MoE with {} experts top-{} (the router kernel serves ≤ 1024 experts, top-k ≤ 32)",
                S.moe.n_experts, S.moe.top_k);
   GRIDQ_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  graphs_on_ = opts.cuda_graphs;
   GRIDQ_ASSIGN_OR_RETURN(ws_, WorkspaceBuffers::create());
   max_len_ = opts.max_model_len > 0 ? opts.max_model_len : S.max_position_embeddings;
   if (max_len_ < 1) return err("cuda backend: max_model_len {} < 1", max_len_);
@@ -250,6 +255,16 @@ Status CudaBackend::forward(std::span<const runtime::BatchItem> items, std::vect
   GRIDQ_RETURN_IF_ERROR(flush());
   for (const auto& item : items) seqs_.at(item.seq).len += static_cast<int64_t>(item.tokens.size());
   return {};
+}
+
+std::string CudaBackend::memory_report() const {
+  auto gb = [](size_t b) { return fmt::format("{:.3f} GB", static_cast<double>(b) / 1e9); };
+  return fmt::format("{}: weights {} resident ({} packed, {:+.2f}%), KV pages {} ({} tokens of full-layer KV), "
+                     "KV rings {} ({} sequences × {:.1f} MiB), step workspace {}",
+                     mem_.device, gb(mem_.weights), gb(mem_.packed),
+                     mem_.packed ? 100.0 * (static_cast<double>(mem_.weights) / static_cast<double>(mem_.packed) - 1.0) : 0.0,
+                     gb(mem_.kv_pages), mem_.kv_tokens, gb(mem_.kv_rings), mem_.max_seqs,
+                     static_cast<double>(plan_.ring_bytes_per_seq) / (1 << 20), gb(mem_.workspace));
 }
 
 std::map<std::string, double> CudaBackend::take_phase_ms() { return std::exchange(phase_ms_, {}); }

@@ -5,6 +5,7 @@
 // chunks of 16 tokens; the tensor-core GEMM path is the serving issue's).
 #pragma once
 
+#include <array>
 #include <map>
 #include <memory>
 #include <string>
@@ -43,6 +44,8 @@ class CudaBackend final : public runtime::Backend {
   int64_t sequence_length(runtime::SeqId id) const override;
   Status forward(std::span<const runtime::BatchItem> items, std::vector<float>& logits) override;
 
+  std::string memory_report() const override;
+  int64_t kv_capacity_tokens() const override { return mem_.kv_tokens; }
   const MemoryReport& memory() const { return mem_; }
   const DeviceModel& device_model() const { return *dm_; }
   // Sets a sequence's length without running its tokens (benchmarks at a given context: the KV it reads is
@@ -55,13 +58,15 @@ class CudaBackend final : public runtime::Backend {
   void set_phase_timing(bool on) { timing_ = on; }
   std::map<std::string, double> take_phase_ms();
 
-  struct Step;  // one step's rows (forward.h)
-  struct Work;  // the step buffers (forward.h)
+  struct Step;        // one step's rows (forward.h)
+  struct Work;        // the step buffers (forward.h)
+  struct PhaseTimer;  // bench phase timing (forward.cpp)
 
  private:
   CudaBackend() = default;
   Status init(const runtime::DeviceOptions& opts);
   Status run_step(const Step& st, std::vector<float>& logits);
+  Status enqueue_step(const Step& st, PhaseTimer& timer);
   Status ensure_pages(int slot, int64_t new_len);
 
   struct Seq {
@@ -83,6 +88,9 @@ class CudaBackend final : public runtime::Backend {
   std::map<runtime::SeqId, Seq> seqs_;
   std::unique_ptr<Work> work_;
   bool timing_ = false;
+  bool graphs_on_ = true;
+  std::array<void*, 17> graphs_{};  // cudaGraphExec_t per decode row count 1..16
+  std::array<int, 17> graph_seen_{};
   std::map<std::string, double> phase_ms_;
 };
 
