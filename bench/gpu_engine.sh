@@ -89,16 +89,6 @@ if has generate; then
   cat "$OUT/generate.txt"
 fi
 
-if has sanitize; then
-  t0=$(date +%s)
-  timeout 240 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 $T \
-    --gtest_filter="CudaInvariance.PrefillChunking*:CudaLinear.BundledModel*:CudaEngine.SyntheticArtifactsEveryRungRun" \
-    > "$OUT/memcheck.txt" 2>&1
-  rc=$?
-  grep -E "ERROR SUMMARY|LEAK SUMMARY|Invalid|PASSED|FAILED" "$OUT/memcheck.txt" | head -12
-  log "compute-sanitizer memcheck exit $rc ($(($(date +%s) - t0)) s)"
-fi
-
 if has serve; then
   for m in models/laguna-tiny-code $ART/laguna; do
     [ -f $m/config.json ] || continue
@@ -119,4 +109,14 @@ if has bench; then
       > "$OUT/bench_decode_tiny.txt" 2>&1
     echo "tiny artifact bench exit $?"; tail -8 "$OUT/bench_decode_tiny.txt"
   fi
+fi
+
+if has sanitize; then
+  t0=$(date +%s)
+  timeout 240 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 $T \
+    --gtest_filter="CudaInvariance.PrefillChunking*:CudaLinear.BundledModel*:CudaEngine.SyntheticArtifactsEveryRungRun" \
+    > "$OUT/memcheck.txt" 2>&1
+  rc=$?
+  grep -E "ERROR SUMMARY|LEAK SUMMARY|Invalid|PASSED|FAILED" "$OUT/memcheck.txt" | head -12
+  log "compute-sanitizer memcheck exit $rc ($(($(date +%s) - t0)) s)"
 fi
