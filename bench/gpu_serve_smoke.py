@@ -27,6 +27,10 @@ def free_port():
 
 def main():
     gridq, model = sys.argv[1], sys.argv[2]
+    prompt = "def fibonacci(n):"
+    # Before the server starts: it takes --gpu-memory-utilization of the GPU for KV, leaving none for a second engine.
+    gen = subprocess.run([gridq, "generate", model, "--device", "cuda", "--prompt", prompt, "--max-tokens", "48"],
+                         capture_output=True, text=True, timeout=120)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     log = open("/tmp/serve_smoke.log", "w")
@@ -56,12 +60,9 @@ def main():
         models = httpx.get(base + "/v1/models", headers=h, timeout=10).json()
         check(models["data"][0]["id"] == "m", "/v1/models lists the served name")
 
-        prompt = "def fibonacci(n):"
         body = {"model": "m", "prompt": prompt, "max_tokens": 48, "temperature": 0, "skip_special_tokens": False}
         r = httpx.post(base + "/v1/completions", headers=h, json=body, timeout=60).json()
         text = r["choices"][0]["text"]
-        gen = subprocess.run([gridq, "generate", model, "--device", "cuda", "--prompt", prompt, "--max-tokens", "48"],
-                             capture_output=True, text=True, timeout=120)
         same = gen.stdout.startswith(prompt) and gen.stdout[len(prompt):-1] == text
         check(same, "greedy /v1/completions == gridq generate --device cuda")
         if not same:

@@ -39,12 +39,14 @@ CLI::Validator memory_fraction_check() {
 
 void add_run_options(CLI::App& sub, RunOptions& o) {
   sub.add_option("--threads", o.threads, "CPU threads (0 = all cores)");
-  sub.add_option("--prefill-chunk", o.prefill_chunk, "tokens per prefill forward")->check(CLI::PositiveNumber);
+  sub.add_option("--prefill-chunk", o.prefill_chunk, "tokens per prefill forward")
+      ->check(CLI::PositiveNumber);
   sub.add_option("--device", o.device, kDeviceHelp)->check(device_check());
   sub.add_option("--gpu-memory-utilization", o.gpu_memory_utilization,
                  "fraction of the GPU's memory gridq may hold, in (0, 1] (default 0.9; cuda only)")
       ->check(memory_fraction_check());
-  sub.add_flag("--enforce-eager", o.enforce_eager, "cuda: launch every kernel, no CUDA graph replay (debugging)");
+  sub.add_flag("--enforce-eager", o.enforce_eager,
+               "cuda: launch every kernel, no CUDA graph replay (debugging)");
 }
 
 void add_sampling_options(CLI::App& sub, SamplingCli& s) {

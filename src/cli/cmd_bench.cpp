@@ -37,7 +37,8 @@ struct BenchFlags {
 };
 
 int run_decode(const BenchFlags& f) {
-  if (f.device == "cpu") return fail("bench decode: --device cpu: the decode benchmark measures the CUDA engine");
+  if (f.device == "cpu")
+    return fail("bench decode: --device cpu: the decode benchmark measures the CUDA engine");
   if (f.synthetic.empty() == f.model_dir.empty())
     return fail("bench decode: give a MODEL directory or --synthetic NAME (one of them)");
 #ifdef GRIDQ_HAVE_CUDA
@@ -62,7 +63,9 @@ int run_decode(const BenchFlags& f) {
     std::printf("%s", cuda::format_bench_decode_table(*r).c_str());
   return 0;
 #else
-  return fail("bench decode: this gridq was built without CUDA (configure with -DGRIDQ_CUDA=ON on a machine with nvcc)");
+  return fail(
+      "bench decode: this gridq was built without CUDA (configure with -DGRIDQ_CUDA=ON on a machine with "
+      "nvcc)");
 #endif
 }
 
@@ -137,7 +140,8 @@ const Registrar reg{Command{
                     "laguna-tiny-code");
       d->add_option("--batches", flags->batches, "decode batch sizes (default 1,4,16)")->delimiter(',');
       d->add_option("--contexts", flags->contexts, "context lengths (default 0,8192,32768)")->delimiter(',');
-      d->add_option("--steps", flags->steps, "timed decode steps per cell (default 32)")->check(CLI::Range(1, 10000));
+      d->add_option("--steps", flags->steps, "timed decode steps per cell (default 32)")
+          ->check(CLI::Range(1, 10000));
       d->add_option("--warmup", flags->warmup, "untimed steps first (default 4)")->check(CLI::Range(0, 1000));
       d->add_option("--seed", flags->seed, "seed of the synthetic weights and token ids (default 1)");
       d->add_option("--out", flags->out, "also write the JSON result (machine, commit, driver, CUDA) here");

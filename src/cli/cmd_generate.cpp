@@ -52,8 +52,10 @@ int run_generate(const GenerateArgs& a) {
   std::fflush(stdout);
   const double pf = r->prefill_seconds > 0 ? static_cast<double>(r->prompt_tokens) / r->prefill_seconds : 0.0;
   const double dc = r->decode_seconds > 0 ? static_cast<double>(r->tokens.size()) / r->decode_seconds : 0.0;
-  std::fprintf(stderr, "[gridq] prompt %lld tok, prefill %.1f tok/s | generated %zu tok, decode %.1f tok/s | finish %s\n",
-               static_cast<long long>(r->prompt_tokens), pf, r->tokens.size(), dc, r->finish_reason.c_str());
+  std::fprintf(
+      stderr,
+      "[gridq] prompt %lld tok, prefill %.1f tok/s | generated %zu tok, decode %.1f tok/s | finish %s\n",
+      static_cast<long long>(r->prompt_tokens), pf, r->tokens.size(), dc, r->finish_reason.c_str());
   return 0;
 }
 
@@ -62,7 +64,8 @@ Registrar reg{Command{
     "Continue a prompt, streaming text to stdout (--device picks cpu or cuda; the chosen device is logged)\n"
     "Examples:\n"
     "  gridq generate models/laguna-tiny-code --prompt \"def fibonacci(n):\"\n"
-    "  gridq generate models/laguna-tiny-code --prompt \"import os\" --temperature 0.8 --top-p 0.95 --seed 7\n"
+    "  gridq generate models/laguna-tiny-code --prompt \"import os\" --temperature 0.8 --top-p 0.95 --seed "
+    "7\n"
     "  gridq generate models/laguna-tiny-code --prompt \"Hi\" --chat --max-tokens 32\n"
     "  gridq generate models/laguna-tiny-code --prompt \"def f(x):\" --device cpu --threads 2\n",
     [](CLI::App& sub) -> std::function<int()> {

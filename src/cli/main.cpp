@@ -32,10 +32,11 @@ int main(int argc, char** argv) {
   // Before any command runs: choose_device (--device) sees the CUDA backend only through this registration.
   gridq::cuda::register_backend();
 #endif
-  CLI::App app{"gridq: quantize and serve Mixture-of-Experts language models (gridbook format)\n"
-               "Examples:\n"
-               "  gridq inspect models/laguna-tiny-code\n"
-               "  gridq generate models/laguna-tiny-code --prompt \"def fibonacci(n):\"\n"};
+  CLI::App app{
+      "gridq: quantize and serve Mixture-of-Experts language models (gridbook format)\n"
+      "Examples:\n"
+      "  gridq inspect models/laguna-tiny-code\n"
+      "  gridq generate models/laguna-tiny-code --prompt \"def fibonacci(n):\"\n"};
   app.set_version_flag("--version", std::string(gridq::version_string()) + " (" + gridq::git_commit() + ")");
   app.require_subcommand(1);
   auto& cmds = registry();

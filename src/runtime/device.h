@@ -1,6 +1,7 @@
 // Which backend runs a model (`--device cpu|cuda|auto`) and the seam through which the CUDA backend plugs in:
-// runtime/ never links CUDA, so a program built with it (cli/main.cpp, the CUDA tests) registers the backend's
-// hooks at start; a program without it has none and `--device cuda` is refused with a message that says so.
+// runtime/ never links CUDA, so a program built with it (cli/main.cpp, the CUDA tests) registers the
+// backend's hooks at start; a program without it has none and `--device cuda` is refused with a message that
+// says so.
 #pragma once
 
 #include <functional>

@@ -95,7 +95,8 @@ Expected<std::vector<float>> Engine::decode(std::span<const SeqId> seqs, std::sp
     return err("engine: decode got {} sequences and {} tokens", seqs.size(), tokens.size());
   std::vector<BatchItem> items;
   items.reserve(seqs.size());
-  for (size_t i = 0; i < seqs.size(); ++i) items.push_back(BatchItem{seqs[i], tokens.subspan(i, 1), LogitsMode::kLast});
+  for (size_t i = 0; i < seqs.size(); ++i)
+    items.push_back(BatchItem{seqs[i], tokens.subspan(i, 1), LogitsMode::kLast});
   return forward(items);
 }
 

@@ -48,7 +48,8 @@ class Engine {
 
   // Appends `tokens` in chunks of prefill_chunk. Returns the logits of the last token [vocab] (kLast), of
   // every token [n, vocab] (kAll), or nothing (kNone).
-  Expected<std::vector<float>> prefill(SeqId id, std::span<const int32_t> tokens, LogitsMode mode = LogitsMode::kLast);
+  Expected<std::vector<float>> prefill(SeqId id, std::span<const int32_t> tokens,
+                                       LogitsMode mode = LogitsMode::kLast);
   // One token per sequence, all in one forward: returns [seqs.size(), vocab].
   Expected<std::vector<float>> decode(std::span<const SeqId> seqs, std::span<const int32_t> tokens);
   // Raw batched forward (several sequences, any token counts, one forward; no chunking).

@@ -25,9 +25,10 @@ struct KvPlan {
   std::vector<int64_t> ring_offset;  // [n_sliding] byte offset of layer's K ring inside a sequence's rings
   std::vector<int> ring_slots;       // [n_sliding] window + chunk_tokens
   int n_full = 0, n_sliding = 0;
-  int64_t page_bytes = 0;            // one page across every full layer, K and V
-  int64_t ring_bytes_per_seq = 0;    // every sliding layer's ring of one sequence, K and V
-  int64_t full_bytes_per_token = 0;  // K+V bytes one token adds over all full layers (= page_bytes / page_tokens)
+  int64_t page_bytes = 0;          // one page across every full layer, K and V
+  int64_t ring_bytes_per_seq = 0;  // every sliding layer's ring of one sequence, K and V
+  int64_t full_bytes_per_token =
+      0;  // K+V bytes one token adds over all full layers (= page_bytes / page_tokens)
 
   // Refuses page_tokens or chunk_tokens < 1, a spec without layers, and head shapes <= 0 (and, like the CPU
   // backend, a sliding layer without a window: it has no bounded ring).
@@ -37,10 +38,10 @@ struct KvPlan {
   int64_t pages_for(int64_t tokens) const;
 
   struct Capacity {
-    int64_t pages = 0;             // pages of the full-layer pool
-    int64_t tokens = 0;            // pages · page_tokens: KV tokens that fit (over all sequences)
-    int64_t page_pool_bytes = 0;   // pages · page_bytes
-    int64_t ring_pool_bytes = 0;   // max_seqs · ring_bytes_per_seq
+    int64_t pages = 0;            // pages of the full-layer pool
+    int64_t tokens = 0;           // pages · page_tokens: KV tokens that fit (over all sequences)
+    int64_t page_pool_bytes = 0;  // pages · page_bytes
+    int64_t ring_pool_bytes = 0;  // max_seqs · ring_bytes_per_seq
   };
   // Splits `budget_bytes` (free device memory for KV) between the rings of `max_seqs` sequences and the page
   // pool. Fails (naming both numbers) when the rings alone do not fit or not one page is left, and for

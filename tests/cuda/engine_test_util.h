@@ -36,8 +36,10 @@ inline runtime::DeviceOptions test_device_options(int max_seqs = 16, bool graphs
 }
 
 // The GPU engine alone (no CPU twin), for the invariance tests.
-inline Expected<Both> open_both(const std::string& dir, bool with_cpu = true, int max_seqs = 16, bool graphs = true) {
-  GRIDQ_ASSIGN_OR_RETURN(nlohmann::json cfg, io::read_json_file((std::filesystem::path(dir) / "config.json").string()));
+inline Expected<Both> open_both(const std::string& dir, bool with_cpu = true, int max_seqs = 16,
+                                bool graphs = true) {
+  GRIDQ_ASSIGN_OR_RETURN(nlohmann::json cfg,
+                         io::read_json_file((std::filesystem::path(dir) / "config.json").string()));
   model::ModelSpec spec;
   runtime::ModelWeights w;
   std::shared_ptr<void> keep;

@@ -6,9 +6,9 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <random>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include "../gridbook/synthetic_artifact.h"
@@ -51,7 +51,8 @@ void check_model(const std::string& dir, const std::vector<std::vector<int32_t>>
   ASSERT_TRUE(b.ok()) << what << ": " << b.message();
   const auto& mem = b->cuda->memory();
   const double ratio = static_cast<double>(mem.weights) / static_cast<double>(mem.packed);
-  std::printf("[gpu memory] %-34s resident %zu B, packed %zu B (%.4f)\n", what.c_str(), mem.weights, mem.packed, ratio);
+  std::printf("[gpu memory] %-34s resident %zu B, packed %zu B (%.4f)\n", what.c_str(), mem.weights,
+              mem.packed, ratio);
   // No expanded copies: resident bytes stay within 2 % of the packed bytes (zero rows pad 16-row tiles).
   if (check_resident) {
     EXPECT_LE(ratio, 1.02) << what;
@@ -68,10 +69,11 @@ void check_model(const std::string& dir, const std::vector<std::vector<int32_t>>
   const auto& cpu = dynamic_cast<const runtime::cpu::CpuBackend&>(b->cpu->backend());
   const runtime::Floor f = runtime::measure(what, cpu.spec(), cpu.weights(), seqs);
   const bool met = acc.mean_kl <= bound.kl && top1 >= bound.top1;
-  std::printf("[gpu parity] %-34s rows %5lld mean KL %.3e top-1 %.4f max|dlogit| %.3g | issue bound KL %.0e top-1 "
-              "%.2f: %s | CPU rounding floor KL %.3e top-1 %.4f\n",
-              what.c_str(), static_cast<long long>(acc.rows), acc.mean_kl, top1, acc.max_abs, bound.kl, bound.top1,
-              met ? "met" : "NOT met", f.c.mean_kl, f.top1);
+  std::printf(
+      "[gpu parity] %-34s rows %5lld mean KL %.3e top-1 %.4f max|dlogit| %.3g | issue bound KL %.0e top-1 "
+      "%.2f: %s | CPU rounding floor KL %.3e top-1 %.4f\n",
+      what.c_str(), static_cast<long long>(acc.rows), acc.mean_kl, top1, acc.max_abs, bound.kl, bound.top1,
+      met ? "met" : "NOT met", f.c.mean_kl, f.top1);
   EXPECT_LE(acc.mean_kl, std::max(bound.kl, 1.5 * f.c.mean_kl)) << what;
   EXPECT_GE(top1, std::min(bound.top1, f.top1 - 0.01)) << what;
 }
@@ -138,9 +140,10 @@ TEST(CudaEngine, SyntheticArtifactsEveryRungRun) {
     auto lc = b->cpu->prefill(sc, s, runtime::LogitsMode::kAll);
     ASSERT_TRUE(lc.ok()) << lc.message();
     auto c = testing::compare_logits(lc->data(), lg->data(), 150, o.vocab);
-    std::printf("[gpu synthetic] K16/12/13/20/24 %s attention: 150 rows, mean KL %.3e, argmax mismatches %lld "
-                "(informational)\n",
-                fp8 ? "FP8" : "BF16", c.mean_kl, static_cast<long long>(c.argmax_mismatch));
+    std::printf(
+        "[gpu synthetic] K16/12/13/20/24 %s attention: 150 rows, mean KL %.3e, argmax mismatches %lld "
+        "(informational)\n",
+        fp8 ? "FP8" : "BF16", c.mean_kl, static_cast<long long>(c.argmax_mismatch));
   }
   std::filesystem::remove_all(dir);
 }

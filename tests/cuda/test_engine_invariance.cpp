@@ -65,8 +65,10 @@ TEST(CudaInvariance, GreedyAloneVsBesideFifteenOthersAndRunToRun) {
   size_t same = 0;
   for (size_t s = 0; s < l_alone.size() && s < l_batch.size(); ++s)
     same += std::memcmp(l_alone[s].data(), l_batch[s].data(), l_alone[s].size() * 4) == 0;
-  std::printf("[gpu invariance] greedy 128 tokens: alone == beside 15 others: %s; logits bit-identical at %zu/%zu steps\n",
-              alone[0] == batch[0] ? "yes" : "no", same, l_alone.size());
+  std::printf(
+      "[gpu invariance] greedy 128 tokens: alone == beside 15 others: %s; logits bit-identical at %zu/%zu "
+      "steps\n",
+      alone[0] == batch[0] ? "yes" : "no", same, l_alone.size());
   EXPECT_EQ(same, l_alone.size()) << "decode logits of row 0 alone vs in a 16-row step";
 }
 
@@ -87,7 +89,8 @@ TEST(CudaInvariance, GraphReplayEqualsEager) {
   size_t same = 0;
   for (size_t s = 0; s < lg.size() && s < le.size(); ++s)
     same += std::memcmp(lg[s].data(), le[s].data(), lg[s].size() * 4) == 0;
-  std::printf("[gpu invariance] graph replay == eager: %zu/%zu decode steps bit-identical\n", same, lg.size());
+  std::printf("[gpu invariance] graph replay == eager: %zu/%zu decode steps bit-identical\n", same,
+              lg.size());
   EXPECT_EQ(same, lg.size());
 }
 

@@ -60,8 +60,8 @@ void check_matrix(const QMatrix& m, const std::string& what, Rng& r) {
     }
     // FP8 W8A8 rounds y to BF16 on both sides: a different FP32 sum may round to the neighbouring value.
     const double tol = m.format == runtime::WeightFormat::kFP8 ? 8e-3 : 2e-5;
-    std::printf("[linear] %-44s %-26s [%5lld, %5lld] max err / row max %.2e\n", what.c_str(), L->kernel.c_str(),
-                static_cast<long long>(m.rows), static_cast<long long>(m.cols), worst);
+    std::printf("[linear] %-44s %-26s [%5lld, %5lld] max err / row max %.2e\n", what.c_str(),
+                L->kernel.c_str(), static_cast<long long>(m.rows), static_cast<long long>(m.cols), worst);
     EXPECT_LE(worst, tol) << what << " via " << L->kernel;
   }
 }

@@ -19,7 +19,7 @@ namespace gridq::runtime {
 // The CPU forward of one sequence from position 0, all tokens in one call, logits [n, V] of every row, as
 // CpuBackend::forward computes them. With round_bf16, x is rounded to BF16 after every decoder layer.
 inline std::vector<float> forward_all(const model::ModelSpec& spec, const ModelWeights& w,
-                               const std::vector<int32_t>& tokens, bool round_bf16) {
+                                      const std::vector<int32_t>& tokens, bool round_bf16) {
   const int64_t H = spec.hidden_size;
   const int64_t T = static_cast<int64_t>(tokens.size());
   std::vector<cpu::LayerCache> caches;
@@ -55,7 +55,7 @@ struct Floor {
 
 // Mean KL(exact ‖ bf16-rounded) and top-1 agreement over all rows of `seqs`; prints the report line.
 inline Floor measure(const std::string& name, const model::ModelSpec& spec, const ModelWeights& w,
-              const std::vector<std::vector<int32_t>>& seqs) {
+                     const std::vector<std::vector<int32_t>>& seqs) {
   std::vector<float> ref, got;
   int64_t rows = 0;
   for (const auto& s : seqs) {
@@ -73,6 +73,5 @@ inline Floor measure(const std::string& name, const model::ModelSpec& spec, cons
   std::fflush(stdout);
   return f;
 }
-
 
 }  // namespace gridq::runtime

@@ -6,6 +6,8 @@
 // model (asserted small), and the artifacts named by GRIDQ_FLOOR_ARTIFACTS (colon-separated; measured only).
 // Discontinuous activation contracts (FP4 group-16 QDQ of the experts' input, act_bits 4) flip codes on
 // last-bit differences, so their floor is expected to be far higher than the BF16 model's.
+#include "rounding_floor.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,7 +22,6 @@
 #include "core/numerics.h"
 #include "model/loader.h"
 #include "parity_util.h"
-#include "rounding_floor.h"
 #include "runtime/artifact_weights.h"
 #include "runtime/cpu/layer_ops.h"
 #include "runtime/cpu/matmul.h"

@@ -19,8 +19,9 @@ size_t round16(size_t n) { return (n + 15) / 16 * 16; }
 
 size_t CudaBackend::Work::bytes() const {
   size_t n = 0;
-  for (const DeviceBuffer* b : {&rows, &x, &a, &a32, &xin, &xq, &xs, &qkv, &g, &q, &o, &ob, &y, &gu, &h, &yd, &ys, &moe_out,
-                                &z, &eid, &ew, &nsl, &an, &logits, &partial})
+  for (const DeviceBuffer* b :
+       {&rows, &x, &a,  &a32, &xin,     &xq, &xs,  &qkv, &g,   &q,  &o,      &ob,     &y,
+        &gu,   &h, &yd, &ys,  &moe_out, &z,  &eid, &ew,  &nsl, &an, &logits, &partial})
     n += b->bytes();
   return n;
 }
@@ -31,7 +32,8 @@ CudaBackend::~CudaBackend() {
   if (stream_) (void)cudaStreamDestroy(stream_);
 }
 
-Expected<std::unique_ptr<CudaBackend>> CudaBackend::create(const model::ModelSpec& spec, const runtime::ModelWeights& w,
+Expected<std::unique_ptr<CudaBackend>> CudaBackend::create(const model::ModelSpec& spec,
+                                                           const runtime::ModelWeights& w,
                                                            const runtime::DeviceOptions& opts) {
   GRIDQ_ASSIGN_OR_RETURN(std::unique_ptr<DeviceModel> dm, upload_model(spec, w));
   return from_device_model(spec, std::move(dm), opts);
@@ -55,13 +57,15 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
   int max_d = 0, max_nh = 0, max_qkv = 0;
   for (const auto& L : S.layers) {
     if (L.head_dim % 32 || L.head_dim > detail::kMaxHeadDim)
-      return err("cuda backend: head_dim {} is not a multiple of 32 up to {}", L.head_dim, detail::kMaxHeadDim);
+      return err("cuda backend: head_dim {} is not a multiple of 32 up to {}", L.head_dim,
+                 detail::kMaxHeadDim);
     max_d = std::max(max_d, L.head_dim);
     max_nh = std::max(max_nh, L.n_heads);
   }
   if (S.moe.top_k > 32 || S.moe.n_experts > 1024)
-    return err("cuda backend: MoE with {} experts top-{} (the router kernel serves ≤ 1024 experts, top-k ≤ 32)",
-               S.moe.n_experts, S.moe.top_k);
+    return err(
+        "cuda backend: MoE with {} experts top-{} (the router kernel serves ≤ 1024 experts, top-k ≤ 32)",
+        S.moe.n_experts, S.moe.top_k);
   GRIDQ_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   graphs_on_ = opts.cuda_graphs;
   GRIDQ_ASSIGN_OR_RETURN(ws_, WorkspaceBuffers::create());
@@ -70,22 +74,26 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
   GRIDQ_ASSIGN_OR_RETURN(plan_, runtime::KvPlan::from_spec(S, 16, kMaxStepRows));
 
   // Step buffers: widest input, output and intermediate over every matrix of the model.
-  size_t W = static_cast<size_t>(S.hidden_size), Y = static_cast<size_t>(S.hidden_size), G = 1, I2 = 1, Ih = 1;
+  size_t W = static_cast<size_t>(S.hidden_size), Y = static_cast<size_t>(S.hidden_size), G = 1, I2 = 1,
+         Ih = 1;
   for (size_t l = 0; l < dm_->layers.size(); ++l) {
     const DevLayer& dl = dm_->layers[l];
-    for (const DevLinear* m : {&dl.qkv, &dl.q, &dl.k, &dl.v, &dl.g, &dl.o, &dl.mlp.gate_up, &dl.mlp.down, &dl.router,
-                               &dl.shared.gate_up, &dl.shared.down, &dl.experts.gate, &dl.experts.up, &dl.experts.down_ref}) {
+    for (const DevLinear* m :
+         {&dl.qkv, &dl.q, &dl.k, &dl.v, &dl.g, &dl.o, &dl.mlp.gate_up, &dl.mlp.down, &dl.router,
+          &dl.shared.gate_up, &dl.shared.down, &dl.experts.gate, &dl.experts.up, &dl.experts.down_ref}) {
       W = std::max(W, static_cast<size_t>(m->cols));
       Y = std::max(Y, static_cast<size_t>(m->out_rows()));
     }
     max_qkv = std::max({max_qkv, dl.qkv.out_rows(), dl.q.out_rows() + dl.k.out_rows() + dl.v.out_rows()});
     G = std::max(G, static_cast<size_t>(dl.g.out_rows()));
-    I2 = std::max({I2, static_cast<size_t>(dl.mlp.gate_up.out_rows()), static_cast<size_t>(dl.shared.gate_up.out_rows()),
+    I2 = std::max({I2, static_cast<size_t>(dl.mlp.gate_up.out_rows()),
+                   static_cast<size_t>(dl.shared.gate_up.out_rows()),
                    static_cast<size_t>(2 * S.moe.expert_intermediate)});
     Ih = std::max({Ih, static_cast<size_t>(dl.mlp.inter), static_cast<size_t>(dl.shared.inter),
                    static_cast<size_t>(S.moe.expert_intermediate)});
   }
-  const size_t R = kMaxStepRows, K = static_cast<size_t>(std::max(1, S.moe.top_k)), H = static_cast<size_t>(S.hidden_size);
+  const size_t R = kMaxStepRows, K = static_cast<size_t>(std::max(1, S.moe.top_k)),
+               H = static_cast<size_t>(S.hidden_size);
   const size_t qw = static_cast<size_t>(max_nh) * static_cast<size_t>(max_d);
   work_ = std::make_unique<Work>();
   Work& w = *work_;
@@ -95,20 +103,35 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
     size_t bytes;
     const char* what;
   };
-  for (const B& b : {B{&w.rows, 3 * R * 4, "step rows"}, B{&w.x, R * H * 4, "residual"}, B{&w.a, R * H * 2, "normed input"}, B{&w.a32, R * H * 4, "normed input fp32"},
-                     B{&w.xin, R * W * 2, "FP4 contract input"}, B{&w.xq, R * W, "FP8 codes"}, B{&w.xs, R * 4, "FP8 scales"},
-                     B{&w.qkv, R * (size_t(max_qkv) + 48) * 4, "qkv"}, B{&w.g, R * G * 4, "gate"}, B{&w.q, R * qw * 4, "q"},
-                     B{&w.o, R * qw * 4, "attention output"}, B{&w.ob, R * qw * 2, "gated output"},
-                     B{&w.y, R * Y * 4, "matrix output"}, B{&w.gu, R * K * I2 * 4, "gate_up"},
-                     B{&w.h, R * K * Ih * 2, "swiglu"}, B{&w.yd, R * K * H * 4, "expert outputs"},
-                     B{&w.ys, R * H * 4, "shared expert"}, B{&w.moe_out, R * H * 4, "moe output"},
-                     B{&w.z, R * round16(static_cast<size_t>(std::max(1, S.moe.n_experts))) * 4, "router logits"},
-                     B{&w.eid, R * K * 4, "expert ids"}, B{&w.ew, R * K * 4, "expert weights"}, B{&w.nsl, R * 4, "slots"},
-                     B{&w.an, R * H * 2, "final norm"},
-                     B{&w.logits, R * static_cast<size_t>(dm_->lm_head.out_rows()) * 4, "logits"},
-                     B{&w.partial, R * qw / static_cast<size_t>(max_d) * static_cast<size_t>(w.max_splits) *
-                                       static_cast<size_t>(max_d + 2) * 4,
-                       "attention splits"}}) {
+  for (const B& b :
+       {B{&w.rows, 3 * R * 4, "step rows"},
+        B{&w.x, R * H * 4, "residual"},
+        B{&w.a, R * H * 2, "normed input"},
+        B{&w.a32, R * H * 4, "normed input fp32"},
+        B{&w.xin, R * W * 2, "FP4 contract input"},
+        B{&w.xq, R * W, "FP8 codes"},
+        B{&w.xs, R * 4, "FP8 scales"},
+        B{&w.qkv, R * (size_t(max_qkv) + 48) * 4, "qkv"},
+        B{&w.g, R * G * 4, "gate"},
+        B{&w.q, R * qw * 4, "q"},
+        B{&w.o, R * qw * 4, "attention output"},
+        B{&w.ob, R * qw * 2, "gated output"},
+        B{&w.y, R * Y * 4, "matrix output"},
+        B{&w.gu, R * K * I2 * 4, "gate_up"},
+        B{&w.h, R * K * Ih * 2, "swiglu"},
+        B{&w.yd, R * K * H * 4, "expert outputs"},
+        B{&w.ys, R * H * 4, "shared expert"},
+        B{&w.moe_out, R * H * 4, "moe output"},
+        B{&w.z, R * round16(static_cast<size_t>(std::max(1, S.moe.n_experts))) * 4, "router logits"},
+        B{&w.eid, R * K * 4, "expert ids"},
+        B{&w.ew, R * K * 4, "expert weights"},
+        B{&w.nsl, R * 4, "slots"},
+        B{&w.an, R * H * 2, "final norm"},
+        B{&w.logits, R * static_cast<size_t>(dm_->lm_head.out_rows()) * 4, "logits"},
+        B{&w.partial,
+          R * qw / static_cast<size_t>(max_d) * static_cast<size_t>(w.max_splits) *
+              static_cast<size_t>(max_d + 2) * 4,
+          "attention splits"}}) {
     GRIDQ_ASSIGN_OR_RETURN(*b.buf, DeviceBuffer::alloc(std::max<size_t>(b.bytes, 16), b.what));
     GRIDQ_RETURN_IF_ERROR(b.buf->zero());
   }
@@ -125,10 +148,12 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
   const int64_t budget = static_cast<int64_t>(opts.gpu_memory_utilization * static_cast<double>(total_b)) -
                          static_cast<int64_t>(total_b - free_b) - table_bytes - (int64_t{256} << 20);
   GRIDQ_ASSIGN_OR_RETURN(auto cap, plan_.capacity(budget, max_seqs_));
-  GRIDQ_ASSIGN_OR_RETURN(pages_, DeviceBuffer::alloc(static_cast<size_t>(std::max<int64_t>(cap.page_pool_bytes, 16)),
-                                                     "KV pages"));
-  GRIDQ_ASSIGN_OR_RETURN(rings_, DeviceBuffer::alloc(static_cast<size_t>(std::max<int64_t>(cap.ring_pool_bytes, 16)),
-                                                     "KV rings"));
+  GRIDQ_ASSIGN_OR_RETURN(
+      pages_,
+      DeviceBuffer::alloc(static_cast<size_t>(std::max<int64_t>(cap.page_pool_bytes, 16)), "KV pages"));
+  GRIDQ_ASSIGN_OR_RETURN(
+      rings_,
+      DeviceBuffer::alloc(static_cast<size_t>(std::max<int64_t>(cap.ring_pool_bytes, 16)), "KV rings"));
   // Zeroed: a page is only read at positions its sequence wrote, but freed device memory can hold NaN bytes.
   GRIDQ_RETURN_IF_ERROR(pages_.zero());
   GRIDQ_RETURN_IF_ERROR(rings_.zero());
@@ -180,17 +205,19 @@ Status CudaBackend::ensure_pages(int slot, int64_t new_len) {
   for (auto& [id, s] : seqs_) {
     if (s.slot != slot) continue;
     if (new_len > max_len_)
-      return err("cuda backend: sequence {} would reach {} tokens, past max_model_len {}", id, new_len, max_len_);
+      return err("cuda backend: sequence {} would reach {} tokens, past max_model_len {}", id, new_len,
+                 max_len_);
     const int64_t need = plan_.pages_for(new_len);
     while (static_cast<int64_t>(s.pages.size()) < need) {
       if (free_pages_.empty())
-        return err("cuda backend: the KV cache is full ({} pages of {} tokens in use)", mem_.kv_tokens / plan_.page_tokens,
-                   plan_.page_tokens);
+        return err("cuda backend: the KV cache is full ({} pages of {} tokens in use)",
+                   mem_.kv_tokens / plan_.page_tokens, plan_.page_tokens);
       const int p = free_pages_.back();
       free_pages_.pop_back();
       const size_t at = static_cast<size_t>(s.slot) * max_pages_per_seq_ + s.pages.size();
       s.pages.push_back(p);
-      GRIDQ_CUDA(cudaMemcpyAsync(page_table_.as<int>() + at, &s.pages.back(), 4, cudaMemcpyHostToDevice, stream_));
+      GRIDQ_CUDA(
+          cudaMemcpyAsync(page_table_.as<int>() + at, &s.pages.back(), 4, cudaMemcpyHostToDevice, stream_));
       GRIDQ_CUDA(cudaStreamSynchronize(stream_));  // the source is a vector element that may move
     }
     return {};
@@ -219,7 +246,8 @@ Status CudaBackend::forward(std::span<const runtime::BatchItem> items, std::vect
     auto it = seqs_.find(items[i].seq);
     if (it == seqs_.end()) return err("cuda backend: unknown sequence {}", items[i].seq);
     for (size_t j = 0; j < i; ++j)
-      if (items[j].seq == items[i].seq) return err("cuda backend: sequence {} appears twice in one batch", items[i].seq);
+      if (items[j].seq == items[i].seq)
+        return err("cuda backend: sequence {} appears twice in one batch", items[i].seq);
     for (int32_t tok : items[i].tokens)
       if (tok < 0 || tok >= spec_.vocab_size)
         return err("cuda backend: token id {} out of range [0, {})", tok, spec_.vocab_size);
@@ -245,7 +273,8 @@ Status CudaBackend::forward(std::span<const runtime::BatchItem> items, std::vect
     const int64_t n = static_cast<int64_t>(item.tokens.size());
     for (int64_t j = 0; j < n; ++j) {
       if (st.T() == kMaxStepRows) GRIDQ_RETURN_IF_ERROR(flush());
-      const bool want = item.logits == runtime::LogitsMode::kAll || (item.logits == runtime::LogitsMode::kLast && j == n - 1);
+      const bool want = item.logits == runtime::LogitsMode::kAll ||
+                        (item.logits == runtime::LogitsMode::kLast && j == n - 1);
       if (want) st.logit_rows.push_back(st.T());
       st.ids.push_back(item.tokens[static_cast<size_t>(j)]);
       st.pos.push_back(static_cast<int>(s.len + j));
@@ -259,12 +288,14 @@ Status CudaBackend::forward(std::span<const runtime::BatchItem> items, std::vect
 
 std::string CudaBackend::memory_report() const {
   auto gb = [](size_t b) { return fmt::format("{:.3f} GB", static_cast<double>(b) / 1e9); };
-  return fmt::format("{}: weights {} resident ({} packed, {:+.2f}%), KV pages {} ({} tokens of full-layer KV), "
-                     "KV rings {} ({} sequences × {:.1f} MiB), step workspace {}",
-                     mem_.device, gb(mem_.weights), gb(mem_.packed),
-                     mem_.packed ? 100.0 * (static_cast<double>(mem_.weights) / static_cast<double>(mem_.packed) - 1.0) : 0.0,
-                     gb(mem_.kv_pages), mem_.kv_tokens, gb(mem_.kv_rings), mem_.max_seqs,
-                     static_cast<double>(plan_.ring_bytes_per_seq) / (1 << 20), gb(mem_.workspace));
+  return fmt::format(
+      "{}: weights {} resident ({} packed, {:+.2f}%), KV pages {} ({} tokens of full-layer KV), "
+      "KV rings {} ({} sequences × {:.1f} MiB), step workspace {}",
+      mem_.device, gb(mem_.weights), gb(mem_.packed),
+      mem_.packed ? 100.0 * (static_cast<double>(mem_.weights) / static_cast<double>(mem_.packed) - 1.0)
+                  : 0.0,
+      gb(mem_.kv_pages), mem_.kv_tokens, gb(mem_.kv_rings), mem_.max_seqs,
+      static_cast<double>(plan_.ring_bytes_per_seq) / (1 << 20), gb(mem_.workspace));
 }
 
 std::map<std::string, double> CudaBackend::take_phase_ms() { return std::exchange(phase_ms_, {}); }
@@ -288,8 +319,9 @@ runtime::CudaProbe probe() {
     p.description = "cudaGetDeviceProperties failed";
     return p;
   }
-  const std::string what = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +
-                           ", " + std::to_string(prop.totalGlobalMem >> 30) + " GiB)";
+  const std::string what = std::string(prop.name) + " (sm_" + std::to_string(prop.major) +
+                           std::to_string(prop.minor) + ", " + std::to_string(prop.totalGlobalMem >> 30) +
+                           " GiB)";
   // The kernels are built for sm_90a (Hopper) only; other GPUs have no kernel image here.
   if (prop.major != 9 || prop.minor != 0) {
     p.description = what + ": this gridq has kernels for sm_90a (Hopper) only";

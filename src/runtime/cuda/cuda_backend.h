@@ -30,7 +30,8 @@ struct MemoryReport {
 
 class CudaBackend final : public runtime::Backend {
  public:
-  static Expected<std::unique_ptr<CudaBackend>> create(const model::ModelSpec& spec, const runtime::ModelWeights& w,
+  static Expected<std::unique_ptr<CudaBackend>> create(const model::ModelSpec& spec,
+                                                       const runtime::ModelWeights& w,
                                                        const runtime::DeviceOptions& opts);
   // A model already on the device (the synthetic full-size models of `gridq bench decode`).
   static Expected<std::unique_ptr<CudaBackend>> from_device_model(const model::ModelSpec& spec,

@@ -16,7 +16,8 @@ constexpr size_t kSlack = 16;  // the CB code window reads up to 7 bytes past a 
 
 size_t elem_bytes(RF f) { return f == RF::kBF16 ? 2 : f == RF::kF32 ? 4 : 1; }
 size_t host_row_bytes(const QMatrix& m) {
-  return m.format == RF::kCB ? static_cast<size_t>(m.row_bytes) : static_cast<size_t>(m.cols) * elem_bytes(m.format);
+  return m.format == RF::kCB ? static_cast<size_t>(m.row_bytes)
+                             : static_cast<size_t>(m.cols) * elem_bytes(m.format);
 }
 bool same_kind(const QMatrix& a, const QMatrix& b) {
   return a.format == b.format && a.cols == b.cols && a.act_bits == b.act_bits && a.rung == b.rung &&
@@ -24,12 +25,12 @@ bool same_kind(const QMatrix& a, const QMatrix& b) {
 }
 bool tiled_cb(const QMatrix& m) {
   const auto* r = m.rung;
-  return r && r->grid == gridbook::Grid::FP4 && r->mode == gridbook::Mode::Product && r->k % 2 == 0 && r->k >= 12 &&
-         r->k <= 24;
+  return r && r->grid == gridbook::Grid::FP4 && r->mode == gridbook::Mode::Product && r->k % 2 == 0 &&
+         r->k >= 12 && r->k <= 24;
 }
 
-// Host bytes of `parts` stacked: per expert e (outer), the parts' rows (inner), each expert padded with zero rows
-// to `rows_pad`; FP32 row scales alongside (1.0 on padding rows, which the kernels require to be > 0).
+// Host bytes of `parts` stacked: per expert e (outer), the parts' rows (inner), each expert padded with zero
+// rows to `rows_pad`; FP32 row scales alongside (1.0 on padding rows, which the kernels require to be > 0).
 struct Stacked {
   std::vector<uint8_t> bytes;
   std::vector<float> scales;
@@ -95,7 +96,8 @@ Expected<DevLinear> upload(const std::vector<std::vector<const QMatrix*>>& exper
     if (r != rows) return err("{}: experts differ in rows ({} vs {})", what, r, rows);
   }
   if (rows > (1 << 30) || m0.cols > (1 << 30)) return err("{}: [{}, {}] is too large", what, rows, m0.cols);
-  if ((m0.format == RF::kFP8 || (m0.format == RF::kCB && m0.rung->grid == gridbook::Grid::FP8)) && !m0.row_scale)
+  if ((m0.format == RF::kFP8 || (m0.format == RF::kCB && m0.rung->grid == gridbook::Grid::FP8)) &&
+      !m0.row_scale)
     return err("{}: {} weight without weight_scale", what, runtime::format_name(m0.format));
   DevLinear d;
   d.rows = static_cast<int>(rows);
@@ -123,8 +125,8 @@ Expected<DevLinear> upload(const std::vector<std::vector<const QMatrix*>>& exper
       std::vector<uint16_t> f16;
       for (const auto& t : cb.sub)
         for (float v : t) f16.push_back(f32_to_f16(v));
-      GRIDQ_ASSIGN_OR_RETURN(d.tiled, upload_cb(m0.rung->k, m0.rung->layout_version, rows16, C, E, s.bytes, f16,
-                                                gridbook::kV2Table));
+      GRIDQ_ASSIGN_OR_RETURN(d.tiled, upload_cb(m0.rung->k, m0.rung->layout_version, rows16, C, E, s.bytes,
+                                                f16, gridbook::kV2Table));
       d.kernel = "tiled " + m0.rung->name() + (m0.rung->layout_version == 2 ? " v2" : " v1");
     }
     return d;
@@ -138,7 +140,7 @@ Expected<DevLinear> upload(const std::vector<std::vector<const QMatrix*>>& exper
   r.row_bytes = static_cast<long long>(host_row_bytes(m0));
   r.expert_stride = r.row_bytes * R;
   r.act_bits = d.act_bits;
-  r.format = m0.format == RF::kBF16 ? detail::kRefBF16
+  r.format = m0.format == RF::kBF16  ? detail::kRefBF16
              : m0.format == RF::kF32 ? detail::kRefF32
              : m0.format == RF::kFP8 ? detail::kRefFP8
                                      : detail::kRefCB;
@@ -153,7 +155,8 @@ Expected<DevLinear> upload(const std::vector<std::vector<const QMatrix*>>& exper
   }
   if (m0.format == RF::kCB) {
     if (m0.rung->mode != gridbook::Mode::Product)
-      return err("{}: {} is not a product-mode rung (gridq decodes product mode only)", what, m0.rung->name());
+      return err("{}: {} is not a product-mode rung (gridq decodes product mode only)", what,
+                 m0.rung->name());
     GRIDQ_RETURN_IF_ERROR(upload_ref_codebook(d, m0));
   }
   d.kernel = std::string("reference ") +
@@ -163,14 +166,16 @@ Expected<DevLinear> upload(const std::vector<std::vector<const QMatrix*>>& exper
 
 std::vector<std::vector<const QMatrix*>> one(std::initializer_list<const QMatrix*> parts) { return {parts}; }
 
-Status upload_swiglu(DevSwiglu& s, const QMatrix& gate, const QMatrix& up, const QMatrix& down, const std::string& what) {
+Status upload_swiglu(DevSwiglu& s, const QMatrix& gate, const QMatrix& up, const QMatrix& down,
+                     const std::string& what) {
   s.inter = static_cast<int>(gate.rows);
   GRIDQ_ASSIGN_OR_RETURN(s.gate_up, upload(one({&gate, &up}), what + " gate_up", true));
   GRIDQ_ASSIGN_OR_RETURN(s.down, upload(one({&down}), what + " down", true));
   // The fused kernel reads gate rows 0..I-1 and up rows I..2I-1 as 16-row tiles: I % 16 == 0, no padding.
   const auto& m = s.gate_up.tiled.m;
   s.fused = s.gate_up.path == DevLinear::Path::kTiled && s.inter % 16 == 0 && m.rows == 2 * s.inter &&
-            (m.format == WeightFormat::BF16 || (m.format == WeightFormat::CB && m.k == 16 && m.layout_version == 2));
+            (m.format == WeightFormat::BF16 ||
+             (m.format == WeightFormat::CB && m.k == 16 && m.layout_version == 2));
   return {};
 }
 
@@ -184,19 +189,25 @@ size_t DevExperts::resident_bytes() const {
          down_ref.resident_bytes();
 }
 
-Expected<DevLinear> upload_linear(const std::vector<const QMatrix*>& stack, const std::string& what, bool allow_tiled) {
+Expected<DevLinear> upload_linear(const std::vector<const QMatrix*>& stack, const std::string& what,
+                                  bool allow_tiled) {
   std::vector<std::vector<const QMatrix*>> e;
   for (const QMatrix* m : stack) e.push_back({m});
   return upload(e, what, allow_tiled);
 }
 
-Expected<std::unique_ptr<DeviceModel>> upload_model(const model::ModelSpec& spec, const runtime::ModelWeights& w) {
+Expected<std::unique_ptr<DeviceModel>> upload_model(const model::ModelSpec& spec,
+                                                    const runtime::ModelWeights& w) {
   auto dm = std::make_unique<DeviceModel>();
   const int64_t H = spec.hidden_size;
   size_t packed = 0;
-  auto count = [&](const QMatrix& m) { packed += host_row_bytes(m) * static_cast<size_t>(m.rows) + (m.row_scale ? m.rows * 4 : 0); };
-  if (w.embed.format != RF::kBF16) return err("embed: {} on the device (BF16 only)", runtime::format_name(w.embed.format));
-  GRIDQ_ASSIGN_OR_RETURN(dm->embed, DeviceBuffer::alloc(static_cast<size_t>(w.embed.rows * H) * 2, "embed_tokens"));
+  auto count = [&](const QMatrix& m) {
+    packed += host_row_bytes(m) * static_cast<size_t>(m.rows) + (m.row_scale ? m.rows * 4 : 0);
+  };
+  if (w.embed.format != RF::kBF16)
+    return err("embed: {} on the device (BF16 only)", runtime::format_name(w.embed.format));
+  GRIDQ_ASSIGN_OR_RETURN(dm->embed,
+                         DeviceBuffer::alloc(static_cast<size_t>(w.embed.rows * H) * 2, "embed_tokens"));
   GRIDQ_RETURN_IF_ERROR(dm->embed.upload(w.embed.data, dm->embed.bytes()));
   count(w.embed);
   GRIDQ_ASSIGN_OR_RETURN(dm->final_norm, DeviceBuffer::alloc(static_cast<size_t>(H) * 4, "final norm"));
@@ -250,7 +261,8 @@ Expected<std::unique_ptr<DeviceModel>> upload_model(const model::ModelSpec& spec
       GRIDQ_ASSIGN_OR_RETURN(dl.router, upload_linear({&lw.router}, p + "router", false));
       count(lw.router);
       if (M.shared_intermediate > 0) {
-        GRIDQ_RETURN_IF_ERROR(upload_swiglu(dl.shared, lw.shared_gate, lw.shared_up, lw.shared_down, p + "shared expert"));
+        GRIDQ_RETURN_IF_ERROR(
+            upload_swiglu(dl.shared, lw.shared_gate, lw.shared_up, lw.shared_down, p + "shared expert"));
         for (const QMatrix* m : {&lw.shared_gate, &lw.shared_up, &lw.shared_down}) count(*m);
       }
       auto k16v2 = [](const QMatrix& m) {
@@ -259,8 +271,8 @@ Expected<std::unique_ptr<DeviceModel>> upload_model(const model::ModelSpec& spec
                m.act_bits == 4;
       };
       // The fused MoE kernels: NVFP4-CB K16 v2 stacks whose rows fill 16-row tiles exactly.
-      const bool k16 = k16v2(lw.expert_gate[0]) && k16v2(lw.expert_down[0]) && M.expert_intermediate % 16 == 0 &&
-                       H % 16 == 0;
+      const bool k16 = k16v2(lw.expert_gate[0]) && k16v2(lw.expert_down[0]) &&
+                       M.expert_intermediate % 16 == 0 && H % 16 == 0;
       std::vector<std::vector<const QMatrix*>> gu, dn;
       for (int e = 0; e < M.n_experts; ++e) {
         gu.push_back({&lw.expert_gate[static_cast<size_t>(e)], &lw.expert_up[static_cast<size_t>(e)]});
@@ -287,11 +299,11 @@ Expected<std::unique_ptr<DeviceModel>> upload_model(const model::ModelSpec& spec
         GRIDQ_ASSIGN_OR_RETURN(dl.experts.down_ref, upload(dn, p + "experts down", false));
       }
     }
-    dm->weight_bytes += dl.vecs.bytes() + dl.qkv.resident_bytes() + dl.q.resident_bytes() + dl.k.resident_bytes() +
-                        dl.v.resident_bytes() + dl.g.resident_bytes() + dl.o.resident_bytes() +
-                        dl.mlp.gate_up.resident_bytes() + dl.mlp.down.resident_bytes() +
-                        dl.router.resident_bytes() + dl.experts.resident_bytes() +
-                        dl.shared.gate_up.resident_bytes() + dl.shared.down.resident_bytes();
+    dm->weight_bytes +=
+        dl.vecs.bytes() + dl.qkv.resident_bytes() + dl.q.resident_bytes() + dl.k.resident_bytes() +
+        dl.v.resident_bytes() + dl.g.resident_bytes() + dl.o.resident_bytes() +
+        dl.mlp.gate_up.resident_bytes() + dl.mlp.down.resident_bytes() + dl.router.resident_bytes() +
+        dl.experts.resident_bytes() + dl.shared.gate_up.resident_bytes() + dl.shared.down.resident_bytes();
     dm->layers.push_back(std::move(dl));
   }
   dm->weight_bytes += dm->embed.bytes() + dm->final_norm.bytes() + dm->lm_head.resident_bytes();

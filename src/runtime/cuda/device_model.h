@@ -23,11 +23,11 @@ struct DevLinear {
   Path path = Path::kNone;
   int rows = 0, cols = 0;  // logical
   int experts = 1;
-  int act_bits = 16;       // input contract (16 none, 8 FP8 per token, 4 FP4 group-16)
-  DeviceWeights tiled;     // kTiled: rows padded to a multiple of 16 (tiled.m.rows)
+  int act_bits = 16;    // input contract (16 none, 8 FP8 per token, 4 FP4 group-16)
+  DeviceWeights tiled;  // kTiled: rows padded to a multiple of 16 (tiled.m.rows)
   DeviceBuffer ref_data, ref_scale, ref_codebook;
-  detail::RefMatrix ref;   // kRef: canonical bytes (+16 bytes of slack for the 8-byte code window)
-  std::string kernel;      // "tiled FP8 W8A8", "reference NVFP4_CB_K13", ... (the start-up report)
+  detail::RefMatrix ref;  // kRef: canonical bytes (+16 bytes of slack for the 8-byte code window)
+  std::string kernel;     // "tiled FP8 W8A8", "reference NVFP4_CB_K13", ... (the start-up report)
 
   // Row stride of the output: tiled kernels write every padded row.
   int out_rows() const { return path == Path::kTiled ? tiled.m.rows : rows; }
@@ -37,7 +37,7 @@ struct DevLinear {
 // The routed experts of one MoE layer.
 struct DevExperts {
   bool fused = false;  // NVFP4-CB K16 v2 with the FP4 contract: the one-launch MoE kernels (kernels.h)
-  DeviceWeights gate_up, down;  // fused: stacks [E][2I, H] and [E][H, I], tiled
+  DeviceWeights gate_up, down;   // fused: stacks [E][2I, H] and [E][H, I], tiled
   DevLinear gate, up, down_ref;  // otherwise: reference stacks [E][I, H], [E][I, H], [E][H, I]
   size_t resident_bytes() const;
 };
@@ -50,26 +50,26 @@ struct DevSwiglu {
 };
 
 struct DevLayer {
-  DeviceBuffer vecs;  // FP32 norms and router bias, pointed into by the fields below
+  DeviceBuffer vecs;                   // FP32 norms and router bias, pointed into by the fields below
   const float* input_norm = nullptr;   // [H]
   const float* post_norm = nullptr;    // [H]
   const float* q_norm = nullptr;       // [d] or null
   const float* k_norm = nullptr;       // [d] or null
   const float* router_bias = nullptr;  // [E] or null
   const float* inv_freq = nullptr;     // [rotary_dim / 2]
-  DevLinear qkv;                       // [n_h·d + 2·n_kv·d, H]: q, k, v rows stacked (one pass over the input)
-  DevLinear q, k, v;                   // used instead when the three cannot be stacked (different formats)
+  DevLinear qkv;      // [n_h·d + 2·n_kv·d, H]: q, k, v rows stacked (one pass over the input)
+  DevLinear q, k, v;  // used instead when the three cannot be stacked (different formats)
   bool stacked = true;
-  DevLinear g;                         // [n_h or n_h·d, H]; path kNone without a gate
-  DevLinear o;                         // [H, n_h·d]
-  DevSwiglu mlp;                       // dense layers
-  DevLinear router;                    // [E, H] FP32 output
+  DevLinear g;       // [n_h or n_h·d, H]; path kNone without a gate
+  DevLinear o;       // [H, n_h·d]
+  DevSwiglu mlp;     // dense layers
+  DevLinear router;  // [E, H] FP32 output
   DevExperts experts;
-  DevSwiglu shared;                    // inter 0 without a shared expert
+  DevSwiglu shared;  // inter 0 without a shared expert
 };
 
 struct DeviceModel {
-  DeviceBuffer embed;  // BF16 [vocab, H], canonical (rows are gathered, never multiplied)
+  DeviceBuffer embed;       // BF16 [vocab, H], canonical (rows are gathered, never multiplied)
   DeviceBuffer final_norm;  // FP32 [H]
   DevLinear lm_head;        // [vocab, H]
   std::vector<DevLayer> layers;
@@ -78,7 +78,8 @@ struct DeviceModel {
 };
 
 // Uploads every weight the forward reads. Refuses (naming the tensor) what no device path can serve.
-Expected<std::unique_ptr<DeviceModel>> upload_model(const model::ModelSpec& spec, const runtime::ModelWeights& w);
+Expected<std::unique_ptr<DeviceModel>> upload_model(const model::ModelSpec& spec,
+                                                    const runtime::ModelWeights& w);
 
 // One host matrix (or expert stack, all of one format) as a DevLinear. `what` names it in errors.
 Expected<DevLinear> upload_linear(const std::vector<const runtime::QMatrix*>& stack, const std::string& what,

@@ -57,10 +57,12 @@ struct Ctx {
   CudaBackend::PhaseTimer* timer;
 };
 
-#define GQ_LAUNCH(expr, what) GRIDQ_RETURN_IF_ERROR(::gridq::cuda::cuda_status((expr), what, __FILE__, __LINE__))
+#define GQ_LAUNCH(expr, what) \
+  GRIDQ_RETURN_IF_ERROR(::gridq::cuda::cuda_status((expr), what, __FILE__, __LINE__))
 
 Status linear(Ctx& c, const DevLinear& L, const uint16_t* x, float* y) {
-  return apply_linear(L, x, c.T, y, {c.w.xin.as<uint16_t>(), c.w.xq.as<uint8_t>(), c.w.xs.as<float>()}, c.ws.ws, c.s);
+  return apply_linear(L, x, c.T, y, {c.w.xin.as<uint16_t>(), c.w.xq.as<uint8_t>(), c.w.xs.as<float>()},
+                      c.ws.ws, c.s);
 }
 
 // x += SwiGLU(a) for the dense MLP or the shared expert; with `out` set, the result goes there instead.
@@ -97,8 +99,8 @@ Status swiglu_block(Ctx& c, const DevSwiglu& m, const uint16_t* a, float* out_ad
     GQ_LAUNCH(detail::raw_add(out_add_to, c.w.y.as(), false, static_cast<long long>(c.T) * H, c.s), "add");
   } else {
     for (int t = 0; t < c.T; ++t)
-      GQ_LAUNCH(detail::raw_add(out_add_to + static_cast<long long>(t) * H, c.w.y.as<float>() + static_cast<long long>(t) * ld,
-                                false, H, c.s),
+      GQ_LAUNCH(detail::raw_add(out_add_to + static_cast<long long>(t) * H,
+                                c.w.y.as<float>() + static_cast<long long>(t) * ld, false, H, c.s),
                 "add");
   }
   return {};
@@ -149,8 +151,8 @@ Status attention(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, const de
   GQ_LAUNCH(detail::raw_attention(at, c.s), "attention");
   GRIDQ_RETURN_IF_ERROR(c.timer->mark("attn core"));
   const int mode = L.gate == model::GateMode::kPerHead ? 1 : L.gate == model::GateMode::kPerElement ? 2 : 0;
-  GQ_LAUNCH(detail::raw_gate(c.w.o.as<float>(), c.w.g.as<float>(), gated ? dl.g.out_rows() : 0, mode, c.T, nh, d,
-                             c.w.ob.as<uint16_t>(), c.s),
+  GQ_LAUNCH(detail::raw_gate(c.w.o.as<float>(), c.w.g.as<float>(), gated ? dl.g.out_rows() : 0, mode, c.T, nh,
+                             d, c.w.ob.as<uint16_t>(), c.s),
             "output gate");
   GRIDQ_RETURN_IF_ERROR(linear(c, dl.o, c.w.ob.as<uint16_t>(), c.w.y.as<float>()));
   const int H = c.spec.hidden_size, ld = dl.o.out_rows();
@@ -209,7 +211,8 @@ Status moe(Ctx& c, const DevLayer& dl) {
       GRIDQ_RETURN_IF_ERROR(moe_gate_up(m, c.ws.ws, c.s, false));
       GRIDQ_RETURN_IF_ERROR(moe_down(m, c.ws.ws, c.s, false));
     }
-    GQ_LAUNCH(detail::raw_add(x, c.w.moe_out.as(), true, static_cast<long long>(c.T) * H, c.s), "residual add");
+    GQ_LAUNCH(detail::raw_add(x, c.w.moe_out.as(), true, static_cast<long long>(c.T) * H, c.s),
+              "residual add");
     return c.timer->mark("moe routed");
   }
   // Reference experts: every (row, chosen expert) pair on its own, then the fixed-order combine.
@@ -252,7 +255,8 @@ Status CudaBackend::run_step(const Step& st, std::vector<float>& logits) {
   const int T = st.T(), V = spec_.vocab_size;
   Work& w = *work_;
   std::vector<int> host(3 * kMaxStepRows, 0);
-  for (int t = 0; t < T; ++t) host[t] = st.ids[t], host[kMaxStepRows + t] = st.pos[t], host[2 * kMaxStepRows + t] = st.slot[t];
+  for (int t = 0; t < T; ++t)
+    host[t] = st.ids[t], host[kMaxStepRows + t] = st.pos[t], host[2 * kMaxStepRows + t] = st.slot[t];
   GRIDQ_CUDA(cudaMemcpyAsync(w.rows.as(), host.data(), host.size() * 4, cudaMemcpyHostToDevice, stream_));
   // A decode step (every row wants its logits) of T rows always launches the same kernels with the same
   // arguments (the step's ids, positions and slots are read from w.rows on the device), so from its second
@@ -292,8 +296,8 @@ Status CudaBackend::run_step(const Step& st, std::vector<float>& logits) {
   const size_t base = logits.size();
   logits.resize(base + static_cast<size_t>(R) * V);
   GRIDQ_CUDA(cudaMemcpy2DAsync(logits.data() + base, static_cast<size_t>(V) * 4, w.logits.as(),
-                               static_cast<size_t>(dm_->lm_head.out_rows()) * 4, static_cast<size_t>(V) * 4, R,
-                               cudaMemcpyDeviceToHost, stream_));
+                               static_cast<size_t>(dm_->lm_head.out_rows()) * 4, static_cast<size_t>(V) * 4,
+                               R, cudaMemcpyDeviceToHost, stream_));
   GRIDQ_CUDA(cudaStreamSynchronize(stream_));
   GRIDQ_RETURN_IF_ERROR(timer.mark("final norm+lm_head+logits"));
   return timer.finish(phase_ms_);
@@ -304,9 +308,11 @@ Status CudaBackend::run_step(const Step& st, std::vector<float>& logits) {
 Status CudaBackend::enqueue_step(const Step& st, PhaseTimer& timer) {
   const int T = st.T(), H = spec_.hidden_size;
   Work& w = *work_;
-  Ctx c{spec_, w, ws_, stream_, T, {w.rows.as<int>() + kMaxStepRows, w.rows.as<int>() + 2 * kMaxStepRows}, &timer};
+  Ctx c{spec_, w, ws_, stream_, T, {w.rows.as<int>() + kMaxStepRows, w.rows.as<int>() + 2 * kMaxStepRows},
+        &timer};
   GRIDQ_RETURN_IF_ERROR(timer.mark("start"));
-  GQ_LAUNCH(detail::raw_embed(dm_->embed.as<uint16_t>(), w.rows.as<int>(), T, H, w.x.as<float>(), stream_), "embed");
+  GQ_LAUNCH(detail::raw_embed(dm_->embed.as<uint16_t>(), w.rows.as<int>(), T, H, w.x.as<float>(), stream_),
+            "embed");
   GRIDQ_RETURN_IF_ERROR(timer.mark("embed"));
   for (int l = 0; l < spec_.n_layers; ++l) {
     const auto& L = spec_.layers[static_cast<size_t>(l)];
@@ -330,8 +336,8 @@ Status CudaBackend::enqueue_step(const Step& st, PhaseTimer& timer) {
       kv.page_tokens = plan_.ring_slots[static_cast<size_t>(ri)];
       kv.sliding = 1;
     }
-    GQ_LAUNCH(detail::raw_rmsnorm_f32(w.x.as<float>(), dl.input_norm, T, H, spec_.norm_eps, w.a.as<uint16_t>(),
-                                      nullptr, stream_),
+    GQ_LAUNCH(detail::raw_rmsnorm_f32(w.x.as<float>(), dl.input_norm, T, H, spec_.norm_eps,
+                                      w.a.as<uint16_t>(), nullptr, stream_),
               "input_layernorm");
     GRIDQ_RETURN_IF_ERROR(attention(c, dl, L, kv));
     GQ_LAUNCH(detail::raw_rmsnorm_f32(w.x.as<float>(), dl.post_norm, T, H, spec_.norm_eps, w.a.as<uint16_t>(),

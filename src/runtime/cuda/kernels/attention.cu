@@ -1,8 +1,9 @@
 // Attention of the step's rows over their sequences' KV (paged full layers, ring sliding layers), prefill and
 // decode alike: one warp per (row, head, split of kAttnSplitKeys key positions) with an online softmax in
-// FP32 over chunks of 32 keys, then one warp per (row, head) merges the splits in split order. Splits are cut at fixed positions,
-// so a row's result depends only on its own sequence (batch invariance), never on the step's other rows.
-// Bound: KV bandwidth at long context, latency otherwise (the speed issue reworks this for full bandwidth).
+// FP32 over chunks of 32 keys, then one warp per (row, head) merges the splits in split order. Splits are cut
+// at fixed positions, so a row's result depends only on its own sequence (batch invariance), never on the
+// step's other rows. Bound: KV bandwidth at long context, latency otherwise (the speed issue reworks this for
+// full bandwidth).
 #include <cfloat>
 
 #include "runtime/cuda/device_util.cuh"
@@ -41,7 +42,8 @@ __global__ void __launch_bounds__(32) attn_split_kernel(const AttnArgs a) {
     const int j = c0 + lane;
     float s = -FLT_MAX;
     if (j < j1) {
-      const uint4* kr = reinterpret_cast<const uint4*>(kv_row(a.kv, slot, j, false) + static_cast<long long>(kvh) * d);
+      const uint4* kr =
+          reinterpret_cast<const uint4*>(kv_row(a.kv, slot, j, false) + static_cast<long long>(kvh) * d);
       float dot = 0.0f;
       for (int v = 0; v < d / 8; ++v) {
         const uint4 w = kr[v];
@@ -104,7 +106,8 @@ __global__ void __launch_bounds__(32) attn_merge_kernel(const AttnArgs a) {
 }  // namespace
 
 cudaError_t raw_attention(const AttnArgs& a, cudaStream_t s) {
-  if (a.d % 32 || a.d > kMaxHeadDim || a.nkv < 1 || a.nh % a.nkv || a.max_splits < 1) return cudaErrorInvalidValue;
+  if (a.d % 32 || a.d > kMaxHeadDim || a.nkv < 1 || a.nh % a.nkv || a.max_splits < 1)
+    return cudaErrorInvalidValue;
   attn_split_kernel<<<dim3(a.T * a.nh, a.max_splits), 32, 0, s>>>(a);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;

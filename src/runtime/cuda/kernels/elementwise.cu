@@ -9,10 +9,12 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void __launch_bounds__(kThreads) embed_kernel(const uint16_t* table, const int* ids, int H, float* x) {
+__global__ void __launch_bounds__(kThreads)
+    embed_kernel(const uint16_t* table, const int* ids, int H, float* x) {
   const int t = blockIdx.x;
   const uint16_t* row = table + static_cast<long long>(ids[t]) * H;
-  for (int i = threadIdx.x; i < H; i += kThreads) x[static_cast<long long>(t) * H + i] = bf16_bits_to_f32(row[i]);
+  for (int i = threadIdx.x; i < H; i += kThreads)
+    x[static_cast<long long>(t) * H + i] = bf16_bits_to_f32(row[i]);
 }
 
 // Sum of squares in FP64 like the CPU reference (rmsnorm_rows): per-thread strided partials, then a fixed
@@ -42,7 +44,8 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void add_kernel(float* x, const void* y, int y_bf16, long long n) {
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<long long>(gridDim.x) * blockDim.x) {
-    const float v = y_bf16 ? bf16_bits_to_f32(static_cast<const uint16_t*>(y)[i]) : static_cast<const float*>(y)[i];
+    const float v =
+        y_bf16 ? bf16_bits_to_f32(static_cast<const uint16_t*>(y)[i]) : static_cast<const float*>(y)[i];
     x[i] = __fadd_rn(x[i], v);
   }
 }
@@ -51,7 +54,8 @@ __global__ void __launch_bounds__(kThreads)
     swiglu_kernel(const float* gu, long long ld, long long up_off, int I, uint16_t* h) {
   const long long t = blockIdx.x;
   const float* g = gu + t * ld;
-  for (int i = threadIdx.x; i < I; i += kThreads) h[t * I + i] = f32_to_bf16_bits(__fmul_rn(silu_f32(g[i]), g[up_off + i]));
+  for (int i = threadIdx.x; i < I; i += kThreads)
+    h[t * I + i] = f32_to_bf16_bits(__fmul_rn(silu_f32(g[i]), g[up_off + i]));
 }
 
 // torch.nn.functional.softplus (beta 1, threshold 20) in FP32, as the CPU reference.
@@ -98,17 +102,18 @@ cudaError_t raw_add(float* x, const void* y, bool y_bf16, long long n, cudaStrea
   add_kernel<<<static_cast<unsigned>(blocks < 1024 ? blocks : 1024), 256, 0, s>>>(x, y, y_bf16 ? 1 : 0, n);
   return cudaGetLastError();
 }
-cudaError_t raw_swiglu(const float* gu, long long ld, long long up_off, int T, int I, uint16_t* h, cudaStream_t s) {
+cudaError_t raw_swiglu(const float* gu, long long ld, long long up_off, int T, int I, uint16_t* h,
+                       cudaStream_t s) {
   swiglu_kernel<<<T, kThreads, 0, s>>>(gu, ld, up_off, I, h);
   return cudaGetLastError();
 }
-cudaError_t raw_gate(const float* o, const float* g, long long ld_g, int mode, int T, int nh, int d, uint16_t* out,
-                     cudaStream_t s) {
+cudaError_t raw_gate(const float* o, const float* g, long long ld_g, int mode, int T, int nh, int d,
+                     uint16_t* out, cudaStream_t s) {
   gate_kernel<<<T, kThreads, 0, s>>>(o, g, ld_g, mode, nh, d, out);
   return cudaGetLastError();
 }
-cudaError_t raw_moe_combine(const float* y, const float* w, int T, int k, int H, float scale, const float* add,
-                            float* out, cudaStream_t s) {
+cudaError_t raw_moe_combine(const float* y, const float* w, int T, int k, int H, float scale,
+                            const float* add, float* out, cudaStream_t s) {
   combine_kernel<<<T, kThreads, 0, s>>>(y, w, k, H, scale, add, out);
   return cudaGetLastError();
 }

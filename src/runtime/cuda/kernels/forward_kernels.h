@@ -12,7 +12,7 @@
 
 namespace gridq::cuda::detail {
 
-inline constexpr int kMaxStepRows = 16;  // rows of one forward step (the GEMV kernels' M limit)
+inline constexpr int kMaxStepRows = 16;     // rows of one forward step (the GEMV kernels' M limit)
 inline constexpr int kAttnSplitKeys = 256;  // keys per attention split: fixed, so the merge order is too
 inline constexpr int kMaxHeadDim = 256;
 
@@ -51,8 +51,8 @@ struct RowInfo {        // per row of a step, on the device
   const int* seq_slot;  // [T] sequence slot
 };
 
-// q FP32 rows [T, nh·d] at q_src (row stride ld_q), k and v [T, nkv·d] at k_src / v_src. Per head: RMSNorm with
-// q_norm / k_norm (FP32 [d], null = none), then NeoX RoPE on the first `rot` dims with fp32 angles
+// q FP32 rows [T, nh·d] at q_src (row stride ld_q), k and v [T, nkv·d] at k_src / v_src. Per head: RMSNorm
+// with q_norm / k_norm (FP32 [d], null = none), then NeoX RoPE on the first `rot` dims with fp32 angles
 // pos·inv_freq[i] and attention factor m on cos and sin. Writes q FP32 [T, nh, d] and the row's K (normed,
 // roped) and V into the cache as BF16.
 struct RopeArgs {
@@ -105,13 +105,13 @@ enum RefFormat : int { kRefBF16 = 0, kRefF32 = 1, kRefFP8 = 2, kRefCB = 3 };
 struct RefMatrix {
   int format = kRefBF16;
   int rows = 0, cols = 0;
-  const uint8_t* data = nullptr;  // canonical bytes: expert e at data + e·expert_stride
-  long long expert_stride = 0;    // bytes
-  long long row_bytes = 0;        // bytes per row
+  const uint8_t* data = nullptr;     // canonical bytes: expert e at data + e·expert_stride
+  long long expert_stride = 0;       // bytes
+  long long row_bytes = 0;           // bytes per row
   const float* row_scale = nullptr;  // FP8 / fp8-grid CB: [experts·rows]
   int act_bits = 16;                 // input contract: 16 none, 8 FP8 per-token QDQ, 4 FP4 group-16 QDQ
   // CB only (product mode):
-  int cb_fp8 = 0;           // grid: 0 fp4, 1 fp8
+  int cb_fp8 = 0;  // grid: 0 fp4, 1 fp8
   int k = 16, layout_version = 2;
   int n_sub = 2, sub_dim = 4;
   int sub_bits[4] = {}, sub_off[4] = {};  // widths and offsets of the sub-indices in a code

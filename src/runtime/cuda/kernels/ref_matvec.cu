@@ -87,7 +87,8 @@ __global__ void __launch_bounds__(kWarps * 32) ref_matvec_kernel(const RefArgs a
   const int r = blockIdx.x * kWarps + (threadIdx.x >> 5), p = blockIdx.y;
   if (r >= w.rows) return;  // whole warps exit together
   const int e = a.ids ? a.ids[p] : 0;
-  const uint8_t* row = w.data + static_cast<long long>(e) * w.expert_stride + static_cast<long long>(r) * w.row_bytes;
+  const uint8_t* row =
+      w.data + static_cast<long long>(e) * w.expert_stride + static_cast<long long>(r) * w.row_bytes;
   const long long scale_idx = static_cast<long long>(e) * w.rows + r;
   const long long xrow = static_cast<long long>(p / a.x_div) * w.cols;
   const uint16_t* x = a.x_f32 ? nullptr : a.x + xrow;

@@ -15,7 +15,9 @@ __global__ void __launch_bounds__(kThreads) qk_rope_kv_kernel(const RopeArgs a) 
   const int t = blockIdx.x, hh = blockIdx.y, d = a.d;
   const bool is_q = hh < a.nh, is_k = !is_q && hh < a.nh + a.nkv;
   const int head = is_q ? hh : is_k ? hh - a.nh : hh - a.nh - a.nkv;
-  const float* src = (is_q ? a.q_src + t * a.ld_q : is_k ? a.k_src + t * a.ld_k : a.v_src + t * a.ld_v) +
+  const float* src = (is_q   ? a.q_src + t * a.ld_q
+                      : is_k ? a.k_src + t * a.ld_k
+                             : a.v_src + t * a.ld_v) +
                      static_cast<long long>(head) * d;
   for (int i = threadIdx.x; i < d; i += kThreads) u[i] = src[i];
   __syncthreads();

@@ -12,9 +12,9 @@ constexpr int kThreads = 256;
 constexpr int kMaxE = 1024;
 constexpr int kMaxK = 32;
 
-__global__ void __launch_bounds__(kThreads) route_tokens_kernel(const float* z, long long ld, const float* bias,
-                                                                int E, int k, int softmax, int renorm, int* ids,
-                                                                float* w) {
+__global__ void __launch_bounds__(kThreads)
+    route_tokens_kernel(const float* z, long long ld, const float* bias, int E, int k, int softmax,
+                        int renorm, int* ids, float* w) {
   __shared__ float s[kMaxE], sel[kMaxE];
   __shared__ float bv[kThreads / 32];
   __shared__ int bi[kThreads / 32];
@@ -73,8 +73,8 @@ __global__ void __launch_bounds__(kThreads) route_tokens_kernel(const float* z, 
 
 }  // namespace
 
-cudaError_t raw_route_tokens(const float* z, long long ld, const float* bias, int T, int E, int k, int softmax,
-                             int renorm, int* ids, float* w, cudaStream_t s) {
+cudaError_t raw_route_tokens(const float* z, long long ld, const float* bias, int T, int E, int k,
+                             int softmax, int renorm, int* ids, float* w, cudaStream_t s) {
   if (E < 1 || E > kMaxE || k < 1 || k > kMaxK || k > E) return cudaErrorInvalidValue;
   route_tokens_kernel<<<T, kThreads, 0, s>>>(z, ld, bias, E, k, softmax, renorm, ids, w);
   return cudaGetLastError();
