@@ -8,6 +8,8 @@
 #
 #   GRIDQ_STEPS   which steps to run (default "build tests artifacts generate bench"), space separated
 #   GRIDQ_BENCH   arguments of `gridq bench decode` (default: --synthetic laguna-s-2.1)
+#   GRIDQ_COMMIT  commit recorded in the results (pass `git rev-parse --short=12 HEAD` of the sent tree: the copied
+#                 tree's .git may be stale)
 #   GRIDQ_FILTER  gtest filter of the engine tests (default CudaEngine.*:CudaInvariance.*:CudaLinear.*:CudaBenchDecode*:BenchDecode*)
 set -o pipefail
 cd "$(dirname "$0")/.."
@@ -31,7 +33,8 @@ B=build-gpu
 if has build; then
   t0=$(date +%s)
   if ! { cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DGRIDQ_CUDA=ON -DGRIDQ_WERROR=OFF \
-           -DGRIDQ_CUDA_ARCHS=90a > "$OUT/build.txt" 2>&1 && ninja -C $B -j16 gridq test_cuda >> "$OUT/build.txt" 2>&1; }; then
+           -DGRIDQ_CUDA_ARCHS=90a \
+           -DGRIDQ_GIT_COMMIT="${GRIDQ_COMMIT:-}" > "$OUT/build.txt" 2>&1 && ninja -C $B -j16 gridq test_cuda >> "$OUT/build.txt" 2>&1; }; then
     grep -E "error|Error|FAILED" -A3 "$OUT/build.txt" | head -60
     log "build failed"
     exit 1
