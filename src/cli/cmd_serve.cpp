@@ -224,6 +224,9 @@ int run_serve(ServeOpts o) {
   if (!tmpl.ok()) return fail(tmpl.message());
   auto eng = open_engine(o.dir, ro, log);
   if (!eng.ok()) return fail(eng.message());
+  // The CUDA engine keeps KV in BF16 (docs/gpu.md); the CPU reference keeps FP32.
+  if ((*eng)->device() == runtime::DeviceKind::kCuda && o.kv_cache_dtype == "fp32")
+    return fail("--kv-cache-dtype fp32: the cuda engine keeps KV in bf16 (use auto or bf16, or --device cpu)");
   if ((*eng)->device() == runtime::DeviceKind::kCpu && o.gpu_memory_utilization != 0.9)
     log("note: --gpu-memory-utilization is accepted for vLLM compatibility; the cpu backend does not use it");
   const auto& spec = (*eng)->spec();
