@@ -35,6 +35,9 @@ class Backend {
   // What a device backend holds, for the start-up report ("weights 37.6 GB, KV 80.1 GB (1.9 M tokens), ...");
   // empty for a backend that allocates on demand (the CPU).
   virtual std::string memory_report() const { return {}; }
+  // One line per kernel path the backend runs and how many matrices take it (the start-up report); empty for
+  // a backend whose weights report their formats otherwise (the CPU: serve/weight_report.h).
+  virtual std::vector<std::string> kernel_report() const { return {}; }
   // Full-attention KV tokens that fit over all sequences (admission); -1 = grows on demand.
   virtual int64_t kv_capacity_tokens() const { return -1; }
 };

@@ -58,7 +58,8 @@ std::vector<WeightFormatUse> RuntimeEngine::weight_formats() const {
 std::vector<std::string> RuntimeEngine::describe_kernels() const {
   std::vector<std::string> lines;
   for (const auto& u : weight_formats()) lines.push_back(kernel_line(u));
-  if (lines.empty()) lines.push_back("backend is not the cpu reference: no per-format kernel report");
+  if (lines.empty()) lines = eng_->backend().kernel_report();
+  if (lines.empty()) lines.push_back("this backend gives no per-format kernel report");
   return lines;
 }
 

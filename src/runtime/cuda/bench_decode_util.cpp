@@ -41,21 +41,13 @@ Expected<double> copy_bandwidth(cudaStream_t s) {
 
 StreamBytes stream_bytes(const model::ModelSpec& spec, const DeviceModel& dm) {
   StreamBytes b;
-  auto kern = [&](const DevLinear& l) {
-    if (l.path == DevLinear::Path::kNone) return;
-    b.kernels[l.kernel] = b.kernels.value(l.kernel, 0) + 1;
-  };
+  for (const auto& [name, count] : kernel_counts(dm)) b.kernels[name] = count;
   b.embed_row = static_cast<double>(spec.hidden_size) * 2.0;
   b.fixed = static_cast<double>(dm.final_norm.bytes() + dm.lm_head.resident_bytes());
-  kern(dm.lm_head);
   for (const DevLayer& dl : dm.layers) {
-    for (const DevLinear* l :
-         {&dl.qkv, &dl.q, &dl.k, &dl.v, &dl.g, &dl.o, &dl.mlp.gate_up, &dl.mlp.down, &dl.router,
-          &dl.shared.gate_up, &dl.shared.down, &dl.experts.gate, &dl.experts.up, &dl.experts.down_ref}) {
-      kern(*l);
-      if (l != &dl.experts.gate && l != &dl.experts.up && l != &dl.experts.down_ref)
-        b.fixed += static_cast<double>(l->resident_bytes());
-    }
+    for (const DevLinear* l : {&dl.qkv, &dl.q, &dl.k, &dl.v, &dl.g, &dl.o, &dl.mlp.gate_up, &dl.mlp.down,
+                               &dl.router, &dl.shared.gate_up, &dl.shared.down})
+      b.fixed += static_cast<double>(l->resident_bytes());
     b.fixed += static_cast<double>(dl.vecs.bytes());
     const size_t ex = dl.experts.resident_bytes();
     if (ex == 0) continue;
@@ -63,8 +55,6 @@ StreamBytes stream_bytes(const model::ModelSpec& spec, const DeviceModel& dm) {
     const double E = std::max(1, spec.moe.n_experts);
     if (dl.experts.fused) {
       ++b.fused_moe_layers;
-      const std::string name = "fused MoE gate_up+down (tiled NVFP4_CB_K16 v2)";
-      b.kernels[name] = b.kernels.value(name, 0) + 1;
       const double one =
           static_cast<double>(dl.experts.gate_up.m.expert_stride + dl.experts.down.m.expert_stride);
       b.experts += one;

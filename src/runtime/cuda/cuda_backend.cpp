@@ -298,6 +298,12 @@ std::string CudaBackend::memory_report() const {
       static_cast<double>(plan_.ring_bytes_per_seq) / (1 << 20), gb(mem_.workspace));
 }
 
+std::vector<std::string> CudaBackend::kernel_report() const {
+  std::vector<std::string> out;
+  for (const auto& [name, n] : kernel_counts(*dm_)) out.push_back(fmt::format("{} ({} on cuda)", name, n));
+  return out;
+}
+
 std::map<std::string, double> CudaBackend::take_phase_ms() { return std::exchange(phase_ms_, {}); }
 
 // ---- registration (runtime/device.h) ----

@@ -46,6 +46,7 @@ class CudaBackend final : public runtime::Backend {
   Status forward(std::span<const runtime::BatchItem> items, std::vector<float>& logits) override;
 
   std::string memory_report() const override;
+  std::vector<std::string> kernel_report() const override;
   int64_t kv_capacity_tokens() const override { return mem_.kv_tokens; }
   const MemoryReport& memory() const { return mem_; }
   const DeviceModel& device_model() const { return *dm_; }

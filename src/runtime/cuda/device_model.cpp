@@ -189,6 +189,22 @@ size_t DevExperts::resident_bytes() const {
          down_ref.resident_bytes();
 }
 
+std::map<std::string, int> kernel_counts(const DeviceModel& dm) {
+  std::map<std::string, int> n;
+  auto add = [&](const DevLinear& l) {
+    if (l.path != DevLinear::Path::kNone) ++n[l.kernel];
+  };
+  add(dm.lm_head);
+  for (const DevLayer& dl : dm.layers) {
+    for (const DevLinear* l :
+         {&dl.qkv, &dl.q, &dl.k, &dl.v, &dl.g, &dl.o, &dl.mlp.gate_up, &dl.mlp.down, &dl.router,
+          &dl.shared.gate_up, &dl.shared.down, &dl.experts.gate, &dl.experts.up, &dl.experts.down_ref})
+      add(*l);
+    if (dl.experts.fused) ++n["fused MoE gate_up+down (tiled NVFP4_CB_K16 v2)"];
+  }
+  return n;
+}
+
 Expected<DevLinear> upload_linear(const std::vector<const QMatrix*>& stack, const std::string& what,
                                   bool allow_tiled) {
   std::vector<std::vector<const QMatrix*>> e;

@@ -4,6 +4,7 @@
 // expanded: resident bytes are the packed bytes, plus zero rows that pad a tiled matrix to 16-row tiles.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -80,6 +81,10 @@ struct DeviceModel {
 // Uploads every weight the forward reads. Refuses (naming the tensor) what no device path can serve.
 Expected<std::unique_ptr<DeviceModel>> upload_model(const model::ModelSpec& spec,
                                                     const runtime::ModelWeights& w);
+
+// How many matrices (or MoE layers) each kernel path serves: {"tiled FP8 W8A8": 96, ...} (start-up report,
+// bench JSON).
+std::map<std::string, int> kernel_counts(const DeviceModel& dm);
 
 // One host matrix (or expert stack, all of one format) as a DevLinear. `what` names it in errors.
 Expected<DevLinear> upload_linear(const std::vector<const runtime::QMatrix*>& stack, const std::string& what,
