@@ -26,6 +26,35 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  char b[32];
+  std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return b;
+}
+
+Expected<double> copy_bandwidth(cudaStream_t s, int copies) {
+  const size_t n = size_t{1} << 30;
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer a, DeviceBuffer::alloc(n, "copy source"));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::alloc(n, "copy destination"));
+  GRIDQ_RETURN_IF_ERROR(fill_random_bytes(a.as(), n, 1, s));
+  Events ev;
+  GRIDQ_CUDA(cudaEventCreate(&ev.a));
+  GRIDQ_CUDA(cudaEventCreate(&ev.b));
+  for (int i = 0; i < 3; ++i) GRIDQ_CUDA(cudaMemcpyAsync(b.as(), a.as(), n, cudaMemcpyDeviceToDevice, s));
+  std::vector<double> t;
+  for (int i = 0; i < copies; ++i) {
+    GRIDQ_CUDA(cudaEventRecord(ev.a, s));
+    GRIDQ_CUDA(cudaMemcpyAsync(b.as(), a.as(), n, cudaMemcpyDeviceToDevice, s));
+    GRIDQ_CUDA(cudaEventRecord(ev.b, s));
+    GRIDQ_CUDA(cudaEventSynchronize(ev.b));
+    float ms = 0;
+    GRIDQ_CUDA(cudaEventElapsedTime(&ms, ev.a, ev.b));
+    t.push_back(ms);
+  }
+  return 2.0 * static_cast<double>(n) / (median(t) * 1e-3) / 1e9;
+}
+
 Expected<double> time_graph(cudaStream_t s, const std::function<Status(cudaStream_t)>& enqueue,
                             const BenchOptions& o, double* spread) {
   GRIDQ_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
@@ -98,28 +127,6 @@ bool wanted(const Ctx& c, const std::string& name) {
 namespace {
 
 using namespace bench;
-
-Expected<double> copy_bandwidth(cudaStream_t s, const BenchOptions& o) {
-  const size_t n = size_t{1} << 30;
-  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer a, DeviceBuffer::alloc(n, "copy source"));
-  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::alloc(n, "copy destination"));
-  GRIDQ_RETURN_IF_ERROR(fill_random_bytes(a.as(), n, 1, s));
-  Events ev;
-  GRIDQ_CUDA(cudaEventCreate(&ev.a));
-  GRIDQ_CUDA(cudaEventCreate(&ev.b));
-  for (int i = 0; i < 3; ++i) GRIDQ_CUDA(cudaMemcpyAsync(b.as(), a.as(), n, cudaMemcpyDeviceToDevice, s));
-  std::vector<double> t;
-  for (int i = 0; i < std::max(5, o.replays / 2); ++i) {
-    GRIDQ_CUDA(cudaEventRecord(ev.a, s));
-    GRIDQ_CUDA(cudaMemcpyAsync(b.as(), a.as(), n, cudaMemcpyDeviceToDevice, s));
-    GRIDQ_CUDA(cudaEventRecord(ev.b, s));
-    GRIDQ_CUDA(cudaEventSynchronize(ev.b));
-    float ms = 0;
-    GRIDQ_CUDA(cudaEventElapsedTime(&ms, ev.a, ev.b));
-    t.push_back(ms);
-  }
-  return 2.0 * static_cast<double>(n) / (median(t) * 1e-3) / 1e9;
-}
 
 }  // namespace
 
@@ -450,13 +457,6 @@ Status moe_row(Ctx& c, int M) {
   return {};
 }
 
-std::string utc_now() {
-  std::time_t t = std::time(nullptr);
-  char b[32];
-  std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return b;
-}
-
 }  // namespace
 
 Expected<json> run_kernel_bench(const BenchOptions& o) {
@@ -472,7 +472,7 @@ Expected<json> run_kernel_bench(const BenchOptions& o) {
   if (o.blocks_per_sm >= 0) set_gemv_blocks_per_sm(o.blocks_per_sm);
   set_gemv_l2_prefetch(o.l2_prefetch);
   if (o.chain_copy_engine >= 0) set_gemv_chain_copy_engine(o.chain_copy_engine == 1);
-  GRIDQ_ASSIGN_OR_RETURN(double copy, copy_bandwidth(stream.get(), o));
+  GRIDQ_ASSIGN_OR_RETURN(double copy, copy_bandwidth(stream.get(), std::max(5, o.replays / 2)));
   if (o.progress) std::fprintf(stderr, "device-to-device copy: %.0f GB/s (read + write)\n", copy);
   Ctx c{stream.get(), o, wsb.ws, copy};
   if (o.diag) GRIDQ_RETURN_IF_ERROR(run_diag(c));

@@ -170,7 +170,7 @@ Expected<json> run_bench_decode(const BenchDecodeOptions& o) {
   double copy = 0;
   {
     GRIDQ_ASSIGN_OR_RETURN(Stream s, Stream::create());
-    GRIDQ_ASSIGN_OR_RETURN(copy, copy_bandwidth(s.get()));
+    GRIDQ_ASSIGN_OR_RETURN(copy, bench::copy_bandwidth(s.get(), 10));
   }
   if (o.progress) std::fprintf(stderr, "device-to-device copy: %.0f GB/s (read + write)\n", copy);
   const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
@@ -269,7 +269,7 @@ Expected<json> run_bench_decode(const BenchDecodeOptions& o) {
     }
   json r;
   r["bench"] = "decode";
-  r["date"] = utc_now();
+  r["date"] = bench::utc_now();
   r["commit"] = gridq::git_commit();
   r["gpu"] = info.name;
   r["sms"] = info.sm_count;

@@ -10,35 +10,6 @@
 
 namespace gridq::cuda::decode_bench {
 
-std::string utc_now() {
-  std::time_t t = std::time(nullptr);
-  char b[32];
-  std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return b;
-}
-
-Expected<double> copy_bandwidth(cudaStream_t s) {
-  const size_t n = size_t{1} << 30;
-  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer a, DeviceBuffer::alloc(n, "copy source"));
-  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::alloc(n, "copy destination"));
-  GRIDQ_RETURN_IF_ERROR(fill_random_bf16(a.as<uint16_t>(), n / 2, 1.0f, 1, s));
-  bench::Events ev;
-  GRIDQ_CUDA(cudaEventCreate(&ev.a));
-  GRIDQ_CUDA(cudaEventCreate(&ev.b));
-  for (int i = 0; i < 3; ++i) GRIDQ_CUDA(cudaMemcpyAsync(b.as(), a.as(), n, cudaMemcpyDeviceToDevice, s));
-  std::vector<double> t;
-  for (int i = 0; i < 10; ++i) {
-    GRIDQ_CUDA(cudaEventRecord(ev.a, s));
-    GRIDQ_CUDA(cudaMemcpyAsync(b.as(), a.as(), n, cudaMemcpyDeviceToDevice, s));
-    GRIDQ_CUDA(cudaEventRecord(ev.b, s));
-    GRIDQ_CUDA(cudaEventSynchronize(ev.b));
-    float ms = 0;
-    GRIDQ_CUDA(cudaEventElapsedTime(&ms, ev.a, ev.b));
-    t.push_back(ms);
-  }
-  return 2.0 * static_cast<double>(n) / (bench::median(t) * 1e-3) / 1e9;
-}
-
 StreamBytes stream_bytes(const model::ModelSpec& spec, const DeviceModel& dm) {
   StreamBytes b;
   for (const auto& [name, count] : kernel_counts(dm)) b.kernels[name] = count;

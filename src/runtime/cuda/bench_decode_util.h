@@ -16,10 +16,6 @@
 
 namespace gridq::cuda::decode_bench {
 
-// 1 GiB device-to-device copy, read + write bytes over the median of 10 timed copies (bench.cpp's
-// measurement), in GB/s. The source holds finite BF16 values.
-Expected<double> copy_bandwidth(cudaStream_t s);
-
 // What one decode step streams.
 struct StreamBytes {
   double fixed = 0;      // non-expert weights (lm_head, norms, codebooks included), read once per step
@@ -34,7 +30,7 @@ StreamBytes stream_bytes(const model::ModelSpec& spec, const DeviceModel& dm);
 // layers, min(p + 1, window) on sliding layers.
 double kv_bytes_at(const model::ModelSpec& spec, int64_t p);
 
+// FNV-1a of the logits' bytes (recorded with every timing, hopper.md §11).
 uint64_t fnv1a(const std::vector<float>& v);
-std::string utc_now();
 
 }  // namespace gridq::cuda::decode_bench

@@ -37,6 +37,11 @@ struct Ctx {
 };
 
 double median(std::vector<double> v);
+// Device-to-device copy of 1 GiB of random bytes, read + write bytes over the median of `copies` timed copies
+// after 3 untimed ones, in GB/s: the ceiling every benchmark reports against (hopper.md §10).
+Expected<double> copy_bandwidth(cudaStream_t s, int copies);
+// The current time, UTC, ISO 8601 ("2026-12-01T08:53:37Z").
+std::string utc_now();
 
 // Captures `enqueue` into a graph, replays it o.warmup times, then times o.replays replays with events;
 // returns the median in ms (and (max - min) / median in `spread`).

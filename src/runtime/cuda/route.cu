@@ -2,6 +2,7 @@
 // the chosen set, and the union of chosen experts over the M tokens as "slots" for the expert kernels.
 // One block; ties pick the lower expert id (deterministic).
 #include "runtime/cuda/device_util.cuh"
+#include "runtime/cuda/kernels/block_argmax.cuh"
 #include "runtime/cuda/kparams.h"
 
 namespace gridq::cuda::detail {
@@ -35,23 +36,11 @@ __global__ void __launch_bounds__(kRouteThreads)
     }
     __syncthreads();
     for (int j = 0; j < topk; ++j) {
-      float best = -INFINITY;
-      int besti = 0x7fffffff;
-      for (int e = threadIdx.x; e < E; e += kRouteThreads)
-        if (key[e] > best || (key[e] == best && e < besti)) best = key[e], besti = e;
-      for (int o = 16; o; o >>= 1) {
-        const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, besti, o);
-        if (ob > best || (ob == best && oi < besti)) best = ob, besti = oi;
-      }
-      if ((threadIdx.x & 31) == 0) bv[threadIdx.x >> 5] = best, bi[threadIdx.x >> 5] = besti;
-      __syncthreads();
+      const int pick = block_argmax<kRouteThreads>(key, E, bv, bi);
       if (threadIdx.x == 0) {
-        for (int w = 1; w < kRouteThreads / 32; ++w)
-          if (bv[w] > bv[0] || (bv[w] == bv[0] && bi[w] < bi[0])) bv[0] = bv[w], bi[0] = bi[w];
-        chosen[m][j] = bi[0];
-        key[bi[0]] = -INFINITY;
-        used[bi[0]] = 1;
+        chosen[m][j] = pick;
+        key[pick] = -INFINITY;
+        used[pick] = 1;
       }
       __syncthreads();
     }

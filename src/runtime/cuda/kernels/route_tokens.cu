@@ -3,6 +3,7 @@
 // weights never depend on the other rows. Selection takes the largest score + bias, the lowest id on ties;
 // the renormalising sum runs in selection order; the result is sorted by expert id for the experts' sum.
 #include "runtime/cuda/device_util.cuh"
+#include "runtime/cuda/kernels/block_argmax.cuh"
 #include "runtime/cuda/kernels/forward_kernels.h"
 
 namespace gridq::cuda::detail {
@@ -34,22 +35,10 @@ __global__ void __launch_bounds__(kThreads)
   for (int e = threadIdx.x; e < E; e += kThreads) sel[e] = bias ? __fadd_rn(s[e], bias[e]) : s[e];
   __syncthreads();
   for (int j = 0; j < k; ++j) {
-    float best = -INFINITY;
-    int besti = 0x7fffffff;
-    for (int e = threadIdx.x; e < E; e += kThreads)
-      if (sel[e] > best || (sel[e] == best && e < besti)) best = sel[e], besti = e;
-    for (int o = 16; o; o >>= 1) {
-      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, besti, o);
-      if (ob > best || (ob == best && oi < besti)) best = ob, besti = oi;
-    }
-    if ((threadIdx.x & 31) == 0) bv[threadIdx.x >> 5] = best, bi[threadIdx.x >> 5] = besti;
-    __syncthreads();
+    const int pick = block_argmax<kThreads>(sel, E, bv, bi);
     if (threadIdx.x == 0) {
-      for (int i = 1; i < kThreads / 32; ++i)
-        if (bv[i] > bv[0] || (bv[i] == bv[0] && bi[i] < bi[0])) bv[0] = bv[i], bi[0] = bi[i];
-      chosen[j] = bi[0];
-      sel[bi[0]] = -INFINITY;
+      chosen[j] = pick;
+      sel[pick] = -INFINITY;
     }
     __syncthreads();
   }
