@@ -148,6 +148,14 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
   const int64_t budget = static_cast<int64_t>(opts.gpu_memory_utilization * static_cast<double>(total_b)) -
                          static_cast<int64_t>(total_b - free_b) - table_bytes - (int64_t{256} << 20);
   GRIDQ_ASSIGN_OR_RETURN(auto cap, plan_.capacity(budget, max_seqs_));
+  // No more pages than max_num_seqs sequences of max_model_len can hold: a second engine in the same process
+  // (eval --teacher) then finds the memory the first does not need.
+  const int64_t most = static_cast<int64_t>(max_seqs_) * max_pages_per_seq_;
+  if (cap.pages > most) {
+    cap.pages = most;
+    cap.tokens = most * plan_.page_tokens;
+    cap.page_pool_bytes = most * plan_.page_bytes;
+  }
   GRIDQ_ASSIGN_OR_RETURN(
       pages_,
       DeviceBuffer::alloc(static_cast<size_t>(std::max<int64_t>(cap.page_pool_bytes, 16)), "KV pages"));
