@@ -209,34 +209,33 @@ int64_t CudaBackend::sequence_length(runtime::SeqId id) const {
   return it == seqs_.end() ? -1 : it->second.len;
 }
 
-Status CudaBackend::ensure_pages(int slot, int64_t new_len) {
-  for (auto& [id, s] : seqs_) {
-    if (s.slot != slot) continue;
-    if (new_len > max_len_)
-      return err("cuda backend: sequence {} would reach {} tokens, past max_model_len {}", id, new_len,
-                 max_len_);
-    const int64_t need = plan_.pages_for(new_len);
-    while (static_cast<int64_t>(s.pages.size()) < need) {
-      if (free_pages_.empty())
-        return err("cuda backend: the KV cache is full ({} pages of {} tokens in use)",
-                   mem_.kv_tokens / plan_.page_tokens, plan_.page_tokens);
-      const int p = free_pages_.back();
-      free_pages_.pop_back();
-      const size_t at = static_cast<size_t>(s.slot) * max_pages_per_seq_ + s.pages.size();
-      s.pages.push_back(p);
-      GRIDQ_CUDA(
-          cudaMemcpyAsync(page_table_.as<int>() + at, &s.pages.back(), 4, cudaMemcpyHostToDevice, stream_));
-      GRIDQ_CUDA(cudaStreamSynchronize(stream_));  // the source is a vector element that may move
-    }
-    return {};
+Status CudaBackend::ensure_pages(runtime::SeqId id, Seq& s, int64_t new_len) {
+  if (new_len > max_len_)
+    return err("cuda backend: sequence {} would reach {} tokens, past max_model_len {}", id, new_len,
+               max_len_);
+  const size_t have = s.pages.size(), need = static_cast<size_t>(plan_.pages_for(new_len));
+  if (need <= have) return {};
+  if (need - have > free_pages_.size())
+    return err("cuda backend: the KV cache is full ({} pages of {} tokens in use)",
+               mem_.kv_tokens / plan_.page_tokens - static_cast<int64_t>(free_pages_.size()),
+               plan_.page_tokens);
+  while (s.pages.size() < need) {
+    s.pages.push_back(free_pages_.back());
+    free_pages_.pop_back();
   }
-  return err("cuda backend: no sequence in slot {}", slot);
+  // The slot's row of the device page table is s.pages: copy the new entries (synchronously: the step that
+  // reads them comes next on the same stream, and the host vector may grow again before a later copy).
+  const size_t at = static_cast<size_t>(s.slot) * max_pages_per_seq_ + have;
+  GRIDQ_CUDA(cudaMemcpyAsync(page_table_.as<int>() + at, s.pages.data() + have, (need - have) * 4,
+                             cudaMemcpyHostToDevice, stream_));
+  GRIDQ_CUDA(cudaStreamSynchronize(stream_));
+  return {};
 }
 
 Status CudaBackend::set_length_for_bench(runtime::SeqId id, int64_t len) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return err("cuda backend: unknown sequence {}", id);
-  GRIDQ_RETURN_IF_ERROR(ensure_pages(it->second.slot, len));
+  GRIDQ_RETURN_IF_ERROR(ensure_pages(id, it->second, len));
   it->second.len = len;
   return {};
 }
@@ -266,7 +265,7 @@ Status CudaBackend::forward(std::span<const runtime::BatchItem> items, std::vect
   }
   for (const auto& item : items) {
     Seq& s = seqs_.at(item.seq);
-    GRIDQ_RETURN_IF_ERROR(ensure_pages(s.slot, s.len + static_cast<int64_t>(item.tokens.size())));
+    GRIDQ_RETURN_IF_ERROR(ensure_pages(item.seq, s, s.len + static_cast<int64_t>(item.tokens.size())));
   }
   // Rows in item order, cut into steps of ≤ 16; a step's rows of one sequence are consecutive positions.
   Step st;

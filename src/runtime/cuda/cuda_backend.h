@@ -69,7 +69,6 @@ class CudaBackend final : public runtime::Backend {
   Status init(const runtime::DeviceOptions& opts);
   Status run_step(const Step& st, std::vector<float>& logits);
   Status enqueue_step(const Step& st, PhaseTimer& timer);
-  Status ensure_pages(int slot, int64_t new_len);
 
   struct Seq {
     int slot = 0;
@@ -88,6 +87,8 @@ class CudaBackend final : public runtime::Backend {
   int64_t max_len_ = 0;
   std::vector<int> free_pages_, free_slots_;
   std::map<runtime::SeqId, Seq> seqs_;
+  // Gives sequence `id` pages for new_len positions (refusing past max_model_len or a full cache).
+  Status ensure_pages(runtime::SeqId id, Seq& s, int64_t new_len);
   std::unique_ptr<Work> work_;
   bool timing_ = false;
   bool graphs_on_ = true;

@@ -94,15 +94,8 @@ Status swiglu_block(Ctx& c, const DevSwiglu& m, const uint16_t* a, float* out_ad
     GRIDQ_RETURN_IF_ERROR(linear(c, m.down, h, c.w.y.as<float>()));
   }
   // y [T, out_rows] → out [T, H]: the rows beyond H are padding.
-  const int H = c.spec.hidden_size, ld = m.down.out_rows();
-  if (ld == H) {
-    GQ_LAUNCH(detail::raw_add(out_add_to, c.w.y.as(), false, static_cast<long long>(c.T) * H, c.s), "add");
-  } else {
-    for (int t = 0; t < c.T; ++t)
-      GQ_LAUNCH(detail::raw_add(out_add_to + static_cast<long long>(t) * H,
-                                c.w.y.as<float>() + static_cast<long long>(t) * ld, false, H, c.s),
-                "add");
-  }
+  GQ_LAUNCH(detail::raw_add(out_add_to, c.w.y.as(), false, m.down.out_rows(), c.T, c.spec.hidden_size, c.s),
+            "add");
   return {};
 }
 
@@ -155,12 +148,9 @@ Status attention(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, const de
                              d, c.w.ob.as<uint16_t>(), c.s),
             "output gate");
   GRIDQ_RETURN_IF_ERROR(linear(c, dl.o, c.w.ob.as<uint16_t>(), c.w.y.as<float>()));
-  const int H = c.spec.hidden_size, ld = dl.o.out_rows();
-  for (int t = 0; t < (ld == H ? 1 : c.T); ++t)
-    GQ_LAUNCH(detail::raw_add(c.w.x.as<float>() + static_cast<long long>(t) * H,
-                              c.w.y.as<float>() + static_cast<long long>(t) * ld, false,
-                              ld == H ? static_cast<long long>(c.T) * H : H, c.s),
-              "residual add");
+  GQ_LAUNCH(
+      detail::raw_add(c.w.x.as<float>(), c.w.y.as(), false, dl.o.out_rows(), c.T, c.spec.hidden_size, c.s),
+      "residual add");
   return c.timer->mark("attn gate+o_proj");
 }
 
@@ -211,8 +201,7 @@ Status moe(Ctx& c, const DevLayer& dl) {
       GRIDQ_RETURN_IF_ERROR(moe_gate_up(m, c.ws.ws, c.s, false));
       GRIDQ_RETURN_IF_ERROR(moe_down(m, c.ws.ws, c.s, false));
     }
-    GQ_LAUNCH(detail::raw_add(x, c.w.moe_out.as(), true, static_cast<long long>(c.T) * H, c.s),
-              "residual add");
+    GQ_LAUNCH(detail::raw_add(x, c.w.moe_out.as(), true, H, c.T, H, c.s), "residual add");
     return c.timer->mark("moe routed");
   }
   // Reference experts: every (row, chosen expert) pair on its own, then the fixed-order combine.
@@ -245,7 +234,7 @@ Status moe(Ctx& c, const DevLayer& dl) {
   GQ_LAUNCH(detail::raw_moe_combine(c.w.yd.as<float>(), c.w.ew.as<float>(), c.T, k, H, M.routed_scaling,
                                     M.shared_intermediate > 0 ? ys : nullptr, out, c.s),
             "moe combine");
-  GQ_LAUNCH(detail::raw_add(x, out, false, static_cast<long long>(c.T) * H, c.s), "residual add");
+  GQ_LAUNCH(detail::raw_add(x, out, false, H, c.T, H, c.s), "residual add");
   return c.timer->mark("moe routed");
 }
 

@@ -2,6 +2,7 @@
 // softplus output gate and the MoE combine. Bound: latency (a few KB per row); one block per row, fixed
 // summation orders so a row's result never depends on the other rows of the step.
 #include "runtime/cuda/device_util.cuh"
+#include "runtime/cuda/kernels/block_sum.cuh"
 #include "runtime/cuda/kernels/forward_kernels.h"
 
 namespace gridq::cuda::detail {
@@ -26,13 +27,7 @@ __global__ void __launch_bounds__(kThreads)
   const float* v = x + t * H;
   double ss = 0.0;
   for (int i = threadIdx.x; i < H; i += kThreads) ss += static_cast<double>(v[i]) * v[i];
-  red[threadIdx.x] = ss;
-  __syncthreads();
-  for (int s = kThreads / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
-    __syncthreads();
-  }
-  const float var = static_cast<float>(red[0] / static_cast<double>(H));
+  const float var = static_cast<float>(block_sum_f64<kThreads>(ss, red) / static_cast<double>(H));
   const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(var, eps)));
   for (int i = threadIdx.x; i < H; i += kThreads) {
     const float o = __fmul_rn(w[i], __fmul_rn(v[i], inv));
@@ -41,11 +36,12 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-__global__ void add_kernel(float* x, const void* y, int y_bf16, long long n) {
+__global__ void add_kernel(float* x, const void* y, int y_bf16, long long ld_y, int H, long long n) {
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const long long yi = i / H * ld_y + i % H;
     const float v =
-        y_bf16 ? bf16_bits_to_f32(static_cast<const uint16_t*>(y)[i]) : static_cast<const float*>(y)[i];
+        y_bf16 ? bf16_bits_to_f32(static_cast<const uint16_t*>(y)[yi]) : static_cast<const float*>(y)[yi];
     x[i] = __fadd_rn(x[i], v);
   }
 }
@@ -97,9 +93,10 @@ cudaError_t raw_rmsnorm_f32(const float* x, const float* w, int T, int H, float 
   rmsnorm_f32_kernel<<<T, kThreads, 0, s>>>(x, w, H, eps, y, y32);
   return cudaGetLastError();
 }
-cudaError_t raw_add(float* x, const void* y, bool y_bf16, long long n, cudaStream_t s) {
-  const long long blocks = (n + 255) / 256;
-  add_kernel<<<static_cast<unsigned>(blocks < 1024 ? blocks : 1024), 256, 0, s>>>(x, y, y_bf16 ? 1 : 0, n);
+cudaError_t raw_add(float* x, const void* y, bool y_bf16, long long ld_y, int T, int H, cudaStream_t s) {
+  const long long n = static_cast<long long>(T) * H, blocks = (n + 255) / 256;
+  add_kernel<<<static_cast<unsigned>(blocks < 1024 ? blocks : 1024), 256, 0, s>>>(x, y, y_bf16 ? 1 : 0, ld_y,
+                                                                                  H, n);
   return cudaGetLastError();
 }
 cudaError_t raw_swiglu(const float* gu, long long ld, long long up_off, int T, int I, uint16_t* h,

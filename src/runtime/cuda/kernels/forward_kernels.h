@@ -24,8 +24,9 @@ cudaError_t raw_embed(const uint16_t* table, const int* ids, int T, int H, float
 cudaError_t raw_rmsnorm_f32(const float* x, const float* w, int T, int H, float eps, uint16_t* y, float* y32,
                             cudaStream_t s);
 
-// x[i] += y[i] (FP32), or += float(bf16 y) when y_bf16.
-cudaError_t raw_add(float* x, const void* y, bool y_bf16, long long n, cudaStream_t s);
+// x[t, c] += y[t·ld_y + c] for t < T, c < H (FP32 y, or BF16 when y_bf16): the rows of a GEMV output whose
+// padding rows (ld_y > H) are skipped.
+cudaError_t raw_add(float* x, const void* y, bool y_bf16, long long ld_y, int T, int H, cudaStream_t s);
 
 // h[t, i] = bf16(silu(g[t, i]) · u[t, i]); g at gu + t·ld, u at gu + t·ld + up_off (FP32).
 cudaError_t raw_swiglu(const float* gu, long long ld, long long up_off, int T, int I, uint16_t* h,

@@ -2,6 +2,7 @@
 // over q, k and v heads. Bound: latency. FP32 math in the CPU reference's order (no contraction: __f*_rn),
 // angles pos·inv_freq in FP32; the cache holds BF16.
 #include "runtime/cuda/device_util.cuh"
+#include "runtime/cuda/kernels/block_sum.cuh"
 #include "runtime/cuda/kernels/kv_view.cuh"
 
 namespace gridq::cuda::detail {
@@ -25,15 +26,8 @@ __global__ void __launch_bounds__(kThreads) qk_rope_kv_kernel(const RopeArgs a) 
   if (nw) {  // rmsnorm_rows over the head's d values
     double ss = 0.0;
     for (int i = threadIdx.x; i < d; i += kThreads) ss += static_cast<double>(u[i]) * u[i];
-    red[threadIdx.x] = ss;
-    __syncthreads();
-    for (int s = kThreads / 2; s > 0; s >>= 1) {
-      if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
-      __syncthreads();
-    }
-    const float var = static_cast<float>(red[0] / static_cast<double>(d));
+    const float var = static_cast<float>(block_sum_f64<kThreads>(ss, red) / static_cast<double>(d));
     const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(var, a.eps)));
-    __syncthreads();
     for (int i = threadIdx.x; i < d; i += kThreads) u[i] = __fmul_rn(nw[i], __fmul_rn(u[i], inv));
     __syncthreads();
   }
