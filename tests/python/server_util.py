@@ -38,6 +38,9 @@ class Server:
         args = [gridq_bin(), "serve", str(model_dir), "--port", str(self.port), "--threads", "2"]
         if api_key:
             args += ["--api-key", api_key]
+        # GRIDQ_SERVE_ARGS (e.g. "--device cuda") runs the whole suite against another configuration of the
+        # same server: bench/gpu_engine.sh runs it against the CUDA backend on the GPU machine.
+        args += os.environ.get("GRIDQ_SERVE_ARGS", "").split()
         args += list(extra)
         self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"gridq-serve-{self.port}.log"
         self.log = open(self.log_path, "wb")
