@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
 # Device-side driver for the CUDA engine (run through the device tool from the repo root with
-# carry ["build-pcre"]; the GPU machine's image has no PCRE2, see bench/run_device.sh). Builds gridq and
+# carry [".gpupack"] or ["build-pcre"]; the GPU machine's image has no PCRE2, see bench/run_device.sh). Builds gridq and
 # test_cuda (full build, Release, CUDA on), quantizes the bundled model with the shipped recipes (RTN, small
 # calibration: the point is the formats, not their quality) in the background, runs the GPU engine tests
 # (parity vs CPU, batch invariance), the kernel tests, `gridq generate --device cuda`, and
 # `gridq bench decode`. Every step writes under $OUT as it goes, so a run stopped at its limit still returns.
 #
-#   GRIDQ_STEPS   which steps to run (default "build tests artifacts generate bench"), space separated
+#   GRIDQ_STEPS   which steps to run (default "build tests artifacts generate serve pysuite bench sanitize"), space separated
 #   GRIDQ_BENCH   arguments of `gridq bench decode` (default: --synthetic laguna-s-2.1)
+#   GRIDQ_BENCH_NOPDL  set: the same bench again with --no-pdl
 #   GRIDQ_COMMIT  commit recorded in the results (pass `git rev-parse --short=12 HEAD` of the sent tree: the copied
 #                 tree's .git may be stale)
-#   GRIDQ_FILTER  gtest filter of the engine tests (default CudaEngine.*:CudaInvariance.*:CudaLinear.*:CudaBenchDecode*:BenchDecode*)
+#   GRIDQ_FILTER  gtest filter of the engine tests (default CudaEngine.*:CudaInvariance.*:CudaLinear.*:CudaSampler.*:CudaBenchDecode*:BenchDecode*)
 set -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-STEPS=${GRIDQ_STEPS:-build tests artifacts generate serve bench sanitize}
+STEPS=${GRIDQ_STEPS:-build tests artifacts generate serve pysuite bench sanitize}
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 log() { echo "== $(date +%T) $*" | tee -a "$OUT/summary.txt"; }
 {
@@ -23,7 +24,12 @@ log() { echo "== $(date +%T) $*" | tee -a "$OUT/summary.txt"; }
   nvcc --version | tail -1
 } 2>&1 | tee "$OUT/gpu.txt"
 
+# .gpupack/gpupack.tar.xz (ignored, carried): build-pcre plus the Python packages the server suite needs that the
+# image lacks (openai, pydantic, ...), xz-compressed to fit the 64 MiB tree beside the bundled model.
 PCRE="$PWD/build-pcre"
+if [ -f .gpupack/gpupack.tar.xz ]; then
+  mkdir -p /tmp/gpupack && tar xJf .gpupack/gpupack.tar.xz -C /tmp/gpupack && PCRE=/tmp/gpupack/build-pcre
+fi
 mkdir -p /tmp/pcre-pc
 sed "s#^prefix=.*#prefix=$PCRE#" "$PCRE/lib/pkgconfig/libpcre2-8.pc" > /tmp/pcre-pc/libpcre2-8.pc
 export PKG_CONFIG_PATH="/tmp/pcre-pc${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
@@ -57,13 +63,13 @@ fi
 
 if has tests; then
   t0=$(date +%s)
-  timeout 300 $T --gtest_filter="${GRIDQ_FILTER:-CudaEngine.*:CudaInvariance.*:CudaLinear.*:CudaBenchDecode*:BenchDecode*}" > "$OUT/engine_tests.txt" 2>&1
+  timeout 300 $T --gtest_filter="${GRIDQ_FILTER:-CudaEngine.*:CudaInvariance.*:CudaLinear.*:CudaSampler.*:CudaBenchDecode*:BenchDecode*}" > "$OUT/engine_tests.txt" 2>&1
   rc=$?
-  grep -E "^\[( +OK|  FAILED|  PASSED|  SKIPPED)|Failure|gpu parity|gpu invariance|SEED|Expected|Which is|error" \
+  grep -E "^\[( +OK|  FAILED|  PASSED|  SKIPPED)|Failure|gpu parity|gpu invariance|gpu sampler|SEED|Expected|Which is|error" \
     "$OUT/engine_tests.txt" | head -80
   log "engine tests exit $rc ($(($(date +%s) - t0)) s)"
   t0=$(date +%s)
-  timeout 150 $T --gtest_filter="-CudaEngine.*:CudaInvariance.*:CudaLinear.*:CudaBench*:BenchDecode*:CudaChain.*" > "$OUT/kernel_tests.txt" 2>&1
+  timeout 150 $T --gtest_filter="-CudaEngine.*:CudaInvariance.*:CudaLinear.*:CudaSampler.*:CudaBench*:BenchDecode*:CudaChain.*" > "$OUT/kernel_tests.txt" 2>&1
   rc=$?
   grep -E "^\[(  FAILED|  PASSED)|Failure" "$OUT/kernel_tests.txt" | head -30
   log "kernel tests exit $rc ($(($(date +%s) - t0)) s)"
@@ -100,6 +106,17 @@ if has serve; then
   done
 fi
 
+if has pysuite; then
+  # The Python server suite (openai SDK, strict validation) against a CUDA server.
+  t0=$(date +%s)
+  GRIDQ_BIN="$PWD/$G" GRIDQ_SERVE_ARGS="--device cuda" PYTHONPATH=/tmp/gpupack/site timeout 400 \
+    python3 -m pytest -q -p no:cacheprovider tests/python/test_server_api.py tests/python/test_server_lifecycle.py \
+    tests/python/test_server_negative.py > "$OUT/pysuite.txt" 2>&1
+  rc=$?
+  tail -25 "$OUT/pysuite.txt"
+  log "python server suite (--device cuda) exit $rc ($(($(date +%s) - t0)) s)"
+fi
+
 if has bench; then
   t0=$(date +%s)
   timeout 400 $G bench decode ${GRIDQ_BENCH:---synthetic laguna-s-2.1} --out "$OUT/bench_decode.json" \
@@ -107,6 +124,11 @@ if has bench; then
   rc=$?
   cat "$OUT/bench_decode.txt" | tail -60
   log "bench decode exit $rc ($(($(date +%s) - t0)) s)"
+  if [ -n "${GRIDQ_BENCH_NOPDL:-}" ]; then  # the same cells without programmatic dependent launch
+    timeout 300 $G bench decode ${GRIDQ_BENCH:---synthetic laguna-s-2.1} --no-pdl --out "$OUT/bench_decode_nopdl.json" \
+      > "$OUT/bench_decode_nopdl.txt" 2>&1
+    echo "bench decode --no-pdl exit $?"; tail -12 "$OUT/bench_decode_nopdl.txt"
+  fi
   if [ -f $ART/laguna/config.json ]; then
     timeout 60 $G bench decode $ART/laguna --batches 1,16 --contexts 0,1000 --steps 8 --out "$OUT/bench_decode_tiny.json" \
       > "$OUT/bench_decode_tiny.txt" 2>&1

@@ -50,6 +50,7 @@ int run_decode(const BenchFlags& f) {
   o.steps = f.steps;
   o.warmup = f.warmup;
   o.seed = f.seed;
+  o.pdl = !f.no_pdl;
   auto r = cuda::run_bench_decode(o);
   if (!r.ok()) return fail("bench decode: " + r.message());
   if (!f.out.empty()) {
@@ -146,6 +147,9 @@ const Registrar reg{Command{
       d->add_option("--seed", flags->seed, "seed of the synthetic weights and token ids (default 1)");
       d->add_option("--out", flags->out, "also write the JSON result (machine, commit, driver, CUDA) here");
       d->add_flag("--json", flags->json, "print the JSON instead of the table");
+      d->add_flag(
+          "--no-pdl", flags->no_pdl,
+          "launch the forward's kernels without programmatic dependent launch (to measure what it buys)");
       d->add_option("--device", flags->device, "cuda or auto (default)")->check(device_check());
       return [flags, d]() { return d->parsed() ? run_decode(*flags) : run_kernels(*flags); };
     }}};

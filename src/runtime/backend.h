@@ -9,6 +9,7 @@
 
 #include "core/status.h"
 #include "model/model_spec.h"
+#include "runtime/sampler.h"
 
 namespace gridq::runtime {
 
@@ -32,6 +33,16 @@ class Backend {
   // Runs all items in one forward (each item's tokens see only its own sequence). Appends to `logits`
   // [rows, vocab] fp32 one row per requested position, items in order, positions ascending.
   virtual Status forward(std::span<const BatchItem> items, std::vector<float>& logits) = 0;
+  // Whether forward_sampled() runs here: a device backend samples where the logits are and copies back a
+  // token per row instead of a row of logits (the Engine samples on the host for the others).
+  virtual bool samples_on_device() const { return false; }
+  // forward(items) and, for logits row r, the token Sampler::run(*plans[r], row) picks (runtime/sampler.h;
+  // plans[r] null: the row is not sampled, its token is -1). One entry of `out` per logits row.
+  virtual Status forward_sampled(std::span<const BatchItem> items, std::span<const SamplePlan* const> plans,
+                                 std::vector<SampledToken>& out) {
+    (void)items, (void)plans, (void)out;
+    return err("this backend does not sample on its device (samples_on_device() is false)");
+  }
   // What a device backend holds, for the start-up report ("weights 37.6 GB, KV 80.1 GB (1.9 M tokens), ...");
   // empty for a backend that allocates on demand (the CPU).
   virtual std::string memory_report() const { return {}; }

@@ -90,6 +90,59 @@ Expected<std::vector<float>> Engine::prefill(SeqId id, std::span<const int32_t> 
   return out;
 }
 
+Expected<SampledToken> Engine::prefill_sampled(SeqId id, std::span<const int32_t> tokens,
+                                               const SamplePlan& plan) {
+  if (tokens.empty()) return err("engine: prefill of sequence {} with no tokens", id);
+  // All but the last chunk without logits, then the last one sampled.
+  const size_t chunk = static_cast<size_t>(opts_.prefill_chunk);
+  const size_t head = (tokens.size() - 1) / chunk * chunk;
+  if (head > 0) GRIDQ_RETURN_IF_ERROR(prefill(id, tokens.first(head), LogitsMode::kNone).status());
+  BatchItem it{id, tokens.subspan(head), LogitsMode::kLast};
+  const SamplePlan* plans[1] = {&plan};
+  GRIDQ_ASSIGN_OR_RETURN(auto out, forward_sampled(std::span<const BatchItem>(&it, 1), plans));
+  return out.at(0);
+}
+
+Expected<std::vector<SampledToken>> Engine::decode_sampled(std::span<const SeqId> seqs,
+                                                           std::span<const int32_t> tokens,
+                                                           std::span<const SamplePlan* const> plans) {
+  if (seqs.size() != tokens.size())
+    return err("engine: decode got {} sequences and {} tokens", seqs.size(), tokens.size());
+  std::vector<BatchItem> items;
+  items.reserve(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i)
+    items.push_back(BatchItem{seqs[i], tokens.subspan(i, 1), LogitsMode::kLast});
+  return forward_sampled(items, plans);
+}
+
+Expected<std::vector<SampledToken>> Engine::forward_sampled(std::span<const BatchItem> items,
+                                                            std::span<const SamplePlan* const> plans) {
+  size_t rows = 0;
+  for (const auto& it : items)
+    rows += it.logits == LogitsMode::kAll ? it.tokens.size() : it.logits == LogitsMode::kLast ? 1 : 0;
+  if (plans.size() != rows) return err("engine: {} sampling plans for {} logits rows", plans.size(), rows);
+  std::vector<SampledToken> out;
+  if (backend_->samples_on_device()) {
+    GRIDQ_RETURN_IF_ERROR(backend_->forward_sampled(items, plans, out));
+    if (out.size() != rows) return err("engine: backend sampled {} of {} rows", out.size(), rows);
+    return out;
+  }
+  std::vector<float> logits;
+  GRIDQ_RETURN_IF_ERROR(backend_->forward(items, logits));
+  const size_t V = static_cast<size_t>(vocab_size());
+  if (logits.size() != rows * V)
+    return err("engine: backend returned {} logits for {} rows", logits.size(), rows);
+  out.resize(rows);
+  for (size_t r = 0; r < rows; ++r) {
+    if (!plans[r]) {
+      out[r].token = -1;
+      continue;
+    }
+    out[r] = Sampler::run(*plans[r], std::span<const float>(logits.data() + r * V, V));
+  }
+  return out;
+}
+
 Expected<std::vector<float>> Engine::decode(std::span<const SeqId> seqs, std::span<const int32_t> tokens) {
   if (seqs.size() != tokens.size())
     return err("engine: decode got {} sequences and {} tokens", seqs.size(), tokens.size());

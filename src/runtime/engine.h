@@ -55,6 +55,16 @@ class Engine {
   // Raw batched forward (several sequences, any token counts, one forward; no chunking).
   Expected<std::vector<float>> forward(std::span<const BatchItem> items);
 
+  // The same three, sampling each logits row r with plans[r] (Sampler::plan; null: not sampled, token -1)
+  // where the logits are: on the device when the backend samples there (copying back tokens, not logits),
+  // else on the host. Either way the algorithm of runtime/sampler.h.
+  Expected<SampledToken> prefill_sampled(SeqId id, std::span<const int32_t> tokens, const SamplePlan& plan);
+  Expected<std::vector<SampledToken>> decode_sampled(std::span<const SeqId> seqs,
+                                                     std::span<const int32_t> tokens,
+                                                     std::span<const SamplePlan* const> plans);
+  Expected<std::vector<SampledToken>> forward_sampled(std::span<const BatchItem> items,
+                                                      std::span<const SamplePlan* const> plans);
+
   Backend& backend() { return *backend_; }
 
  private:

@@ -34,7 +34,11 @@ Expected<GenerateResult> generate(Engine& engine, const text::Tokenizer& tok, st
     ~Free() { e.free_sequence(s); }
   } guard{engine, seq};
   auto t0 = clock::now();
-  GRIDQ_ASSIGN_OR_RETURN(std::vector<float> logits, engine.prefill(seq, prompt, LogitsMode::kLast));
+  const size_t V = static_cast<size_t>(engine.vocab_size());
+  // Each token's plan (penalties over the prompt and the tokens so far, r.tokens) is made before the forward
+  // that yields its logits, so the backend can sample where the logits are.
+  SamplePlan plan = sampler.plan(V, prompt, r.tokens);
+  GRIDQ_ASSIGN_OR_RETURN(SampledToken next, engine.prefill_sampled(seq, prompt, plan));
   r.prefill_seconds = std::chrono::duration<double>(clock::now() - t0).count();
   text::StreamDecoder dec(tok, skip_special);
   std::string text;
@@ -42,8 +46,7 @@ Expected<GenerateResult> generate(Engine& engine, const text::Tokenizer& tok, st
   auto t1 = clock::now();
   bool stopped = false;
   for (int i = 0; i < max_tokens && !stopped; ++i) {
-    // The penalties see the prompt and the tokens generated so far (r.tokens).
-    const int32_t id = sampler.sample(logits, prompt, r.tokens).token;
+    const int32_t id = next.token;
     r.tokens.push_back(id);
     if (sampler.is_stop_token(id)) {
       r.finish_reason = "stop";
@@ -64,8 +67,11 @@ Expected<GenerateResult> generate(Engine& engine, const text::Tokenizer& tok, st
     }
     if (stopped || i + 1 >= max_tokens) break;
     SeqId ids[1] = {seq};
-    int32_t next[1] = {id};
-    GRIDQ_ASSIGN_OR_RETURN(logits, engine.decode(ids, next));
+    int32_t in[1] = {id};
+    plan = sampler.plan(V, prompt, r.tokens);
+    const SamplePlan* plans[1] = {&plan};
+    GRIDQ_ASSIGN_OR_RETURN(auto step, engine.decode_sampled(ids, in, plans));
+    next = step.at(0);
   }
   if (r.finish_reason != "stop" || !stopped) {
     text += dec.flush();

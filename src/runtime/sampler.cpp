@@ -27,6 +27,8 @@ int32_t argmax_lowest(std::span<const T> v) {
 
 bool in_vocab(int32_t t, size_t V) { return t >= 0 && static_cast<size_t>(t) < V; }
 
+}  // namespace
+
 // Step 8: log-softmax of the raw logits at `token` and the `k` most likely ids.
 void add_logprobs(std::span<const float> logits, int k, SampledToken& out) {
   const size_t V = logits.size();
@@ -49,7 +51,6 @@ void add_logprobs(std::span<const float> logits, int k, SampledToken& out) {
     out.top.emplace_back(idx[i],
                          static_cast<float>(static_cast<double>(logits[static_cast<size_t>(idx[i])]) - lse));
 }
-}  // namespace
 
 Rng::Rng(uint64_t seed) {
   uint64_t x = seed;
@@ -73,33 +74,63 @@ double Rng::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
 int32_t argmax(std::span<const float> logits) { return argmax_lowest(logits); }
 int32_t argmax(std::span<const double> scores) { return argmax_lowest(scores); }
 
+std::vector<ScoreEdit> score_edits(size_t V, std::span<const int32_t> prompt,
+                                   std::span<const int32_t> generated, std::span<const int32_t> banned,
+                                   const SamplingParams& p) {
+  // id -> edit, ordered by id. Penalties first (apply_penalties' rules), then the bias, then the ban.
+  std::map<int32_t, ScoreEdit> e;
+  auto at = [&](int32_t t) -> ScoreEdit& {
+    ScoreEdit& x = e[t];
+    x.id = t;
+    return x;
+  };
+  if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+    std::unordered_map<int32_t, int64_t> count;
+    for (int32_t t : prompt)
+      if (in_vocab(t, V)) count[t] += p.penalties_count_prompt ? 1 : 0;
+    for (int32_t t : generated)
+      if (in_vocab(t, V)) ++count[t];
+    for (const auto& [t, c] : count) {
+      ScoreEdit& x = at(t);
+      x.rep = p.repetition_penalty != 1.0f;
+      if (c > 0)
+        x.sub = static_cast<double>(p.presence_penalty) + p.frequency_penalty * static_cast<double>(c);
+    }
+  }
+  for (const auto& [t, b] : p.logit_bias)
+    if (in_vocab(t, V)) at(t).bias += static_cast<double>(b);
+  for (int32_t t : banned)
+    if (in_vocab(t, V)) at(t).banned = true;
+  std::vector<ScoreEdit> out;
+  out.reserve(e.size());
+  for (const auto& [t, x] : e) out.push_back(x);
+  return out;
+}
+
+void apply_edits(std::span<double> s, std::span<const ScoreEdit> edits, double repetition) {
+  for (const ScoreEdit& x : edits) {
+    double& v = s[static_cast<size_t>(x.id)];
+    if (x.rep) v = v > 0.0 ? v / repetition : v * repetition;
+    v -= x.sub;
+    v += x.bias;
+    if (x.banned) v = -std::numeric_limits<double>::infinity();
+  }
+}
+
 void apply_penalties(std::span<double> scores, std::span<const int32_t> prompt,
                      std::span<const int32_t> generated, const SamplingParams& p) {
-  if (p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f) return;
-  const size_t V = scores.size();
-  // id -> occurrences presence/frequency count; a prompt id they do not count stays at 0 (repetition only).
-  std::unordered_map<int32_t, int64_t> count;
-  for (int32_t t : prompt)
-    if (in_vocab(t, V)) count[t] += p.penalties_count_prompt ? 1 : 0;
-  for (int32_t t : generated)
-    if (in_vocab(t, V)) ++count[t];
-  const double rep = p.repetition_penalty, presence = p.presence_penalty, frequency = p.frequency_penalty;
-  for (const auto& [t, c] : count) {
-    double& s = scores[static_cast<size_t>(t)];
-    if (rep != 1.0) s = s > 0.0 ? s / rep : s * rep;
-    if (c > 0) s -= presence + frequency * static_cast<double>(c);
-  }
+  SamplingParams only = p;  // step 2 alone
+  only.logit_bias.clear();
+  apply_edits(scores, score_edits(scores.size(), prompt, generated, {}, only),
+              static_cast<double>(p.repetition_penalty));
 }
 
 std::vector<double> sampling_scores(std::span<const float> logits, std::span<const int32_t> prompt,
                                     std::span<const int32_t> generated, std::span<const int32_t> banned,
                                     const SamplingParams& p) {
   std::vector<double> s(logits.begin(), logits.end());
-  apply_penalties(s, prompt, generated, p);
-  for (const auto& [t, b] : p.logit_bias)
-    if (in_vocab(t, s.size())) s[static_cast<size_t>(t)] += static_cast<double>(b);
-  for (int32_t t : banned)
-    if (in_vocab(t, s.size())) s[static_cast<size_t>(t)] = -std::numeric_limits<double>::infinity();
+  apply_edits(s, score_edits(s.size(), prompt, generated, banned, p),
+              static_cast<double>(p.repetition_penalty));
   return s;
 }
 
@@ -161,20 +192,45 @@ int32_t pick_token(std::span<const double> probs, double u) {
   return last;
 }
 
+SamplePlan Sampler::plan(size_t V, std::span<const int32_t> prompt, std::span<const int32_t> generated,
+                         std::span<const int32_t> banned, int top_logprobs) {
+  SamplePlan pl;
+  pl.greedy = p_.temperature <= 0.0f;
+  pl.temperature = pl.greedy ? 1.0 : static_cast<double>(p_.temperature);
+  pl.top_k = p_.top_k;
+  pl.top_p = static_cast<double>(p_.top_p);
+  pl.min_p = static_cast<double>(p_.min_p);
+  pl.repetition = static_cast<double>(p_.repetition_penalty);
+  pl.edits = score_edits(V, prompt, generated, banned, p_);
+  pl.top_logprobs = top_logprobs;
+  if (!pl.greedy) pl.u = rng_.uniform();  // one per sampled token, whatever the filters leave
+  return pl;
+}
+
+SampledToken Sampler::run(const SamplePlan& plan, std::span<const float> logits) {
+  SampledToken out;
+  if (logits.empty()) return out;
+  std::vector<double> s(logits.begin(), logits.end());
+  apply_edits(s, plan.edits, plan.repetition);
+  if (plan.greedy) {
+    out.token = argmax(std::span<const double>(s));
+  } else {
+    SamplingParams p;
+    p.temperature = static_cast<float>(plan.temperature);
+    p.top_k = plan.top_k;
+    p.top_p = static_cast<float>(plan.top_p);
+    p.min_p = static_cast<float>(plan.min_p);
+    out.token = pick_token(filtered_probs(s, p), plan.u);
+  }
+  add_logprobs(logits, plan.top_logprobs, out);
+  return out;
+}
+
 SampledToken Sampler::sample(std::span<const float> logits, std::span<const int32_t> prompt,
                              std::span<const int32_t> generated, std::span<const int32_t> banned,
                              int top_logprobs) {
-  SampledToken out;
-  if (logits.empty()) return out;
-  const std::vector<double> s = sampling_scores(logits, prompt, generated, banned, p_);
-  if (p_.temperature <= 0.0f) {
-    out.token = argmax(std::span<const double>(s));
-  } else {
-    const double u = rng_.uniform();  // drawn first: one per token, whatever the filters leave
-    out.token = pick_token(filtered_probs(s, p_), u);
-  }
-  add_logprobs(logits, top_logprobs, out);
-  return out;
+  if (logits.empty()) return {};
+  return run(plan(logits.size(), prompt, generated, banned, top_logprobs), logits);
 }
 
 bool Sampler::is_stop_token(int32_t id) const {

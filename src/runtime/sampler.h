@@ -79,6 +79,35 @@ struct SampledToken {
   std::vector<std::pair<int32_t, float>> top;  // top_logprobs alternatives, most likely first
 };
 
+// Steps 2-4 for one id, in the order they apply: s = rep ? (s > 0 ? s / r : s * r) : s; s -= sub; s += bias;
+// then banned → -inf. Every other id keeps s = logits[i].
+struct ScoreEdit {
+  int32_t id = 0;
+  bool rep = false, banned = false;
+  double sub = 0.0, bias = 0.0;
+};
+
+// One token's sampling, planned before its logits exist, so that it can run where the logits are (a device
+// kernel, runtime/cuda/kernels/sample.cu) exactly as sample() runs it on the host: the per-id edits of steps
+// 2-4 (ids ascending), the parameters of steps 5-6, and step 7's uniform (drawn by plan() iff not greedy).
+struct SamplePlan {
+  bool greedy = true;
+  double temperature = 1.0, top_p = 1.0, min_p = 0.0, repetition = 1.0;
+  int32_t top_k = 0;
+  std::vector<ScoreEdit> edits;
+  double u = 0.0;
+  int top_logprobs = 0;  // step 8 alternatives wanted (0: only the token's own logprob)
+};
+
+// The edits of steps 2-4 for a vocabulary of V ids (ids >= V ignored).
+std::vector<ScoreEdit> score_edits(size_t V, std::span<const int32_t> prompt,
+                                   std::span<const int32_t> generated, std::span<const int32_t> banned,
+                                   const SamplingParams& p);
+// Applies edits to scores s[V] (steps 2-4); `repetition` is the plan's.
+void apply_edits(std::span<double> s, std::span<const ScoreEdit> edits, double repetition);
+// Step 8 into `out` for out.token: its logprob and the k most likely raw logits.
+void add_logprobs(std::span<const float> logits, int k, SampledToken& out);
+
 // Step 2 in place on fp64 scores.
 void apply_penalties(std::span<double> scores, std::span<const int32_t> prompt,
                      std::span<const int32_t> generated, const SamplingParams& p);
@@ -99,6 +128,11 @@ class Sampler {
   SampledToken sample(std::span<const float> logits, std::span<const int32_t> prompt,
                       std::span<const int32_t> generated, std::span<const int32_t> banned = {},
                       int top_logprobs = 0);
+  // sample() in two halves: plan() draws the uniform (when not greedy) and lists the edits; run() is steps
+  // 1-8 on the host. sample(l, ...) == run(plan(l.size(), ...), l).
+  SamplePlan plan(size_t V, std::span<const int32_t> prompt, std::span<const int32_t> generated,
+                  std::span<const int32_t> banned = {}, int top_logprobs = 0);
+  static SampledToken run(const SamplePlan& plan, std::span<const float> logits);
   bool is_stop_token(int32_t id) const;
   // If `text` (the full generated text so far) contains a stop string, returns the length of `text` to keep
   // (up to the earliest stop string, which is excluded); otherwise -1.

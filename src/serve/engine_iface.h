@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "runtime/sampler.h"
 
 namespace gridq::serve {
 
@@ -34,6 +35,24 @@ class EngineIface {
   // Runs all items in one forward; appends one row of vocab_size() floats per item with want_logits, in
   // order. Each item's row must not depend on the other items (batch invariance, server.md §8).
   virtual Status forward(std::span<const StepItem> items, std::vector<float>& logits) = 0;
+  // forward(items), then each want_logits row r sampled by plans[r] (runtime::Sampler::plan; null: not
+  // sampled, token -1): one token per row comes back instead of its logits. This default samples on the host
+  // from forward()'s logits; RuntimeEngine hands it to the runtime Engine, which samples on the device when
+  // the backend can (the same algorithm either way, runtime/sampler.h).
+  virtual Status forward_sampled(std::span<const StepItem> items,
+                                 std::span<const runtime::SamplePlan* const> plans,
+                                 std::vector<runtime::SampledToken>& out) {
+    std::vector<float> logits;
+    GRIDQ_RETURN_IF_ERROR(forward(items, logits));
+    const size_t V = static_cast<size_t>(vocab_size());
+    if (logits.size() != plans.size() * V)
+      return err("engine returned {} logits for {} rows of vocab {}", logits.size(), plans.size(), V);
+    for (size_t r = 0; r < plans.size(); ++r)
+      out.push_back(plans[r]
+                        ? runtime::Sampler::run(*plans[r], std::span<const float>(logits.data() + r * V, V))
+                        : runtime::SampledToken{-1, 0.0f, {}});
+    return {};
+  }
   // One line per weight format naming the kernel path in use (logged at start).
   virtual std::vector<std::string> describe_kernels() const { return {}; }
 };

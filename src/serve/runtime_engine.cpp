@@ -31,20 +31,33 @@ void RuntimeEngine::remove_sequence(SeqId id) {
   ids_.erase(it);
 }
 
+Status RuntimeEngine::batch(std::span<const StepItem> items, std::vector<runtime::BatchItem>& b) const {
+  b.reserve(items.size());
+  std::lock_guard lk(mu_);
+  for (const auto& it : items) {
+    auto f = ids_.find(it.seq);
+    if (f == ids_.end()) return err("serve engine: forward on unknown sequence {}", it.seq);
+    b.push_back(runtime::BatchItem{f->second, it.tokens,
+                                   it.want_logits ? runtime::LogitsMode::kLast : runtime::LogitsMode::kNone});
+  }
+  return {};
+}
+
 Status RuntimeEngine::forward(std::span<const StepItem> items, std::vector<float>& logits) {
   std::vector<runtime::BatchItem> b;
-  b.reserve(items.size());
-  {
-    std::lock_guard lk(mu_);
-    for (const auto& it : items) {
-      auto f = ids_.find(it.seq);
-      if (f == ids_.end()) return err("serve engine: forward on unknown sequence {}", it.seq);
-      b.push_back(runtime::BatchItem{
-          f->second, it.tokens, it.want_logits ? runtime::LogitsMode::kLast : runtime::LogitsMode::kNone});
-    }
-  }
+  GRIDQ_RETURN_IF_ERROR(batch(items, b));
   GRIDQ_ASSIGN_OR_RETURN(auto out, eng_->forward(b));
   logits.insert(logits.end(), out.begin(), out.end());
+  return {};
+}
+
+Status RuntimeEngine::forward_sampled(std::span<const StepItem> items,
+                                      std::span<const runtime::SamplePlan* const> plans,
+                                      std::vector<runtime::SampledToken>& out) {
+  std::vector<runtime::BatchItem> b;
+  GRIDQ_RETURN_IF_ERROR(batch(items, b));
+  GRIDQ_ASSIGN_OR_RETURN(auto toks, eng_->forward_sampled(b, plans));
+  out.insert(out.end(), toks.begin(), toks.end());
   return {};
 }
 

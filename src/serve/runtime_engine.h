@@ -22,12 +22,15 @@ class RuntimeEngine final : public EngineIface {
   Status add_sequence(SeqId id) override;
   void remove_sequence(SeqId id) override;
   Status forward(std::span<const StepItem> items, std::vector<float>& logits) override;
+  Status forward_sampled(std::span<const StepItem> items, std::span<const runtime::SamplePlan* const> plans,
+                         std::vector<runtime::SampledToken>& out) override;
   std::vector<std::string> describe_kernels() const override;
   // The formats of the matrices the backend runs (empty for a backend that does not expose them).
   std::vector<WeightFormatUse> weight_formats() const;
   runtime::Engine& engine() { return *eng_; }
 
  private:
+  Status batch(std::span<const StepItem> items, std::vector<runtime::BatchItem>& b) const;
   std::unique_ptr<runtime::Engine> eng_;
   int64_t max_len_, capacity_;
   mutable std::mutex mu_;

@@ -174,7 +174,7 @@ void Scheduler::update_gauges() {
 }
 
 void Scheduler::loop() {
-  std::vector<float> logits;
+  std::vector<runtime::SampledToken> sampled;
   for (;;) {
     std::vector<std::shared_ptr<SchedRequest>> aborted, timed_out;
     bool abort_running = false;
@@ -257,13 +257,28 @@ void Scheduler::loop() {
       owners.push_back(s.get());
       budget -= static_cast<int64_t>(n);
     }
-    logits.clear();
-    Status st = engine_.forward(items, logits);
+    // Each sampled row's plan (its uniform drawn now, in row order) before the step, so the engine can
+    // sample where the logits are; rows of finished or cancelled sequences are not sampled.
+    std::vector<runtime::SamplePlan> plan_store;
+    plan_store.reserve(items.size());
+    std::vector<const runtime::SamplePlan*> plans;
     const size_t V = static_cast<size_t>(engine_.vocab_size());
-    size_t rows = 0;
-    for (const auto& it : items) rows += it.want_logits ? 1 : 0;
-    if (st.ok() && logits.size() != rows * V)
-      st = err("engine returned {} logits for {} rows of vocab {}", logits.size(), rows, V);
+    for (size_t k = 0; k < items.size(); ++k) {
+      if (!items[k].want_logits) continue;
+      Seq& s = *owners[k];
+      if (s.done || s.req->cancelled) {
+        plans.push_back(nullptr);
+        continue;
+      }
+      std::span<const int32_t> banned;
+      if (static_cast<int64_t>(s.generated.size()) < s.req->min_tokens) banned = s.req->stop_ids;
+      plan_store.push_back(s.sampler.plan(V, s.req->prompt, s.generated, banned, s.req->top_logprobs));
+      plans.push_back(&plan_store.back());
+    }
+    sampled.clear();
+    Status st = engine_.forward_sampled(items, plans, sampled);
+    if (st.ok() && sampled.size() != plans.size())
+      st = err("engine returned {} tokens for {} rows", sampled.size(), plans.size());
     if (!st.ok()) {
       fail_all(st.message());
       update_gauges();
@@ -283,14 +298,9 @@ void Scheduler::loop() {
         }
       }
       if (!items[k].want_logits) continue;
-      std::span<const float> lrow(logits.data() + row * V, V);
-      ++row;
-      if (s.done || s.req->cancelled) continue;
+      const runtime::SampledToken& tok = sampled[row];
+      if (!plans[row++] || s.done || s.req->cancelled) continue;
       const auto& stop_ids = s.req->stop_ids;
-      std::span<const int32_t> banned;
-      if (static_cast<int64_t>(s.generated.size()) < s.req->min_tokens) banned = stop_ids;
-      runtime::SampledToken tok =
-          s.sampler.sample(lrow, s.req->prompt, s.generated, banned, s.req->top_logprobs);
       ReqState* rs = state_of(s.req.get());
       if (rs) {
         ++rs->generated;

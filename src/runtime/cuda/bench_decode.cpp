@@ -18,6 +18,7 @@
 #include "runtime/cuda/bench_util.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/kernels/forward_kernels.h"
 #include "runtime/cuda/synthetic_model.h"
 #include "runtime/model_weights.h"
 
@@ -161,6 +162,7 @@ Status check_options(const BenchDecodeOptions& o) {
 
 Expected<json> run_bench_decode(const BenchDecodeOptions& o) {
   GRIDQ_RETURN_IF_ERROR(check_options(o));
+  detail::set_forward_pdl(o.pdl);
   GRIDQ_ASSIGN_OR_RETURN(DeviceInfo info, device_info());
   if (info.major != 9 || info.minor != 0)
     return err("bench decode: built for sm_90a, device is sm_{}{} ({})", info.major, info.minor, info.name);
@@ -286,7 +288,8 @@ Expected<json> run_bench_decode(const BenchDecodeOptions& o) {
                   {"batches", o.batches},
                   {"contexts", o.contexts},
                   {"max_model_len", dev.max_model_len},
-                  {"gpu_memory_utilization", dev.gpu_memory_utilization}};
+                  {"gpu_memory_utilization", dev.gpu_memory_utilization},
+                  {"pdl", o.pdl}};
   r["timing"] =
       "std::chrono around CudaBackend::forward (synchronous: the last row's logits are copied back); "
       "median over the timed steps";

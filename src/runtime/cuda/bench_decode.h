@@ -32,6 +32,7 @@ struct BenchDecodeOptions {
   int warmup = 4;
   uint64_t seed = 1;     // synthetic weights and token ids
   bool progress = true;  // print a table row per cell to stderr as it completes
+  bool pdl = true;       // the forward's launches chained by programmatic dependent launch
 };
 
 // Cells whose context + steps pass the model's max_position_embeddings are listed under "skipped".

@@ -6,6 +6,7 @@
 
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/forward.h"
+#include "runtime/cuda/kernels/sample_kernels.h"
 #include "runtime/cuda/register.h"
 
 namespace gridq::cuda {
@@ -128,6 +129,10 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
         B{&w.nsl, R * 4, "slots"},
         B{&w.an, R * H * 2, "final norm"},
         B{&w.logits, R * static_cast<size_t>(dm_->lm_head.out_rows()) * 4, "logits"},
+        B{&w.sample_scratch, R * static_cast<size_t>(S.vocab_size) * 8, "sampling scores"},
+        B{&w.sample_rows, R * sizeof(detail::SampleRowArgs), "sampling rows"},
+        B{&w.sample_out, R * sizeof(detail::SampleResult), "sampling results"},
+        B{&w.sample_edits, 4096 * sizeof(detail::SampleEdit), "sampling edits"},
         B{&w.partial,
           R * qw / static_cast<size_t>(max_d) * static_cast<size_t>(w.max_splits) *
               static_cast<size_t>(max_d + 2) * 4,
@@ -248,6 +253,24 @@ Status CudaBackend::randomize_kv_for_bench(uint64_t seed) {
 }
 
 Status CudaBackend::forward(std::span<const runtime::BatchItem> items, std::vector<float>& logits) {
+  return run_items(items, {}, &logits, nullptr);
+}
+
+Status CudaBackend::forward_sampled(std::span<const runtime::BatchItem> items,
+                                    std::span<const runtime::SamplePlan* const> plans,
+                                    std::vector<runtime::SampledToken>& out) {
+  size_t rows = 0;
+  for (const auto& it : items)
+    rows +=
+        it.logits == runtime::LogitsMode::kAll ? it.tokens.size() : it.logits == runtime::LogitsMode::kLast;
+  if (plans.size() != rows)
+    return err("cuda backend: {} sampling plans for {} logits rows", plans.size(), rows);
+  return run_items(items, plans, nullptr, &out);
+}
+
+Status CudaBackend::run_items(std::span<const runtime::BatchItem> items,
+                              std::span<const runtime::SamplePlan* const> plans, std::vector<float>* logits,
+                              std::vector<runtime::SampledToken>* sampled) {
   // Validate everything first: a refused batch changes no sequence.
   for (size_t i = 0; i < items.size(); ++i) {
     auto it = seqs_.find(items[i].seq);
@@ -269,10 +292,13 @@ Status CudaBackend::forward(std::span<const runtime::BatchItem> items, std::vect
   }
   // Rows in item order, cut into steps of ≤ 16; a step's rows of one sequence are consecutive positions.
   Step st;
+  st.sampled = sampled != nullptr;
+  size_t next_plan = 0;
   auto flush = [&]() -> Status {
     if (st.ids.empty()) return {};
-    GRIDQ_RETURN_IF_ERROR(run_step(st, logits));
+    GRIDQ_RETURN_IF_ERROR(run_step(st, logits, sampled));
     st = Step{};
+    st.sampled = sampled != nullptr;
     return {};
   };
   for (const auto& item : items) {
@@ -282,7 +308,10 @@ Status CudaBackend::forward(std::span<const runtime::BatchItem> items, std::vect
       if (st.T() == kMaxStepRows) GRIDQ_RETURN_IF_ERROR(flush());
       const bool want = item.logits == runtime::LogitsMode::kAll ||
                         (item.logits == runtime::LogitsMode::kLast && j == n - 1);
-      if (want) st.logit_rows.push_back(st.T());
+      if (want) {
+        st.logit_rows.push_back(st.T());
+        if (sampled) st.plans.push_back(plans[next_plan++]);
+      }
       st.ids.push_back(item.tokens[static_cast<size_t>(j)]);
       st.pos.push_back(static_cast<int>(s.len + j));
       st.slot.push_back(s.slot);

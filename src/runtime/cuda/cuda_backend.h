@@ -44,6 +44,12 @@ class CudaBackend final : public runtime::Backend {
   void remove_sequence(runtime::SeqId id) override;
   int64_t sequence_length(runtime::SeqId id) const override;
   Status forward(std::span<const runtime::BatchItem> items, std::vector<float>& logits) override;
+  bool samples_on_device() const override { return true; }
+  Status forward_sampled(std::span<const runtime::BatchItem> items,
+                         std::span<const runtime::SamplePlan* const> plans,
+                         std::vector<runtime::SampledToken>& out) override;
+  // Rows forward_sampled left to the host so far (their candidate set exceeded the device sort; sample.cu).
+  int64_t host_sampled_rows() const { return host_sampled_rows_; }
 
   std::string memory_report() const override;
   std::vector<std::string> kernel_report() const override;
@@ -67,7 +73,12 @@ class CudaBackend final : public runtime::Backend {
  private:
   CudaBackend() = default;
   Status init(const runtime::DeviceOptions& opts);
-  Status run_step(const Step& st, std::vector<float>& logits);
+  // forward() (logits set) or forward_sampled() (plans and sampled set).
+  Status run_items(std::span<const runtime::BatchItem> items,
+                   std::span<const runtime::SamplePlan* const> plans, std::vector<float>* logits,
+                   std::vector<runtime::SampledToken>* sampled);
+  Status run_step(const Step& st, std::vector<float>* logits, std::vector<runtime::SampledToken>* sampled);
+  Status sample_step(const Step& st, std::vector<runtime::SampledToken>& out);  // sampling.cpp
   Status enqueue_step(const Step& st, PhaseTimer& timer);
 
   struct Seq {
@@ -95,6 +106,7 @@ class CudaBackend final : public runtime::Backend {
   std::array<void*, 17> graphs_{};  // cudaGraphExec_t per decode row count 1..16
   std::array<int, 17> graph_seen_{};
   std::map<std::string, double> phase_ms_;
+  int64_t host_sampled_rows_ = 0;
 };
 
 }  // namespace gridq::cuda

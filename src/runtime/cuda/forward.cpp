@@ -73,10 +73,12 @@ Status swiglu_block(Ctx& c, const DevSwiglu& m, const uint16_t* a, float* out_ad
     const bool down_fp4 = m.down.path == P::kTiled && m.down.act_bits == 4;
     const uint16_t* xin = a;
     if (m.gate_up.act_bits == 4) {
-      GRIDQ_RETURN_IF_ERROR(qdq_fp4(a, c.T, m.gate_up.cols, c.w.xin.as<uint16_t>(), c.s, false));
+      GRIDQ_RETURN_IF_ERROR(
+          qdq_fp4(a, c.T, m.gate_up.cols, c.w.xin.as<uint16_t>(), c.s, detail::forward_pdl()));
       xin = c.w.xin.as<uint16_t>();
     }
-    GRIDQ_RETURN_IF_ERROR(gemv_swiglu(m.gate_up.tiled.m, c.T, xin, h, down_fp4, c.ws.ws, c.s, false));
+    GRIDQ_RETURN_IF_ERROR(
+        gemv_swiglu(m.gate_up.tiled.m, c.T, xin, h, down_fp4, c.ws.ws, c.s, detail::forward_pdl()));
     if (down_fp4) {  // h already went through the FP4 contract inside the fused kernel: plain GEMV
       GemvArgs g;
       g.w = &m.down.tiled.m;
@@ -84,7 +86,7 @@ Status swiglu_block(Ctx& c, const DevSwiglu& m, const uint16_t* a, float* out_ad
       g.x = h;
       g.y = c.w.y.as<float>();
       g.out = OutType::F32;
-      GRIDQ_RETURN_IF_ERROR(gemv(g, c.ws.ws, c.s, false));
+      GRIDQ_RETURN_IF_ERROR(gemv(g, c.ws.ws, c.s, detail::forward_pdl()));
     } else {
       GRIDQ_RETURN_IF_ERROR(linear(c, m.down, h, c.w.y.as<float>()));
     }
@@ -183,7 +185,7 @@ Status moe(Ctx& c, const DevLayer& dl) {
   if (ex.fused) {
     // One token at a time: its own k experts are the launch's slots, so the split of the work (and the sum
     // order) is the same whatever else is in the step.
-    GRIDQ_RETURN_IF_ERROR(qdq_fp4(a, c.T, H, c.w.xin.as<uint16_t>(), c.s, false));
+    GRIDQ_RETURN_IF_ERROR(qdq_fp4(a, c.T, H, c.w.xin.as<uint16_t>(), c.s, detail::forward_pdl()));
     for (int t = 0; t < c.T; ++t) {
       MoeArgs m;
       m.gate_up = &ex.gate_up.m;
@@ -198,8 +200,8 @@ Status moe(Ctx& c, const DevLayer& dl) {
       m.routed_scale = M.routed_scaling;
       m.add = ys + static_cast<long long>(t) * H;
       m.out = c.w.moe_out.as<uint16_t>() + static_cast<long long>(t) * H;
-      GRIDQ_RETURN_IF_ERROR(moe_gate_up(m, c.ws.ws, c.s, false));
-      GRIDQ_RETURN_IF_ERROR(moe_down(m, c.ws.ws, c.s, false));
+      GRIDQ_RETURN_IF_ERROR(moe_gate_up(m, c.ws.ws, c.s, detail::forward_pdl()));
+      GRIDQ_RETURN_IF_ERROR(moe_down(m, c.ws.ws, c.s, detail::forward_pdl()));
     }
     GQ_LAUNCH(detail::raw_add(x, c.w.moe_out.as(), true, H, c.T, H, c.s), "residual add");
     return c.timer->mark("moe routed");
@@ -240,7 +242,8 @@ Status moe(Ctx& c, const DevLayer& dl) {
 
 }  // namespace
 
-Status CudaBackend::run_step(const Step& st, std::vector<float>& logits) {
+Status CudaBackend::run_step(const Step& st, std::vector<float>* logits,
+                             std::vector<runtime::SampledToken>* sampled) {
   const int T = st.T(), V = spec_.vocab_size;
   Work& w = *work_;
   std::vector<int> host(3 * kMaxStepRows, 0);
@@ -281,10 +284,15 @@ Status CudaBackend::run_step(const Step& st, std::vector<float>& logits) {
     GRIDQ_CUDA(cudaStreamSynchronize(stream_));
     return timer.finish(phase_ms_);
   }
+  if (st.sampled) {
+    GRIDQ_RETURN_IF_ERROR(sample_step(st, *sampled));
+    GRIDQ_RETURN_IF_ERROR(timer.mark("final norm+lm_head+sampling"));
+    return timer.finish(phase_ms_);
+  }
   const int R = static_cast<int>(st.logit_rows.size());
-  const size_t base = logits.size();
-  logits.resize(base + static_cast<size_t>(R) * V);
-  GRIDQ_CUDA(cudaMemcpy2DAsync(logits.data() + base, static_cast<size_t>(V) * 4, w.logits.as(),
+  const size_t base = logits->size();
+  logits->resize(base + static_cast<size_t>(R) * V);
+  GRIDQ_CUDA(cudaMemcpy2DAsync(logits->data() + base, static_cast<size_t>(V) * 4, w.logits.as(),
                                static_cast<size_t>(dm_->lm_head.out_rows()) * 4, static_cast<size_t>(V) * 4,
                                R, cudaMemcpyDeviceToHost, stream_));
   GRIDQ_CUDA(cudaStreamSynchronize(stream_));

@@ -11,6 +11,10 @@ namespace gridq::cuda {
 struct CudaBackend::Step {
   std::vector<int> ids, pos, slot;  // [T] token, absolute position, sequence slot
   std::vector<int> logit_rows;      // rows (< T) whose logits are wanted, ascending
+  // forward_sampled: one plan per logit row (null: not sampled); the rows are sampled on the device and
+  // only their tokens come back (sampling.cpp).
+  bool sampled = false;
+  std::vector<const runtime::SamplePlan*> plans;
   int T() const { return static_cast<int>(ids.size()); }
 };
 
@@ -32,10 +36,14 @@ struct CudaBackend::Work {
   DeviceBuffer ys;       // f32 [16, H] shared expert output
   DeviceBuffer moe_out;  // bf16 / f32 [16, H] routed + shared
   DeviceBuffer z;        // f32 [16, E padded] router logits
-  DeviceBuffer eid, ew, nsl;  // int [16, k], f32 [16, k], int [16] (= k): each row's experts and weights
-  DeviceBuffer an;            // bf16 [16, H] final-norm rows for lm_head
-  DeviceBuffer logits;        // f32 [16, V padded]
-  DeviceBuffer partial;       // f32 attention splits [16·n_h, splits, d + 2]
+  DeviceBuffer eid, ew, nsl;    // int [16, k], f32 [16, k], int [16] (= k): each row's experts and weights
+  DeviceBuffer an;              // bf16 [16, H] final-norm rows for lm_head
+  DeviceBuffer logits;          // f32 [16, V padded]
+  DeviceBuffer partial;         // f32 attention splits [16·n_h, splits, d + 2]
+  DeviceBuffer sample_scratch;  // f64 [16, V] scores, then w (kernels/sample.cu)
+  DeviceBuffer sample_rows;     // SampleRowArgs [16]
+  DeviceBuffer sample_out;      // SampleResult [16]
+  DeviceBuffer sample_edits;    // SampleEdit [n], grown on demand
   int max_splits = 0;
   size_t bytes() const;
 };

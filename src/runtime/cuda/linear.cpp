@@ -1,6 +1,7 @@
 #include "runtime/cuda/linear.h"
 
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/kernels/forward_kernels.h"
 
 namespace gridq::cuda {
 
@@ -24,16 +25,16 @@ Status apply_linear(const DevLinear& L, const uint16_t* x, int T, float* y, cons
   g.y = y;
   g.out = OutType::F32;
   if (L.tiled.m.format == WeightFormat::FP8) {
-    GRIDQ_RETURN_IF_ERROR(quantize_fp8_tokens(x, T, L.cols, sc.xq, sc.xs, s, false));
+    GRIDQ_RETURN_IF_ERROR(quantize_fp8_tokens(x, T, L.cols, sc.xq, sc.xs, s, detail::forward_pdl()));
     g.x = sc.xq;
     g.xscale = sc.xs;
   } else if (L.act_bits == 4) {
-    GRIDQ_RETURN_IF_ERROR(qdq_fp4(x, T, L.cols, sc.xin, s, false));
+    GRIDQ_RETURN_IF_ERROR(qdq_fp4(x, T, L.cols, sc.xin, s, detail::forward_pdl()));
     g.x = sc.xin;
   } else {
     g.x = x;
   }
-  return gemv(g, ws, s, false);
+  return gemv(g, ws, s, detail::forward_pdl());
 }
 
 }  // namespace gridq::cuda

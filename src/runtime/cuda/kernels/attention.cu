@@ -8,6 +8,7 @@
 
 #include "runtime/cuda/device_util.cuh"
 #include "runtime/cuda/kernels/kv_view.cuh"
+#include "runtime/cuda/kernels/pdl_launch.cuh"
 
 namespace gridq::cuda::detail {
 namespace {
@@ -23,6 +24,7 @@ __device__ __forceinline__ float warp_sum(float v) {
 // max and sum with fixed butterflies, then every lane accumulates its d/32 output dims over the 32 keys in
 // key order (each key's V row is one coalesced read).
 __global__ void __launch_bounds__(32) attn_split_kernel(const AttnArgs a) {
+  pdl_entry();
   __shared__ float qs[kMaxHeadDim];
   const int th = blockIdx.x, split = blockIdx.y, lane = threadIdx.x;
   const int t = th / a.nh, h = th % a.nh, kvh = h / (a.nh / a.nkv), d = a.d, per = d / 32;
@@ -81,6 +83,7 @@ __global__ void __launch_bounds__(32) attn_split_kernel(const AttnArgs a) {
 }
 
 __global__ void __launch_bounds__(32) attn_merge_kernel(const AttnArgs a) {
+  pdl_entry();
   const int th = blockIdx.x, lane = threadIdx.x, d = a.d, per = d / 32;
   const int t = th / a.nh, pos = a.rows.pos[t];
   const int n = min(a.max_splits, pos / kAttnSplitKeys + 1);
@@ -108,10 +111,10 @@ __global__ void __launch_bounds__(32) attn_merge_kernel(const AttnArgs a) {
 cudaError_t raw_attention(const AttnArgs& a, cudaStream_t s) {
   if (a.d % 32 || a.d > kMaxHeadDim || a.nkv < 1 || a.nh % a.nkv || a.max_splits < 1)
     return cudaErrorInvalidValue;
-  attn_split_kernel<<<dim3(a.T * a.nh, a.max_splits), 32, 0, s>>>(a);
+  GQ_KLAUNCH(launch(attn_split_kernel, dim3(dim3(a.T * a.nh, a.max_splits)), dim3(32), 0, s, a));
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  attn_merge_kernel<<<a.T * a.nh, 32, 0, s>>>(a);
+  GQ_KLAUNCH(launch(attn_merge_kernel, dim3(a.T * a.nh), dim3(32), 0, s, a));
   return cudaGetLastError();
 }
 

@@ -4,6 +4,7 @@
 #include "runtime/cuda/device_util.cuh"
 #include "runtime/cuda/kernels/block_sum.cuh"
 #include "runtime/cuda/kernels/forward_kernels.h"
+#include "runtime/cuda/kernels/pdl_launch.cuh"
 
 namespace gridq::cuda::detail {
 namespace {
@@ -12,6 +13,7 @@ constexpr int kThreads = 256;
 
 __global__ void __launch_bounds__(kThreads)
     embed_kernel(const uint16_t* table, const int* ids, int H, float* x) {
+  pdl_entry();
   const int t = blockIdx.x;
   const uint16_t* row = table + static_cast<long long>(ids[t]) * H;
   for (int i = threadIdx.x; i < H; i += kThreads)
@@ -22,6 +24,7 @@ __global__ void __launch_bounds__(kThreads)
 // tree over the block.
 __global__ void __launch_bounds__(kThreads)
     rmsnorm_f32_kernel(const float* x, const float* w, int H, float eps, uint16_t* y, float* y32) {
+  pdl_entry();
   __shared__ double red[kThreads];
   const long long t = blockIdx.x;
   const float* v = x + t * H;
@@ -37,6 +40,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 __global__ void add_kernel(float* x, const void* y, int y_bf16, long long ld_y, int H, long long n) {
+  pdl_entry();
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<long long>(gridDim.x) * blockDim.x) {
     const long long yi = i / H * ld_y + i % H;
@@ -48,6 +52,7 @@ __global__ void add_kernel(float* x, const void* y, int y_bf16, long long ld_y, 
 
 __global__ void __launch_bounds__(kThreads)
     swiglu_kernel(const float* gu, long long ld, long long up_off, int I, uint16_t* h) {
+  pdl_entry();
   const long long t = blockIdx.x;
   const float* g = gu + t * ld;
   for (int i = threadIdx.x; i < I; i += kThreads)
@@ -59,6 +64,7 @@ __device__ __forceinline__ float softplus_f32(float g) { return g > 20.0f ? g : 
 
 __global__ void __launch_bounds__(kThreads)
     gate_kernel(const float* o, const float* g, long long ld_g, int mode, int nh, int d, uint16_t* out) {
+  pdl_entry();
   const long long t = blockIdx.x;
   const int n = nh * d;
   for (int i = threadIdx.x; i < n; i += kThreads) {
@@ -72,6 +78,7 @@ __global__ void __launch_bounds__(kThreads)
 // The CPU reference accumulates routed[t] += y·w expert by expert (ascending id), then scale·routed + shared.
 __global__ void __launch_bounds__(kThreads)
     combine_kernel(const float* y, const float* w, int k, int H, float scale, const float* add, float* out) {
+  pdl_entry();
   const long long t = blockIdx.x;
   for (int c = threadIdx.x; c < H; c += kThreads) {
     float r = 0.0f;
@@ -82,36 +89,41 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+bool g_forward_pdl = true;
+
 }  // namespace
 
+bool forward_pdl() { return g_forward_pdl; }
+void set_forward_pdl(bool on) { g_forward_pdl = on; }
+
 cudaError_t raw_embed(const uint16_t* table, const int* ids, int T, int H, float* x, cudaStream_t s) {
-  embed_kernel<<<T, kThreads, 0, s>>>(table, ids, H, x);
+  GQ_KLAUNCH(launch(embed_kernel, dim3(T), dim3(kThreads), 0, s, table, ids, H, x));
   return cudaGetLastError();
 }
 cudaError_t raw_rmsnorm_f32(const float* x, const float* w, int T, int H, float eps, uint16_t* y, float* y32,
                             cudaStream_t s) {
-  rmsnorm_f32_kernel<<<T, kThreads, 0, s>>>(x, w, H, eps, y, y32);
+  GQ_KLAUNCH(launch(rmsnorm_f32_kernel, dim3(T), dim3(kThreads), 0, s, x, w, H, eps, y, y32));
   return cudaGetLastError();
 }
 cudaError_t raw_add(float* x, const void* y, bool y_bf16, long long ld_y, int T, int H, cudaStream_t s) {
   const long long n = static_cast<long long>(T) * H, blocks = (n + 255) / 256;
-  add_kernel<<<static_cast<unsigned>(blocks < 1024 ? blocks : 1024), 256, 0, s>>>(x, y, y_bf16 ? 1 : 0, ld_y,
-                                                                                  H, n);
+  GQ_KLAUNCH(launch(add_kernel, dim3(static_cast<unsigned>(blocks < 1024 ? blocks : 1024)), dim3(256), 0, s,
+                    x, y, y_bf16 ? 1 : 0, ld_y, H, n));
   return cudaGetLastError();
 }
 cudaError_t raw_swiglu(const float* gu, long long ld, long long up_off, int T, int I, uint16_t* h,
                        cudaStream_t s) {
-  swiglu_kernel<<<T, kThreads, 0, s>>>(gu, ld, up_off, I, h);
+  GQ_KLAUNCH(launch(swiglu_kernel, dim3(T), dim3(kThreads), 0, s, gu, ld, up_off, I, h));
   return cudaGetLastError();
 }
 cudaError_t raw_gate(const float* o, const float* g, long long ld_g, int mode, int T, int nh, int d,
                      uint16_t* out, cudaStream_t s) {
-  gate_kernel<<<T, kThreads, 0, s>>>(o, g, ld_g, mode, nh, d, out);
+  GQ_KLAUNCH(launch(gate_kernel, dim3(T), dim3(kThreads), 0, s, o, g, ld_g, mode, nh, d, out));
   return cudaGetLastError();
 }
 cudaError_t raw_moe_combine(const float* y, const float* w, int T, int k, int H, float scale,
                             const float* add, float* out, cudaStream_t s) {
-  combine_kernel<<<T, kThreads, 0, s>>>(y, w, k, H, scale, add, out);
+  GQ_KLAUNCH(launch(combine_kernel, dim3(T), dim3(kThreads), 0, s, y, w, k, H, scale, add, out));
   return cudaGetLastError();
 }
 

@@ -16,6 +16,11 @@ inline constexpr int kMaxStepRows = 16;     // rows of one forward step (the GEM
 inline constexpr int kAttnSplitKeys = 256;  // keys per attention split: fixed, so the merge order is too
 inline constexpr int kMaxHeadDim = 256;
 
+// Whether the forward's launches use programmatic dependent launch (pdl_launch.cuh; on unless switched off,
+// e.g. by `gridq bench decode --no-pdl` to measure what it buys).
+bool forward_pdl();
+void set_forward_pdl(bool on);
+
 // x[t, :] = float(table[ids[t], :]), table BF16 [V, H].
 cudaError_t raw_embed(const uint16_t* table, const int* ids, int T, int H, float* x, cudaStream_t s);
 

@@ -4,6 +4,7 @@
 #include "runtime/cuda/device_util.cuh"
 #include "runtime/cuda/kernels/block_sum.cuh"
 #include "runtime/cuda/kernels/kv_view.cuh"
+#include "runtime/cuda/kernels/pdl_launch.cuh"
 
 namespace gridq::cuda::detail {
 namespace {
@@ -11,6 +12,7 @@ namespace {
 constexpr int kThreads = 128;
 
 __global__ void __launch_bounds__(kThreads) qk_rope_kv_kernel(const RopeArgs a) {
+  pdl_entry();
   __shared__ float u[kMaxHeadDim];
   __shared__ double red[kThreads];
   const int t = blockIdx.x, hh = blockIdx.y, d = a.d;
@@ -71,7 +73,7 @@ __global__ void __launch_bounds__(kThreads) qk_rope_kv_kernel(const RopeArgs a) 
 
 cudaError_t raw_qk_rope_kv(const RopeArgs& a, cudaStream_t s) {
   if (a.d > kMaxHeadDim || a.T < 1) return cudaErrorInvalidValue;
-  qk_rope_kv_kernel<<<dim3(a.T, a.nh + 2 * a.nkv), kThreads, 0, s>>>(a);
+  GQ_KLAUNCH(launch(qk_rope_kv_kernel, dim3(dim3(a.T, a.nh + 2 * a.nkv)), dim3(kThreads), 0, s, a));
   return cudaGetLastError();
 }
 

@@ -1,0 +1,43 @@
+// The runtime sampler (runtime/sampler.h, steps 1-8) on the device: one block per logits row, so a row's
+// token never depends on the other rows. Plain data and cudaError_t only (gpu-engine.md §1); the host side
+// (plans, the host rows, messages) is cuda/sampling.cpp.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace gridq::cuda::detail {
+
+// Candidates of the filters (top-k / top-p / min-p) are the ids with w = exp((s - max) / T) >= 2^-40; at most
+// kSampleCandidates of them are sorted on the device. A row whose kept set could reach past them (more
+// candidates, top_k above their count, a top-p or min-p cut beyond them) is left to the host (status 1),
+// which runs the same algorithm on the downloaded row.
+inline constexpr int kSampleCandidates = 4096;
+inline constexpr double kSampleCandidateMin = 0x1.0p-40;
+
+struct SampleEdit {  // runtime::ScoreEdit
+  int id = 0;
+  int flags = 0;  // 1: repetition penalty, 2: banned
+  double sub = 0.0, bias = 0.0;
+};
+
+struct SampleRowArgs {  // runtime::SamplePlan of one row
+  double temperature = 1.0, top_p = 1.0, min_p = 0.0, repetition = 1.0, u = 0.0;
+  int top_k = 0, greedy = 1;
+  int edit_begin = 0, edit_end = 0;  // into the step's edits
+  int row = 0;                       // logits row
+};
+
+struct SampleResult {
+  int token = -1;
+  int status = 0;  // 0 sampled, 1 left to the host, 2 non-finite logits in the row
+  float logprob = 0.0f;
+  int pad = 0;
+};
+
+// rows [R] of logits FP32 [*, ld] (V valid columns); scratch FP64 [R, V]; out [R].
+cudaError_t raw_sample_rows(const float* logits, long long ld, int V, const SampleRowArgs* rows, int R,
+                            const SampleEdit* edits, double* scratch, SampleResult* out, cudaStream_t s);
+
+}  // namespace gridq::cuda::detail

@@ -1,0 +1,94 @@
+// forward_sampled's last part: a step's logits rows sampled on the device (kernels/sample.cu) from their
+// plans, so a token per row crosses PCIe instead of a row of logits. Rows the device leaves to the host (a
+// candidate set beyond its sort, status 1) and rows that want top_logprobs alternatives download their row
+// and run the host half of the same algorithm (runtime::Sampler::run / add_logprobs).
+#include <vector>
+
+#include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/forward.h"
+#include "runtime/cuda/kernels/sample_kernels.h"
+
+namespace gridq::cuda {
+
+Status CudaBackend::sample_step(const Step& st, std::vector<runtime::SampledToken>& out) {
+  const int V = spec_.vocab_size;
+  const long long ld = dm_->lm_head.out_rows();
+  Work& w = *work_;
+  // Logit row i of the step (lm_head output row i) with plan st.plans[i]; rows without a plan are skipped.
+  std::vector<detail::SampleRowArgs> rows;
+  std::vector<detail::SampleEdit> edits;
+  std::vector<int> launch_of(st.plans.size(), -1);
+  for (size_t i = 0; i < st.plans.size(); ++i) {
+    const runtime::SamplePlan* p = st.plans[i];
+    if (!p) continue;
+    detail::SampleRowArgs a;
+    a.temperature = p->temperature, a.top_p = p->top_p, a.min_p = p->min_p, a.repetition = p->repetition;
+    a.u = p->u, a.top_k = p->top_k, a.greedy = p->greedy ? 1 : 0, a.row = static_cast<int>(i);
+    a.edit_begin = static_cast<int>(edits.size());
+    for (const runtime::ScoreEdit& e : p->edits) {
+      if (e.id < 0 || e.id >= V) return err("cuda sampler: edit of id {} outside the vocabulary {}", e.id, V);
+      edits.push_back(detail::SampleEdit{e.id, (e.rep ? 1 : 0) | (e.banned ? 2 : 0), e.sub, e.bias});
+    }
+    a.edit_end = static_cast<int>(edits.size());
+    launch_of[i] = static_cast<int>(rows.size());
+    rows.push_back(a);
+  }
+  std::vector<detail::SampleResult> res(rows.size());
+  if (!rows.empty()) {
+    if (edits.size() * sizeof(detail::SampleEdit) > w.sample_edits.bytes()) {
+      GRIDQ_CUDA(cudaStreamSynchronize(stream_));  // the old buffer may still be read
+      GRIDQ_ASSIGN_OR_RETURN(
+          w.sample_edits,
+          DeviceBuffer::alloc(edits.size() * sizeof(detail::SampleEdit) * 2, "sampling edits"));
+    }
+    GRIDQ_CUDA(cudaMemcpyAsync(w.sample_rows.as(), rows.data(), rows.size() * sizeof(rows[0]),
+                               cudaMemcpyHostToDevice, stream_));
+    if (!edits.empty())
+      GRIDQ_CUDA(cudaMemcpyAsync(w.sample_edits.as(), edits.data(), edits.size() * sizeof(edits[0]),
+                                 cudaMemcpyHostToDevice, stream_));
+    GRIDQ_CUDA(detail::raw_sample_rows(w.logits.as<float>(), ld, V, w.sample_rows.as<detail::SampleRowArgs>(),
+                                       static_cast<int>(rows.size()), w.sample_edits.as<detail::SampleEdit>(),
+                                       w.sample_scratch.as<double>(), w.sample_out.as<detail::SampleResult>(),
+                                       stream_));
+    GRIDQ_CUDA(cudaMemcpyAsync(res.data(), w.sample_out.as(), res.size() * sizeof(res[0]),
+                               cudaMemcpyDeviceToHost, stream_));
+  }
+  GRIDQ_CUDA(cudaStreamSynchronize(stream_));
+  std::vector<float> row;
+  auto download = [&](size_t i) -> Status {
+    row.resize(static_cast<size_t>(V));
+    GRIDQ_CUDA(cudaMemcpy(row.data(), w.logits.as<float>() + static_cast<long long>(i) * ld,
+                          static_cast<size_t>(V) * 4, cudaMemcpyDeviceToHost));
+    return {};
+  };
+  for (size_t i = 0; i < st.plans.size(); ++i) {
+    const runtime::SamplePlan* p = st.plans[i];
+    runtime::SampledToken t;
+    t.token = -1;
+    if (p) {
+      const detail::SampleResult& r = res[static_cast<size_t>(launch_of[i])];
+      if (r.status == 2)
+        return err(
+            "cuda backend: the model produced non-finite logits (NaN or inf) at position {} of "
+            "the step; refusing to sample from them",
+            st.pos[static_cast<size_t>(st.logit_rows[i])]);
+      if (r.status == 1) {
+        GRIDQ_RETURN_IF_ERROR(download(i));
+        t = runtime::Sampler::run(*p, row);
+        ++host_sampled_rows_;
+      } else {
+        t.token = r.token;
+        t.logprob = r.logprob;
+        if (p->top_logprobs > 0) {
+          GRIDQ_RETURN_IF_ERROR(download(i));
+          runtime::add_logprobs(row, p->top_logprobs, t);
+        }
+      }
+    }
+    out.push_back(std::move(t));
+  }
+  return {};
+}
+
+}  // namespace gridq::cuda
