@@ -9,6 +9,7 @@
 
 #include "core/status.h"
 #include "model/model_spec.h"
+#include "runtime/model_weights.h"
 #include "runtime/sampler.h"
 
 namespace gridq::runtime {
@@ -49,6 +50,9 @@ class Backend {
   // One line per kernel path the backend runs and how many matrices take it (the start-up report); empty for
   // a backend whose weights report their formats otherwise (the CPU: serve/weight_report.h).
   virtual std::vector<std::string> kernel_report() const { return {}; }
+  // The formats, shapes and activation contracts of the matrices the backend runs (the start-up report groups
+  // them); a device backend keeps only this metadata (data pointers null). Null: not reported.
+  virtual const ModelWeights* weight_metadata() const { return nullptr; }
   // Full-attention KV tokens that fit over all sequences (admission); -1 = grows on demand.
   virtual int64_t kv_capacity_tokens() const { return -1; }
 };

@@ -1,7 +1,5 @@
 #include "serve/runtime_engine.h"
 
-#include "runtime/cpu/cpu_backend.h"
-
 namespace gridq::serve {
 
 RuntimeEngine::RuntimeEngine(std::unique_ptr<runtime::Engine> eng, int64_t max_model_len, int64_t cap)
@@ -62,16 +60,15 @@ Status RuntimeEngine::forward_sampled(std::span<const StepItem> items,
 }
 
 std::vector<WeightFormatUse> RuntimeEngine::weight_formats() const {
-  // Only the CPU reference backend exists in this build; another backend reports nothing rather than a
-  // guess (the start-up log then says so).
-  const auto* cpu = dynamic_cast<const runtime::cpu::CpuBackend*>(&eng_->backend());
-  return cpu ? weight_format_uses(cpu->weights()) : std::vector<WeightFormatUse>{};
+  const runtime::ModelWeights* m = eng_->backend().weight_metadata();
+  return m ? weight_format_uses(*m) : std::vector<WeightFormatUse>{};
 }
 
 std::vector<std::string> RuntimeEngine::describe_kernels() const {
+  const bool cuda = eng_->device() == runtime::DeviceKind::kCuda;
   std::vector<std::string> lines;
-  for (const auto& u : weight_formats()) lines.push_back(kernel_line(u));
-  if (lines.empty()) lines = eng_->backend().kernel_report();
+  for (const auto& u : weight_formats()) lines.push_back(kernel_line(u, cuda));
+  for (const auto& k : eng_->backend().kernel_report()) lines.push_back(k);
   if (lines.empty()) lines.push_back("this backend gives no per-format kernel report");
   return lines;
 }

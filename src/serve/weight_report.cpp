@@ -60,9 +60,17 @@ std::vector<WeightFormatUse> weight_format_uses(const runtime::ModelWeights& w) 
   return uses;
 }
 
-std::string kernel_line(const WeightFormatUse& u) {
+std::string kernel_line(const WeightFormatUse& u, bool cuda) {
   std::string path;
-  if (u.label == "BF16")
+  if (cuda)
+    path =
+        u.label == "FP8_W8A8"
+            ? "runtime/cuda: tiled W8A8 GEMV (e4m3 tensor cores, per-row weight_scale, bf16 epilogue) or the "
+              "reference matvec"
+            : "runtime/cuda: tiled tensor-core GEMV (weights decoded in registers, never a dense copy) or "
+              "the "
+              "reference matvec (kernels/ref_matvec.cu)";
+  else if (u.label == "BF16")
     path = "runtime/cpu/matmul.cpp: bf16 rows widened to fp32 (fused row dot at decode), fp32 accumulate";
   else if (u.label == "F32")
     path = "runtime/cpu/matmul.cpp: fp32 rows, fp32 accumulate";

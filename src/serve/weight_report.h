@@ -23,8 +23,9 @@ struct WeightFormatUse {
 // contract, in first-seen order (embedding first).
 std::vector<WeightFormatUse> weight_format_uses(const runtime::ModelWeights& w);
 
-// "weights FP8_W8A8: 16 matrices, 1.05M params -> runtime/cpu/matmul.cpp W8A8 ...": one line per group.
-std::string kernel_line(const WeightFormatUse& u);
+// "weights FP8_W8A8: 16 matrices, 1.05M params -> runtime/cpu/matmul.cpp W8A8 ...": one line per group,
+// naming the CPU path or (cuda) the CUDA engine's, whose per-kernel counts the backend reports beside it.
+std::string kernel_line(const WeightFormatUse& u, bool cuda = false);
 
 // The distinct format labels joined with '+' ("BF16+FP8_W8A8"): gridq:model_info{format}.
 std::string format_label(const std::vector<WeightFormatUse>& uses);

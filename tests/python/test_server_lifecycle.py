@@ -150,7 +150,9 @@ def test_kernel_path_logged():
         out = s.output()
         assert "WARNING" in out and "no PINS.json" in out
         kernels = [x for x in out.splitlines() if "kernel: weights " in x]
-        assert len(kernels) == 1 and "kernel: weights BF16:" in kernels[0] and "runtime/cpu/matmul.cpp" in kernels[0]
+        # The path named is the device's own: the CPU's matmul or the CUDA engine (GRIDQ_SERVE_ARGS=--device cuda).
+        path = "runtime/cuda" if "device: cuda" in out else "runtime/cpu/matmul.cpp"
+        assert len(kernels) == 1 and "kernel: weights BF16:" in kernels[0] and path in kernels[0], out
         assert model_info_format(s) == "BF16"
     finally:
         s.stop()

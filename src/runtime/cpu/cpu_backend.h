@@ -29,6 +29,7 @@ class CpuBackend final : public Backend {
   void remove_sequence(SeqId id) override;
   int64_t sequence_length(SeqId id) const override;
   Status forward(std::span<const BatchItem> items, std::vector<float>& logits) override;
+  const ModelWeights* weight_metadata() const override { return &w_; }
   // The matrices as the kernels run them (formats, rungs): `gridq serve` reports their kernel paths.
   const ModelWeights& weights() const { return w_; }
 

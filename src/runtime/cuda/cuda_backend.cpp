@@ -37,7 +37,20 @@ Expected<std::unique_ptr<CudaBackend>> CudaBackend::create(const model::ModelSpe
                                                            const runtime::ModelWeights& w,
                                                            const runtime::DeviceOptions& opts) {
   GRIDQ_ASSIGN_OR_RETURN(std::unique_ptr<DeviceModel> dm, upload_model(spec, w));
-  return from_device_model(spec, std::move(dm), opts);
+  GRIDQ_ASSIGN_OR_RETURN(auto b, from_device_model(spec, std::move(dm), opts));
+  // What the start-up report needs of the host weights, which are released after the upload.
+  b->meta_ = w;
+  auto strip = [](runtime::QMatrix& m) { m.data = nullptr, m.row_scale = nullptr, m.codebook = nullptr; };
+  strip(b->meta_.embed);
+  strip(b->meta_.lm_head);
+  for (auto& l : b->meta_.layers) {
+    for (auto* m : {&l.q, &l.k, &l.v, &l.o, &l.g, &l.mlp_gate, &l.mlp_up, &l.mlp_down, &l.router,
+                    &l.shared_gate, &l.shared_up, &l.shared_down})
+      strip(*m);
+    for (auto* ex : {&l.expert_gate, &l.expert_up, &l.expert_down})
+      for (auto& m : *ex) strip(m);
+  }
+  return b;
 }
 
 Expected<std::unique_ptr<CudaBackend>> CudaBackend::from_device_model(const model::ModelSpec& spec,

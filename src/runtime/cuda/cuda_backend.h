@@ -54,6 +54,9 @@ class CudaBackend final : public runtime::Backend {
   std::string memory_report() const override;
   std::vector<std::string> kernel_report() const override;
   int64_t kv_capacity_tokens() const override { return mem_.kv_tokens; }
+  const runtime::ModelWeights* weight_metadata() const override {
+    return meta_.layers.empty() ? nullptr : &meta_;
+  }
   const MemoryReport& memory() const { return mem_; }
   const DeviceModel& device_model() const { return *dm_; }
   // Sets a sequence's length without running its tokens (benchmarks at a given context: the KV it reads is
@@ -107,6 +110,7 @@ class CudaBackend final : public runtime::Backend {
   std::array<int, 17> graph_seen_{};
   std::map<std::string, double> phase_ms_;
   int64_t host_sampled_rows_ = 0;
+  runtime::ModelWeights meta_;  // the uploaded matrices' metadata (data pointers cleared)
 };
 
 }  // namespace gridq::cuda
