@@ -1,7 +1,7 @@
 // Attention of the step's rows over their sequences' KV (paged full layers, ring sliding layers), prefill and
-// decode alike: one warp per (row, head, split of kAttnSplitKeys key positions) with an online softmax in
-// FP32 over chunks of 32 keys, then one warp per (row, head) merges the splits in split order. Splits are cut
-// at fixed positions, so a row's result depends only on its own sequence (batch invariance), never on the
+// decode alike: one warp per (row, head, split of kAttnSplitKeys key positions) item with an online softmax
+// in FP32 over chunks of 32 keys, then one warp per (row, head) merges the splits in split order. Splits are
+// cut at fixed positions, so a row's result depends only on its own sequence (batch invariance), never on the
 // step's other rows. Bound: KV bandwidth at long context, latency otherwise (the speed issue reworks this for
 // full bandwidth).
 #include <cfloat>
@@ -20,40 +20,72 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// 32 keys at a time: lane l scores key j + l against q (staged in shared memory), the warp takes the chunk's
-// max and sum with fixed butterflies, then every lane accumulates its d/32 output dims over the 32 keys in
-// key order (each key's V row is one coalesced read).
-__global__ void __launch_bounds__(32) attn_split_kernel(const AttnArgs a) {
-  pdl_entry();
-  __shared__ float qs[kMaxHeadDim];
-  const int th = blockIdx.x, split = blockIdx.y, lane = threadIdx.x;
-  const int t = th / a.nh, h = th % a.nh, kvh = h / (a.nh / a.nkv), d = a.d, per = d / 32;
+// The splits a row reads: those holding a key of its window [j_lo, pos] (all of them non-empty).
+struct RowSplits {
+  int lo, n;
+};
+__device__ __forceinline__ RowSplits row_splits(const AttnArgs& a, int pos) {
+  const int j_lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
+  return {j_lo / kAttnSplitKeys, pos / kAttnSplitKeys - j_lo / kAttnSplitKeys + 1};
+}
+
+// One (row, head, split) item: 32 keys at a time, lane l scores key j + l against q (staged in shared
+// memory), the warp takes the chunk's max and sum with fixed butterflies, then every lane accumulates its
+// d/32 output dims over the 32 keys in key order. kD = d (a template so the K row and the 32 V slices are all
+// loaded before the first FMA; kD 0: any d, loads one at a time). The sums' order does not depend on kD.
+template <int kD>
+__device__ void attn_item(const AttnArgs& a, int th, int split, float* qs) {
+  const int lane = threadIdx.x;
+  const int t = th / a.nh, h = th % a.nh, kvh = h / (a.nh / a.nkv), d = kD ? kD : a.d, per = d / 32;
   const int pos = a.rows.pos[t], slot = a.rows.seq_slot[t];
   const int j_lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
   const int j0 = max(j_lo, split * kAttnSplitKeys), j1 = min(pos + 1, (split + 1) * kAttnSplitKeys);
   float* part = a.partial + (static_cast<long long>(th) * a.max_splits + split) * (d + 2);
   const float scale = __fdiv_rn(1.0f, __fsqrt_rn(static_cast<float>(d)));
   const float* qh = a.q + static_cast<long long>(th) * d;
+  __syncwarp();
   for (int i = lane; i < d; i += 32) qs[i] = qh[i];
   __syncwarp();
-  float acc[kPer];
+  constexpr int kP = kD ? kD / 32 : kPer;
+  float acc[kP];
 #pragma unroll
-  for (int i = 0; i < kPer; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < kP; ++i) acc[i] = 0.0f;
   float m = -FLT_MAX, l = 0.0f;
   for (int c0 = j0; c0 < j1; c0 += 32) {
     const int j = c0 + lane;
     float s = -FLT_MAX;
+    // Lane l's key row and V slice pointers (one page-table read each), shared with the warp below.
+    const uint16_t* krow = nullptr;
+    const uint16_t* vrow = nullptr;
     if (j < j1) {
-      const uint4* kr =
-          reinterpret_cast<const uint4*>(kv_row(a.kv, slot, j, false) + static_cast<long long>(kvh) * d);
+      krow = kv_row(a.kv, slot, j, false) + static_cast<long long>(kvh) * d;
+      vrow = kv_row(a.kv, slot, j, true) + static_cast<long long>(kvh) * d + lane * per;
+    }
+    if (j < j1) {
+      const uint4* kr = reinterpret_cast<const uint4*>(krow);
       float dot = 0.0f;
-      for (int v = 0; v < d / 8; ++v) {
-        const uint4 w = kr[v];
-        const uint32_t ww[4] = {w.x, w.y, w.z, w.w};
+      if constexpr (kD > 0) {
+        uint4 w[kD / 8];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          dot = fmaf(qs[8 * v + 2 * e], bf16_bits_to_f32(ww[e] & 0xFFFF), dot);
-          dot = fmaf(qs[8 * v + 2 * e + 1], bf16_bits_to_f32(ww[e] >> 16), dot);
+        for (int v = 0; v < kD / 8; ++v) w[v] = kr[v];
+#pragma unroll
+        for (int v = 0; v < kD / 8; ++v) {
+          const uint32_t ww[4] = {w[v].x, w[v].y, w[v].z, w[v].w};
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            dot = fmaf(qs[8 * v + 2 * e], bf16_bits_to_f32(ww[e] & 0xFFFF), dot);
+            dot = fmaf(qs[8 * v + 2 * e + 1], bf16_bits_to_f32(ww[e] >> 16), dot);
+          }
+        }
+      } else {
+        for (int v = 0; v < d / 8; ++v) {
+          const uint4 w = kr[v];
+          const uint32_t ww[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            dot = fmaf(qs[8 * v + 2 * e], bf16_bits_to_f32(ww[e] & 0xFFFF), dot);
+            dot = fmaf(qs[8 * v + 2 * e + 1], bf16_bits_to_f32(ww[e] >> 16), dot);
+          }
         }
       }
       s = __fmul_rn(dot, scale);
@@ -65,35 +97,74 @@ __global__ void __launch_bounds__(32) attn_split_kernel(const AttnArgs a) {
     const float p = j < j1 ? expf(__fsub_rn(s, mn)) : 0.0f;
     l = __fadd_rn(__fmul_rn(l, corr), warp_sum(p));
 #pragma unroll
-    for (int i = 0; i < kPer; ++i) acc[i] = __fmul_rn(acc[i], corr);
+    for (int i = 0; i < kP; ++i) acc[i] = __fmul_rn(acc[i], corr);
     const int n = min(32, j1 - c0);
-    for (int jj = 0; jj < n; ++jj) {
-      const float pj = __shfl_sync(0xffffffffu, p, jj);
-      const uint16_t* vr = kv_row(a.kv, slot, c0 + jj, true) + static_cast<long long>(kvh) * d + lane * per;
+    if constexpr (kD == 128) {  // 4 dims (8 bytes) per lane and key: all 32 slices in flight at once
+      const unsigned long long vbase = reinterpret_cast<unsigned long long>(vrow) - lane * per * 2ULL;
+      uint2 vv[32];
 #pragma unroll
-      for (int i = 0; i < kPer; ++i)
-        if (i < per) acc[i] = fmaf(pj, bf16_bits_to_f32(vr[i]), acc[i]);
+      for (int jj = 0; jj < 32; ++jj) {
+        const unsigned long long b = __shfl_sync(0xffffffffu, vbase, jj);
+        if (jj < n) vv[jj] = *reinterpret_cast<const uint2*>(b + lane * 8ULL);
+      }
+#pragma unroll
+      for (int jj = 0; jj < 32; ++jj) {
+        if (jj >= n) break;
+        const float pj = __shfl_sync(0xffffffffu, p, jj);
+        acc[0] = fmaf(pj, bf16_bits_to_f32(vv[jj].x & 0xFFFF), acc[0]);
+        acc[1] = fmaf(pj, bf16_bits_to_f32(vv[jj].x >> 16), acc[1]);
+        acc[2] = fmaf(pj, bf16_bits_to_f32(vv[jj].y & 0xFFFF), acc[2]);
+        acc[3] = fmaf(pj, bf16_bits_to_f32(vv[jj].y >> 16), acc[3]);
+      }
+    } else {
+      for (int jj = 0; jj < n; ++jj) {
+        const float pj = __shfl_sync(0xffffffffu, p, jj);
+        const uint16_t* vr = kv_row(a.kv, slot, c0 + jj, true) + static_cast<long long>(kvh) * d + lane * per;
+#pragma unroll
+        for (int i = 0; i < kP; ++i)
+          if (i < per) acc[i] = fmaf(pj, bf16_bits_to_f32(vr[i]), acc[i]);
+      }
     }
     m = mn;
   }
-  if (lane == 0) part[0] = j0 < j1 ? m : -FLT_MAX, part[1] = l;
+  if (lane == 0) part[0] = m, part[1] = l;
 #pragma unroll
-  for (int i = 0; i < kPer; ++i)
+  for (int i = 0; i < kP; ++i)
     if (i < per) part[2 + lane * per + i] = acc[i];
+}
+
+// A fixed grid of warps walks the step's items (row, head, split of kAttnSplitKeys key positions), only the
+// splits each row's window touches: the grid is the same at every position (graph replay), the work is what
+// the positions need. Which warp takes an item does not change the item's arithmetic.
+template <int kD>
+__global__ void __launch_bounds__(32) attn_split_kernel(const AttnArgs a) {
+  pdl_entry();
+  __shared__ float qs[kMaxHeadDim];
+  int total = 0;
+  for (int t = 0; t < a.T; ++t) total += a.nh * row_splits(a, a.rows.pos[t]).n;
+  for (int i = blockIdx.x; i < total; i += gridDim.x) {
+    int r = i, t = 0;
+    for (;; ++t) {
+      const int items = a.nh * row_splits(a, a.rows.pos[t]).n;
+      if (r < items) break;
+      r -= items;
+    }
+    const RowSplits rs = row_splits(a, a.rows.pos[t]);
+    attn_item<kD>(a, t * a.nh + r / rs.n, rs.lo + r % rs.n, qs);
+  }
 }
 
 __global__ void __launch_bounds__(32) attn_merge_kernel(const AttnArgs a) {
   pdl_entry();
   const int th = blockIdx.x, lane = threadIdx.x, d = a.d, per = d / 32;
-  const int t = th / a.nh, pos = a.rows.pos[t];
-  const int n = min(a.max_splits, pos / kAttnSplitKeys + 1);
+  const int t = th / a.nh;
+  const RowSplits rs = row_splits(a, a.rows.pos[t]);
   const float* base = a.partial + static_cast<long long>(th) * a.max_splits * (d + 2);
   float M = -FLT_MAX;
-  for (int s = 0; s < n; ++s) M = fmaxf(M, base[s * (d + 2)]);
+  for (int s = rs.lo; s < rs.lo + rs.n; ++s) M = fmaxf(M, base[s * (d + 2)]);
   float L = 0.0f, o[kPer] = {};
-  for (int s = 0; s < n; ++s) {
+  for (int s = rs.lo; s < rs.lo + rs.n; ++s) {
     const float* p = base + s * (d + 2);
-    if (p[1] == 0.0f) continue;  // an empty split (outside the window)
     const float w = expf(__fsub_rn(p[0], M));
     L = __fadd_rn(L, __fmul_rn(p[1], w));
 #pragma unroll
@@ -111,9 +182,21 @@ __global__ void __launch_bounds__(32) attn_merge_kernel(const AttnArgs a) {
 cudaError_t raw_attention(const AttnArgs& a, cudaStream_t s) {
   if (a.d % 32 || a.d > kMaxHeadDim || a.nkv < 1 || a.nh % a.nkv || a.max_splits < 1)
     return cudaErrorInvalidValue;
-  GQ_KLAUNCH(launch(attn_split_kernel, dim3(dim3(a.T * a.nh, a.max_splits)), dim3(32), 0, s, a));
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return e;
+  // The grid: every item of the longest possible step, at most 32 one-warp blocks per SM (the residency
+  // limit); the kernel walks the items the step's positions need.
+  static const int sms = [] {
+    int dev = 0, n = 132;
+    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+    return n;
+  }();
+  const long long most = static_cast<long long>(a.T) * a.nh * a.max_splits;
+  const dim3 grid(static_cast<unsigned>(most < 32LL * sms ? most : 32LL * sms));
+  if (a.d == 128)
+    GQ_KLAUNCH(launch(attn_split_kernel<128>, grid, dim3(32), 0, s, a));
+  else if (a.d == 64)
+    GQ_KLAUNCH(launch(attn_split_kernel<64>, grid, dim3(32), 0, s, a));
+  else
+    GQ_KLAUNCH(launch(attn_split_kernel<0>, grid, dim3(32), 0, s, a));
   GQ_KLAUNCH(launch(attn_merge_kernel, dim3(a.T * a.nh), dim3(32), 0, s, a));
   return cudaGetLastError();
 }
