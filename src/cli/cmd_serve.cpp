@@ -42,6 +42,7 @@ struct ServeOpts {
   std::string kv_cache_dtype = "auto";
   std::vector<std::string> api_keys;
   std::string api_key_file;
+  std::string allowed_origins = "[\"*\"]";
   std::vector<std::string> served_names;
   std::string default_kwargs;
   std::string tool_parser;
@@ -148,6 +149,17 @@ int run_serve(ServeOpts o) {
     if (!keys.ok()) return fail(keys.message());
     o.api_keys.insert(o.api_keys.end(), keys->begin(), keys->end());
   }
+  std::vector<std::string> origins;
+  {
+    auto j = ojson::parse(o.allowed_origins, nullptr, false);
+    if (j.is_discarded() || !j.is_array())
+      return fail("--allowed-origins must be a JSON list of origins, e.g. '[\"https://app.example\"]'");
+    for (const auto& v : j) {
+      if (!v.is_string() || v.get_ref<const std::string&>().empty())
+        return fail("--allowed-origins must be a JSON list of non-empty strings");
+      origins.push_back(v.get<std::string>());
+    }
+  }
   ojson default_kwargs = ojson::object();
   if (!o.default_kwargs.empty()) {
     default_kwargs = ojson::parse(o.default_kwargs, nullptr, false);
@@ -164,6 +176,7 @@ int run_serve(ServeOpts o) {
   ho.host = o.host;
   ho.port = static_cast<uint16_t>(o.port);
   ho.api_keys = o.api_keys;
+  ho.allowed_origins = origins;
   ho.max_body_bytes = o.max_body_bytes;
   serve::HttpServer http(ho, &metrics);
   serve::ApiServer api(http, metrics);
@@ -349,6 +362,8 @@ Registrar reg(
        sub.add_option(
            "--api-key-file", o->api_key_file,
            "file with one API key per line (trimmed; blank and # lines skipped; at least one key)");
+       sub.add_option("--allowed-origins", o->allowed_origins,
+                      "CORS: JSON list of origins browsers may call from (default [\"*\"]; [] = none)");
        sub.add_option("--served-model-name", o->served_names, "model id(s) to answer to")
            ->check(non_empty_check());
        sub.add_option("--default-chat-template-kwargs", o->default_kwargs,

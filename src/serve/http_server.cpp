@@ -153,6 +153,7 @@ struct Session : std::enable_shared_from_this<Session> {
   bool stop_pending = false;  // counted in srv.unflushed until its output is flushed or it closes
   bool head_only = false;     // a HEAD request: headers of the GET answer, no body (RFC 9110 §9.3.2)
   bool http10 = false;        // an HTTP/1.0 client: streams are close-delimited, never chunked
+  std::string cors_origin;    // Access-Control-Allow-Origin for this request's answer ("" = none)
   uint64_t generation = 0;    // request counter; stale channels are ignored
   std::function<void()> disconnect_cb;
   std::string cur_handler, cur_method;
@@ -311,10 +312,19 @@ struct Session : std::enable_shared_from_this<Session> {
     if (!in_request || closed) return;
     if (srv.metrics && !cur_handler.empty()) srv.metrics->inc_http(cur_handler, cur_method, status);
     bool keep = keep_alive && !srv.owner->draining();
-    std::string s = head(status, ct, body.size(), keep, extra);
+    std::string s = head(status, ct, body.size(), keep, with_cors(extra));
     if (!head_only) s += body;
     finish_request(keep);
     enqueue(std::move(s));
+  }
+
+  std::vector<std::pair<std::string, std::string>> with_cors(
+      std::vector<std::pair<std::string, std::string>> extra) const {
+    if (!cors_origin.empty()) {
+      extra.push_back({"Access-Control-Allow-Origin", cors_origin});
+      if (cors_origin != "*") extra.push_back({"Vary", "Origin"});
+    }
+    return extra;
   }
 
   void finish_request(bool keep) {
@@ -425,7 +435,7 @@ class Channel final : public ResponseChannel {
       if (s.srv.metrics && !s.cur_handler.empty()) s.srv.metrics->inc_http(s.cur_handler, s.cur_method, 200);
       if (s.http10) s.keep_alive = false;  // the end of the stream is the end of the connection
       s.enqueue(Session::head(200, "text/event-stream", std::nullopt,
-                              s.keep_alive && !s.srv.owner->draining(), {}, s.http10));
+                              s.keep_alive && !s.srv.owner->draining(), s.with_cors({}), s.http10));
     });
   }
   void write(std::string data) override {
@@ -494,6 +504,25 @@ void Session::dispatch(HttpRequest req) {
   }
   cur_method = req.method;
   head_only = false;
+  cors_origin.clear();
+  if (auto o = req.headers.find("origin"); o != req.headers.end()) {
+    for (const auto& allowed : srv.opts.allowed_origins)
+      if (allowed == "*" || allowed == o->second) cors_origin = allowed == "*" ? "*" : o->second;
+    // A preflight (Fetch standard): answered before auth, like vLLM's (Starlette's) CORS middleware, with
+    // no data; the request it announces is checked like any other.
+    if (req.method == "OPTIONS" && req.headers.count("access-control-request-method")) {
+      if (cors_origin.empty()) {
+        auto e = transport_error(400, "cors_origin_not_allowed", "the Origin is not in --allowed-origins");
+        return send_full(400, "application/json", error_body(e), {});
+      }
+      std::vector<std::pair<std::string, std::string>> h = {
+          {"Access-Control-Allow-Methods", "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT"},
+          {"Access-Control-Max-Age", "600"}};
+      if (auto rh = req.headers.find("access-control-request-headers"); rh != req.headers.end())
+        h.push_back({"Access-Control-Allow-Headers", rh->second});
+      return send_full(200, "text/plain", "", h);
+    }
+  }
   const Route* match = nullptr;
   const Route* get_route = nullptr;
   std::string allow;

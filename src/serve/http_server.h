@@ -59,6 +59,9 @@ struct HttpOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 8000;
   std::vector<std::string> api_keys;
+  // CORS (vLLM's --allowed-origins, default every origin): origins whose browsers may read answers; "*" is
+  // any. A preflight is answered before auth with no data; the request it announces still needs a key.
+  std::vector<std::string> allowed_origins = {"*"};
   size_t max_body_bytes = 2u << 20;
   size_t max_header_bytes = 16u << 10;
   size_t max_headers = 100;

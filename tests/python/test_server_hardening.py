@@ -283,3 +283,34 @@ def test_http10_stream_is_close_delimited(server):
     assert b"transfer-encoding" not in head.lower()
     assert rest.startswith(b"data: {"), rest[:50]  # no chunk-size line
     assert rest.endswith(b"data: [DONE]\n\n"), rest[-50:]
+
+
+def test_cors_default_allows_every_origin(server):
+    r = httpx.request("OPTIONS", server.base + "/v1/models",
+                      headers={"Origin": "https://app.example", "Access-Control-Request-Method": "GET",
+                               "Access-Control-Request-Headers": "authorization, content-type"}, timeout=10)
+    assert r.status_code == 200 and r.content == b""
+    assert r.headers["access-control-allow-origin"] == "*"
+    assert "GET" in r.headers["access-control-allow-methods"]
+    assert r.headers["access-control-allow-headers"] == "authorization, content-type"
+    r = httpx.get(server.base + "/v1/models", headers={**server.headers(), "Origin": "https://app.example"})
+    assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "*"
+    assert "access-control-allow-origin" not in httpx.get(server.base + "/v1/models", headers=server.headers()).headers
+
+
+def test_cors_allowed_origins_list():
+    s = Server("--allowed-origins", '["https://ok.example"]')
+    try:
+        pre = {"Access-Control-Request-Method": "POST"}
+        r = httpx.request("OPTIONS", s.base + "/v1/chat/completions", headers={"Origin": "https://ok.example", **pre})
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "https://ok.example"
+        assert r.headers["vary"] == "Origin"
+        r = httpx.request("OPTIONS", s.base + "/v1/chat/completions", headers={"Origin": "http://evil", **pre})
+        assert r.status_code == 400 and "access-control-allow-origin" not in r.headers
+        r = httpx.get(s.base + "/v1/models", headers={**s.headers(), "Origin": "http://evil"})
+        assert r.status_code == 200 and "access-control-allow-origin" not in r.headers
+    finally:
+        s.stop()
+    r = subprocess.run([gridq_bin(), "serve", str(MODEL_DIR), "--port", "0", "--allowed-origins", "https://x"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0 and "--allowed-origins" in r.stderr
