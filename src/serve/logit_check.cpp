@@ -32,4 +32,13 @@ std::optional<std::string> non_finite_logits(std::span<const float> row) {
       nan, pos_inf, row.size(), first_bad);
 }
 
+bool fail_on_non_finite(std::span<const float> row, SchedRequest& req) {
+  auto bad = non_finite_logits(row);
+  if (!bad) return false;
+  // cancelled first: the request's other choices must not be sampled from this step on either.
+  const bool first = !req.cancelled.exchange(true);
+  if (first) req.on_error(500, "non_finite_logits", *bad);
+  return true;
+}
+
 }  // namespace gridq::serve

@@ -32,5 +32,33 @@ TEST(LogitCheck, NanAndInfinityAreNamed) {
   EXPECT_NE(m->find("no finite logit"), std::string::npos);
 }
 
+struct Recorder final : SchedRequest {
+  bool on_token(int, const runtime::SampledToken&) override { return false; }
+  void on_choice_done(int, FinishReason) override {}
+  void on_error(int s, const std::string& c, const std::string& m) override {
+    ++errors;
+    status = s;
+    code = c;
+    message = m;
+  }
+  int errors = 0, status = 0;
+  std::string code, message;
+};
+
+TEST(LogitCheck, FailsTheRequestOnceWithA500) {
+  Recorder r;
+  std::vector<float> good = {1.0f, 2.0f};
+  EXPECT_FALSE(fail_on_non_finite(good, r));
+  EXPECT_FALSE(r.cancelled);
+  std::vector<float> bad = {1.0f, std::numeric_limits<float>::quiet_NaN()};
+  EXPECT_TRUE(fail_on_non_finite(bad, r));
+  EXPECT_TRUE(fail_on_non_finite(bad, r));  // a second choice of the same request: no second error
+  EXPECT_TRUE(r.cancelled);
+  EXPECT_EQ(r.errors, 1);
+  EXPECT_EQ(r.status, 500);
+  EXPECT_EQ(r.code, "non_finite_logits");
+  EXPECT_NE(r.message.find("NaN"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace gridq::serve
