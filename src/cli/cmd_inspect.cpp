@@ -9,7 +9,9 @@
 
 #include "cli/command.h"
 #include "gridbook/artifact.h"
+#include "io/checkpoint.h"
 #include "io/pins.h"
+#include "model/config_check.h"
 #include "model/loader.h"
 #include "runtime/artifact_weights.h"
 
@@ -61,6 +63,10 @@ int run_inspect(const std::string& path, bool as_json, bool summary) {
       std::cout << json{{"schema", kSchema}, {"path", path}, {"ok", false}, {"error", msg}}.dump(2) << "\n";
     return fail(msg);
   };
+  // Config values first, so a refusal names the key rather than a tensor shape it implies.
+  if (auto cfg = io::read_json_file((std::filesystem::path(path) / "config.json").string()); cfg.ok()) {
+    if (Status st = model::check_config_values(*cfg); !st.ok()) return fail_json(st.message());
+  }
   auto opened = gridbook::Artifact::open_any(path);
   if (!opened.ok()) return fail_json(opened.message());
   const gridbook::Artifact& a = **opened;
