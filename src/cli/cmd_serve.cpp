@@ -349,7 +349,7 @@ Registrar reg(
        sub.add_option("--host", o->host, "address to bind (default 127.0.0.1)")->check(non_empty_check());
        sub.add_option("--port", o->port, "TCP port (0 = any free port)")->check(CLI::Range(0, 65535));
        sub.add_option("--max-model-len", o->max_model_len, "context length (default: the model's)")
-           ->check(CLI::PositiveNumber);
+           ->check(CLI::Range(int64_t{1}, int64_t{1} << 26));
        sub.add_option("--max-num-seqs", o->max_num_seqs, "sequences per step (default 32)")
            ->check(CLI::Range(1, 1 << 16));
        sub.add_option("--device", o->device, kDeviceHelp)->check(device_check());
