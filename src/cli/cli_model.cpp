@@ -37,8 +37,28 @@ CLI::Validator memory_fraction_check() {
       "(0,1]");
 }
 
+CLI::Validator finite_check(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& v) -> std::string {
+        try {
+          size_t used = 0;
+          const double x = std::stod(v, &used);
+          // NaN fails both comparisons, so it is refused here, unlike with CLI::Range.
+          if (used == v.size() && x >= lo && x <= hi) return {};
+        } catch (const std::exception&) {
+        }
+        return fmt::format("must be a number in [{}, {}] (got '{}')", lo, hi, v);
+      },
+      fmt::format("[{},{}]", lo, hi));
+}
+
+CLI::Validator non_empty_check() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string { return v.empty() ? "must not be empty" : std::string(); }, "TEXT");
+}
+
 void add_run_options(CLI::App& sub, RunOptions& o) {
-  sub.add_option("--threads", o.threads, "CPU threads (0 = all cores)");
+  sub.add_option("--threads", o.threads, "CPU threads (0 = all cores)")->check(CLI::Range(0, kMaxThreads));
   sub.add_option("--prefill-chunk", o.prefill_chunk, "tokens per prefill forward")
       ->check(CLI::PositiveNumber);
   sub.add_option("--device", o.device, kDeviceHelp)->check(device_check());

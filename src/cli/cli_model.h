@@ -30,6 +30,11 @@ void add_run_options(CLI::App& sub, RunOptions& o);
 extern const char* const kDeviceHelp;
 CLI::Validator device_check();
 CLI::Validator memory_fraction_check();
+// Start-up refuses nonsense values (issue 14 item 5): a finite number in [lo, hi] (NaN and inf refused), a
+// non-empty string, and the thread counts a machine can have.
+CLI::Validator finite_check(double lo, double hi);
+CLI::Validator non_empty_check();
+inline constexpr int kMaxThreads = 4096;
 
 struct SamplingCli {
   int max_tokens = 128;

@@ -9,7 +9,11 @@
 
 #include "cli/command.h"
 #include "gridbook/artifact.h"
+#include "io/checkpoint.h"
 #include "io/pins.h"
+#include "model/config_check.h"
+#include "model/loader.h"
+#include "runtime/artifact_weights.h"
 
 namespace gridq::cli {
 namespace {
@@ -59,9 +63,20 @@ int run_inspect(const std::string& path, bool as_json, bool summary) {
       std::cout << json{{"schema", kSchema}, {"path", path}, {"ok", false}, {"error", msg}}.dump(2) << "\n";
     return fail(msg);
   };
+  // Config values first, so a refusal names the key rather than a tensor shape it implies.
+  if (auto cfg = io::read_json_file((std::filesystem::path(path) / "config.json").string()); cfg.ok()) {
+    if (Status st = model::check_config_values(*cfg); !st.ok()) return fail_json(st.message());
+  }
   auto opened = gridbook::Artifact::open_any(path);
   if (!opened.ok()) return fail_json(opened.message());
   const gridbook::Artifact& a = **opened;
+  // The same checks the loader of generate/chat/serve runs (config ranges, the architecture adapter, the
+  // spec): a report must not call clean what the loader refuses (issue 14 item 4).
+  const Status loads = a.config().contains("quantization_config")
+                           ? runtime::load_artifact_model(path).status()
+                           : model::load_model(path).status();
+  if (!loads.ok())
+    return fail_json(fmt::format("{}: the loader refuses this model: {}", path, loads.message()));
 
   std::string pins = "absent";
   std::error_code ec;

@@ -1,6 +1,7 @@
 // gridq serve ARTIFACT: the OpenAI-compatible HTTP server (server.md). Flags mirror vLLM's. Order of start:
-// verify PINS.json (before anything is loaded), listen (/health says 503 loading), load tokenizer, template
-// and engine, log the kernel path per weight format, then serve until SIGINT/SIGTERM and drain.
+// check the flags, listen (/health says 503 loading; a busy port fails in milliseconds, not after minutes of
+// hashing), verify PINS.json (before anything of the artifact is parsed), load tokenizer, template and
+// engine, log the kernel path per weight format, then serve until SIGINT/SIGTERM and drain.
 #include <condition_variable>
 #include <csignal>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "io/pins.h"
 #include "io/sha256.h"
 #include "runtime/device.h"
+#include "serve/api_keys.h"
 #include "serve/api_server.h"
 #include "serve/http_server.h"
 #include "serve/runtime_engine.h"
@@ -40,6 +42,7 @@ struct ServeOpts {
   std::string kv_cache_dtype = "auto";
   std::vector<std::string> api_keys;
   std::string api_key_file;
+  std::string allowed_origins = "[\"*\"]";
   std::vector<std::string> served_names;
   std::string default_kwargs;
   std::string tool_parser;
@@ -132,10 +135,7 @@ struct SignalState {
 int run_serve(ServeOpts o) {
   while (o.dir.size() > 1 && o.dir.back() == '/') o.dir.pop_back();
   if (!fs::is_directory(o.dir)) return fail(o.dir + ": not a directory");
-  if (o.port < 0 || o.port > 65535) return fail(fmt::format("--port {}: not a TCP port", o.port));
-  if (o.max_num_seqs < 1) return fail("--max-num-seqs must be >= 1");
-  if (o.gpu_memory_utilization <= 0.0 || o.gpu_memory_utilization > 1.0)
-    return fail("--gpu-memory-utilization must be in (0, 1]");
+  // Ranges are checked by the flags' validators at parse time (issue 14 item 5); what is left needs a file.
   // Before listening: `--device cuda` on a machine that cannot run it is refused at once, not after /health
   // has said "loading". The engine chooses again at open (the probe is cheap) and logs the choice.
   if (auto pick = runtime::choose_device(o.device); !pick.ok()) return fail(pick.message());
@@ -145,14 +145,21 @@ int run_serve(ServeOpts o) {
   if (!o.api_key_file.empty()) {
     auto t = read_text(o.api_key_file);
     if (!t.ok()) return fail("--api-key-file: " + t.message());
-    std::istringstream ss(*t);
-    for (std::string line; std::getline(ss, line);) {
-      while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
-      if (!line.empty()) o.api_keys.push_back(line);
+    auto keys = serve::parse_api_key_file(*t, o.api_key_file);
+    if (!keys.ok()) return fail(keys.message());
+    o.api_keys.insert(o.api_keys.end(), keys->begin(), keys->end());
+  }
+  std::vector<std::string> origins;
+  {
+    auto j = ojson::parse(o.allowed_origins, nullptr, false);
+    if (j.is_discarded() || !j.is_array())
+      return fail("--allowed-origins must be a JSON list of origins, e.g. '[\"https://app.example\"]'");
+    for (const auto& v : j) {
+      if (!v.is_string() || v.get_ref<const std::string&>().empty())
+        return fail("--allowed-origins must be a JSON list of non-empty strings");
+      origins.push_back(v.get<std::string>());
     }
   }
-  for (const auto& k : o.api_keys)
-    if (k.empty()) return fail("--api-key must not be empty");
   ojson default_kwargs = ojson::object();
   if (!o.default_kwargs.empty()) {
     default_kwargs = ojson::parse(o.default_kwargs, nullptr, false);
@@ -160,22 +167,16 @@ int run_serve(ServeOpts o) {
       return fail("--default-chat-template-kwargs must be a JSON object");
   }
 
-  // 1. Pins, before any file of the artifact is parsed.
-  if (auto refusal = check_pins(o)) return fail(*refusal);
-  std::string artifact_sha = "unpinned";
-  if (const fs::path pins = fs::path(o.dir) / io::kPinsFile; fs::exists(pins)) {
-    if (auto h = io::sha256_file(pins.string()); h.ok()) artifact_sha = *h;
-  }
-
   std::vector<std::string> names = o.served_names;
   if (names.empty()) names.push_back(fs::path(o.dir).filename().string());
 
-  // 2. Listen while loading.
+  // 1. Listen while loading: a busy port is reported at once, before minutes of hashing pins.
   serve::Metrics metrics(names[0]);
   serve::HttpOptions ho;
   ho.host = o.host;
   ho.port = static_cast<uint16_t>(o.port);
   ho.api_keys = o.api_keys;
+  ho.allowed_origins = origins;
   ho.max_body_bytes = o.max_body_bytes;
   serve::HttpServer http(ho, &metrics);
   serve::ApiServer api(http, metrics);
@@ -206,6 +207,13 @@ int run_serve(ServeOpts o) {
   log(fmt::format("listening on http://{}:{} (loading {})", o.host, *port, o.dir));
   if (o.api_keys.empty()) log("WARNING: no --api-key: every route is open");
 
+  // 2. Pins, before any file of the artifact is parsed.
+  if (auto refusal = check_pins(o)) return fail(*refusal);
+  std::string artifact_sha = "unpinned";
+  if (const fs::path pins = fs::path(o.dir) / io::kPinsFile; fs::exists(pins)) {
+    if (auto h = io::sha256_file(pins.string()); h.ok()) artifact_sha = *h;
+  }
+
   // 3. Load.
   RunOptions ro;
   ro.threads = o.threads;
@@ -226,7 +234,8 @@ int run_serve(ServeOpts o) {
   if (!eng.ok()) return fail(eng.message());
   // The CUDA engine keeps KV in BF16 (docs/gpu.md); the CPU reference keeps FP32.
   if ((*eng)->device() == runtime::DeviceKind::kCuda && o.kv_cache_dtype == "fp32")
-    return fail("--kv-cache-dtype fp32: the cuda engine keeps KV in bf16 (use auto or bf16, or --device cpu)");
+    return fail(
+        "--kv-cache-dtype fp32: the cuda engine keeps KV in bf16 (use auto or bf16, or --device cpu)");
   if ((*eng)->device() == runtime::DeviceKind::kCpu && o.gpu_memory_utilization != 0.9)
     log("note: --gpu-memory-utilization is accepted for vLLM compatibility; the cpu backend does not use it");
   const auto& spec = (*eng)->spec();
@@ -337,29 +346,42 @@ Registrar reg(
      [](CLI::App& sub) -> std::function<int()> {
        auto o = std::make_shared<ServeOpts>();
        sub.add_option("ARTIFACT", o->dir, "gridbook artifact or BF16 checkpoint directory")->required();
-       sub.add_option("--host", o->host, "address to bind (default 127.0.0.1)");
-       sub.add_option("--port", o->port, "TCP port (0 = any free port)");
-       sub.add_option("--max-model-len", o->max_model_len, "context length (default: the model's)");
-       sub.add_option("--max-num-seqs", o->max_num_seqs, "sequences per step (default 32)");
+       sub.add_option("--host", o->host, "address to bind (default 127.0.0.1)")->check(non_empty_check());
+       sub.add_option("--port", o->port, "TCP port (0 = any free port)")->check(CLI::Range(0, 65535));
+       sub.add_option("--max-model-len", o->max_model_len, "context length (default: the model's)")
+           ->check(CLI::Range(int64_t{1}, int64_t{1} << 26));
+       sub.add_option("--max-num-seqs", o->max_num_seqs, "sequences per step (default 32)")
+           ->check(CLI::Range(1, 1 << 16));
        sub.add_option("--device", o->device, kDeviceHelp)->check(device_check());
        sub.add_option("--gpu-memory-utilization", o->gpu_memory_utilization,
-                      "fraction of the GPU's memory gridq may hold, in (0, 1] (default 0.9; unused on cpu)");
+                      "fraction of the GPU's memory gridq may hold, in (0, 1] (default 0.9; unused on cpu)")
+           ->check(memory_fraction_check());
        sub.add_flag("--enforce-eager", o->enforce_eager, "cuda: no CUDA graph replay of decode steps");
        sub.add_option("--kv-cache-dtype", o->kv_cache_dtype, "auto (default), bf16, fp32");
-       sub.add_option("--api-key", o->api_keys, "required API key (repeatable)");
-       sub.add_option("--api-key-file", o->api_key_file, "file with one API key per line");
-       sub.add_option("--served-model-name", o->served_names, "model id(s) to answer to");
+       sub.add_option("--api-key", o->api_keys, "required API key (repeatable)")->check(non_empty_check());
+       sub.add_option(
+           "--api-key-file", o->api_key_file,
+           "file with one API key per line (trimmed; blank and # lines skipped; at least one key)");
+       sub.add_option("--allowed-origins", o->allowed_origins,
+                      "CORS: JSON list of origins browsers may call from (default [\"*\"]; [] = none)");
+       sub.add_option("--served-model-name", o->served_names, "model id(s) to answer to")
+           ->check(non_empty_check());
        sub.add_option("--default-chat-template-kwargs", o->default_kwargs,
                       "JSON object of template variables");
        sub.add_option("--tool-call-parser", o->tool_parser, "poolside_v1 (Laguna default), hermes, none");
        sub.add_option("--reasoning-parser", o->reasoning_parser, "poolside_v1 (default), none");
        sub.add_option("--chat-template", o->chat_template, "chat template file (default: the model's)");
-       sub.add_option("--threads", o->threads, "CPU threads (0 = all)");
-       sub.add_option("--max-body-bytes", o->max_body_bytes, "request body limit (default 2 MiB)");
-       sub.add_option("--max-queue", o->max_queue, "waiting requests before 429 (default 256)");
-       sub.add_option("--queue-timeout", o->queue_timeout, "seconds a request may wait (0 = forever)");
-       sub.add_option("--shutdown-timeout", o->shutdown_timeout, "drain seconds on SIGTERM (default 30)");
-       sub.add_option("--max-num-batched-tokens", o->max_batch_tokens, "token budget per step (default 512)");
+       sub.add_option("--threads", o->threads, "CPU threads (0 = all)")->check(CLI::Range(0, kMaxThreads));
+       sub.add_option("--max-body-bytes", o->max_body_bytes, "request body limit (default 2 MiB)")
+           ->check(CLI::Range(size_t{1}, size_t{1} << 32));
+       sub.add_option("--max-queue", o->max_queue, "waiting requests before 429 (default 256)")
+           ->check(CLI::Range(size_t{0}, size_t{1} << 20));
+       sub.add_option("--queue-timeout", o->queue_timeout, "seconds a request may wait (0 = forever)")
+           ->check(finite_check(0.0, 1e7));
+       sub.add_option("--shutdown-timeout", o->shutdown_timeout, "drain seconds on SIGTERM (default 30)")
+           ->check(finite_check(0.0, 1e7));
+       sub.add_option("--max-num-batched-tokens", o->max_batch_tokens, "token budget per step (default 512)")
+           ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
        sub.add_flag("--metrics-public", o->metrics_public, "serve /metrics without an API key");
        sub.add_flag("--skip-pin-check", o->skip_pin_check, "do not verify PINS.json (logged loudly)");
        return [o] { return run_serve(*o); };

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "core/version.h"
 #include "serve/sampling.h"
 
 namespace gridq::serve {
@@ -304,6 +305,8 @@ void ApiServer::register_routes() {
   http_.add_route(
       {"/v1/completions", "POST", "/v1/completions", bind(&ApiServer::handle_completions), false});
   http_.add_route({"/v1/models", "GET", "/v1/models", bind(&ApiServer::handle_models), false});
+  http_.add_route({"/v1/models/", "GET", "/v1/models/{id}", bind(&ApiServer::handle_model), false, true});
+  http_.add_route({"/version", "GET", "/version", bind(&ApiServer::handle_version), true});
   http_.add_route({"/health", "GET", "/health", bind(&ApiServer::handle_health), true});
   http_.add_route({"/metrics", "GET", "/metrics", bind(&ApiServer::handle_metrics), false});
   http_.add_route({"/tokenize", "POST", "/tokenize", bind(&ApiServer::handle_tokenize), false});
@@ -548,19 +551,61 @@ void ApiServer::handle_completions(const HttpRequest& req, std::shared_ptr<Respo
   if (submit_parts(*sched_, *ch, *job, parts)) track(parts);
 }
 
+namespace {
+
+// %XX escapes of a path segment (clients escape a '/' inside a model id as %2F).
+std::string percent_decode(std::string_view s) {
+  std::string out;
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
+      out += static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2]));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+ojson ApiServer::model_json(const std::string& name) const {
+  ojson m = ojson::object();
+  m["id"] = name;
+  m["object"] = "model";
+  m["created"] = created_;
+  m["owned_by"] = "gridq";
+  m["max_model_len"] = model_.max_model_len;
+  return m;
+}
+
+void ApiServer::handle_model(const HttpRequest& req, std::shared_ptr<ResponseChannel> ch) {
+  if (state_ == State::kLoading)
+    return ch->send_error(status_error(503, "unavailable_error", "loading", "the model is still loading"));
+  const std::string id =
+      percent_decode(std::string_view(req.path).substr(std::string_view("/v1/models/").size()));
+  for (const auto& n : model_.served_names)
+    if (n == id) return ch->send(200, "application/json", dump(model_json(n)));
+  check_model(id, *ch);  // answers 404 model_not_found
+}
+
+void ApiServer::handle_version(const HttpRequest&, std::shared_ptr<ResponseChannel> ch) {
+  ojson out = ojson::object();
+  out["version"] = version_string();
+  ch->send(200, "application/json", dump(out));
+}
+
 void ApiServer::handle_models(const HttpRequest&, std::shared_ptr<ResponseChannel> ch) {
   if (state_ == State::kLoading)
     return ch->send_error(status_error(503, "unavailable_error", "loading", "the model is still loading"));
   ojson data = ojson::array();
-  for (const auto& n : model_.served_names) {
-    ojson m = ojson::object();
-    m["id"] = n;
-    m["object"] = "model";
-    m["created"] = created_;
-    m["owned_by"] = "gridq";
-    m["max_model_len"] = model_.max_model_len;
-    data.push_back(std::move(m));
-  }
+  for (const auto& n : model_.served_names) data.push_back(model_json(n));
   ojson out = ojson::object();
   out["object"] = "list";
   out["data"] = std::move(data);

@@ -60,6 +60,9 @@ class ApiServer {
   void handle_chat(const HttpRequest& req, std::shared_ptr<ResponseChannel> ch);
   void handle_completions(const HttpRequest& req, std::shared_ptr<ResponseChannel> ch);
   void handle_models(const HttpRequest& req, std::shared_ptr<ResponseChannel> ch);
+  void handle_model(const HttpRequest& req, std::shared_ptr<ResponseChannel> ch);  // GET /v1/models/{id}
+  void handle_version(const HttpRequest& req, std::shared_ptr<ResponseChannel> ch);
+  ojson model_json(const std::string& name) const;
   void handle_health(const HttpRequest& req, std::shared_ptr<ResponseChannel> ch);
   void handle_metrics(const HttpRequest& req, std::shared_ptr<ResponseChannel> ch);
   void handle_tokenize(const HttpRequest& req, std::shared_ptr<ResponseChannel> ch);

@@ -45,6 +45,8 @@ const char* reason_phrase(int status) {
   switch (status) {
     case 200:
       return "OK";
+    case 100:
+      return "Continue";
     case 204:
       return "No Content";
     case 400:
@@ -61,12 +63,16 @@ const char* reason_phrase(int status) {
       return "Payload Too Large";
     case 415:
       return "Unsupported Media Type";
+    case 417:
+      return "Expectation Failed";
     case 429:
       return "Too Many Requests";
     case 431:
       return "Request Header Fields Too Large";
     case 500:
       return "Internal Server Error";
+    case 501:
+      return "Not Implemented";
     case 503:
       return "Service Unavailable";
     default:
@@ -78,6 +84,11 @@ std::string lower(std::string_view s) {
   std::string o(s);
   for (auto& c : o) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return o;
+}
+
+bool route_matches(const Route& r, const std::string& path) {
+  return r.prefix ? path.size() > r.path.size() && path.compare(0, r.path.size(), r.path) == 0
+                  : r.path == path;
 }
 
 ApiError transport_error(int status, std::string code, std::string message) {
@@ -140,6 +151,9 @@ struct Session : std::enable_shared_from_this<Session> {
   bool closed = false;
   bool draining_input = false;
   bool stop_pending = false;  // counted in srv.unflushed until its output is flushed or it closes
+  bool head_only = false;     // a HEAD request: headers of the GET answer, no body (RFC 9110 §9.3.2)
+  bool http10 = false;        // an HTTP/1.0 client: streams are close-delimited, never chunked
+  std::string cors_origin;    // Access-Control-Allow-Origin for this request's answer ("" = none)
   uint64_t generation = 0;    // request counter; stale channels are ignored
   std::function<void()> disconnect_cb;
   std::string cur_handler, cur_method;
@@ -150,10 +164,42 @@ struct Session : std::enable_shared_from_this<Session> {
 
   void read_header() {
     if (closed) return;
+    // Labels of the previous request on this connection must not be counted against this one's errors.
+    cur_handler.clear();
+    cur_method.clear();
+    stream.expires_after(std::chrono::milliseconds(static_cast<int64_t>(srv.opts.header_timeout_s * 1000)));
+    read_head_block();
+  }
+
+  // Buffers the whole header block before Beast parses it: Beast silently unfolds obs-fold lines into
+  // spaces, and RFC 9112 §5.2 lets a server do that only outside requests it acts on, so the raw bytes are
+  // checked here and a folded request is refused with 400 (as are whitespace-led lines after the start line).
+  void read_head_block() {
+    const auto data = buf.data();
+    const std::string_view v(static_cast<const char*>(data.data()), data.size());
+    if (const size_t end = v.find("\r\n\r\n"); end != std::string_view::npos) {
+      const std::string_view head = v.substr(0, end + 2);
+      for (size_t p = head.find("\r\n"); p != std::string_view::npos; p = head.find("\r\n", p + 2)) {
+        if (p + 2 < head.size() && (head[p + 2] == ' ' || head[p + 2] == '\t'))
+          return respond_error_and_close(transport_error(
+              400, "bad_request", "malformed HTTP request: obsolete line folding (obs-fold) in the headers"));
+      }
+      return parse_head();
+    }
+    if (v.size() > srv.opts.max_header_bytes)
+      return respond_error_and_close(
+          transport_error(431, "headers_too_large", "request headers exceed the limit"));
+    stream.async_read_some(buf.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
+      if (ec) return self->fail_transport(ec);
+      self->buf.commit(n);
+      self->read_head_block();
+    });
+  }
+
+  void parse_head() {
     parser.emplace();
     parser->header_limit(static_cast<std::uint32_t>(srv.opts.max_header_bytes));
     parser->body_limit(srv.opts.max_body_bytes);
-    stream.expires_after(std::chrono::milliseconds(static_cast<int64_t>(srv.opts.header_timeout_s * 1000)));
     http::async_read_header(stream, buf, *parser, [self = shared_from_this()](beast::error_code ec, size_t) {
       self->on_header(ec);
     });
@@ -184,12 +230,27 @@ struct Session : std::enable_shared_from_this<Session> {
     if (n > srv.opts.max_headers)
       return respond_error_and_close(transport_error(
           431, "headers_too_large", fmt::format("more than {} request headers", srv.opts.max_headers)));
+    // Fields that decide who is asking and how the body is read must be unambiguous (RFC 9110 §5.3): two
+    // values could be checked by one hop and used by another.
+    for (const char* name : {"authorization", "x-api-key", "host", "content-type", "content-encoding"}) {
+      if (h.count(name) > 1)
+        return respond_error_and_close(
+            transport_error(400, "bad_request", fmt::format("duplicate {} header", name)));
+    }
     if (auto ce = h.find(http::field::content_encoding); ce != h.end() && lower(ce->value()) != "identity")
       return respond_error_and_close(transport_error(
           415, "unsupported_media_type", "Content-Encoding other than identity is not supported"));
     if (auto cl = parser->content_length(); cl && *cl > srv.opts.max_body_bytes)
       return respond_error_and_close(transport_error(
           413, "payload_too_large", fmt::format("request body exceeds {} bytes", srv.opts.max_body_bytes)));
+    // curl and many HTTP libraries send Expect: 100-continue with larger bodies and wait for the interim
+    // answer (curl up to 1 s) before sending the body; any other expectation is refused (RFC 9110 §10.1.1).
+    if (auto ex = h.find(http::field::expect); ex != h.end()) {
+      if (lower(ex->value()) != "100-continue")
+        return respond_error_and_close(
+            transport_error(417, "expectation_failed", "only Expect: 100-continue is supported"));
+      if (!parser->is_done() && h.version() >= 11) enqueue("HTTP/1.1 100 Continue\r\n\r\n");
+    }
     if (parser->is_done()) return on_request();
     stream.expires_after(std::chrono::milliseconds(static_cast<int64_t>(srv.opts.body_timeout_s * 1000)));
     http::async_read(stream, buf, *parser, [self = shared_from_this()](beast::error_code e, size_t) {
@@ -229,12 +290,16 @@ struct Session : std::enable_shared_from_this<Session> {
                      });
   }
 
+  // `length` nullopt: a stream, chunked unless `close_delimited` (HTTP/1.0).
   static std::string head(int status, const std::string& content_type, std::optional<size_t> length,
-                          bool keep, const std::vector<std::pair<std::string, std::string>>& extra) {
+                          bool keep, const std::vector<std::pair<std::string, std::string>>& extra,
+                          bool close_delimited = false) {
     std::string s = fmt::format("HTTP/1.1 {} {}\r\nServer: gridq\r\n", status, reason_phrase(status));
     if (!content_type.empty()) s += "Content-Type: " + content_type + "\r\n";
     if (length)
       s += fmt::format("Content-Length: {}\r\n", *length);
+    else if (close_delimited)
+      s += "Cache-Control: no-cache\r\n";
     else
       s += "Transfer-Encoding: chunked\r\nCache-Control: no-cache\r\n";
     for (const auto& [k, v] : extra) s += k + ": " + v + "\r\n";
@@ -247,10 +312,19 @@ struct Session : std::enable_shared_from_this<Session> {
     if (!in_request || closed) return;
     if (srv.metrics && !cur_handler.empty()) srv.metrics->inc_http(cur_handler, cur_method, status);
     bool keep = keep_alive && !srv.owner->draining();
-    std::string s = head(status, ct, body.size(), keep, extra);
-    s += body;
+    std::string s = head(status, ct, body.size(), keep, with_cors(extra));
+    if (!head_only) s += body;
     finish_request(keep);
     enqueue(std::move(s));
+  }
+
+  std::vector<std::pair<std::string, std::string>> with_cors(
+      std::vector<std::pair<std::string, std::string>> extra) const {
+    if (!cors_origin.empty()) {
+      extra.push_back({"Access-Control-Allow-Origin", cors_origin});
+      if (cors_origin != "*") extra.push_back({"Vary", "Origin"});
+    }
+    return extra;
   }
 
   void finish_request(bool keep) {
@@ -359,20 +433,22 @@ class Channel final : public ResponseChannel {
       if (s.streaming || !s.in_request) return;
       s.streaming = true;
       if (s.srv.metrics && !s.cur_handler.empty()) s.srv.metrics->inc_http(s.cur_handler, s.cur_method, 200);
+      if (s.http10) s.keep_alive = false;  // the end of the stream is the end of the connection
       s.enqueue(Session::head(200, "text/event-stream", std::nullopt,
-                              s.keep_alive && !s.srv.owner->draining(), {}));
+                              s.keep_alive && !s.srv.owner->draining(), s.with_cors({}), s.http10));
     });
   }
   void write(std::string data) override {
     run([data = std::move(data)](Session& s) {
       if (!s.streaming || data.empty()) return;
+      if (s.http10) return s.enqueue(std::move(data));
       s.enqueue(fmt::format("{:x}\r\n", data.size()) + data + "\r\n");
     });
   }
   void end_stream() override {
     run([](Session& s) {
       if (!s.streaming) return;
-      s.enqueue("0\r\n\r\n");
+      if (!s.http10) s.enqueue("0\r\n\r\n");
       s.finish_request(s.keep_alive && !s.srv.owner->draining());
     });
   }
@@ -405,7 +481,9 @@ void Session::on_request() {
   stream.expires_never();
   auto msg = parser->release();
   keep_alive = msg.keep_alive();
+  http10 = msg.version() < 11;
   HttpRequest req;
+  req.version = static_cast<int>(msg.version());
   req.method = std::string(msg.method_string());
   std::string target(msg.target());
   req.path = target.substr(0, target.find('?'));
@@ -417,23 +495,60 @@ void Session::on_request() {
 void Session::dispatch(HttpRequest req) {
   in_request = true;
   cur_handler.clear();
+  cur_method.clear();
+  // A method token is client data of any length: one that is not an RFC 9110 method is refused here, before
+  // auth, routing or any metric sees it (vLLM's uvicorn answers unknown tokens without reaching the app).
+  if (method_label(req.method) == "other") {
+    auto e = transport_error(501, "not_implemented", "the request method is not implemented");
+    return send_full(501, "application/json", error_body(e), {});
+  }
   cur_method = req.method;
+  head_only = false;
+  cors_origin.clear();
+  if (auto o = req.headers.find("origin"); o != req.headers.end()) {
+    for (const auto& allowed : srv.opts.allowed_origins)
+      if (allowed == "*" || allowed == o->second) cors_origin = allowed == "*" ? "*" : o->second;
+    // A preflight (Fetch standard): answered before auth, like vLLM's (Starlette's) CORS middleware, with
+    // no data; the request it announces is checked like any other.
+    if (req.method == "OPTIONS" && req.headers.count("access-control-request-method")) {
+      if (cors_origin.empty()) {
+        auto e = transport_error(400, "cors_origin_not_allowed", "the Origin is not in --allowed-origins");
+        return send_full(400, "application/json", error_body(e), {});
+      }
+      std::vector<std::pair<std::string, std::string>> h = {
+          {"Access-Control-Allow-Methods", "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT"},
+          {"Access-Control-Max-Age", "600"}};
+      if (auto rh = req.headers.find("access-control-request-headers"); rh != req.headers.end())
+        h.push_back({"Access-Control-Allow-Headers", rh->second});
+      return send_full(200, "text/plain", "", h);
+    }
+  }
   const Route* match = nullptr;
+  const Route* get_route = nullptr;
   std::string allow;
   for (const auto& r : srv.routes) {
-    if (r.path != req.path) continue;
+    if (!route_matches(r, req.path)) continue;
     if (!allow.empty()) allow += ", ";
     allow += r.method;
     if (r.method == req.method) match = &r;
+    if (r.method == "GET") get_route = &r;
+  }
+  // HEAD is answered by the GET route of the path, without the body.
+  if (get_route) allow += ", HEAD";
+  if (!match && req.method == "HEAD" && get_route) {
+    match = get_route;
+    head_only = true;
   }
   bool path_known = !allow.empty();
   bool is_public = false;
   for (const auto& r : srv.routes)
-    if (r.path == req.path && r.is_public) is_public = true;
-  if (match)
-    cur_handler = match->name;
-  else if (path_known)
-    cur_handler = srv.routes.empty() ? "" : req.path;
+    if (route_matches(r, req.path) && r.is_public) is_public = true;
+  // The handler label is always a route name, never the request's own path.
+  for (const auto& r : srv.routes)
+    if (route_matches(r, req.path) && (match == nullptr || &r == match)) {
+      cur_handler = r.name;
+      break;
+    }
   // Auth is one middleware over every route (known or not) except the public allowlist.
   if (!is_public && !srv.opts.api_keys.empty()) {
     std::string presented;
@@ -503,7 +618,10 @@ HttpServer::HttpServer(HttpOptions opts, Metrics* metrics)
 
 HttpServer::~HttpServer() { stop(); }
 
-void HttpServer::add_route(Route r) { impl_->routes.push_back(std::move(r)); }
+void HttpServer::add_route(Route r) {
+  if (impl_->metrics) impl_->metrics->allow_handler(r.name);
+  impl_->routes.push_back(std::move(r));
+}
 
 void HttpServer::make_public(const std::string& path) {
   for (auto& r : impl_->routes)

@@ -25,6 +25,7 @@ struct HttpRequest {
   std::string path;                            // target without the query string
   std::map<std::string, std::string> headers;  // lower-case names
   std::string body;
+  int version = 11;  // 10 or 11
 };
 
 // Answers one request. Safe to call from any thread; calls after the connection is gone are dropped.
@@ -34,7 +35,8 @@ class ResponseChannel {
   virtual void send(int status, std::string content_type, std::string body,
                     std::vector<std::pair<std::string, std::string>> headers = {}) = 0;
   void send_error(const ApiError& e) { send(e.status, "application/json", error_body(e), e.headers); }
-  // SSE: a 200 text/event-stream response with chunked encoding; write() sends raw event bytes.
+  // SSE: a 200 text/event-stream response with chunked encoding (HTTP/1.0 clients: delimited by closing the
+  // connection, as they cannot read chunks); write() sends raw event bytes.
   virtual void start_stream() = 0;
   virtual void write(std::string data) = 0;
   virtual void end_stream() = 0;
@@ -50,12 +52,16 @@ struct Route {
   std::string name;  // metrics handler label
   Handler handler;
   bool is_public = false;
+  bool prefix = false;  // `path` ends with '/' and matches every longer path (/v1/models/{id})
 };
 
 struct HttpOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 8000;
   std::vector<std::string> api_keys;
+  // CORS (vLLM's --allowed-origins, default every origin): origins whose browsers may read answers; "*" is
+  // any. A preflight is answered before auth with no data; the request it announces still needs a key.
+  std::vector<std::string> allowed_origins = {"*"};
   size_t max_body_bytes = 2u << 20;
   size_t max_header_bytes = 16u << 10;
   size_t max_headers = 100;

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace gridq::serve {
 namespace {
 const char* kHistNames[] = {"time_to_first_token_seconds",  "inter_token_latency_seconds",
@@ -26,7 +28,26 @@ std::string esc(const std::string& s) {
   return o;
 }
 std::string num(double v) { return fmt::format("{}", v); }
+
+// RFC 9110 §9 methods; other tokens (any length) are "other". The server refuses them before counting
+// (501), so this is the second line of defence.
+constexpr std::string_view kMethods[] = {"GET",     "HEAD",    "POST",  "PUT",  "DELETE",
+                                         "CONNECT", "OPTIONS", "TRACE", "PATCH"};
+constexpr std::string_view kFinishReasons[] = {"stop", "length", "tool_calls"};
+constexpr std::string_view kOther = "other";
 }  // namespace
+
+std::string_view method_label(std::string_view method) {
+  for (auto m : kMethods)
+    if (m == method) return m;
+  return kOther;
+}
+
+std::string_view finish_reason_label(std::string_view reason) {
+  for (auto r : kFinishReasons)
+    if (r == reason) return r;
+  return kOther;
+}
 
 Metrics::Metrics(std::string model_name) : model_(std::move(model_name)) {
   const std::vector<double> secs = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25, 0.5,
@@ -45,9 +66,16 @@ void Metrics::set_info(std::string sha, std::string format) {
   sha_ = std::move(sha);
   format_ = std::move(format);
 }
+void Metrics::allow_handler(const std::string& name) {
+  std::lock_guard lk(mu_);
+  if (std::find(handlers_.begin(), handlers_.end(), name) == handlers_.end()) handlers_.push_back(name);
+}
 void Metrics::inc_http(const std::string& handler, const std::string& method, int status) {
   std::lock_guard lk(mu_);
-  ++http_[{handler, method, status}];
+  std::string h(kOther);
+  for (const auto& known : handlers_)
+    if (known == handler) h = handler;
+  ++http_[{std::move(h), std::string(method_label(method)), status >= 100 && status <= 599 ? status : 0}];
 }
 void Metrics::add_prompt_tokens(int64_t n) {
   std::lock_guard lk(mu_);
@@ -59,7 +87,7 @@ void Metrics::add_generation_tokens(int64_t n) {
 }
 void Metrics::request_success(const std::string& r) {
   std::lock_guard lk(mu_);
-  ++success_[r];
+  ++success_[std::string(finish_reason_label(r))];
 }
 void Metrics::request_aborted() {
   std::lock_guard lk(mu_);
@@ -104,7 +132,7 @@ std::string Metrics::render() const {
   counter("prefix_cache_hits", "Prefix cache hits (no prefix cache yet)", 0);
   o += "# HELP gridq:request_success Finished requests by finish reason\n# TYPE gridq:request_success "
        "counter\n";
-  for (const char* r : {"stop", "length", "tool_calls"}) {
+  for (const char* r : {"stop", "length", "tool_calls", "other"}) {
     auto it = success_.find(r);
     o += fmt::format("gridq:request_success_total{{{},finished_reason=\"{}\"}} {}\n", ml, r,
                      it == success_.end() ? 0 : it->second);
@@ -112,8 +140,9 @@ std::string Metrics::render() const {
   o += "# HELP gridq:http_requests HTTP requests by handler, method and status\n# TYPE gridq:http_requests "
        "counter\n";
   for (const auto& [k, v] : http_) {
+    const int st = std::get<2>(k);
     o += fmt::format("gridq:http_requests_total{{{},handler=\"{}\",method=\"{}\",status=\"{}\"}} {}\n", ml,
-                     esc(std::get<0>(k)), esc(std::get<1>(k)), std::get<2>(k), v);
+                     esc(std::get<0>(k)), esc(std::get<1>(k)), st ? std::to_string(st) : "other", v);
   }
   for (size_t i = 0; i < hist_.size(); ++i) {
     const auto& h = hist_[i];

@@ -1,11 +1,15 @@
 // Prometheus metrics (server.md §10): names follow vLLM's with the prefix `gridq:` and a model_name label.
 // Thread-safe; render() writes the text exposition format 0.0.4.
+// No label takes an unbounded value from a client (issue 14 item 1): every label set is a closed list chosen
+// here, and a value outside it is counted as `other`, so neither memory nor /metrics grows with what clients
+// send.
 #pragma once
 
 #include <array>
 #include <map>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -13,9 +17,16 @@ namespace gridq::serve {
 
 enum class Hist { kTtft, kItl, kE2e, kQueue, kPrefill, kDecode, kPromptTokens, kGenTokens, kCount };
 
+// The label values a method, handler, status or finish reason is counted under: the value itself when it is
+// one of the known ones, else "other" (statuses: "other" outside 100..599).
+std::string_view method_label(std::string_view method);
+std::string_view finish_reason_label(std::string_view reason);
+
 class Metrics {
  public:
   explicit Metrics(std::string model_name);
+  // Adds a route name to the values the handler label may take (anything else counts as "other").
+  void allow_handler(const std::string& name);
   void set_info(std::string artifact_sha256, std::string format);
   void inc_http(const std::string& handler, const std::string& method, int status);
   void add_prompt_tokens(int64_t n);
@@ -35,6 +46,8 @@ class Metrics {
   };
   mutable std::mutex mu_;
   std::string model_, sha_, format_;
+  std::vector<std::string> handlers_;
+  // (handler, method, status) -> count; each part comes from a closed list, so the map is bounded.
   std::map<std::tuple<std::string, std::string, int>, uint64_t> http_;
   std::map<std::string, uint64_t> success_;
   uint64_t prompt_tokens_ = 0, gen_tokens_ = 0, aborted_ = 0;

@@ -112,11 +112,12 @@ const char* type_name(const ojson& v) {
   }
 }
 
-// Integer fields reject null, floats, bools and strings (T8).
+// Integer fields reject floats, bools and strings (T8). null means absent: the OpenAI schema marks every
+// optional integer nullable and clients send it (LangChain's completions client sends "seed": null).
 std::optional<ApiError> get_int(const ojson& b, const char* key, int64_t lo, int64_t hi,
                                 std::optional<int64_t>& out) {
   auto it = b.find(key);
-  if (it == b.end()) return std::nullopt;
+  if (it == b.end() || it->is_null()) return std::nullopt;
   if (it->is_number_unsigned()) {
     // The JSON parser stores every non-negative literal as unsigned (0 included), so both bounds apply
     // here too: `max_tokens: 0` must fail the lower bound like -1 does.
@@ -255,7 +256,7 @@ std::optional<ApiError> parse_gen(const ojson& b, const Limits& lim, bool chat, 
   }
   if (chat) {
     GQ_TRY(get_bool(b, "logprobs", g.logprobs));
-    if (auto it = b.find("top_logprobs"); it != b.end()) {  // null is a 400 like every integer (T8)
+    if (auto it = b.find("top_logprobs"); it != b.end() && !it->is_null()) {
       i.reset();
       GQ_TRY(get_int(b, "top_logprobs", 0, 20, i));
       if (!g.logprobs) return invalid("top_logprobs", "top_logprobs is only allowed when logprobs is true");
@@ -340,6 +341,17 @@ std::optional<ApiError> parse_messages(const ojson& b, const Limits& lim, ojson&
       return invalid(p + ".role",
                      fmt::format("{}.role \"{}\" is not one of system, developer, user, assistant, tool", p,
                                  r->get<std::string>()));
+    if (auto fc = m.find("function_call"); fc != m.end() && !fc->is_null())
+      return invalid(
+          p + ".function_call",
+          fmt::format("{}.function_call (legacy function calling) is not supported; use tool_calls", p),
+          "unsupported_parameter");
+    if (role == "tool") {
+      // The result must say which call it answers (OpenAI and vLLM require it).
+      auto id = m.find("tool_call_id");
+      if (id == m.end() || !id->is_string() || id->get_ref<const std::string&>().empty())
+        return invalid(p + ".tool_call_id", fmt::format("{}.tool_call_id is required for a tool message", p));
+    }
     ojson nm = ojson::object();
     nm["role"] = role;
     auto c = m.find("content");
@@ -398,6 +410,15 @@ std::optional<ApiError> parse_messages(const ojson& b, const Limits& lim, ojson&
 }
 
 std::optional<ApiError> parse_tools(const ojson& b, const Limits& lim, ChatRequest& r) {
+  // The deprecated `functions`/`function_call` would otherwise be ignored silently and the model answer
+  // without the functions it was given.
+  for (const char* legacy : {"functions", "function_call"}) {
+    if (auto f = b.find(legacy); f != b.end() && !f->is_null())
+      return invalid(
+          legacy,
+          fmt::format("{} (legacy function calling) is not supported; use tools and tool_choice", legacy),
+          "unsupported_parameter");
+  }
   auto it = b.find("tools");
   bool have_tools = it != b.end() && !it->is_null();
   if (have_tools) {

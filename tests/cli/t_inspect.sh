@@ -58,6 +58,22 @@ elif "$PY" -c 'import json,sys; r=json.load(sys.stdin); assert r["ok"] is False 
      && grep -q "gridq: error:" "$TMP/bad.err"; then pass "inspect refuses a shape mismatch (JSON error + stderr)"
 else fail "inspect shape mismatch report" "$out $(cat "$TMP/bad.err")"; fi
 
+# Issue 14 item 4: inspect runs the loader's config checks, so a value the loader refuses exits 1 naming the key.
+for kv in num_key_value_heads=0 num_key_value_heads=8589934592 rms_norm_eps=-1 max_position_embeddings=0 \
+          vocab_size=1000000000000; do
+  key="${kv%%=*}"
+  rm -rf "$TMP/badcfg"; cp -r "$MODEL" "$TMP/badcfg"; chmod u+w "$TMP/badcfg/config.json"
+  "$PY" - "$TMP/badcfg/config.json" "$key" "${kv#*=}" <<'PYEOF'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c[sys.argv[2]] = json.loads(sys.argv[3])
+json.dump(c, open(sys.argv[1], "w"), indent=2)
+PYEOF
+  out="$("$GRIDQ" inspect "$TMP/badcfg" 2>&1)"; rc=$?
+  if [ "$rc" = 1 ] && grep -q "$key" <<<"$out"; then pass "inspect refuses $kv with exit 1"
+  else fail "inspect of $kv exits 1 naming the key (rc=$rc)" "$out"; fi
+done
+
 if out="$("$GRIDQ" inspect "$TMP/does-not-exist" 2>&1)"; then fail "inspect of a missing dir exits non-zero"
 else pass "inspect of a missing dir exits non-zero"; fi
 

@@ -250,16 +250,16 @@ def test_stop_strings(server):
 
 
 def test_context_end_gives_length(server):
-    # max_tokens left out, not null: server.md T8 makes an explicit null a 400 like for every integer field.
-    # Absent, completions default to 16 clamped to the room the context leaves (§2, T18): 5 here, ending
-    # with "length" at the context end (--max-model-len 1024).
+    # max_tokens absent or null (issue 14 item 7: null is the default): completions default to 16 clamped to the
+    # room the context leaves (§2, T18): 5 here, ending with "length" at the context end (--max-model-len 1024).
     c = server.client()
     prompt = [10 + i % 200 for i in range(1024 - 5)]
     r = c.completions.create(model=MODEL_ID, prompt=prompt, temperature=0, extra_body={"ignore_eos": True})
     assert r.choices[0].finish_reason == "length"
     assert (r.usage.prompt_tokens, r.usage.completion_tokens) == (1019, 5)
-    with pytest.raises(openai.BadRequestError):
-        c.completions.create(model=MODEL_ID, prompt="x", max_tokens=None)
+    r = c.completions.create(model=MODEL_ID, prompt=prompt, temperature=0, max_tokens=None,
+                             extra_body={"ignore_eos": True})
+    assert (r.usage.completion_tokens, r.choices[0].finish_reason) == (5, "length")
 
 
 def test_32_concurrent_streams_get_their_own_greedy_output(server):

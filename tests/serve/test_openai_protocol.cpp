@@ -53,8 +53,8 @@ TEST(Protocol, BodyParsingRefusesBadJson) {
 }
 
 TEST(Protocol, IntegerFieldsRejectBadValues) {
-  // T8: -1, 0 where invalid, 2^31, 2^63, floats, strings and null.
-  const char* bad[] = {"-1", "2147483648", "9223372036854775808", "1.5", "2.0", "\"3\"", "null", "true"};
+  // T8: -1, 0 where invalid, 2^31, 2^63, floats and strings (null means absent: NullableFieldsMeanDefault).
+  const char* bad[] = {"-1", "2147483648", "9223372036854775808", "1.5", "2.0", "\"3\"", "true"};
   for (const char* field :
        {"max_tokens", "max_completion_tokens", "n", "top_logprobs", "min_tokens", "top_k"}) {
     for (const char* v : bad) {
@@ -145,6 +145,17 @@ TEST(Protocol, RangeAndCapChecks) {
        "messages[0].tool_calls[0].function.arguments"},
       {R"({"messages":[{"role":"assistant","content":null,"tool_calls":[{"type":"function","function":{"name":"f","arguments":{"a":1}}}]}]})",
        "messages[0].tool_calls[0].function.arguments"},
+      // Issue 14 item 11: a tool result must name its call; legacy function calling is refused by name.
+      {R"({"messages":[{"role":"user","content":"x"},{"role":"tool","content":"42"}]})",
+       "messages[1].tool_call_id"},
+      {R"({"messages":[{"role":"tool","content":"42","tool_call_id":""}]})", "messages[0].tool_call_id"},
+      {R"({"messages":[{"role":"tool","content":"42","tool_call_id":7}]})", "messages[0].tool_call_id"},
+      {R"({"messages":[{"role":"assistant","content":null,"function_call":{"name":"f","arguments":"{}"}}]})",
+       "messages[0].function_call"},
+      {R"({"messages":[{"role":"function","name":"f","content":"42"}]})", "messages[0].role"},
+      {R"({"functions":[{"name":"f","parameters":{"type":"object"}}]})", "functions"},
+      {R"({"function_call":"auto"})", "function_call"},
+      {R"({"messages":null})", "messages"},
   };
   for (const auto& c : cases) {
     ojson b = base_chat();
@@ -170,6 +181,67 @@ TEST(Protocol, RangeAndCapChecks) {
   b["logit_bias"] = ojson::object();
   for (int i = 0; i < 1025; ++i) b["logit_bias"][std::to_string(i)] = 1;
   EXPECT_EQ(chat_err(b)->param, "logit_bias");
+}
+
+// Issue 14 item 7: every field the OpenAI schema marks nullable takes null as "the default", as OpenAI and
+// vLLM do; LangChain's completions client sends "seed": null on every call.
+TEST(Protocol, NullableFieldsMeanDefault) {
+  const char* nullable[] = {"seed",
+                            "n",
+                            "max_tokens",
+                            "max_completion_tokens",
+                            "top_logprobs",
+                            "temperature",
+                            "top_p",
+                            "stop",
+                            "logprobs",
+                            "presence_penalty",
+                            "frequency_penalty",
+                            "user",
+                            "tools",
+                            "tool_choice",
+                            "response_format",
+                            "stream_options",
+                            "logit_bias",
+                            "stream",
+                            "parallel_tool_calls",
+                            "top_k",
+                            "min_p",
+                            "min_tokens",
+                            "repetition_penalty",
+                            "reasoning_effort",
+                            "metadata",
+                            "store",
+                            "service_tier",
+                            "functions",
+                            "function_call",
+                            "stop_token_ids",
+                            "chat_template_kwargs",
+                            "include_reasoning"};
+  ojson all = base_chat();
+  for (const char* f : nullable) {
+    ojson b = base_chat();
+    b[f] = nullptr;
+    all[f] = nullptr;
+    auto r = parse_chat_request(b, kLim);
+    ASSERT_TRUE(std::holds_alternative<ChatRequest>(r)) << f << ": " << std::get<ApiError>(r).message;
+    const auto& c = std::get<ChatRequest>(r);
+    EXPECT_EQ(c.gen.n, 1) << f;
+    EXPECT_FALSE(c.gen.max_tokens.has_value()) << f;
+    EXPECT_FALSE(c.gen.seed.has_value()) << f;
+    EXPECT_FALSE(c.gen.logprobs) << f;
+    EXPECT_EQ(c.gen.top_logprobs, 0) << f;
+  }
+  EXPECT_TRUE(std::holds_alternative<ChatRequest>(parse_chat_request(all, kLim)));
+  ojson comp = ojson::parse(R"({"model":"m","prompt":"hi"})");
+  for (const char* f :
+       {"seed", "n", "max_tokens", "logprobs", "temperature", "top_p", "stop", "echo", "best_of", "suffix",
+        "user", "presence_penalty", "frequency_penalty", "logit_bias", "stream", "stream_options"})
+    comp[f] = nullptr;
+  auto r = parse_completion_request(comp, kLim);
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(r)) << std::get<ApiError>(r).message;
+  EXPECT_FALSE(std::get<CompletionRequest>(r).gen.seed.has_value());
+  EXPECT_FALSE(std::get<CompletionRequest>(r).gen.max_tokens.has_value());
 }
 
 TEST(Protocol, AcceptedRequestsNormalize) {

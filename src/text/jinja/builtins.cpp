@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <ctime>
 
+#include <fmt/format.h>
+
 #include "text/utf8.h"
 
 namespace gridq::text::jinja {
@@ -293,7 +295,9 @@ Expected<Value> get_attr(const Value& obj, const std::string& name) {
   if (has_method(obj, name)) {
     return Value::callable(name, [obj, name](CallArgs& a) { return call_method(obj, name, a); });
   }
-  return Value::undefined("'" + std::string(obj.type_name()) + " object' has no attribute '" + name + "'");
+  // fmt, not an operator+ chain: GCC 12 at -O3 reports a false -Wrestrict inside libstdc++ for the chain,
+  // which broke -DCMAKE_BUILD_TYPE=Release builds with warnings as errors.
+  return Value::undefined(fmt::format("'{} object' has no attribute '{}'", obj.type_name(), name));
 }
 
 Expected<Value> get_item(const Value& obj, const Value& key) {

@@ -1,0 +1,23 @@
+// Non-finite logits (issue 14 item 4): a NaN or +inf in a row of logits means the model is broken for this
+// input (a bad weight, an overflow), and sampling from it would serve garbage or a token chosen by NaN
+// comparison order. The request fails with a 500 naming the cause instead.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+
+#include "serve/scheduler.h"
+
+namespace gridq::serve {
+
+// The error message for a logits row that holds a NaN or +inf, or has no finite value at all; nullopt for a
+// usable row (-inf entries are allowed: they only rule tokens out).
+std::optional<std::string> non_finite_logits(std::span<const float> row);
+
+// For the scheduler's step loop, before sampling `row` for `req`: when the row is not usable, fails the
+// request with a 500 `non_finite_logits` naming the cause and cancels it, so its sequences are freed at the
+// next step boundary as for a client that left. Returns true then (skip sampling this row).
+bool fail_on_non_finite(std::span<const float> row, SchedRequest& req);
+
+}  // namespace gridq::serve
