@@ -1,0 +1,138 @@
+#include "grammar/token_mask.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "grammar/codepoints.h"
+#include "text/tokenizer.h"
+
+namespace gridq::grammar {
+
+TokenVocab::Trie TokenVocab::build(const std::vector<std::string>& bytes,
+                                   const std::vector<int32_t>& ids_in) {
+  std::vector<int32_t> ids = ids_in;
+  std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return bytes[a] < bytes[b]; });
+  Trie t;
+  struct Span {
+    uint32_t lo, hi, depth;
+  };
+  std::vector<Span> spans = {{0, static_cast<uint32_t>(ids.size()), 0}};
+  t.nodes.emplace_back();
+  t.ids = ids;
+  // Breadth-first so each node's children are contiguous; a node's span is its sorted tokens.
+  for (size_t n = 0; n < t.nodes.size(); ++n) {
+    Span sp = spans[n];
+    uint32_t i = sp.lo;
+    while (i < sp.hi && bytes[ids[i]].size() == sp.depth) ++i;
+    t.nodes[n].tok_begin = sp.lo;
+    t.nodes[n].tok_end = i;
+    t.nodes[n].first_child = static_cast<uint32_t>(t.nodes.size());
+    while (i < sp.hi) {
+      auto c = static_cast<uint8_t>(bytes[ids[i]][sp.depth]);
+      uint32_t j = i;
+      while (j < sp.hi && static_cast<uint8_t>(bytes[ids[j]][sp.depth]) == c) ++j;
+      Node child;
+      child.byte = c;
+      t.nodes.push_back(child);
+      spans.push_back({i, j, sp.depth + 1});
+      i = j;
+    }
+    t.nodes[n].n_children = static_cast<uint32_t>(t.nodes.size()) - t.nodes[n].first_child;
+  }
+  return t;
+}
+
+TokenVocab::TokenVocab(std::vector<std::string> token_bytes, std::vector<bool> special,
+                       std::vector<int32_t> eos_ids)
+    : bytes_(std::move(token_bytes)), eos_(std::move(eos_ids)) {
+  special.resize(bytes_.size(), false);
+  for (int32_t e : eos_)
+    if (e >= 0 && static_cast<size_t>(e) < special.size()) special[e] = true;  // never walked as text
+  free_bits_.assign(words(), 0);
+  // Which tokens are whole JSON string characters only, decided by the grammar the front end uses for
+  // unconstrained strings, so the fast path and the walk cannot disagree.
+  Builder b;
+  auto g = b.finish(json_free_chars(b));
+  Matcher m(*g);
+  std::vector<int32_t> all, not_free;
+  for (size_t id = 0; id < bytes_.size(); ++id) {
+    const std::string& s = bytes_[id];
+    if (s.empty() || special[id]) continue;
+    auto i = static_cast<int32_t>(id);
+    all.push_back(i);
+    size_t n = m.advance_bytes(s);
+    bool free = n == s.size() && m.accepting();
+    m.rollback(n);
+    if (free) {
+      free_bits_[id >> 6] |= uint64_t{1} << (id & 63);
+      ++n_free_;
+    } else {
+      not_free.push_back(i);
+    }
+  }
+  all_ = build(bytes_, all);
+  not_free_ = build(bytes_, not_free);
+}
+
+std::shared_ptr<const TokenVocab> TokenVocab::from_tokenizer(const text::Tokenizer& tok,
+                                                             std::vector<int32_t> eos_ids) {
+  std::vector<std::string> bytes(tok.vocab_size());
+  std::vector<bool> special(tok.vocab_size(), false);
+  for (size_t id = 0; id < bytes.size(); ++id) {
+    auto i = static_cast<int32_t>(id);
+    if (!tok.is_known(i)) continue;
+    special[id] = tok.is_special(i);
+    bytes[id] = tok.token_bytes(i);
+  }
+  return std::make_shared<const TokenVocab>(std::move(bytes), std::move(special), std::move(eos_ids));
+}
+
+size_t TokenMasker::KeyHash::operator()(const std::vector<uint32_t>& k) const {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (uint32_t x : k) h = (h ^ x) * 0x100000001b3ull;
+  return static_cast<size_t>(h);
+}
+
+TokenMasker::TokenMasker(std::shared_ptr<const TokenVocab> vocab, size_t max_cache_entries)
+    : vocab_(std::move(vocab)), max_cache_(max_cache_entries) {}
+
+void TokenMasker::walk(const TokenVocab::Trie& t, uint32_t node, Matcher& m,
+                       std::vector<uint64_t>& mask) const {
+  const TokenVocab::Node& n = t.nodes[node];
+  const ByteSet allowed = m.allowed();
+  for (uint32_t c = n.first_child; c < n.first_child + n.n_children; ++c) {
+    const TokenVocab::Node& child = t.nodes[c];
+    if (!allowed.test(child.byte) || !m.advance(child.byte)) continue;
+    for (uint32_t k = child.tok_begin; k < child.tok_end; ++k) {
+      int32_t id = t.ids[k];
+      mask[id >> 6] |= uint64_t{1} << (id & 63);
+    }
+    if (child.n_children > 0) walk(t, c, m, mask);
+    m.rollback(1);
+  }
+}
+
+void TokenMasker::compute(Matcher& m, std::vector<uint64_t>& mask) {
+  std::vector<uint32_t> key = m.canonical_key();
+  auto it = cache_.find(key);
+  if (it != cache_.end()) {
+    ++hits_;
+    mask = it->second;
+    return;
+  }
+  ++misses_;
+  if (m.in_free_string()) {
+    mask = vocab_->free_bits();
+    walk(vocab_->trie_not_free(), 0, m, mask);
+  } else {
+    mask.assign(vocab_->words(), 0);
+    walk(vocab_->trie_all(), 0, m, mask);
+  }
+  if (m.accepting())
+    for (int32_t e : vocab_->eos_ids())
+      if (e >= 0 && static_cast<size_t>(e) < vocab_->size()) mask[e >> 6] |= uint64_t{1} << (e & 63);
+  if (cache_.size() >= max_cache_) cache_.clear();
+  cache_.emplace(std::move(key), mask);
+}
+
+}  // namespace gridq::grammar

@@ -1,0 +1,87 @@
+// Token masks: which vocabulary tokens the grammar allows next. A byte trie over the vocabulary (built once
+// per tokenizer) is walked against the matcher, so tokens sharing a prefix share the walk and a refused
+// byte prunes its whole subtree. Two things are precomputed instead of walked:
+//  - per vocabulary, the tokens made only of whole JSON string characters: inside an unconstrained string
+//    they are all allowed, so only the other tokens (quotes, backslashes, partial UTF-8) are walked;
+//  - per grammar, a cache from the matcher's canonical state to its mask, since a JSON walk revisits the
+//    same states (every character of a string, every element of an array).
+// Special tokens are never allowed by the grammar; the end-of-sequence tokens only when it accepts.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "grammar/matcher.h"
+
+namespace gridq::text {
+class Tokenizer;
+}
+
+namespace gridq::grammar {
+
+class TokenVocab {
+ public:
+  // token_bytes[id]: what the token adds to the text ("" for none); special[id]: never grammar text.
+  TokenVocab(std::vector<std::string> token_bytes, std::vector<bool> special, std::vector<int32_t> eos_ids);
+  // From a tokenizer; end-of-sequence ids are given by the caller (they live in the model's configs).
+  static std::shared_ptr<const TokenVocab> from_tokenizer(const text::Tokenizer& tok,
+                                                          std::vector<int32_t> eos_ids);
+
+  size_t size() const { return bytes_.size(); }
+  size_t words() const { return (bytes_.size() + 63) / 64; }
+  const std::string& bytes(int32_t id) const { return bytes_[id]; }
+  const std::vector<int32_t>& eos_ids() const { return eos_; }
+  size_t free_string_tokens() const { return n_free_; }
+
+  struct Node {
+    uint32_t first_child = 0, n_children = 0;  // children are nodes [first_child, first_child + n)
+    uint32_t tok_begin = 0, tok_end = 0;       // tokens whose bytes end here: ids_[tok_begin, tok_end)
+    uint8_t byte = 0;                          // the edge byte from the parent
+  };
+  struct Trie {
+    std::vector<Node> nodes;  // [0] is the root
+    std::vector<int32_t> ids;
+  };
+  const Trie& trie_all() const { return all_; }
+  const Trie& trie_not_free() const { return not_free_; }
+  const std::vector<uint64_t>& free_bits() const { return free_bits_; }
+
+ private:
+  static Trie build(const std::vector<std::string>& bytes, const std::vector<int32_t>& ids);
+  std::vector<std::string> bytes_;
+  std::vector<int32_t> eos_;
+  Trie all_, not_free_;
+  std::vector<uint64_t> free_bits_;  // [words]
+  size_t n_free_ = 0;
+};
+
+// Masks for one grammar over one vocabulary, with the state cache. Not thread-safe: one per user thread.
+class TokenMasker {
+ public:
+  TokenMasker(std::shared_ptr<const TokenVocab> vocab, size_t max_cache_entries = 512);
+  // mask[w] bit b: token 64*w+b allowed after the matcher's bytes. The matcher is walked and restored.
+  void compute(Matcher& m, std::vector<uint64_t>& mask);
+  size_t cache_hits() const { return hits_; }
+  size_t cache_misses() const { return misses_; }
+  const TokenVocab& vocab() const { return *vocab_; }
+
+ private:
+  struct KeyHash {
+    size_t operator()(const std::vector<uint32_t>& k) const;
+  };
+  void walk(const TokenVocab::Trie& t, uint32_t node, Matcher& m, std::vector<uint64_t>& mask) const;
+  std::shared_ptr<const TokenVocab> vocab_;
+  size_t max_cache_;
+  std::unordered_map<std::vector<uint32_t>, std::vector<uint64_t>, KeyHash> cache_;
+  size_t hits_ = 0, misses_ = 0;
+};
+
+inline bool mask_test(const std::vector<uint64_t>& mask, int32_t id) {
+  return (mask[id >> 6] >> (id & 63)) & 1;
+}
+
+}  // namespace gridq::grammar
