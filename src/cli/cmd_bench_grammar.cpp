@@ -47,6 +47,7 @@ int run_bench_grammar(const BenchGrammarFlags& f) {
   std::vector<double> compile_s, first_mask_s, mask_s;
   size_t compiled = 0, failed = 0, walked = 0, tokens = 0, mask_errors = 0;
   std::vector<std::string> errors;
+  std::vector<std::pair<double, std::string>> slowest;  // (max mask seconds, schema)
   for (int rep = 0; rep < f.repeat; ++rep) {
     for (const std::string& path : files) {
       auto c = read_schema_case(path);
@@ -70,11 +71,13 @@ int run_bench_grammar(const BenchGrammarFlags& f) {
       grammar::Matcher m(*g);
       std::vector<uint64_t> mask;
       bool first = true;
+      double worst = 0;
       for (int32_t id : *ids) {
         auto t1 = std::chrono::steady_clock::now();
         masker.compute(m, mask);
         double ms = secs_since(t1);
         (first ? first_mask_s : mask_s).push_back(ms);
+        worst = std::max(worst, ms);
         first = false;
         const std::string& bytes = v->vocab->bytes(id);
         if (!grammar::mask_test(mask, id) || m.advance_bytes(bytes) != bytes.size()) {
@@ -85,7 +88,10 @@ int run_bench_grammar(const BenchGrammarFlags& f) {
         }
         ++tokens;
       }
-      if (rep == 0) ++walked;
+      if (rep == 0) {
+        ++walked;
+        slowest.emplace_back(worst, c->name);
+      }
     }
   }
   nlohmann::ordered_json j;
@@ -109,6 +115,9 @@ int run_bench_grammar(const BenchGrammarFlags& f) {
   j["mask_us"] = {
       {"p50", us(pct(mask_s, 0.5))}, {"p99", us(pct(mask_s, 0.99))}, {"max", us(pct(mask_s, 1.0))}};
   j["errors"] = errors;
+  std::sort(slowest.rbegin(), slowest.rend());
+  slowest.resize(std::min<size_t>(slowest.size(), 5));
+  for (const auto& [t, name] : slowest) j["slowest_mask_us"][name] = us(t);
   if (!f.out.empty()) {
     std::ofstream o(f.out);
     o << j.dump(2) << "\n";
@@ -128,6 +137,9 @@ int run_bench_grammar(const BenchGrammarFlags& f) {
               us(pct(first_mask_s, 0.99)), us(pct(first_mask_s, 1.0)));
   std::printf("%-14s %10.1f %10.1f %10.1f\n", "mask", us(pct(mask_s, 0.5)), us(pct(mask_s, 0.99)),
               us(pct(mask_s, 1.0)));
+  std::printf("slowest masks:");
+  for (const auto& [t, name] : slowest) std::printf(" %s %.0f us;", name.c_str(), us(t));
+  std::printf("\n");
   for (const std::string& e : errors) std::printf("  %s\n", e.c_str());
   return mask_errors ? 1 : 0;
 }

@@ -49,6 +49,8 @@ Expected<std::shared_ptr<const grammar::Grammar>> compile_input(const InputFlags
     text = c.schema_text;
     if (kind != grammar::InputKind::kJsonSchema) {
       GRIDQ_ASSIGN_OR_RETURN(text, read_file_bytes(f.path));
+      // A regex file's final newline is the file's, not the pattern's.
+      if (kind == grammar::InputKind::kRegex && !text.empty() && text.back() == '\n') text.pop_back();
     }
   }
   grammar::CompileOptions o;

@@ -66,7 +66,8 @@ Expected<SchemaCase> read_schema_case(const std::string& path) {
     c.schema_text = text;
     return c;
   }
-  if (j.is_object() && j.contains("schema") && (j.contains("valid") || j.contains("invalid"))) {
+  if (j.is_object() && j.contains("schema") &&
+      (j.contains("valid") || j.contains("invalid") || j.contains("error"))) {
     c.schema_text = j["schema"].dump();
     for (const auto& v : j.value("valid", nlohmann::ordered_json::array())) c.valid.push_back(v.dump());
     for (const auto& v : j.value("invalid", nlohmann::ordered_json::array())) c.invalid.push_back(v.dump());

@@ -201,7 +201,8 @@ Sym lower_utf8(Builder& b, const CodepointSet& s) { return b.alt(utf8_alts(b, s)
 Sym lower_json_char(Builder& b, const CodepointSet& s) {
   const CodepointSet esc = must_escape();
   std::vector<Seq> alts = utf8_alts(b, s.minus(esc));
-  for (const auto& [lo, hi] : s.intersect(esc).ranges())
+  const CodepointSet escaped = s.intersect(esc);
+  for (const auto& [lo, hi] : escaped.ranges())
     for (uint32_t cp = lo; cp <= hi; ++cp) alts.push_back(b.lit(escape_cp(cp)));
   return b.alt(std::move(alts));
 }

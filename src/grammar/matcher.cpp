@@ -46,12 +46,14 @@ void Matcher::add(uint32_t alt, uint32_t dot, uint32_t origin) {
   if ((dedup_count_ + 1) * 2 > dedup_.size()) {
     dedup_.assign(dedup_.size() * 2, kEmpty);
     dedup_count_ = 0;
+    dedup_used_.clear();
     for (uint32_t i = set_begin_.back(); i < items_.size(); ++i) {
       const Item& it = items_[i];
       size_t mask = dedup_.size() - 1;
       size_t h = hash_item(it.alt, it.dot, it.origin) & mask;
       while (dedup_[h] != kEmpty) h = (h + 1) & mask;
       dedup_[h] = i;
+      dedup_used_.push_back(static_cast<uint32_t>(h));
       ++dedup_count_;
     }
   }
@@ -63,6 +65,7 @@ void Matcher::add(uint32_t alt, uint32_t dot, uint32_t origin) {
     h = (h + 1) & mask;
   }
   dedup_[h] = static_cast<uint32_t>(items_.size());
+  dedup_used_.push_back(static_cast<uint32_t>(h));
   ++dedup_count_;
   items_.push_back(Item{alt, dot, origin});
 }
@@ -100,7 +103,8 @@ bool Matcher::advance(uint8_t b) {
   const uint32_t prev_end = static_cast<uint32_t>(items_.size());
   const uint32_t set = static_cast<uint32_t>(set_begin_.size());
   set_begin_.push_back(prev_end);
-  std::fill(dedup_.begin(), dedup_.end(), kEmpty);
+  for (uint32_t h : dedup_used_) dedup_[h] = kEmpty;
+  dedup_used_.clear();
   dedup_count_ = 0;
   for (uint32_t i = prev; i < prev_end; ++i) {
     const Item it = items_[i];

@@ -47,8 +47,9 @@ class Matcher {
 
   std::shared_ptr<const Grammar> g_;
   std::vector<Item> items_;
-  std::vector<uint32_t> set_begin_;  // [sets]: set k starts at items_[set_begin_[k]], ends at the next set
-  std::vector<uint32_t> dedup_;      // scratch open-addressing table (item indices) for the newest set
+  std::vector<uint32_t> set_begin_;   // [sets]: set k starts at items_[set_begin_[k]], ends at the next set
+  std::vector<uint32_t> dedup_;       // scratch open-addressing table (item indices) for the newest set
+  std::vector<uint32_t> dedup_used_;  // slots filled for the newest set, cleared at the next advance
   size_t dedup_count_ = 0;
 };
 

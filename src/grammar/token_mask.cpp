@@ -70,6 +70,27 @@ TokenVocab::TokenVocab(std::vector<std::string> token_bytes, std::vector<bool> s
       not_free.push_back(i);
     }
   }
+  // The DFA: breadth-first over the matcher's canonical states of the same grammar.
+  {
+    std::vector<std::vector<uint32_t>> keys = {m.canonical_key()};
+    std::vector<std::string> paths = {""};
+    for (size_t st = 0; st < keys.size() && keys.size() < 30000; ++st) {
+      free_dfa_.resize((st + 1) * 256, -1);
+      m.advance_bytes(paths[st]);
+      for (int b = 0; b < 256; ++b) {
+        if (!m.advance(static_cast<uint8_t>(b))) continue;
+        std::vector<uint32_t> k = m.canonical_key();
+        size_t id = std::find(keys.begin(), keys.end(), k) - keys.begin();
+        if (id == keys.size()) {
+          keys.push_back(std::move(k));
+          paths.push_back(paths[st] + static_cast<char>(b));
+        }
+        free_dfa_[st * 256 + b] = static_cast<int16_t>(id);
+        m.rollback(1);
+      }
+      m.rollback(paths[st].size());
+    }
+  }
   all_ = build(bytes_, all);
   not_free_ = build(bytes_, not_free);
 }
@@ -107,9 +128,55 @@ void TokenMasker::walk(const TokenVocab::Trie& t, uint32_t node, Matcher& m,
       int32_t id = t.ids[k];
       mask[id >> 6] |= uint64_t{1} << (id & 63);
     }
+    if (child.n_children > 0) {
+      if (m.in_free_string()) {
+        std::string pending;
+        walk_free(t, c, 0, m, pending, mask);
+      } else {
+        walk(t, c, m, mask);
+      }
+    }
+    m.rollback(1);
+  }
+}
+
+void TokenMasker::walk_free(const TokenVocab::Trie& t, uint32_t node, int state, Matcher& m,
+                            std::string& pending, std::vector<uint64_t>& mask) const {
+  const TokenVocab::Node& n = t.nodes[node];
+  size_t replayed = 0;  // pending bytes fed to the matcher for this node's refused children, lazily
+  for (uint32_t c = n.first_child; c < n.first_child + n.n_children; ++c) {
+    const TokenVocab::Node& child = t.nodes[c];
+    int next = vocab_->free_next(state, child.byte);
+    if (next >= 0) {
+      for (uint32_t k = child.tok_begin; k < child.tok_end; ++k) {
+        int32_t id = t.ids[k];
+        mask[id >> 6] |= uint64_t{1} << (id & 63);
+      }
+      if (child.n_children > 0) {
+        pending.push_back(static_cast<char>(child.byte));
+        walk_free(t, c, next, m, pending, mask);
+        pending.pop_back();
+      }
+      continue;
+    }
+    // Not a string character here (a closing quote, say): the matcher decides, exactly.
+    if (replayed == 0 && !pending.empty()) {
+      replayed = m.advance_bytes(pending);
+      if (replayed != pending.size()) {  // cannot happen: the DFA is the matcher's own language
+        m.rollback(replayed);
+        replayed = 0;
+        continue;
+      }
+    }
+    if (!m.advance(child.byte)) continue;
+    for (uint32_t k = child.tok_begin; k < child.tok_end; ++k) {
+      int32_t id = t.ids[k];
+      mask[id >> 6] |= uint64_t{1} << (id & 63);
+    }
     if (child.n_children > 0) walk(t, c, m, mask);
     m.rollback(1);
   }
+  m.rollback(replayed);
 }
 
 void TokenMasker::compute(Matcher& m, std::vector<uint64_t>& mask) {
@@ -123,7 +190,8 @@ void TokenMasker::compute(Matcher& m, std::vector<uint64_t>& mask) {
   ++misses_;
   if (m.in_free_string()) {
     mask = vocab_->free_bits();
-    walk(vocab_->trie_not_free(), 0, m, mask);
+    std::string pending;
+    walk_free(vocab_->trie_not_free(), 0, 0, m, pending, mask);
   } else {
     mask.assign(vocab_->words(), 0);
     walk(vocab_->trie_all(), 0, m, mask);

@@ -3,6 +3,9 @@
 // byte prunes its whole subtree. Two things are precomputed instead of walked:
 //  - per vocabulary, the tokens made only of whole JSON string characters: inside an unconstrained string
 //    they are all allowed, so only the other tokens (quotes, backslashes, partial UTF-8) are walked;
+//  - inside such a string deeper in a token's walk, bytes are followed with a small DFA of the JSON string
+//    character language (derived from the same grammar) instead of the Earley matcher; only a byte the DFA
+//    refuses (the closing quote, mostly) is replayed through the matcher, so the result is exact;
 //  - per grammar, a cache from the matcher's canonical state to its mask, since a JSON walk revisits the
 //    same states (every character of a string, every element of an array).
 // Special tokens are never allowed by the grammar; the end-of-sequence tokens only when it accepts.
@@ -49,6 +52,9 @@ class TokenVocab {
   const Trie& trie_all() const { return all_; }
   const Trie& trie_not_free() const { return not_free_; }
   const std::vector<uint64_t>& free_bits() const { return free_bits_; }
+  // DFA over the bytes of JSON string characters: free_next(state, byte) is the next state or -1; state 0
+  // is a character boundary.
+  int free_next(int state, uint8_t b) const { return free_dfa_[static_cast<size_t>(state) * 256 + b]; }
 
  private:
   static Trie build(const std::vector<std::string>& bytes, const std::vector<int32_t>& ids);
@@ -56,6 +62,7 @@ class TokenVocab {
   std::vector<int32_t> eos_;
   Trie all_, not_free_;
   std::vector<uint64_t> free_bits_;  // [words]
+  std::vector<int16_t> free_dfa_;    // [states * 256]
   size_t n_free_ = 0;
 };
 
@@ -74,6 +81,10 @@ class TokenMasker {
     size_t operator()(const std::vector<uint32_t>& k) const;
   };
   void walk(const TokenVocab::Trie& t, uint32_t node, Matcher& m, std::vector<uint64_t>& mask) const;
+  // The subtree under `node` while the matcher (at the subtree root, plus `pending` bytes not yet fed to
+  // it) is inside a free string, `state` being the DFA state after `pending`.
+  void walk_free(const TokenVocab::Trie& t, uint32_t node, int state, Matcher& m, std::string& pending,
+                 std::vector<uint64_t>& mask) const;
   std::shared_ptr<const TokenVocab> vocab_;
   size_t max_cache_;
   std::unordered_map<std::vector<uint32_t>, std::vector<uint64_t>, KeyHash> cache_;

@@ -50,12 +50,13 @@ TEST(GrammarRegex, UnicodeIsUtf8) {
   EXPECT_TRUE(accepts(g, "αβω"));
   EXPECT_FALSE(accepts(g, "a"));
   Matcher m(g);
-  EXPECT_TRUE(m.advance(0xCE));   // first byte of α
-  EXPECT_FALSE(m.accepting());    // half a character is not a sentence
+  EXPECT_TRUE(m.advance(0xCE));  // first byte of α
+  EXPECT_FALSE(m.accepting());   // half a character is not a sentence
 }
 
 TEST(GrammarRegex, UnsupportedConstructsAreErrors) {
-  for (const char* re : {"(a)\\1", "(?=a)", "(?!a)", "(?<=a)b", "(?<!a)b", "\\bx", "\\p{L}", "(?i)a", "a++", "[[:alpha:]]", "a|b^"}) {
+  for (const char* re : {"(a)\\1", "(?=a)", "(?!a)", "(?<=a)b", "(?<!a)b", "\\bx", "\\p{L}", "(?i)a", "a++",
+                         "[[:alpha:]]", "a|b^"}) {
     auto g = compile(InputKind::kRegex, re);
     EXPECT_FALSE(g.ok()) << re;
   }
@@ -77,14 +78,14 @@ TEST(GrammarChoice, OneOfTheStrings) {
 }
 
 TEST(GrammarGbnf, LlamaCppJsonLikeGrammar) {
-  const char* gbnf = R"(
+  const char* gbnf = R"G(
 # arithmetic, llama.cpp style
 root  ::= expr
 expr  ::= term ("+" term)*
 term  ::= num | "(" ws expr ws ")"
 num   ::= [0-9]+
 ws    ::= [ \t\n]*
-)";
+)G";
   auto g = must(InputKind::kGbnf, gbnf);
   EXPECT_TRUE(accepts(g, "1+2"));
   EXPECT_TRUE(accepts(g, "( 1+2 )+30"));
@@ -93,7 +94,8 @@ ws    ::= [ \t\n]*
 }
 
 TEST(GrammarGbnf, LeftRecursionRepetitionAndEscapes) {
-  auto g = must(InputKind::kGbnf, "root ::= list \"\\n\"\nlist ::= list \",\" item | item\nitem ::= [a-c]{1,2} | \"\\x41\"");
+  auto g = must(InputKind::kGbnf,
+                "root ::= list \"\\n\"\nlist ::= list \",\" item | item\nitem ::= [a-c]{1,2} | \"\\x41\"");
   EXPECT_TRUE(accepts(g, "a,bc,A\n"));
   EXPECT_FALSE(accepts(g, "abc\n"));
   auto dot = must(InputKind::kGbnf, "root ::= \"<\" [^>]* \">\" .");
@@ -101,11 +103,11 @@ TEST(GrammarGbnf, LeftRecursionRepetitionAndEscapes) {
 }
 
 TEST(GrammarGbnf, Errors) {
-  EXPECT_FALSE(compile(InputKind::kGbnf, "start ::= \"a\"").ok());       // no root
-  EXPECT_FALSE(compile(InputKind::kGbnf, "root ::= missing").ok());      // undefined rule
-  EXPECT_FALSE(compile(InputKind::kGbnf, "root ::= \"a").ok());          // unterminated
-  EXPECT_FALSE(compile(InputKind::kGbnf, "root ::= <[1000]>").ok());     // token references
-  auto e = compile(InputKind::kGbnf, "root ::= x\nx ::= x");             // derives no string
+  EXPECT_FALSE(compile(InputKind::kGbnf, "start ::= \"a\"").ok());    // no root
+  EXPECT_FALSE(compile(InputKind::kGbnf, "root ::= missing").ok());   // undefined rule
+  EXPECT_FALSE(compile(InputKind::kGbnf, "root ::= \"a").ok());       // unterminated
+  EXPECT_FALSE(compile(InputKind::kGbnf, "root ::= <[1000]>").ok());  // token references
+  auto e = compile(InputKind::kGbnf, "root ::= x\nx ::= x");          // derives no string
   EXPECT_FALSE(e.ok());
 }
 
@@ -147,7 +149,8 @@ TEST(GrammarLimits, HugeSchemaFailsFast) {
 TEST(GrammarLimits, NearLimitSchemaWithinOneSecond) {
   // Just under 1 MB, many properties: compiles or fails, but within the time budget.
   std::string s = R"({"type":"object","properties":{)";
-  for (int i = 0; s.size() < 1'000'000; ++i) s += "\"p" + std::to_string(i) + "\":{\"type\":\"integer\",\"minimum\":3},";
+  for (int i = 0; s.size() < 1'000'000; ++i)
+    s += "\"p" + std::to_string(i) + "\":{\"type\":\"integer\",\"minimum\":3},";
   s += R"("last":{"type":"string"}}})";
   auto t0 = std::chrono::steady_clock::now();
   auto g = compile(InputKind::kJsonSchema, s);
@@ -171,14 +174,17 @@ TEST(GrammarLimits, DeepNestingIsAnError) {
 }
 
 TEST(GrammarLimits, RecursiveRefWithoutBaseIsUnsatisfiable) {
-  auto g = compile(InputKind::kJsonSchema, R"({"$defs":{"a":{"type":"array","items":{"$ref":"#/$defs/a"},"minItems":1}},"$ref":"#/$defs/a"})");
+  auto g = compile(
+      InputKind::kJsonSchema,
+      R"({"$defs":{"a":{"type":"array","items":{"$ref":"#/$defs/a"},"minItems":1}},"$ref":"#/$defs/a"})");
   EXPECT_FALSE(g.ok());
   auto self = compile(InputKind::kJsonSchema, R"({"$ref":"#"})");
   EXPECT_FALSE(self.ok());
 }
 
 TEST(GrammarLimits, AllOfRefCycleTerminates) {
-  auto g = compile(InputKind::kJsonSchema, R"({"$defs":{"a":{"allOf":[{"$ref":"#/$defs/a"}]}},"$ref":"#/$defs/a"})");
+  auto g = compile(InputKind::kJsonSchema,
+                   R"({"$defs":{"a":{"allOf":[{"$ref":"#/$defs/a"}]}},"$ref":"#/$defs/a"})");
   EXPECT_FALSE(g.ok());
 }
 

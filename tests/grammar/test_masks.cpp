@@ -37,12 +37,15 @@ void check_walk(const std::shared_ptr<const Grammar>& g, const std::string& text
     ASSERT_EQ(mask, want) << "position " << i << " of " << text;
     masker.compute(m, mask);  // now from the cache
     ASSERT_EQ(mask, want) << "cached, position " << i << " of " << text;
-    if (i < text.size()) ASSERT_TRUE(m.advance(static_cast<uint8_t>(text[i])));
+    if (i < text.size()) {
+      ASSERT_TRUE(m.advance(static_cast<uint8_t>(text[i])));
+    }
   }
 }
 
 TEST(GrammarMasks, MatchBruteForce) {
-  auto tok = text::Tokenizer::from_file(std::string(GRIDQ_SOURCE_DIR) + "/models/laguna-tiny-code/tokenizer.json");
+  auto tok =
+      text::Tokenizer::from_file(std::string(GRIDQ_SOURCE_DIR) + "/models/laguna-tiny-code/tokenizer.json");
   ASSERT_TRUE(tok.ok());
   auto v = laguna_vocab(*tok);
   EXPECT_GT(v->free_string_tokens(), 1000u);
@@ -70,7 +73,8 @@ TEST(GrammarMasks, MatchBruteForce) {
 }
 
 TEST(GrammarMasks, SpecialTokensNeverAllowedEosOnlyWhenAccepting) {
-  auto tok = text::Tokenizer::from_file(std::string(GRIDQ_SOURCE_DIR) + "/models/laguna-tiny-code/tokenizer.json");
+  auto tok =
+      text::Tokenizer::from_file(std::string(GRIDQ_SOURCE_DIR) + "/models/laguna-tiny-code/tokenizer.json");
   ASSERT_TRUE(tok.ok());
   auto v = laguna_vocab(*tok);
   auto g = compile(InputKind::kJsonObject, "");
@@ -82,7 +86,9 @@ TEST(GrammarMasks, SpecialTokensNeverAllowedEosOnlyWhenAccepting) {
   const int32_t eos = tok->token_id("<|endoftext|>");
   EXPECT_FALSE(mask_test(mask, eos));
   for (const auto& a : tok->added_tokens())
-    if (a.special) EXPECT_FALSE(mask_test(mask, a.id)) << a.content;
+    if (a.special) {
+      EXPECT_FALSE(mask_test(mask, a.id)) << a.content;
+    }
   ASSERT_EQ(m.advance_bytes("{}"), 2u);
   masker.compute(m, mask);
   EXPECT_TRUE(mask_test(mask, eos));
@@ -92,7 +98,8 @@ TEST(GrammarMasks, SpecialTokensNeverAllowedEosOnlyWhenAccepting) {
 }
 
 TEST(GrammarMasks, CacheHitsInsideStrings) {
-  auto tok = text::Tokenizer::from_file(std::string(GRIDQ_SOURCE_DIR) + "/models/laguna-tiny-code/tokenizer.json");
+  auto tok =
+      text::Tokenizer::from_file(std::string(GRIDQ_SOURCE_DIR) + "/models/laguna-tiny-code/tokenizer.json");
   ASSERT_TRUE(tok.ok());
   auto v = laguna_vocab(*tok);
   auto g = compile(InputKind::kJsonSchema, R"({"type":"string"})");

@@ -5,9 +5,8 @@
 
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "grammar/compile.h"
 #include "grammar/matcher.h"
@@ -72,14 +71,16 @@ TEST(GrammarSchemas, FlexibleWhitespaceAcceptsPrettyPrinted) {
     ASSERT_TRUE(g.ok()) << g.message();
     for (const ojson& v : c["valid"]) {
       // Strings inside enum/const values stay compact; pretty-print only where whitespace is structural.
-      if (c["schema"].is_object() && (c["schema"].contains("enum") || c["schema"].contains("const"))) continue;
+      if (c["schema"].is_object() && (c["schema"].contains("enum") || c["schema"].contains("const")))
+        continue;
       EXPECT_TRUE(accepts(*g, v.dump(2))) << v.dump(2);
     }
   }
 }
 
 TEST(GrammarSchemas, ValidInstancesTokenByToken) {
-  auto tok = text::Tokenizer::from_file(std::string(GRIDQ_SOURCE_DIR) + "/models/laguna-tiny-code/tokenizer.json");
+  auto tok =
+      text::Tokenizer::from_file(std::string(GRIDQ_SOURCE_DIR) + "/models/laguna-tiny-code/tokenizer.json");
   ASSERT_TRUE(tok.ok()) << tok.message();
   const int32_t eos = tok->token_id("<|endoftext|>");
   auto vocab = TokenVocab::from_tokenizer(*tok, {eos});
