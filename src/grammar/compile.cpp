@@ -8,9 +8,15 @@
 namespace gridq::grammar {
 namespace {
 
-// JSON nesting depth, counted before parsing so a deeply nested document is refused without recursing.
-size_t json_depth(std::string_view t) {
-  size_t depth = 0, max_depth = 0;
+// JSON nesting depth and the most keys in one object, counted before parsing: a deeply nested document is
+// refused without recursing, and an object with very many keys without the ordered map's quadratic insert.
+struct JsonShape {
+  size_t depth = 0, keys = 0;
+};
+
+JsonShape json_shape(std::string_view t) {
+  JsonShape out;
+  std::vector<size_t> keys;  // [open containers]: ':' seen in each
   bool in_str = false;
   for (size_t i = 0; i < t.size(); ++i) {
     char c = t[i];
@@ -22,19 +28,24 @@ size_t json_depth(std::string_view t) {
     } else if (c == '"') {
       in_str = true;
     } else if (c == '{' || c == '[') {
-      max_depth = std::max(max_depth, ++depth);
-    } else if ((c == '}' || c == ']') && depth > 0) {
-      --depth;
+      keys.push_back(0);
+      out.depth = std::max(out.depth, keys.size());
+    } else if ((c == '}' || c == ']') && !keys.empty()) {
+      keys.pop_back();
+    } else if (c == ':' && !keys.empty()) {
+      out.keys = std::max(out.keys, ++keys.back());
     }
   }
-  return max_depth;
+  return out;
 }
 
 Expected<ojson> parse_json(std::string_view text, const Limits& limits, const char* what) {
   // A schema's own nesting is about twice its subschema depth (properties, then the schema object).
-  size_t d = json_depth(text);
-  if (d > 2 * limits.max_depth + 8)
-    return err("{} nests {} levels deep (limit {})", what, d, 2 * limits.max_depth + 8);
+  JsonShape sh = json_shape(text);
+  if (sh.depth > 2 * limits.max_depth + 8)
+    return err("{} nests {} levels deep (limit {})", what, sh.depth, 2 * limits.max_depth + 8);
+  if (sh.keys > limits.max_object_keys)
+    return err("{} has an object with {} keys (limit {})", what, sh.keys, limits.max_object_keys);
   try {
     return ojson::parse(text);
   } catch (const std::exception& e) {

@@ -77,6 +77,7 @@ struct Limits {
   size_t max_input_bytes = 1 << 20;  // schema / grammar / regex text
   size_t max_symbols = 2'000'000;    // total symbols over all rules
   size_t max_depth = 128;            // schema / regex / grammar nesting
+  size_t max_object_keys = 10'000;   // keys in one JSON object of a schema (properties, $defs)
   double max_seconds = 1.0;          // wall-clock compile budget
 };
 

@@ -188,14 +188,18 @@ uint32_t Matcher::key_visit(uint32_t set, uint32_t rule, std::vector<std::vector
 }
 
 std::vector<uint32_t> Matcher::canonical_key() const {
-  // Block 0: the newest set's items; the others: for each (origin set, rule) an item can complete into,
-  // the items there waiting on that rule, numbered in discovery order.
+  // Block 0: the newest set's items that can still do something (a next symbol to scan or wait on), plus
+  // whether the input is accepted; completed items have already propagated. The other blocks: for each
+  // (origin set, rule) an item can complete into, the items there waiting on that rule, numbered in
+  // discovery order.
   std::vector<std::vector<uint32_t>> blocks(1);
   std::vector<std::pair<uint64_t, uint32_t>> memo;
-  std::vector<uint32_t> b0;
+  std::vector<uint32_t> b0 = {accepting() ? 1u : 0u};
   const uint32_t last = static_cast<uint32_t>(set_begin_.size() - 1);
   for (size_t i = set_begin_.back(); i < items_.size(); ++i) {
     const Item& it = items_[i];
+    Sym s;
+    if (!next_sym(it, s)) continue;
     b0.push_back(it.alt);
     b0.push_back(it.dot);
     b0.push_back(it.origin == last ? 0xFFFFFFFFu
