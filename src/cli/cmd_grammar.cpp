@@ -141,17 +141,22 @@ int run_sample(const InputFlags& f, const std::string& tok_dir, uint64_t seed, i
     while (!m.accepting()) {
       if (++steps > max_tokens) return fail("sample: no complete output within --max-tokens");
       masker.compute(m, mask);
-      // Half the time prefer tokens that are not plain string text (quotes, punctuation), so strings end.
-      std::vector<int32_t> any, structural;
+      // A third of the draws prefer tokens that are not plain string text (quotes, punctuation) and a third
+      // single-byte tokens, so strings and patterns reach their end in a few dozen tokens.
+      std::vector<int32_t> any, structural, single;
       for (size_t w = 0; w < mask.size(); ++w)
         for (uint64_t bits = mask[w]; bits; bits &= bits - 1) {
           auto id = static_cast<int32_t>(w * 64 + __builtin_ctzll(bits));
           if (v->vocab->bytes(id).empty()) continue;
           any.push_back(id);
           if (!grammar::mask_test(free_bits, id)) structural.push_back(id);
+          if (v->vocab->bytes(id).size() == 1) single.push_back(id);
         }
       if (any.empty()) return fail("sample: the mask is empty before the grammar accepts (engine bug)"), 3;
-      const auto& pool = (!structural.empty() && rng() % 2 == 0) ? structural : any;
+      uint64_t pick = rng() % 3;
+      const auto& pool = (pick == 0 && !structural.empty()) ? structural
+                         : (pick == 1 && !single.empty())   ? single
+                                                            : any;
       int32_t id = pool[rng() % pool.size()];
       const std::string& bytes = v->vocab->bytes(id);
       if (m.advance_bytes(bytes) != bytes.size())

@@ -156,7 +156,12 @@ std::vector<Seq> utf8_alts(Builder& b, const CodepointSet& s) {
   std::vector<ByteRanges> seqs;
   for (const auto& [lo, hi] : cps.ranges()) utf8_sequences(lo, hi, seqs);
   std::vector<Seq> alts;
+  ByteSet ascii;  // the one-byte sequences merge into one class: one matcher item instead of several
+  for (const ByteRanges& r : seqs)
+    if (r.size() == 1) ascii |= byte_range(r[0].first, r[0].second);
+  if (ascii.any()) alts.push_back({b.cls(ascii)});
   for (const ByteRanges& r : seqs) {
+    if (r.size() == 1) continue;
     Seq q;
     for (const auto& [x, y] : r) q.push_back(b.cls(byte_range(x, y)));
     alts.push_back(std::move(q));
@@ -201,9 +206,21 @@ Sym lower_utf8(Builder& b, const CodepointSet& s) { return b.alt(utf8_alts(b, s)
 Sym lower_json_char(Builder& b, const CodepointSet& s) {
   const CodepointSet esc = must_escape();
   std::vector<Seq> alts = utf8_alts(b, s.minus(esc));
+  // The escapes, grouped so a character costs the matcher few alternatives: \ then one class of the short
+  // forms, and \u00 then a class of low nibbles per high nibble.
   const CodepointSet escaped = s.intersect(esc);
+  ByteSet short_forms, low[2];
   for (const auto& [lo, hi] : escaped.ranges())
-    for (uint32_t cp = lo; cp <= hi; ++cp) alts.push_back(b.lit(escape_cp(cp)));
+    for (uint32_t cp = lo; cp <= hi; ++cp) {
+      std::string e = escape_cp(cp);
+      if (e.size() == 2)
+        short_forms.set(static_cast<unsigned char>(e[1]));
+      else
+        low[cp >> 4].set(static_cast<unsigned char>(e[5]));
+    }
+  if (short_forms.any()) alts.push_back(b.lit("\\") + b.cls(short_forms));
+  for (int h = 0; h < 2; ++h)
+    if (low[h].any()) alts.push_back(b.lit(h == 0 ? "\\u000" : "\\u001") + b.cls(low[h]));
   return b.alt(std::move(alts));
 }
 
@@ -233,7 +250,9 @@ Sym json_free_char(Builder& b) {
   Sym u4 = b.alt({Seq{b.cls(not_d), h, h, h}, Seq{b.cls(d), b.cls(byte_range('0', '7')), h, h}});
   alts.push_back(b.lit("\\") + b.cls(simple));
   alts.push_back(b.lit("\\u") + u4);
-  return b.alt(std::move(alts));
+  Sym c = b.alt(std::move(alts));
+  b.rule(c.index()).free_char = true;
+  return c;
 }
 
 Sym json_free_chars(Builder& b) {

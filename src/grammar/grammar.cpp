@@ -159,6 +159,10 @@ Expected<std::shared_ptr<const Grammar>> Builder::finish(Sym root) {
     }
   }
   g_->nullable = std::move(nul);
+  for (const Rule& r : rules)
+    if (r.free_char)
+      for (const Seq& a : r.alts)
+        if (!a.empty() && !a[0].is_rule()) g_->free_char_first |= g_->classes[a[0].index()];
   for (uint32_t r = 0; r < rules.size(); ++r) {
     g_->rule_first_alt.push_back(static_cast<uint32_t>(g_->flat_alts.size()));
     if (rules[r].is_repeat) {

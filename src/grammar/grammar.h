@@ -46,6 +46,7 @@ struct Rule {
   // Set on the one rule whose language is "any JSON string character" repeated without bound: the token
   // masker then accepts every token made only of such characters without walking it (token_mask.h).
   bool free_string_chars = false;
+  bool free_char = false;  // the JSON string character rule those repeat (its alternatives start a character)
 };
 
 struct GrammarStats {
@@ -63,7 +64,8 @@ class Grammar {
  public:
   std::vector<Rule> rules;
   std::vector<ByteSet> classes;
-  uint32_t root = 0;  // the start rule (start ::= the front end's root); filled by finish()
+  ByteSet free_char_first;  // bytes that start an alternative of a free_char rule (filled by finish())
+  uint32_t root = 0;        // the start rule (start ::= the front end's root); filled by finish()
   // Filled by finish(): the matcher's tables.
   std::vector<bool> nullable;            // [rules]
   std::vector<FlatAlt> flat_alts;        // [all alts]

@@ -32,8 +32,9 @@ Sym SchemaCompiler::key_not_in(const std::vector<std::string>& names) {
     }
     trie[cur].end = true;
   }
-  Sym any_char = lower_json_char(b_, CodepointSet::all());
-  Sym rest = b_.star({any_char});
+  // Once a key has left the trie it differs from every name, so the rest may be any string text (and the
+  // token masks' free-string fast path applies there).
+  Sym rest = json_free_chars(b_);
   std::vector<uint32_t> rule(trie.size());
   for (size_t i = 0; i < trie.size(); ++i) rule[i] = b_.declare({});
   for (size_t i = 0; i < trie.size(); ++i) {

@@ -87,7 +87,7 @@ Expected<Seq> SchemaCompiler::string_type(const ojson& s) {
   if (mn > 100000 || mx > 100000) return err("minLength/maxLength over 100000 is not supported");
   Sym body = b_.rep({json_free_char(b_)}, static_cast<uint32_t>(mn),
                     mx < 0 ? kUnbounded : static_cast<uint32_t>(mx));
-  if (mx < 0) b_.rule(body.index()).free_string_chars = true;
+  b_.rule(body.index()).free_string_chars = true;  // token masks count the characters against the room
   return b_.lit("\"") + Seq{body} + b_.lit("\"");
 }
 

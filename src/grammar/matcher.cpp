@@ -154,15 +154,23 @@ ByteSet Matcher::allowed() const {
   return out;
 }
 
-bool Matcher::in_free_string() const {
+uint32_t Matcher::free_string_room(bool* exclusive) const {
+  uint32_t room = 0;
+  if (exclusive) *exclusive = true;
   for (size_t i = set_begin_.back(); i < items_.size(); ++i) {
     const Item& it = items_[i];
     const FlatAlt& fa = g_->flat_alts[it.alt];
+    if (exclusive && !g_->rules[fa.rule].free_char) {
+      Sym s;
+      if (next_sym(it, s) && !s.is_rule() && (g_->classes[s.index()] & g_->free_char_first).any())
+        *exclusive = false;
+    }
     if (!fa.repeat) continue;
     const Rule& r = g_->rules[fa.rule];
-    if (r.free_string_chars && r.max == kUnbounded) return true;
+    if (!r.free_string_chars || it.dot >= r.max) continue;
+    room = std::max(room, r.max == kUnbounded ? kUnbounded : r.max - it.dot);
   }
-  return false;
+  return room;
 }
 
 uint32_t Matcher::key_visit(uint32_t set, uint32_t rule, std::vector<std::vector<uint32_t>>& blocks,

@@ -27,8 +27,10 @@ class Matcher {
   bool accepting() const;   // the bytes so far form a complete sentence
   ByteSet allowed() const;  // bytes that advance() would take now
   // Inside a JSON string whose characters are unconstrained (Rule::free_string_chars), at a character
-  // boundary, with room for any token's worth of characters.
-  bool in_free_string() const;
+  // boundary: how many more characters it may take (0: not in such a string; kUnbounded: no limit).
+  // exclusive: every byte that can start such a character is read only through such strings here.
+  uint32_t free_string_room(bool* exclusive = nullptr) const;
+  bool in_free_string() const { return free_string_room() > 0; }
   // The state with absolute positions replaced by structure: equal keys accept the same futures.
   std::vector<uint32_t> canonical_key() const;
   size_t items_in_state() const { return items_.size() - set_begin_.back(); }

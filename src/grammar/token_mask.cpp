@@ -77,6 +77,7 @@ TokenVocab::TokenVocab(std::vector<std::string> token_bytes, std::vector<bool> s
     for (size_t st = 0; st < keys.size() && keys.size() < 30000; ++st) {
       free_dfa_.resize((st + 1) * 256, -1);
       m.advance_bytes(paths[st]);
+      free_boundary_.push_back(m.accepting());
       for (int b = 0; b < 256; ++b) {
         if (!m.advance(static_cast<uint8_t>(b))) continue;
         std::vector<uint32_t> k = m.canonical_key();
@@ -91,6 +92,22 @@ TokenVocab::TokenVocab(std::vector<std::string> token_bytes, std::vector<bool> s
       m.rollback(paths[st].size());
     }
   }
+  // Free tokens by character count (DFA returns to the boundary state), cumulative.
+  std::vector<uint32_t> chars(bytes_.size(), 0);
+  uint32_t longest = 0;
+  for (size_t id = 0; id < bytes_.size(); ++id) {
+    if (!((free_bits_[id >> 6] >> (id & 63)) & 1)) continue;
+    int st = 0;
+    for (unsigned char c : bytes_[id]) {
+      st = free_next(st, c);
+      if (free_boundary(st)) ++chars[id];
+    }
+    longest = std::max(longest, chars[id]);
+  }
+  free_le_.assign(longest + 1, std::vector<uint64_t>(words(), 0));
+  for (size_t id = 0; id < bytes_.size(); ++id)
+    if ((free_bits_[id >> 6] >> (id & 63)) & 1)
+      for (uint32_t k = chars[id]; k <= longest; ++k) free_le_[k][id >> 6] |= uint64_t{1} << (id & 63);
   all_ = build(bytes_, all);
   not_free_ = build(bytes_, not_free);
 }
@@ -129,9 +146,9 @@ void TokenMasker::walk(const TokenVocab::Trie& t, uint32_t node, Matcher& m,
       mask[id >> 6] |= uint64_t{1} << (id & 63);
     }
     if (child.n_children > 0) {
-      if (m.in_free_string()) {
+      if (uint32_t room = m.free_string_room()) {
         std::string pending;
-        walk_free(t, c, 0, m, pending, mask);
+        walk_free(t, c, 0, 0, room, m, pending, mask);
       } else {
         walk(t, c, m, mask);
       }
@@ -140,21 +157,28 @@ void TokenMasker::walk(const TokenVocab::Trie& t, uint32_t node, Matcher& m,
   }
 }
 
-void TokenMasker::walk_free(const TokenVocab::Trie& t, uint32_t node, int state, Matcher& m,
-                            std::string& pending, std::vector<uint64_t>& mask) const {
+void TokenMasker::walk_free(const TokenVocab::Trie& t, uint32_t node, int state, uint32_t chars,
+                            uint32_t room, Matcher& m, std::string& pending,
+                            std::vector<uint64_t>& mask) const {
   const TokenVocab::Node& n = t.nodes[node];
   size_t replayed = 0;  // pending bytes fed to the matcher for this node's refused children, lazily
   for (uint32_t c = n.first_child; c < n.first_child + n.n_children; ++c) {
     const TokenVocab::Node& child = t.nodes[c];
     int next = vocab_->free_next(state, child.byte);
-    if (next >= 0) {
+    // A character in progress needs its slot too; past the room the matcher decides.
+    const bool whole = next >= 0 && vocab_->free_boundary(next);
+    const uint32_t done = chars + (whole ? 1 : 0);
+    if (next >= 0 && done + (whole ? 0 : 1) <= room) {
       for (uint32_t k = child.tok_begin; k < child.tok_end; ++k) {
         int32_t id = t.ids[k];
         mask[id >> 6] |= uint64_t{1} << (id & 63);
       }
       if (child.n_children > 0) {
+        // The subtree replays from the subtree root itself, so undo this node's replay first.
+        m.rollback(replayed);
+        replayed = 0;
         pending.push_back(static_cast<char>(child.byte));
-        walk_free(t, c, next, m, pending, mask);
+        walk_free(t, c, next, done, room, m, pending, mask);
         pending.pop_back();
       }
       continue;
@@ -188,10 +212,17 @@ void TokenMasker::compute(Matcher& m, std::vector<uint64_t>& mask) {
     return;
   }
   ++misses_;
-  if (m.in_free_string()) {
-    mask = vocab_->free_bits();
+  bool exclusive = false;
+  if (uint32_t room = m.free_string_room(&exclusive); room == kUnbounded || (room > 0 && exclusive)) {
+    // Every free token that fits is allowed; the walk covers the others.
+    mask = vocab_->free_bits_up_to(room);
     std::string pending;
-    walk_free(vocab_->trie_not_free(), 0, 0, m, pending, mask);
+    walk_free(vocab_->trie_not_free(), 0, 0, 0, room, m, pending, mask);
+  } else if (room > 0) {
+    // A bounded string next to other ways of reading the same bytes: walk everything, still on the DFA.
+    mask.assign(vocab_->words(), 0);
+    std::string pending;
+    walk_free(vocab_->trie_all(), 0, 0, 0, room, m, pending, mask);
   } else {
     mask.assign(vocab_->words(), 0);
     walk(vocab_->trie_all(), 0, m, mask);

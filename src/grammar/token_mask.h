@@ -52,17 +52,24 @@ class TokenVocab {
   const Trie& trie_all() const { return all_; }
   const Trie& trie_not_free() const { return not_free_; }
   const std::vector<uint64_t>& free_bits() const { return free_bits_; }
+  // The free tokens of at most `chars` characters (all of them past the longest).
+  const std::vector<uint64_t>& free_bits_up_to(uint32_t chars) const {
+    return chars >= free_le_.size() ? free_bits_ : free_le_[chars];
+  }
   // DFA over the bytes of JSON string characters: free_next(state, byte) is the next state or -1; state 0
   // is a character boundary.
   int free_next(int state, uint8_t b) const { return free_dfa_[static_cast<size_t>(state) * 256 + b]; }
+  bool free_boundary(int state) const { return free_boundary_[state]; }  // a whole number of characters
 
  private:
   static Trie build(const std::vector<std::string>& bytes, const std::vector<int32_t>& ids);
   std::vector<std::string> bytes_;
   std::vector<int32_t> eos_;
   Trie all_, not_free_;
-  std::vector<uint64_t> free_bits_;  // [words]
-  std::vector<int16_t> free_dfa_;    // [states * 256]
+  std::vector<uint64_t> free_bits_;             // [words]
+  std::vector<int16_t> free_dfa_;               // [states * 256]
+  std::vector<bool> free_boundary_;             // [states]
+  std::vector<std::vector<uint64_t>> free_le_;  // [longest free token in characters + 1][words]
   size_t n_free_ = 0;
 };
 
@@ -83,8 +90,9 @@ class TokenMasker {
   void walk(const TokenVocab::Trie& t, uint32_t node, Matcher& m, std::vector<uint64_t>& mask) const;
   // The subtree under `node` while the matcher (at the subtree root, plus `pending` bytes not yet fed to
   // it) is inside a free string, `state` being the DFA state after `pending`.
-  void walk_free(const TokenVocab::Trie& t, uint32_t node, int state, Matcher& m, std::string& pending,
-                 std::vector<uint64_t>& mask) const;
+  // `chars`: characters completed since the subtree root; `room`: how many the string may still take.
+  void walk_free(const TokenVocab::Trie& t, uint32_t node, int state, uint32_t chars, uint32_t room,
+                 Matcher& m, std::string& pending, std::vector<uint64_t>& mask) const;
   std::shared_ptr<const TokenVocab> vocab_;
   size_t max_cache_;
   std::unordered_map<std::vector<uint32_t>, std::vector<uint64_t>, KeyHash> cache_;

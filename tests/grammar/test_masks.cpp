@@ -2,6 +2,8 @@
 // its free-string fast path and state cache) must allow exactly the tokens that the matcher takes whole.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "grammar/compile.h"
 #include "grammar/matcher.h"
 #include "grammar/token_mask.h"
@@ -34,7 +36,15 @@ void check_walk(const std::shared_ptr<const Grammar>& g, const std::string& text
   for (size_t i = 0; i <= text.size(); ++i) {
     std::vector<uint64_t> want = brute_force(v, m, tok);
     masker.compute(m, mask);
-    ASSERT_EQ(mask, want) << "position " << i << " of " << text;
+    if (mask != want) {
+      std::string diff;
+      for (size_t id = 0; id < v.size() && diff.size() < 400; ++id)
+        if (mask_test(mask, static_cast<int32_t>(id)) != mask_test(want, static_cast<int32_t>(id)))
+          diff += (mask_test(want, static_cast<int32_t>(id)) ? " missing " : " extra ") +
+                  nlohmann::json(v.bytes(static_cast<int32_t>(id)))
+                      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      FAIL() << "position " << i << " of " << text << ":" << diff;
+    }
     masker.compute(m, mask);  // now from the cache
     ASSERT_EQ(mask, want) << "cached, position " << i << " of " << text;
     if (i < text.size()) {
@@ -61,6 +71,10 @@ TEST(GrammarMasks, MatchBruteForce) {
       {InputKind::kJsonSchema, R"({"type":"string","pattern":"^[a-z]+[0-9]{2}$"})", R"("abc12")"},
       {InputKind::kJsonSchema, R"({"type":"string","maxLength":4})", R"("ab\nc")"},
       {InputKind::kRegex, "(def|class) [a-z_]+\\(\\):", "def foo_bar():"},
+      {InputKind::kJsonSchema,
+       R"({"anyOf":[{"type":"string","maxLength":2},{"type":"string","pattern":"^x+$"}]})", R"("xxxx")"},
+      {InputKind::kJsonSchema, R"({"type":"object","additionalProperties":{"type":"string","minLength":2}})",
+       R"({"k\"ey":"v\u00e9é","":"zz"})"},
       {InputKind::kGbnf, "root ::= \"x\" [0-9]+ (\" \" root)?", "x12 x3"},
   };
   for (const Case& c : cases) {
