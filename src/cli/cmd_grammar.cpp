@@ -5,6 +5,7 @@
 #include <iostream>
 #include <memory>
 #include <random>
+#include <set>
 
 #include "cli/command.h"
 #include "cli/grammar_cli.h"
@@ -124,6 +125,31 @@ int run_check(const InputFlags& f, const std::string& text_file, const std::stri
   return 0;
 }
 
+// The shortest byte string that takes the matcher to an accepting state (breadth-first over canonical
+// states), for ending a long random walk; empty if none is found within the budget.
+std::string shortest_completion(grammar::Matcher& m) {
+  std::vector<std::string> queue = {""};
+  std::set<std::vector<uint32_t>> seen = {m.canonical_key()};
+  for (size_t q = 0; q < queue.size() && q < 20000; ++q) {
+    const std::string path = queue[q];
+    m.advance_bytes(path);
+    grammar::ByteSet next = m.allowed();
+    for (int b = 0; b < 256; ++b) {
+      if (!next.test(b) || !m.advance(static_cast<uint8_t>(b))) continue;
+      bool done = m.accepting();
+      bool fresh = seen.insert(m.canonical_key()).second;
+      m.rollback(1);
+      if (done) {
+        m.rollback(path.size());
+        return path + static_cast<char>(b);
+      }
+      if (fresh) queue.push_back(path + static_cast<char>(b));
+    }
+    m.rollback(path.size());
+  }
+  return {};
+}
+
 int run_sample(const InputFlags& f, const std::string& tok_dir, uint64_t seed, int count, int max_tokens,
                bool jsonl) {
   auto g = compile_input(f);
@@ -133,6 +159,12 @@ int run_sample(const InputFlags& f, const std::string& tok_dir, uint64_t seed, i
   grammar::TokenMasker masker(v->vocab);
   std::mt19937_64 rng(seed);
   const auto& free_bits = v->vocab->free_bits();
+  std::vector<int32_t> single_byte(256, -1);  // byte -> a token of exactly that byte
+  for (size_t id = 0; id < v->vocab->size(); ++id) {
+    const std::string& bytes = v->vocab->bytes(static_cast<int32_t>(id));
+    if (bytes.size() == 1 && single_byte[static_cast<unsigned char>(bytes[0])] < 0)
+      single_byte[static_cast<unsigned char>(bytes[0])] = static_cast<int32_t>(id);
+  }
   for (int s = 0; s < count; ++s) {
     grammar::Matcher m(*g);
     std::string out;
@@ -141,6 +173,20 @@ int run_sample(const InputFlags& f, const std::string& tok_dir, uint64_t seed, i
     while (!m.accepting()) {
       if (++steps > max_tokens) return fail("sample: no complete output within --max-tokens");
       masker.compute(m, mask);
+      if (steps > max_tokens / 2) {
+        // Long enough: finish on the shortest completion, one single-byte token at a time (each checked
+        // against its mask like any other draw).
+        std::string rest = shortest_completion(m);
+        if (rest.empty()) return fail("sample: no completion found from this state"), 3;
+        for (unsigned char c : rest) {
+          masker.compute(m, mask);
+          int32_t id = single_byte[c];
+          if (id < 0 || !grammar::mask_test(mask, id) || !m.advance(c))
+            return fail("sample: the completion's byte is not an allowed token (engine bug)"), 3;
+          out += static_cast<char>(c);
+        }
+        break;
+      }
       // A third of the draws prefer tokens that are not plain string text (quotes, punctuation) and a third
       // single-byte tokens, so strings and patterns reach their end in a few dozen tokens.
       std::vector<int32_t> any, structural, single;
@@ -181,7 +227,7 @@ const Registrar reg{Command{
         InputFlags in;
         std::string text, tokenizer;
         uint64_t seed = 1;
-        int count = 1, max_tokens = 4000;
+        int count = 1, max_tokens = 400;
         bool jsonl = false;
       };
       auto o = std::make_shared<Opts>();
@@ -214,7 +260,8 @@ const Registrar reg{Command{
       s->add_option("--tokenizer", o->tokenizer, "model directory or tokenizer.json")->required();
       s->add_option("--seed", o->seed, "random seed (default 1)");
       s->add_option("--count", o->count, "number of samples (default 1)")->check(CLI::Range(1, 100000));
-      s->add_option("--max-tokens", o->max_tokens, "give up after this many tokens (default 4000)");
+      s->add_option("--max-tokens", o->max_tokens,
+                    "after half this many tokens, finish on the shortest completion (default 400)");
       s->add_flag("--jsonl", o->jsonl, "print each sample as a JSON line {text, tokens}");
       return [o, c, k]() -> int {
         if (c->parsed()) return run_compile(o->in);
