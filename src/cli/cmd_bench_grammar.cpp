@@ -114,6 +114,8 @@ int run_bench_grammar(const BenchGrammarFlags& f) {
                         {"max", us(pct(first_mask_s, 1.0))}};
   j["mask_us"] = {
       {"p50", us(pct(mask_s, 0.5))}, {"p99", us(pct(mask_s, 0.99))}, {"max", us(pct(mask_s, 1.0))}};
+  j["masks_over_500us"] = std::count_if(mask_s.begin(), mask_s.end(), [](double x) { return x > 500e-6; });
+  j["masks_timed"] = mask_s.size();
   j["errors"] = errors;
   std::sort(slowest.rbegin(), slowest.rend());
   slowest.resize(std::min<size_t>(slowest.size(), 5));
@@ -137,6 +139,10 @@ int run_bench_grammar(const BenchGrammarFlags& f) {
               us(pct(first_mask_s, 0.99)), us(pct(first_mask_s, 1.0)));
   std::printf("%-14s %10.1f %10.1f %10.1f\n", "mask", us(pct(mask_s, 0.5)), us(pct(mask_s, 0.99)),
               us(pct(mask_s, 1.0)));
+  std::printf(
+      "masks over 500 us: %zu of %zu\n",
+      static_cast<size_t>(std::count_if(mask_s.begin(), mask_s.end(), [](double x) { return x > 500e-6; })),
+      mask_s.size());
   std::printf("slowest masks:");
   for (const auto& [t, name] : slowest) std::printf(" %s %.0f us;", name.c_str(), us(t));
   std::printf("\n");
