@@ -203,7 +203,57 @@ void TokenMasker::walk_free(const TokenVocab::Trie& t, uint32_t node, int state,
   m.rollback(replayed);
 }
 
+int32_t TokenMasker::intern(std::vector<uint32_t> key, uint32_t room) {
+  auto [it, fresh] = state_ids_.emplace(std::move(key), static_cast<int32_t>(next_.size()));
+  if (fresh) {
+    next_.emplace_back();
+    next_.back().fill(-2);
+    room_.push_back(room);
+  }
+  return it->second;
+}
+
+void TokenMasker::walk_cached(const TokenVocab::Trie& t, uint32_t node, int32_t state, Matcher& m,
+                              std::string& pending, std::vector<uint64_t>& mask) {
+  const TokenVocab::Node& n = t.nodes[node];
+  for (uint32_t c = n.first_child; c < n.first_child + n.n_children; ++c) {
+    const TokenVocab::Node& child = t.nodes[c];
+    int32_t next = next_[state][child.byte];
+    if (next == -2) {
+      // First time from this state on this byte: ask the matcher (at the walk's root plus `pending`).
+      size_t fed = m.advance_bytes(pending);
+      if (fed == pending.size() && m.advance(child.byte)) {
+        next = intern(m.canonical_key(), m.free_string_room());
+        m.rollback(1);
+      } else {
+        next = -1;
+      }
+      m.rollback(fed);
+      next_[state][child.byte] = next;
+    }
+    if (next < 0) continue;
+    for (uint32_t k = child.tok_begin; k < child.tok_end; ++k) {
+      int32_t id = t.ids[k];
+      mask[id >> 6] |= uint64_t{1} << (id & 63);
+    }
+    if (child.n_children == 0) continue;
+    pending.push_back(static_cast<char>(child.byte));
+    if (room_[next] > 0) {
+      // Inside a JSON string: the string DFA walks from here (it replays `pending` when it needs to).
+      walk_free(t, c, 0, 0, room_[next], m, pending, mask);
+    } else {
+      walk_cached(t, c, next, m, pending, mask);
+    }
+    pending.pop_back();
+  }
+}
+
 void TokenMasker::compute(Matcher& m, std::vector<uint64_t>& mask) {
+  if (next_.size() > 20000) {  // bound the transition table (between masks, never during a walk)
+    state_ids_.clear();
+    next_.clear();
+    room_.clear();
+  }
   std::vector<uint32_t> key = m.canonical_key();
   auto it = cache_.find(key);
   if (it != cache_.end()) {
@@ -225,7 +275,13 @@ void TokenMasker::compute(Matcher& m, std::vector<uint64_t>& mask) {
     walk_free(vocab_->trie_all(), 0, 0, 0, room, m, pending, mask);
   } else {
     mask.assign(vocab_->words(), 0);
-    walk(vocab_->trie_all(), 0, m, mask);
+    if (m.allowed().count() > 32) {
+      // Many bytes allowed (a pattern's characters, say): most of the trie will be visited, so memoize.
+      std::string pending;
+      walk_cached(vocab_->trie_all(), 0, intern(key, 0), m, pending, mask);
+    } else {
+      walk(vocab_->trie_all(), 0, m, mask);  // a few bytes allowed: the walk is short, the matcher is enough
+    }
   }
   if (m.accepting())
     for (int32_t e : vocab_->eos_ids())

@@ -11,6 +11,7 @@
 // Special tokens are never allowed by the grammar; the end-of-sequence tokens only when it accepts.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -93,6 +94,14 @@ class TokenMasker {
   // `chars`: characters completed since the subtree root; `room`: how many the string may still take.
   void walk_free(const TokenVocab::Trie& t, uint32_t node, int state, uint32_t chars, uint32_t room,
                  Matcher& m, std::string& pending, std::vector<uint64_t>& mask) const;
+  // Memoized matcher transitions over canonical states, kept across masks: after the first visit a trie
+  // walk is table lookups. next_[state][byte]: the next state, -1 refused, -2 not yet known.
+  int32_t intern(std::vector<uint32_t> key, uint32_t room);
+  void walk_cached(const TokenVocab::Trie& t, uint32_t node, int32_t state, Matcher& m, std::string& pending,
+                   std::vector<uint64_t>& mask);
+  std::unordered_map<std::vector<uint32_t>, int32_t, KeyHash> state_ids_;
+  std::vector<std::array<int32_t, 256>> next_;
+  std::vector<uint32_t> room_;  // [states]: Matcher::free_string_room there
   std::shared_ptr<const TokenVocab> vocab_;
   size_t max_cache_;
   std::unordered_map<std::vector<uint32_t>, std::vector<uint64_t>, KeyHash> cache_;
