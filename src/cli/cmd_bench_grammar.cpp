@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "cli/command.h"
 #include "cli/grammar_cli.h"
@@ -48,6 +49,7 @@ int run_bench_grammar(const BenchGrammarFlags& f) {
   size_t compiled = 0, failed = 0, walked = 0, tokens = 0, mask_errors = 0;
   std::vector<std::string> errors;
   std::vector<std::pair<double, std::string>> slowest;  // (max mask seconds, schema)
+  std::map<std::string, size_t> slow_by_schema;         // masks over 500 us
   for (int rep = 0; rep < f.repeat; ++rep) {
     for (const std::string& path : files) {
       auto c = read_schema_case(path);
@@ -78,6 +80,7 @@ int run_bench_grammar(const BenchGrammarFlags& f) {
         double ms = secs_since(t1);
         (first ? first_mask_s : mask_s).push_back(ms);
         worst = std::max(worst, ms);
+        if (!first && ms > 500e-6) ++slow_by_schema[c->name];
         first = false;
         const std::string& bytes = v->vocab->bytes(id);
         if (!grammar::mask_test(mask, id) || m.advance_bytes(bytes) != bytes.size()) {
@@ -116,6 +119,7 @@ int run_bench_grammar(const BenchGrammarFlags& f) {
       {"p50", us(pct(mask_s, 0.5))}, {"p99", us(pct(mask_s, 0.99))}, {"max", us(pct(mask_s, 1.0))}};
   j["masks_over_500us"] = std::count_if(mask_s.begin(), mask_s.end(), [](double x) { return x > 500e-6; });
   j["masks_timed"] = mask_s.size();
+  j["masks_over_500us_by_schema"] = slow_by_schema;
   j["errors"] = errors;
   std::sort(slowest.rbegin(), slowest.rend());
   slowest.resize(std::min<size_t>(slowest.size(), 5));

@@ -154,9 +154,10 @@ ByteSet Matcher::allowed() const {
   return out;
 }
 
-uint32_t Matcher::free_string_room(bool* exclusive) const {
+uint32_t Matcher::free_string_room(bool* exclusive, bool* below_min) const {
   uint32_t room = 0;
   if (exclusive) *exclusive = true;
+  if (below_min) *below_min = false;
   for (size_t i = set_begin_.back(); i < items_.size(); ++i) {
     const Item& it = items_[i];
     const FlatAlt& fa = g_->flat_alts[it.alt];
@@ -168,6 +169,8 @@ uint32_t Matcher::free_string_room(bool* exclusive) const {
     if (!fa.repeat) continue;
     const Rule& r = g_->rules[fa.rule];
     if (!r.free_string_chars || it.dot >= r.max) continue;
+    // Below its minimum the string cannot end yet: what may follow it later is not visible here.
+    if (below_min && it.dot < r.min) *below_min = true;
     room = std::max(room, r.max == kUnbounded ? kUnbounded : r.max - it.dot);
   }
   return room;

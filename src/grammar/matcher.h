@@ -28,8 +28,9 @@ class Matcher {
   ByteSet allowed() const;  // bytes that advance() would take now
   // Inside a JSON string whose characters are unconstrained (Rule::free_string_chars), at a character
   // boundary: how many more characters it may take (0: not in such a string; kUnbounded: no limit).
-  // exclusive: every byte that can start such a character is read only through such strings here.
-  uint32_t free_string_room(bool* exclusive = nullptr) const;
+  // exclusive: every byte that can start such a character is read only through such strings here;
+  // below_min: such a string has not reached its minimum length yet.
+  uint32_t free_string_room(bool* exclusive = nullptr, bool* below_min = nullptr) const;
   bool in_free_string() const { return free_string_room() > 0; }
   // The state with absolute positions replaced by structure: equal keys accept the same futures.
   std::vector<uint32_t> canonical_key() const;

@@ -26,6 +26,8 @@ TokenVocab::Trie TokenVocab::build(const std::vector<std::string>& bytes,
     while (i < sp.hi && bytes[ids[i]].size() == sp.depth) ++i;
     t.nodes[n].tok_begin = sp.lo;
     t.nodes[n].tok_end = i;
+    t.nodes[n].span_end = sp.hi;
+    t.nodes[n].depth = sp.depth;
     t.nodes[n].first_child = static_cast<uint32_t>(t.nodes.size());
     while (i < sp.hi) {
       auto c = static_cast<uint8_t>(bytes[ids[i]][sp.depth]);
@@ -49,6 +51,7 @@ TokenVocab::TokenVocab(std::vector<std::string> token_bytes, std::vector<bool> s
   for (int32_t e : eos_)
     if (e >= 0 && static_cast<size_t>(e) < special.size()) special[e] = true;  // never walked as text
   free_bits_.assign(words(), 0);
+  viable_bits_.assign(words(), 0);
   // Which tokens are whole JSON string characters only, decided by the grammar the front end uses for
   // unconstrained strings, so the fast path and the walk cannot disagree.
   Builder b;
@@ -62,6 +65,7 @@ TokenVocab::TokenVocab(std::vector<std::string> token_bytes, std::vector<bool> s
     all.push_back(i);
     size_t n = m.advance_bytes(s);
     bool free = n == s.size() && m.accepting();
+    if (n == s.size()) viable_bits_[id >> 6] |= uint64_t{1} << (id & 63);
     m.rollback(n);
     if (free) {
       free_bits_[id >> 6] |= uint64_t{1} << (id & 63);
@@ -110,6 +114,27 @@ TokenVocab::TokenVocab(std::vector<std::string> token_bytes, std::vector<bool> s
       for (uint32_t k = chars[id]; k <= longest; ++k) free_le_[k][id >> 6] |= uint64_t{1} << (id & 63);
   all_ = build(bytes_, all);
   not_free_ = build(bytes_, not_free);
+  std::vector<int32_t> not_viable;
+  for (int32_t i : all)
+    if (!((viable_bits_[i >> 6] >> (i & 63)) & 1)) not_viable.push_back(i);
+  not_viable_ = build(bytes_, not_viable);
+  mark_pure(all_);
+  mark_pure(not_free_);
+  mark_pure(not_viable_);
+}
+
+void TokenVocab::mark_pure(Trie& t) const {
+  auto pure_suffix = [&](const std::string& s, size_t from) {
+    int st = 0;
+    for (size_t i = from; i < s.size(); ++i)
+      if ((st = free_next(st, static_cast<uint8_t>(s[i]))) < 0) return false;
+    return true;  // whole characters, or a character in progress: both fine in an unbounded string
+  };
+  for (Node& n : t.nodes) {
+    bool pure = n.depth > 0;
+    for (uint32_t k = n.tok_begin; pure && k < n.span_end; ++k) pure = pure_suffix(bytes_[t.ids[k]], n.depth);
+    n.pure_below = pure;
+  }
 }
 
 std::shared_ptr<const TokenVocab> TokenVocab::from_tokenizer(const text::Tokenizer& tok,
@@ -148,7 +173,7 @@ void TokenMasker::walk(const TokenVocab::Trie& t, uint32_t node, Matcher& m,
     if (child.n_children > 0) {
       if (uint32_t room = m.free_string_room()) {
         std::string pending;
-        walk_free(t, c, 0, 0, room, m, pending, mask);
+        walk_free(t, c, 0, 0, room, m, pending, mask, exits_of(m));
       } else {
         walk(t, c, m, mask);
       }
@@ -157,9 +182,18 @@ void TokenMasker::walk(const TokenVocab::Trie& t, uint32_t node, Matcher& m,
   }
 }
 
+ByteSet TokenMasker::exits_of(const Matcher& m) {
+  // When only string characters and bytes that cannot start one are read here (a closing quote), a byte the
+  // DFA refuses inside the string is one of those or nothing; otherwise every refusal goes to the matcher.
+  bool exclusive = false, below_min = false;
+  m.free_string_room(&exclusive, &below_min);
+  if (!exclusive || below_min) return ByteSet().set();
+  return m.allowed() & ~m.grammar().free_char_first;
+}
+
 void TokenMasker::walk_free(const TokenVocab::Trie& t, uint32_t node, int state, uint32_t chars,
-                            uint32_t room, Matcher& m, std::string& pending,
-                            std::vector<uint64_t>& mask) const {
+                            uint32_t room, Matcher& m, std::string& pending, std::vector<uint64_t>& mask,
+                            const ByteSet& exits) const {
   const TokenVocab::Node& n = t.nodes[node];
   size_t replayed = 0;  // pending bytes fed to the matcher for this node's refused children, lazily
   for (uint32_t c = n.first_child; c < n.first_child + n.n_children; ++c) {
@@ -168,6 +202,13 @@ void TokenMasker::walk_free(const TokenVocab::Trie& t, uint32_t node, int state,
     // A character in progress needs its slot too; past the room the matcher decides.
     const bool whole = next >= 0 && vocab_->free_boundary(next);
     const uint32_t done = chars + (whole ? 1 : 0);
+    if (whole && room == kUnbounded && child.pure_below) {
+      for (uint32_t k = child.tok_begin; k < child.span_end; ++k) {
+        int32_t id = t.ids[k];
+        mask[id >> 6] |= uint64_t{1} << (id & 63);
+      }
+      continue;
+    }
     if (next >= 0 && done + (whole ? 0 : 1) <= room) {
       for (uint32_t k = child.tok_begin; k < child.tok_end; ++k) {
         int32_t id = t.ids[k];
@@ -178,12 +219,14 @@ void TokenMasker::walk_free(const TokenVocab::Trie& t, uint32_t node, int state,
         m.rollback(replayed);
         replayed = 0;
         pending.push_back(static_cast<char>(child.byte));
-        walk_free(t, c, next, done, room, m, pending, mask);
+        walk_free(t, c, next, done, room, m, pending, mask, exits);
         pending.pop_back();
       }
       continue;
     }
-    // Not a string character here (a closing quote, say): the matcher decides, exactly.
+    // Not a string character here (a closing quote, say): the matcher decides, exactly, unless no item
+    // could take this byte (exits_of).
+    if (!exits.test(child.byte) || (next < 0 && !vocab_->free_boundary(state) && !exits.all())) continue;
     if (replayed == 0 && !pending.empty()) {
       replayed = m.advance_bytes(pending);
       if (replayed != pending.size()) {  // cannot happen: the DFA is the matcher's own language
@@ -203,12 +246,13 @@ void TokenMasker::walk_free(const TokenVocab::Trie& t, uint32_t node, int state,
   m.rollback(replayed);
 }
 
-int32_t TokenMasker::intern(std::vector<uint32_t> key, uint32_t room) {
+int32_t TokenMasker::intern(std::vector<uint32_t> key, uint32_t room, const ByteSet& exits) {
   auto [it, fresh] = state_ids_.emplace(std::move(key), static_cast<int32_t>(next_.size()));
   if (fresh) {
     next_.emplace_back();
     next_.back().fill(-2);
     room_.push_back(room);
+    exits_.push_back(exits);
   }
   return it->second;
 }
@@ -223,7 +267,7 @@ void TokenMasker::walk_cached(const TokenVocab::Trie& t, uint32_t node, int32_t 
       // First time from this state on this byte: ask the matcher (at the walk's root plus `pending`).
       size_t fed = m.advance_bytes(pending);
       if (fed == pending.size() && m.advance(child.byte)) {
-        next = intern(m.canonical_key(), m.free_string_room());
+        next = intern(m.canonical_key(), m.free_string_room(), exits_of(m));
         m.rollback(1);
       } else {
         next = -1;
@@ -240,7 +284,7 @@ void TokenMasker::walk_cached(const TokenVocab::Trie& t, uint32_t node, int32_t 
     pending.push_back(static_cast<char>(child.byte));
     if (room_[next] > 0) {
       // Inside a JSON string: the string DFA walks from here (it replays `pending` when it needs to).
-      walk_free(t, c, 0, 0, room_[next], m, pending, mask);
+      walk_free(t, c, 0, 0, room_[next], m, pending, mask, exits_[next]);
     } else {
       walk_cached(t, c, next, m, pending, mask);
     }
@@ -253,6 +297,7 @@ void TokenMasker::compute(Matcher& m, std::vector<uint64_t>& mask) {
     state_ids_.clear();
     next_.clear();
     room_.clear();
+    exits_.clear();
   }
   std::vector<uint32_t> key = m.canonical_key();
   auto it = cache_.find(key);
@@ -263,22 +308,28 @@ void TokenMasker::compute(Matcher& m, std::vector<uint64_t>& mask) {
   }
   ++misses_;
   bool exclusive = false;
-  if (uint32_t room = m.free_string_room(&exclusive); room == kUnbounded || (room > 0 && exclusive)) {
+  const uint32_t room = m.free_string_room(&exclusive);
+  if (room == kUnbounded) {
+    // Every token that reads as string text (ending mid-character included) is allowed; walk the rest.
+    mask = vocab_->viable_bits();
+    std::string pending;
+    walk_free(vocab_->trie_not_viable(), 0, 0, 0, room, m, pending, mask, exits_of(m));
+  } else if (room > 0 && exclusive) {
     // Every free token that fits is allowed; the walk covers the others.
     mask = vocab_->free_bits_up_to(room);
     std::string pending;
-    walk_free(vocab_->trie_not_free(), 0, 0, 0, room, m, pending, mask);
+    walk_free(vocab_->trie_not_free(), 0, 0, 0, room, m, pending, mask, exits_of(m));
   } else if (room > 0) {
     // A bounded string next to other ways of reading the same bytes: walk everything, still on the DFA.
     mask.assign(vocab_->words(), 0);
     std::string pending;
-    walk_free(vocab_->trie_all(), 0, 0, 0, room, m, pending, mask);
+    walk_free(vocab_->trie_all(), 0, 0, 0, room, m, pending, mask, exits_of(m));
   } else {
     mask.assign(vocab_->words(), 0);
     if (m.allowed().count() > 32) {
       // Many bytes allowed (a pattern's characters, say): most of the trie will be visited, so memoize.
       std::string pending;
-      walk_cached(vocab_->trie_all(), 0, intern(key, 0), m, pending, mask);
+      walk_cached(vocab_->trie_all(), 0, intern(key, 0, ByteSet().set()), m, pending, mask);
     } else {
       walk(vocab_->trie_all(), 0, m, mask);  // a few bytes allowed: the walk is short, the matcher is enough
     }

@@ -44,7 +44,12 @@ class TokenVocab {
   struct Node {
     uint32_t first_child = 0, n_children = 0;  // children are nodes [first_child, first_child + n)
     uint32_t tok_begin = 0, tok_end = 0;       // tokens whose bytes end here: ids_[tok_begin, tok_end)
-    uint8_t byte = 0;                          // the edge byte from the parent
+    uint32_t span_end = 0;                     // the subtree's tokens are ids_[tok_begin, span_end)
+    uint32_t depth = 0;
+    uint8_t byte = 0;  // the edge byte from the parent
+    // Every token below reads, from this depth on, as JSON string text: inside an unbounded
+    // string at a character boundary the whole subtree is allowed without walking it.
+    bool pure_below = false;
   };
   struct Trie {
     std::vector<Node> nodes;  // [0] is the root
@@ -52,6 +57,9 @@ class TokenVocab {
   };
   const Trie& trie_all() const { return all_; }
   const Trie& trie_not_free() const { return not_free_; }
+  const Trie& trie_not_viable() const { return not_viable_; }
+  // Tokens that read as JSON string text, possibly ending inside a character.
+  const std::vector<uint64_t>& viable_bits() const { return viable_bits_; }
   const std::vector<uint64_t>& free_bits() const { return free_bits_; }
   // The free tokens of at most `chars` characters (all of them past the longest).
   const std::vector<uint64_t>& free_bits_up_to(uint32_t chars) const {
@@ -64,9 +72,11 @@ class TokenVocab {
 
  private:
   static Trie build(const std::vector<std::string>& bytes, const std::vector<int32_t>& ids);
+  void mark_pure(Trie& t) const;
   std::vector<std::string> bytes_;
   std::vector<int32_t> eos_;
-  Trie all_, not_free_;
+  Trie all_, not_free_, not_viable_;
+  std::vector<uint64_t> viable_bits_;           // [words]
   std::vector<uint64_t> free_bits_;             // [words]
   std::vector<int16_t> free_dfa_;               // [states * 256]
   std::vector<bool> free_boundary_;             // [states]
@@ -93,15 +103,18 @@ class TokenMasker {
   // it) is inside a free string, `state` being the DFA state after `pending`.
   // `chars`: characters completed since the subtree root; `room`: how many the string may still take.
   void walk_free(const TokenVocab::Trie& t, uint32_t node, int state, uint32_t chars, uint32_t room,
-                 Matcher& m, std::string& pending, std::vector<uint64_t>& mask) const;
+                 Matcher& m, std::string& pending, std::vector<uint64_t>& mask, const ByteSet& exits) const;
+  // Bytes worth asking the matcher about where the string DFA refuses one (all: ask always).
+  static ByteSet exits_of(const Matcher& m);
   // Memoized matcher transitions over canonical states, kept across masks: after the first visit a trie
   // walk is table lookups. next_[state][byte]: the next state, -1 refused, -2 not yet known.
-  int32_t intern(std::vector<uint32_t> key, uint32_t room);
+  int32_t intern(std::vector<uint32_t> key, uint32_t room, const ByteSet& exits);
   void walk_cached(const TokenVocab::Trie& t, uint32_t node, int32_t state, Matcher& m, std::string& pending,
                    std::vector<uint64_t>& mask);
   std::unordered_map<std::vector<uint32_t>, int32_t, KeyHash> state_ids_;
   std::vector<std::array<int32_t, 256>> next_;
   std::vector<uint32_t> room_;  // [states]: Matcher::free_string_room there
+  std::vector<ByteSet> exits_;  // [states]: exits_of there
   std::shared_ptr<const TokenVocab> vocab_;
   size_t max_cache_;
   std::unordered_map<std::vector<uint32_t>, std::vector<uint64_t>, KeyHash> cache_;
