@@ -8,6 +8,7 @@
 
 #include "cli/cli_model.h"
 #include "cli/command.h"
+#include "cli/grammar_cli.h"
 
 #ifdef GRIDQ_HAVE_CUDA
 #include "runtime/cuda/bench.h"
@@ -105,7 +106,9 @@ int run_kernels(const BenchFlags& f) {
 }
 
 const Registrar reg{Command{
-    "bench", "Benchmarks (kernels: CUDA decode kernels; decode: the whole model's decode on the CUDA engine)",
+    "bench",
+    "Benchmarks (kernels: CUDA decode kernels; decode: the whole model's decode on the CUDA engine; grammar: "
+    "structured-output masks)",
     [](CLI::App& sub) -> std::function<int()> {
       auto flags = std::make_shared<BenchFlags>();
       sub.require_subcommand(1);
@@ -151,7 +154,27 @@ const Registrar reg{Command{
           "--no-pdl", flags->no_pdl,
           "launch the forward's kernels without programmatic dependent launch (to measure what it buys)");
       d->add_option("--device", flags->device, "cuda or auto (default)")->check(device_check());
-      return [flags, d]() { return d->parsed() ? run_decode(*flags) : run_kernels(*flags); };
+      auto gf = std::make_shared<BenchGrammarFlags>();
+      CLI::App* g = sub.add_subcommand(
+          "grammar",
+          "Structured outputs: compile time and per-token mask time (p50/p99) over a directory of schemas\n"
+          "Examples:\n"
+          "  gridq bench grammar --tokenizer models/laguna-tiny-code --schemas tests/grammar/schemas\n"
+          "  gridq bench grammar --tokenizer /tmp/qwen151k --schemas tests/grammar/schemas --json --out "
+          "r.json");
+      g->add_option("--tokenizer", gf->tokenizer, "model directory or tokenizer.json")->required();
+      g->add_option("--schemas", gf->schemas,
+                    "directory of .json schemas (or test cases with valid instances)")
+          ->required();
+      g->add_flag("--json", gf->json, "print the JSON result instead of the table");
+      g->add_option("--out", gf->out, "also write the JSON result here");
+      g->add_flag("--flexible-ws", gf->flexible_ws, "compile with flexible whitespace");
+      g->add_option("--repeat", gf->repeat, "passes over the schemas (default 1)")
+          ->check(CLI::Range(1, 1000));
+      return [flags, d, g, gf]() {
+        if (g->parsed()) return run_bench_grammar(*gf);
+        return d->parsed() ? run_decode(*flags) : run_kernels(*flags);
+      };
     }}};
 
 }  // namespace

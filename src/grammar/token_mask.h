@@ -1,0 +1,128 @@
+// Token masks: which vocabulary tokens the grammar allows next. A byte trie over the vocabulary (built once
+// per tokenizer) is walked against the matcher, so tokens sharing a prefix share the walk and a refused
+// byte prunes its whole subtree. Two things are precomputed instead of walked:
+//  - per vocabulary, the tokens made only of whole JSON string characters: inside an unconstrained string
+//    they are all allowed, so only the other tokens (quotes, backslashes, partial UTF-8) are walked;
+//  - inside such a string deeper in a token's walk, bytes are followed with a small DFA of the JSON string
+//    character language (derived from the same grammar) instead of the Earley matcher; only a byte the DFA
+//    refuses (the closing quote, mostly) is replayed through the matcher, so the result is exact;
+//  - per grammar, a cache from the matcher's canonical state to its mask, since a JSON walk revisits the
+//    same states (every character of a string, every element of an array).
+// Special tokens are never allowed by the grammar; the end-of-sequence tokens only when it accepts.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "grammar/matcher.h"
+
+namespace gridq::text {
+class Tokenizer;
+}
+
+namespace gridq::grammar {
+
+class TokenVocab {
+ public:
+  // token_bytes[id]: what the token adds to the text ("" for none); special[id]: never grammar text.
+  TokenVocab(std::vector<std::string> token_bytes, std::vector<bool> special, std::vector<int32_t> eos_ids);
+  // From a tokenizer; end-of-sequence ids are given by the caller (they live in the model's configs).
+  static std::shared_ptr<const TokenVocab> from_tokenizer(const text::Tokenizer& tok,
+                                                          std::vector<int32_t> eos_ids);
+
+  size_t size() const { return bytes_.size(); }
+  size_t words() const { return (bytes_.size() + 63) / 64; }
+  const std::string& bytes(int32_t id) const { return bytes_[id]; }
+  const std::vector<int32_t>& eos_ids() const { return eos_; }
+  size_t free_string_tokens() const { return n_free_; }
+
+  struct Node {
+    uint32_t first_child = 0, n_children = 0;  // children are nodes [first_child, first_child + n)
+    uint32_t tok_begin = 0, tok_end = 0;       // tokens whose bytes end here: ids_[tok_begin, tok_end)
+    uint32_t span_end = 0;                     // the subtree's tokens are ids_[tok_begin, span_end)
+    uint32_t depth = 0;
+    uint8_t byte = 0;  // the edge byte from the parent
+    // Every token below reads, from this depth on, as JSON string text: inside an unbounded
+    // string at a character boundary the whole subtree is allowed without walking it.
+    bool pure_below = false;
+  };
+  struct Trie {
+    std::vector<Node> nodes;  // [0] is the root
+    std::vector<int32_t> ids;
+  };
+  const Trie& trie_all() const { return all_; }
+  const Trie& trie_not_free() const { return not_free_; }
+  const Trie& trie_not_viable() const { return not_viable_; }
+  // Tokens that read as JSON string text, possibly ending inside a character.
+  const std::vector<uint64_t>& viable_bits() const { return viable_bits_; }
+  const std::vector<uint64_t>& free_bits() const { return free_bits_; }
+  // The free tokens of at most `chars` characters (all of them past the longest).
+  const std::vector<uint64_t>& free_bits_up_to(uint32_t chars) const {
+    return chars >= free_le_.size() ? free_bits_ : free_le_[chars];
+  }
+  // DFA over the bytes of JSON string characters: free_next(state, byte) is the next state or -1; state 0
+  // is a character boundary.
+  int free_next(int state, uint8_t b) const { return free_dfa_[static_cast<size_t>(state) * 256 + b]; }
+  bool free_boundary(int state) const { return free_boundary_[state]; }  // a whole number of characters
+
+ private:
+  static Trie build(const std::vector<std::string>& bytes, const std::vector<int32_t>& ids);
+  void mark_pure(Trie& t) const;
+  std::vector<std::string> bytes_;
+  std::vector<int32_t> eos_;
+  Trie all_, not_free_, not_viable_;
+  std::vector<uint64_t> viable_bits_;           // [words]
+  std::vector<uint64_t> free_bits_;             // [words]
+  std::vector<int16_t> free_dfa_;               // [states * 256]
+  std::vector<bool> free_boundary_;             // [states]
+  std::vector<std::vector<uint64_t>> free_le_;  // [longest free token in characters + 1][words]
+  size_t n_free_ = 0;
+};
+
+// Masks for one grammar over one vocabulary, with the state cache. Not thread-safe: one per user thread.
+class TokenMasker {
+ public:
+  TokenMasker(std::shared_ptr<const TokenVocab> vocab, size_t max_cache_entries = 512);
+  // mask[w] bit b: token 64*w+b allowed after the matcher's bytes. The matcher is walked and restored.
+  void compute(Matcher& m, std::vector<uint64_t>& mask);
+  size_t cache_hits() const { return hits_; }
+  size_t cache_misses() const { return misses_; }
+  const TokenVocab& vocab() const { return *vocab_; }
+
+ private:
+  struct KeyHash {
+    size_t operator()(const std::vector<uint32_t>& k) const;
+  };
+  void walk(const TokenVocab::Trie& t, uint32_t node, Matcher& m, std::vector<uint64_t>& mask) const;
+  // The subtree under `node` while the matcher (at the subtree root, plus `pending` bytes not yet fed to
+  // it) is inside a free string, `state` being the DFA state after `pending`.
+  // `chars`: characters completed since the subtree root; `room`: how many the string may still take.
+  void walk_free(const TokenVocab::Trie& t, uint32_t node, int state, uint32_t chars, uint32_t room,
+                 Matcher& m, std::string& pending, std::vector<uint64_t>& mask, const ByteSet& exits) const;
+  // Bytes worth asking the matcher about where the string DFA refuses one (all: ask always).
+  static ByteSet exits_of(const Matcher& m);
+  // Memoized matcher transitions over canonical states, kept across masks: after the first visit a trie
+  // walk is table lookups. next_[state][byte]: the next state, -1 refused, -2 not yet known.
+  int32_t intern(std::vector<uint32_t> key, uint32_t room, const ByteSet& exits);
+  void walk_cached(const TokenVocab::Trie& t, uint32_t node, int32_t state, Matcher& m, std::string& pending,
+                   std::vector<uint64_t>& mask);
+  std::unordered_map<std::vector<uint32_t>, int32_t, KeyHash> state_ids_;
+  std::vector<std::array<int32_t, 256>> next_;
+  std::vector<uint32_t> room_;  // [states]: Matcher::free_string_room there
+  std::vector<ByteSet> exits_;  // [states]: exits_of there
+  std::shared_ptr<const TokenVocab> vocab_;
+  size_t max_cache_;
+  std::unordered_map<std::vector<uint32_t>, std::vector<uint64_t>, KeyHash> cache_;
+  size_t hits_ = 0, misses_ = 0;
+};
+
+inline bool mask_test(const std::vector<uint64_t>& mask, int32_t id) {
+  return (mask[id >> 6] >> (id & 63)) & 1;
+}
+
+}  // namespace gridq::grammar
