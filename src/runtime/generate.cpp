@@ -46,6 +46,7 @@ Expected<GenerateResult> generate(Engine& engine, const text::Tokenizer& tok, st
   auto t1 = clock::now();
   bool stopped = false;
   for (int i = 0; i < max_tokens && !stopped; ++i) {
+    if (!next.bad_logits.empty()) return err("generate: {}", next.bad_logits);
     const int32_t id = next.token;
     r.tokens.push_back(id);
     if (sampler.is_stop_token(id)) {

@@ -1,5 +1,7 @@
 #include "runtime/sampler.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -207,9 +209,40 @@ SamplePlan Sampler::plan(size_t V, std::span<const int32_t> prompt, std::span<co
   return pl;
 }
 
+std::optional<std::string> nonfinite_logits(std::span<const float> row) {
+  int64_t nan = 0, pos_inf = 0, finite = 0, first_bad = -1;
+  for (size_t i = 0; i < row.size(); ++i) {
+    const float v = row[i];
+    if (std::isfinite(v)) {
+      ++finite;
+      continue;
+    }
+    nan += std::isnan(v) ? 1 : 0;
+    pos_inf += !std::isnan(v) && v > 0 ? 1 : 0;
+    if ((std::isnan(v) || v > 0) && first_bad < 0) first_bad = static_cast<int64_t>(i);
+  }
+  if (first_bad < 0 && finite > 0) return std::nullopt;
+  if (first_bad < 0)
+    return fmt::format(
+        "the model produced no finite logit (all {} are -inf); the checkpoint or its config is broken for "
+        "this "
+        "input",
+        row.size());
+  return fmt::format(
+      "the model produced non-finite logits ({} NaN, {} +inf of {}, first at token id {}); the checkpoint or "
+      "its "
+      "config is broken for this input",
+      nan, pos_inf, row.size(), first_bad);
+}
+
 SampledToken Sampler::run(const SamplePlan& plan, std::span<const float> logits) {
   SampledToken out;
   if (logits.empty()) return out;
+  if (auto bad = nonfinite_logits(logits)) {
+    out.token = -1;
+    out.bad_logits = std::move(*bad);
+    return out;
+  }
   std::vector<double> s(logits.begin(), logits.end());
   apply_edits(s, plan.edits, plan.repetition);
   if (plan.greedy) {

@@ -39,6 +39,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -77,7 +78,15 @@ struct SampledToken {
   int32_t token = 0;
   float logprob = 0.0f;                        // step 8, of `token`
   std::vector<std::pair<int32_t, float>> top;  // top_logprobs alternatives, most likely first
+  // Non-empty: the row held a NaN or +inf, or no finite logit (nonfinite_logits); nothing was sampled and
+  // token is -1. The caller fails the request or command with this message.
+  std::string bad_logits;
 };
+
+// Why a row of logits cannot be sampled: a NaN or +inf (a broken weight, an overflow; sampling would serve
+// garbage or a token picked by NaN comparison order), or no finite value at all; nullopt for a usable row
+// (-inf entries only rule tokens out).
+std::optional<std::string> nonfinite_logits(std::span<const float> row);
 
 // Steps 2-4 for one id, in the order they apply: s = rep ? (s > 0 ? s / r : s * r) : s; s -= sub; s += bias;
 // then banned → -inf. Every other id keeps s = logits[i].

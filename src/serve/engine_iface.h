@@ -50,7 +50,7 @@ class EngineIface {
     for (size_t r = 0; r < plans.size(); ++r)
       out.push_back(plans[r]
                         ? runtime::Sampler::run(*plans[r], std::span<const float>(logits.data() + r * V, V))
-                        : runtime::SampledToken{-1, 0.0f, {}});
+                        : runtime::SampledToken{-1, 0.0f, {}, {}});
     return {};
   }
   // One line per weight format naming the kernel path in use (logged at start).

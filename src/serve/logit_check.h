@@ -7,17 +7,19 @@
 #include <span>
 #include <string>
 
+#include "runtime/sampler.h"
 #include "serve/scheduler.h"
 
 namespace gridq::serve {
 
 // The error message for a logits row that holds a NaN or +inf, or has no finite value at all; nullopt for a
-// usable row (-inf entries are allowed: they only rule tokens out).
+// usable row (-inf entries are allowed: they only rule tokens out). runtime::nonfinite_logits.
 std::optional<std::string> non_finite_logits(std::span<const float> row);
 
-// For the scheduler's step loop, before sampling `row` for `req`: when the row is not usable, fails the
-// request with a 500 `non_finite_logits` naming the cause and cancels it, so its sequences are freed at the
-// next step boundary as for a client that left. Returns true then (skip sampling this row).
-bool fail_on_non_finite(std::span<const float> row, SchedRequest& req);
+// For the scheduler's step loop, on a sampled row: when the sampler found the row unusable
+// (tok.bad_logits, wherever it sampled), fails the request with a 500 `non_finite_logits` naming the cause
+// and cancels it, so its sequences are freed at the next step boundary as for a client that left. Returns
+// true then (the row yields no token).
+bool fail_on_non_finite(const runtime::SampledToken& tok, SchedRequest& req);
 
 }  // namespace gridq::serve

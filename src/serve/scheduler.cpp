@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "serve/logit_check.h"
+
 namespace gridq::serve {
 
 using Clock = std::chrono::steady_clock;
@@ -300,6 +302,7 @@ void Scheduler::loop() {
       if (!items[k].want_logits) continue;
       const runtime::SampledToken& tok = sampled[row];
       if (!plans[row++] || s.done || s.req->cancelled) continue;
+      if (fail_on_non_finite(tok, *s.req)) continue;
       const auto& stop_ids = s.req->stop_ids;
       ReqState* rs = state_of(s.req.get());
       if (rs) {

@@ -170,9 +170,28 @@ TEST(CudaSampler, NonFiniteLogitsFailTheRow) {
       detail::raw_sample_rows(d_logits->as<float>(), V, V, d_args->as<detail::SampleRowArgs>(), 1, nullptr,
                               d_scratch->as<double>(), d_out->as<detail::SampleResult>(), nullptr),
       cudaSuccess);
+  auto run = [&]() {
+    detail::SampleResult r;
+    EXPECT_EQ(
+        detail::raw_sample_rows(d_logits->as<float>(), V, V, d_args->as<detail::SampleRowArgs>(), 1, nullptr,
+                                d_scratch->as<double>(), d_out->as<detail::SampleResult>(), nullptr),
+        cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(&r, d_out->as(), sizeof(r), cudaMemcpyDeviceToHost), cudaSuccess);
+    return r;
+  };
   detail::SampleResult r;
   ASSERT_EQ(cudaMemcpy(&r, d_out->as(), sizeof(r), cudaMemcpyDeviceToHost), cudaSuccess);
-  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.status, 2) << "a NaN";
+  // -inf only rules a token out (runtime::nonfinite_logits); a row with no finite value at all is refused.
+  std::fill(logits.begin(), logits.end(), -INFINITY);
+  logits[9] = 1.0f;
+  ASSERT_OK(d_logits->upload(logits.data(), logits.size() * 4));
+  r = run();
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.token, 9);
+  logits[9] = -INFINITY;
+  ASSERT_OK(d_logits->upload(logits.data(), logits.size() * 4));
+  EXPECT_EQ(run().status, 2) << "no finite logit";
 }
 
 // forward_sampled on the bundled model: at every decode step the device's token is the host sampler's on the

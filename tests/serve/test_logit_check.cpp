@@ -47,10 +47,15 @@ struct Recorder final : SchedRequest {
 
 TEST(LogitCheck, FailsTheRequestOnceWithA500) {
   Recorder r;
-  std::vector<float> good = {1.0f, 2.0f};
+  // What the sampler returns for a usable row and for a row with a NaN (runtime::Sampler::run).
+  runtime::SamplePlan plan;
+  std::vector<float> good_row = {1.0f, 2.0f};
+  const runtime::SampledToken good = runtime::Sampler::run(plan, good_row);
   EXPECT_FALSE(fail_on_non_finite(good, r));
   EXPECT_FALSE(r.cancelled);
-  std::vector<float> bad = {1.0f, std::numeric_limits<float>::quiet_NaN()};
+  std::vector<float> bad_row = {1.0f, std::numeric_limits<float>::quiet_NaN()};
+  const runtime::SampledToken bad = runtime::Sampler::run(plan, bad_row);
+  EXPECT_EQ(bad.token, -1);
   EXPECT_TRUE(fail_on_non_finite(bad, r));
   EXPECT_TRUE(fail_on_non_finite(bad, r));  // a second choice of the same request: no second error
   EXPECT_TRUE(r.cancelled);

@@ -68,15 +68,10 @@ Status CudaBackend::sample_step(const Step& st, std::vector<runtime::SampledToke
     t.token = -1;
     if (p) {
       const detail::SampleResult& r = res[static_cast<size_t>(launch_of[i])];
-      if (r.status == 2)
-        return err(
-            "cuda backend: the model produced non-finite logits (NaN or inf) at position {} of "
-            "the step; refusing to sample from them",
-            st.pos[static_cast<size_t>(st.logit_rows[i])]);
-      if (r.status == 1) {
+      if (r.status == 1 || r.status == 2) {  // 2: NaN / +inf logits, which the host names (bad_logits)
         GRIDQ_RETURN_IF_ERROR(download(i));
         t = runtime::Sampler::run(*p, row);
-        ++host_sampled_rows_;
+        host_sampled_rows_ += r.status == 1 ? 1 : 0;
       } else {
         t.token = r.token;
         t.logprob = r.logprob;

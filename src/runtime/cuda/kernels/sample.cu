@@ -244,13 +244,14 @@ __global__ void __launch_bounds__(kThreads)
   double* s = scratch + static_cast<long long>(blockIdx.x) * V;
   // Step 8's log-sum-exp of the raw logits; a non-finite logit fails the row (never sampled from).
   double mx = -INFINITY;
-  int bad = 0;
+  int bad = 0, finite = 0;
   for (int i = threadIdx.x; i < V; i += kThreads) {
     const float v = x[i];
-    bad |= !isfinite(v);
+    bad |= isnan(v) || v == INFINITY;  // -inf only rules a token out (runtime::nonfinite_logits)
+    finite |= isfinite(v);
     mx = fmax(mx, static_cast<double>(v));
   }
-  if (__syncthreads_or(bad)) {
+  if (__syncthreads_or(bad) || !__syncthreads_or(finite)) {
     if (threadIdx.x == 0) out[blockIdx.x] = SampleResult{-1, 2, 0.0f, 0};
     return;
   }

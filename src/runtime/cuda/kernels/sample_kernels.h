@@ -31,7 +31,7 @@ struct SampleRowArgs {  // runtime::SamplePlan of one row
 
 struct SampleResult {
   int token = -1;
-  int status = 0;  // 0 sampled, 1 left to the host, 2 non-finite logits in the row
+  int status = 0;  // 0 sampled, 1 left to the host, 2 NaN / +inf logits (or none finite) in the row
   float logprob = 0.0f;
   int pad = 0;
 };
