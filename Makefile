@@ -3,10 +3,8 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
-# Release (-O3) is the build users run and the one CI tests, so a warning only the optimiser finds (GCC 12's
-# -Wrestrict at -O3) fails CI, with warnings as errors, instead of reaching a user (issue 14 item 14).
-# BUILD_TYPE=RelWithDebInfo for debug info.
-BUILD_TYPE ?= Release
+# The developer and CI build type; `make build BUILD_TYPE=Release` for the users' -O3 build.
+BUILD_TYPE ?= RelWithDebInfo
 
 .PHONY: all build deps test test-unit test-asan test-python fuzz demo clean format test-cuda
 
