@@ -2,18 +2,8 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 namespace gridq::cli {
-
-Expected<std::string> read_file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return err("{}: cannot open", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 Expected<LoadedVocab> load_vocab(const std::string& dir) {
   namespace fs = std::filesystem;

@@ -7,14 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "core/file_read.h"
 #include "core/status.h"
 #include "grammar/compile.h"
 #include "grammar/token_mask.h"
 #include "text/tokenizer.h"
 
 namespace gridq::cli {
-
-Expected<std::string> read_file_bytes(const std::string& path);
 
 struct LoadedVocab {
   std::shared_ptr<const text::Tokenizer> tokenizer;

@@ -5,10 +5,9 @@
 #include <bit>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
+#include "core/file_read.h"
 #include "io/sha256.h"
 
 namespace gridq::eval {
@@ -206,11 +205,9 @@ Expected<TeacherEvalResult> evaluate_against_teacher(runtime::Engine& student, T
 namespace {
 
 Expected<std::string> read_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return err("{}: cannot open (teacher and student must share one tokenizer)", path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  auto b = read_file_bytes(path);
+  if (!b.ok()) return err("{} (teacher and student must share one tokenizer)", b.message());
+  return b;
 }
 
 }  // namespace

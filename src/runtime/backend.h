@@ -24,6 +24,14 @@ struct BatchItem {
   LogitsMode logits = LogitsMode::kLast;
 };
 
+// Logits rows a forward of `items` returns: every position of kAll items, the last of kLast ones.
+inline size_t logits_rows(std::span<const BatchItem> items) {
+  size_t rows = 0;
+  for (const auto& it : items)
+    rows += it.logits == LogitsMode::kAll ? it.tokens.size() : it.logits == LogitsMode::kLast ? 1 : 0;
+  return rows;
+}
+
 class Backend {
  public:
   virtual ~Backend() = default;

@@ -106,20 +106,13 @@ Expected<SampledToken> Engine::prefill_sampled(SeqId id, std::span<const int32_t
 Expected<std::vector<SampledToken>> Engine::decode_sampled(std::span<const SeqId> seqs,
                                                            std::span<const int32_t> tokens,
                                                            std::span<const SamplePlan* const> plans) {
-  if (seqs.size() != tokens.size())
-    return err("engine: decode got {} sequences and {} tokens", seqs.size(), tokens.size());
-  std::vector<BatchItem> items;
-  items.reserve(seqs.size());
-  for (size_t i = 0; i < seqs.size(); ++i)
-    items.push_back(BatchItem{seqs[i], tokens.subspan(i, 1), LogitsMode::kLast});
+  GRIDQ_ASSIGN_OR_RETURN(auto items, decode_items(seqs, tokens));
   return forward_sampled(items, plans);
 }
 
 Expected<std::vector<SampledToken>> Engine::forward_sampled(std::span<const BatchItem> items,
                                                             std::span<const SamplePlan* const> plans) {
-  size_t rows = 0;
-  for (const auto& it : items)
-    rows += it.logits == LogitsMode::kAll ? it.tokens.size() : it.logits == LogitsMode::kLast ? 1 : 0;
+  const size_t rows = logits_rows(items);
   if (plans.size() != rows) return err("engine: {} sampling plans for {} logits rows", plans.size(), rows);
   std::vector<SampledToken> out;
   if (backend_->samples_on_device()) {
@@ -132,24 +125,22 @@ Expected<std::vector<SampledToken>> Engine::forward_sampled(std::span<const Batc
   const size_t V = static_cast<size_t>(vocab_size());
   if (logits.size() != rows * V)
     return err("engine: backend returned {} logits for {} rows", logits.size(), rows);
-  out.resize(rows);
-  for (size_t r = 0; r < rows; ++r) {
-    if (!plans[r]) {
-      out[r].token = -1;
-      continue;
-    }
-    out[r] = Sampler::run(*plans[r], std::span<const float>(logits.data() + r * V, V));
-  }
-  return out;
+  return sample_rows(logits, V, plans);
 }
 
-Expected<std::vector<float>> Engine::decode(std::span<const SeqId> seqs, std::span<const int32_t> tokens) {
+Expected<std::vector<BatchItem>> Engine::decode_items(std::span<const SeqId> seqs,
+                                                      std::span<const int32_t> tokens) {
   if (seqs.size() != tokens.size())
     return err("engine: decode got {} sequences and {} tokens", seqs.size(), tokens.size());
   std::vector<BatchItem> items;
   items.reserve(seqs.size());
   for (size_t i = 0; i < seqs.size(); ++i)
     items.push_back(BatchItem{seqs[i], tokens.subspan(i, 1), LogitsMode::kLast});
+  return items;
+}
+
+Expected<std::vector<float>> Engine::decode(std::span<const SeqId> seqs, std::span<const int32_t> tokens) {
+  GRIDQ_ASSIGN_OR_RETURN(auto items, decode_items(seqs, tokens));
   return forward(items);
 }
 

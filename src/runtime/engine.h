@@ -69,6 +69,9 @@ class Engine {
 
  private:
   Engine() = default;
+  // One kLast item per sequence, token i for seqs[i].
+  static Expected<std::vector<BatchItem>> decode_items(std::span<const SeqId> seqs,
+                                                       std::span<const int32_t> tokens);
   std::unique_ptr<Backend> backend_;
   EngineOptions opts_;
   std::string model_dir_;

@@ -259,6 +259,18 @@ SampledToken Sampler::run(const SamplePlan& plan, std::span<const float> logits)
   return out;
 }
 
+std::vector<SampledToken> sample_rows(std::span<const float> logits, size_t V,
+                                      std::span<const SamplePlan* const> plans) {
+  std::vector<SampledToken> out(plans.size());
+  for (size_t r = 0; r < plans.size(); ++r) {
+    if (plans[r])
+      out[r] = Sampler::run(*plans[r], logits.subspan(r * V, V));
+    else
+      out[r].token = -1;
+  }
+  return out;
+}
+
 SampledToken Sampler::sample(std::span<const float> logits, std::span<const int32_t> prompt,
                              std::span<const int32_t> generated, std::span<const int32_t> banned,
                              int top_logprobs) {

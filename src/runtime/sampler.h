@@ -153,6 +153,11 @@ class Sampler {
   Rng rng_;
 };
 
+// Sampler::run for each row r of logits [plans.size(), V] with plans[r]; a null plan gives token -1 (the
+// host half of Engine::forward_sampled and of the server's engines).
+std::vector<SampledToken> sample_rows(std::span<const float> logits, size_t V,
+                                      std::span<const SamplePlan* const> plans);
+
 // Lowest index of the maximum (greedy's tie rule).
 int32_t argmax(std::span<const float> logits);
 int32_t argmax(std::span<const double> scores);

@@ -47,10 +47,8 @@ class EngineIface {
     const size_t V = static_cast<size_t>(vocab_size());
     if (logits.size() != plans.size() * V)
       return err("engine returned {} logits for {} rows of vocab {}", logits.size(), plans.size(), V);
-    for (size_t r = 0; r < plans.size(); ++r)
-      out.push_back(plans[r]
-                        ? runtime::Sampler::run(*plans[r], std::span<const float>(logits.data() + r * V, V))
-                        : runtime::SampledToken{-1, 0.0f, {}, {}});
+    auto toks = runtime::sample_rows(logits, V, plans);
+    out.insert(out.end(), std::make_move_iterator(toks.begin()), std::make_move_iterator(toks.end()));
     return {};
   }
   // One line per weight format naming the kernel path in use (logged at start).

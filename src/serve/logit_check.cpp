@@ -1,15 +1,6 @@
 #include "serve/logit_check.h"
 
-#include <fmt/format.h>
-
-#include <cmath>
-#include <cstdint>
-
 namespace gridq::serve {
-
-std::optional<std::string> non_finite_logits(std::span<const float> row) {
-  return runtime::nonfinite_logits(row);
-}
 
 bool fail_on_non_finite(const runtime::SampledToken& tok, SchedRequest& req) {
   if (tok.bad_logits.empty()) return false;

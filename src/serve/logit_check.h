@@ -1,20 +1,12 @@
 // Non-finite logits (issue 14 item 4): a NaN or +inf in a row of logits means the model is broken for this
 // input (a bad weight, an overflow), and sampling from it would serve garbage or a token chosen by NaN
-// comparison order. The request fails with a 500 naming the cause instead.
+// comparison order. The request fails with a 500 naming the cause (runtime::nonfinite_logits) instead.
 #pragma once
-
-#include <optional>
-#include <span>
-#include <string>
 
 #include "runtime/sampler.h"
 #include "serve/scheduler.h"
 
 namespace gridq::serve {
-
-// The error message for a logits row that holds a NaN or +inf, or has no finite value at all; nullopt for a
-// usable row (-inf entries are allowed: they only rule tokens out). runtime::nonfinite_logits.
-std::optional<std::string> non_finite_logits(std::span<const float> row);
 
 // For the scheduler's step loop, on a sampled row: when the sampler found the row unusable
 // (tok.bad_logits, wherever it sampled), fails the request with a 500 `non_finite_logits` naming the cause

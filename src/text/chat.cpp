@@ -1,8 +1,8 @@
 #include "text/chat.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+
+#include "core/file_read.h"
 
 namespace gridq::text {
 
@@ -10,32 +10,30 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
-Expected<std::string> read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return err("{}: cannot open", path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 // tokenizer_config.json stores special tokens as a string or as an AddedToken object {"content": ...}.
 std::string token_text(const ojson& cfg, const char* key) {
   if (!cfg.is_object() || !cfg.contains(key)) return {};
   const ojson& v = cfg[key];
   if (v.is_string()) return v.get<std::string>();
-  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string())
+    return v["content"].get<std::string>();
   return {};
 }
 
 }  // namespace
 
-Expected<ChatTemplate> ChatTemplate::from_source(std::string_view source, const ojson& cfg, const std::string& name) {
+Expected<ChatTemplate> ChatTemplate::from_source(std::string_view source, const ojson& cfg,
+                                                 const std::string& name) {
   jinja::TemplateOptions opts;
   opts.name = name;
   auto t = jinja::Template::parse(source, opts);
   if (!t) return t.error();
-  ChatTemplate ct{std::move(*t), std::string(source), token_text(cfg, "bos_token"), token_text(cfg, "eos_token"),
-                  token_text(cfg, "pad_token"), token_text(cfg, "unk_token")};
+  ChatTemplate ct{std::move(*t),
+                  std::string(source),
+                  token_text(cfg, "bos_token"),
+                  token_text(cfg, "eos_token"),
+                  token_text(cfg, "pad_token"),
+                  token_text(cfg, "unk_token")};
   return ct;
 }
 
@@ -44,13 +42,13 @@ Expected<ChatTemplate> ChatTemplate::load(const std::string& dir) {
   ojson cfg;
   const std::string cfg_path = dir + "/tokenizer_config.json";
   if (fs::exists(cfg_path)) {
-    GRIDQ_ASSIGN_OR_RETURN(std::string text, read_file(cfg_path));
+    GRIDQ_ASSIGN_OR_RETURN(std::string text, read_file_bytes(cfg_path));
     cfg = ojson::parse(text, nullptr, false);
     if (cfg.is_discarded() || !cfg.is_object()) return err("{}: not a JSON object", cfg_path);
   }
   const std::string jinja_path = dir + "/chat_template.jinja";
   if (fs::exists(jinja_path)) {
-    GRIDQ_ASSIGN_OR_RETURN(std::string src, read_file(jinja_path));
+    GRIDQ_ASSIGN_OR_RETURN(std::string src, read_file_bytes(jinja_path));
     return from_source(src, cfg, jinja_path);
   }
   if (cfg.is_object() && cfg.contains("chat_template")) {
@@ -65,7 +63,8 @@ Expected<ChatTemplate> ChatTemplate::load(const std::string& dir) {
     }
     return err("{}: chat_template is neither a string nor a list", cfg_path);
   }
-  return err("{}: no chat template (neither chat_template.jinja nor tokenizer_config.json \"chat_template\")", dir);
+  return err("{}: no chat template (neither chat_template.jinja nor tokenizer_config.json \"chat_template\")",
+             dir);
 }
 
 Expected<ojson> decode_tool_call_arguments(const ojson& messages) {
@@ -77,9 +76,11 @@ Expected<ojson> decode_tool_call_arguments(const ojson& messages) {
     if (!m.contains("tool_calls") || !m["tool_calls"].is_array()) continue;
     for (size_t j = 0; j < m["tool_calls"].size(); ++j) {
       ojson& call = m["tool_calls"][j];
-      ojson* holder = call.is_object() && call.contains("function") && call["function"].is_object() ? &call["function"]
-                                                                                                     : &call;
-      if (!holder->is_object() || !holder->contains("arguments") || !(*holder)["arguments"].is_string()) continue;
+      ojson* holder = call.is_object() && call.contains("function") && call["function"].is_object()
+                          ? &call["function"]
+                          : &call;
+      if (!holder->is_object() || !holder->contains("arguments") || !(*holder)["arguments"].is_string())
+        continue;
       const std::string s = (*holder)["arguments"].get<std::string>();
       ojson parsed = ojson::parse(s, nullptr, false);
       if (parsed.is_discarded())
@@ -94,7 +95,8 @@ Expected<std::string> render_chat(const ChatTemplate& tmpl, const ojson& message
                                   bool add_generation_prompt, const ojson& extra_kwargs) {
   GRIDQ_ASSIGN_OR_RETURN(ojson msgs, decode_tool_call_arguments(messages));
   if (!tools.is_null() && !tools.is_array()) return err("chat: tools must be null or a JSON array");
-  if (!extra_kwargs.is_null() && !extra_kwargs.is_object()) return err("chat: template kwargs must be a JSON object");
+  if (!extra_kwargs.is_null() && !extra_kwargs.is_object())
+    return err("chat: template kwargs must be a JSON object");
   ojson ctx = ojson::object();
   ctx["messages"] = std::move(msgs);
   ctx["tools"] = tools;
@@ -106,17 +108,19 @@ Expected<std::string> render_chat(const ChatTemplate& tmpl, const ojson& message
   if (extra_kwargs.is_object()) {
     for (auto it = extra_kwargs.begin(); it != extra_kwargs.end(); ++it) {
       for (const char* reserved : {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
-        if (it.key() == reserved) return err("chat: template kwarg '{}' may not replace a reserved variable", it.key());
+        if (it.key() == reserved)
+          return err("chat: template kwarg '{}' may not replace a reserved variable", it.key());
       ctx[it.key()] = it.value();
     }
   }
   return tmpl.tmpl.render(ctx);
 }
 
-Expected<std::vector<int32_t>> encode_chat_prompt(const Tokenizer& tok, const ChatTemplate& tmpl, const ojson& messages,
-                                                  const ojson& tools, bool add_generation_prompt,
-                                                  const ojson& extra_kwargs) {
-  GRIDQ_ASSIGN_OR_RETURN(std::string prompt, render_chat(tmpl, messages, tools, add_generation_prompt, extra_kwargs));
+Expected<std::vector<int32_t>> encode_chat_prompt(const Tokenizer& tok, const ChatTemplate& tmpl,
+                                                  const ojson& messages, const ojson& tools,
+                                                  bool add_generation_prompt, const ojson& extra_kwargs) {
+  GRIDQ_ASSIGN_OR_RETURN(std::string prompt,
+                         render_chat(tmpl, messages, tools, add_generation_prompt, extra_kwargs));
   return tok.try_encode(prompt, /*add_special_tokens=*/false, /*match_added_tokens=*/true);
 }
 

@@ -13,7 +13,7 @@
 #include "../runtime/parity_util.h"
 #include "cuda_test_util.h"
 #include "engine_test_util.h"
-#include "runtime/cuda/kernels/sample_kernels.h"
+#include "runtime/cuda/sample_args.h"
 #include "runtime/sampler.h"
 
 namespace gridq::cuda::test {
@@ -67,7 +67,7 @@ TEST(CudaSampler, KernelMatchesHostSampler) {
       for (auto& x : logits) x = static_cast<float>(nd(rng));
       for (const Case& c : kCases) {
         std::vector<SamplePlan> plans(R);
-        std::vector<detail::SampleRowArgs> args(R);
+        std::vector<detail::SampleRowArgs> args;
         std::vector<detail::SampleEdit> edits;
         for (int r = 0; r < R; ++r) {
           runtime::SamplingParams sp;
@@ -80,13 +80,7 @@ TEST(CudaSampler, KernelMatchesHostSampler) {
           if (c.ban) banned = {0, 1, 2, static_cast<int32_t>(rng() % V)};
           runtime::Sampler s(sp);
           plans[r] = s.plan(static_cast<size_t>(V), prompt, gen, banned);
-          detail::SampleRowArgs& a = args[r];
-          a.temperature = plans[r].temperature, a.top_p = plans[r].top_p, a.min_p = plans[r].min_p;
-          a.repetition = plans[r].repetition, a.u = plans[r].u, a.top_k = plans[r].top_k;
-          a.greedy = plans[r].greedy, a.row = r, a.edit_begin = static_cast<int>(edits.size());
-          for (const auto& e : plans[r].edits)
-            edits.push_back({e.id, (e.rep ? 1 : 0) | (e.banned ? 2 : 0), e.sub, e.bias});
-          a.edit_end = static_cast<int>(edits.size());
+          ASSERT_OK(detail::append_sample_row(plans[r], r, V, args, edits));
         }
         auto d_logits = DeviceBuffer::alloc(logits.size() * 4, "t");
         auto d_args = DeviceBuffer::alloc(args.size() * sizeof(args[0]), "t");

@@ -7,31 +7,18 @@
 
 #include "io/checkpoint.h"
 #include "model/loader.h"
+#include "tiny_checkpoint.h"
 
 namespace gridq::model {
 namespace {
 
 std::string repo(const std::string& rel) { return std::string(GRIDQ_SOURCE_DIR) + "/" + rel; }
 
-struct Tiny {
-  std::unique_ptr<io::Checkpoint> ckpt;
-  nlohmann::json config;
-  TensorTable table;
-};
-
-Tiny open_tiny() {
-  Tiny t;
-  auto c = io::Checkpoint::open(repo("models/laguna-tiny-code"));
-  EXPECT_TRUE(c.ok()) << c.message();
-  if (!c.ok()) return t;
-  t.ckpt = std::move(*c);
-  t.config = t.ckpt->config();
-  t.table = tensor_table(*t.ckpt);
-  return t;
-}
+using testing::open_tiny;
 
 // YaRN per laguna.md §1.3 in float64 (independent of the fp32 implementation).
-std::vector<double> yarn_ref(double theta, int r, double f, double l0, double bf, double bs, int* lo, int* hi) {
+std::vector<double> yarn_ref(double theta, int r, double f, double l0, double bf, double bs, int* lo,
+                             int* hi) {
   auto corr = [&](double n) { return r * std::log(l0 / (n * 2 * M_PI)) / (2 * std::log(theta)); };
   double low = std::max(std::floor(corr(bf)), 0.0), high = std::min(std::ceil(corr(bs)), r - 1.0);
   *lo = static_cast<int>(low);
@@ -85,7 +72,8 @@ TEST(LagunaAdapter, TinyCodeSpec) {
   const auto& sl = s.layers[1].rope;
   EXPECT_EQ(sl.rotary_dim, 128);
   EXPECT_FLOAT_EQ(sl.attention_factor, 1.0f);
-  for (int i = 0; i < 64; ++i) EXPECT_NEAR(sl.inv_freq[static_cast<size_t>(i)], std::pow(10000.0, -i / 64.0), 1e-7);
+  for (int i = 0; i < 64; ++i)
+    EXPECT_NEAR(sl.inv_freq[static_cast<size_t>(i)], std::pow(10000.0, -i / 64.0), 1e-7);
   // Worked values for S-2.1 (laguna.md §1.3): low 9, high 18.
   yarn_ref(500000.0, 64, 128.0, 8192.0, 32.0, 1.0, &lo, &hi);
   EXPECT_EQ(lo, 9);
@@ -115,9 +103,11 @@ TEST(LagunaAdapter, AcceptsNameVariants) {
   auto t = open_tiny();
   auto a = adapt(t.config, renamed(t.table, "mlp.shared_expert.", "mlp.shared_experts."));
   EXPECT_TRUE(a.ok()) << a.message();
-  auto b = adapt(t.config, renamed(t.table, "mlp.experts.e_score_correction_bias", "mlp.gate.e_score_correction_bias"));
+  auto b = adapt(t.config,
+                 renamed(t.table, "mlp.experts.e_score_correction_bias", "mlp.gate.e_score_correction_bias"));
   ASSERT_TRUE(b.ok()) << b.message();
-  EXPECT_EQ(b->weights.find(roles::layer(2, roles::kRouterBias))->tensor, "model.layers.2.mlp.gate.e_score_correction_bias");
+  EXPECT_EQ(b->weights.find(roles::layer(2, roles::kRouterBias))->tensor,
+            "model.layers.2.mlp.gate.e_score_correction_bias");
   auto tab = t.table;
   tab["model.layers.0.self_attn.rotary_emb.inv_freq"] = t.table.begin()->second;  // ignored
   EXPECT_TRUE(adapt(t.config, tab).ok());
@@ -134,7 +124,8 @@ TEST(LagunaAdapter, RefusesUnknownAndMissingTensors) {
   tab.erase("model.layers.2.mlp.experts.7.up_proj.weight");
   a = adapt(t.config, tab);
   ASSERT_FALSE(a.ok());
-  EXPECT_NE(a.message().find("model.layers.2.mlp.experts.7.up_proj.weight"), std::string::npos) << a.message();
+  EXPECT_NE(a.message().find("model.layers.2.mlp.experts.7.up_proj.weight"), std::string::npos)
+      << a.message();
 }
 
 TEST(LagunaAdapter, RefusesUnsupportedConfigValues) {

@@ -9,26 +9,12 @@
 #include "io/checkpoint.h"
 #include "model/config_check.h"
 #include "model/loader.h"
+#include "tiny_checkpoint.h"
 
 namespace gridq::model {
 namespace {
 
-struct Tiny {
-  std::unique_ptr<io::Checkpoint> ckpt;
-  nlohmann::json config;
-  TensorTable table;
-};
-
-Tiny open_tiny() {
-  Tiny t;
-  auto c = io::Checkpoint::open(std::string(GRIDQ_SOURCE_DIR) + "/models/laguna-tiny-code");
-  EXPECT_TRUE(c.ok()) << c.message();
-  if (!c.ok()) return t;
-  t.ckpt = std::move(*c);
-  t.config = t.ckpt->config();
-  t.table = tensor_table(*t.ckpt);
-  return t;
-}
+using testing::open_tiny;
 
 TEST(ConfigCheck, RefusesOutOfRangeValuesNamingTheKey) {
   auto t = open_tiny();

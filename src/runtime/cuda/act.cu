@@ -1,6 +1,7 @@
 // Activation kernels: FP8 per-token quantization, FP4 group-16 QDQ and RMSNorm with both contracts fused
 // into its output (format.md §14). One block per token row.
 #include "runtime/cuda/device_util.cuh"
+#include "runtime/cuda/kernels/pdl_launch.cuh"
 #include "runtime/cuda/kparams.h"
 
 namespace gridq::cuda::detail {
@@ -124,18 +125,7 @@ __global__ void __launch_bounds__(kActThreads)
 
 template <typename Kern, typename... Args>
 cudaError_t launch_rows(Kern kern, int M, size_t smem, cudaStream_t st, bool pdl, Args... args) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(M));
-  cfg.blockDim = dim3(kActThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = st;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  cudaError_t e = cudaLaunchKernelEx(&cfg, kern, args...);
-  return e != cudaSuccess ? e : cudaGetLastError();
+  return launch_pdl(pdl, kern, dim3(static_cast<unsigned>(M)), dim3(kActThreads), smem, st, args...);
 }
 
 }  // namespace

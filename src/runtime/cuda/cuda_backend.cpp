@@ -272,10 +272,7 @@ Status CudaBackend::forward(std::span<const runtime::BatchItem> items, std::vect
 Status CudaBackend::forward_sampled(std::span<const runtime::BatchItem> items,
                                     std::span<const runtime::SamplePlan* const> plans,
                                     std::vector<runtime::SampledToken>& out) {
-  size_t rows = 0;
-  for (const auto& it : items)
-    rows +=
-        it.logits == runtime::LogitsMode::kAll ? it.tokens.size() : it.logits == runtime::LogitsMode::kLast;
+  const size_t rows = runtime::logits_rows(items);
   if (plans.size() != rows)
     return err("cuda backend: {} sampling plans for {} logits rows", plans.size(), rows);
   return run_items(items, plans, nullptr, &out);

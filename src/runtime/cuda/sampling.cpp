@@ -7,7 +7,7 @@
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/forward.h"
-#include "runtime/cuda/kernels/sample_kernels.h"
+#include "runtime/cuda/sample_args.h"
 
 namespace gridq::cuda {
 
@@ -22,17 +22,8 @@ Status CudaBackend::sample_step(const Step& st, std::vector<runtime::SampledToke
   for (size_t i = 0; i < st.plans.size(); ++i) {
     const runtime::SamplePlan* p = st.plans[i];
     if (!p) continue;
-    detail::SampleRowArgs a;
-    a.temperature = p->temperature, a.top_p = p->top_p, a.min_p = p->min_p, a.repetition = p->repetition;
-    a.u = p->u, a.top_k = p->top_k, a.greedy = p->greedy ? 1 : 0, a.row = static_cast<int>(i);
-    a.edit_begin = static_cast<int>(edits.size());
-    for (const runtime::ScoreEdit& e : p->edits) {
-      if (e.id < 0 || e.id >= V) return err("cuda sampler: edit of id {} outside the vocabulary {}", e.id, V);
-      edits.push_back(detail::SampleEdit{e.id, (e.rep ? 1 : 0) | (e.banned ? 2 : 0), e.sub, e.bias});
-    }
-    a.edit_end = static_cast<int>(edits.size());
     launch_of[i] = static_cast<int>(rows.size());
-    rows.push_back(a);
+    GRIDQ_RETURN_IF_ERROR(detail::append_sample_row(*p, static_cast<int>(i), V, rows, edits));
   }
   std::vector<detail::SampleResult> res(rows.size());
   if (!rows.empty()) {

@@ -20,6 +20,17 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// dot + q[0..8) · the 8 BF16 keys values in w, fma by fma in element order.
+__device__ __forceinline__ float dot8(const float* q, uint4 w, float dot) {
+  const uint32_t ww[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    dot = fmaf(q[2 * e], bf16_bits_to_f32(ww[e] & 0xFFFF), dot);
+    dot = fmaf(q[2 * e + 1], bf16_bits_to_f32(ww[e] >> 16), dot);
+  }
+  return dot;
+}
+
 // The splits a row reads: those holding a key of its window [j_lo, pos] (all of them non-empty).
 struct RowSplits {
   int lo, n;
@@ -70,22 +81,11 @@ __device__ void attn_item(const AttnArgs& a, int th, int split, float* qs) {
         for (int v = 0; v < kD / 8; ++v) w[v] = kr[v];
 #pragma unroll
         for (int v = 0; v < kD / 8; ++v) {
-          const uint32_t ww[4] = {w[v].x, w[v].y, w[v].z, w[v].w};
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            dot = fmaf(qs[8 * v + 2 * e], bf16_bits_to_f32(ww[e] & 0xFFFF), dot);
-            dot = fmaf(qs[8 * v + 2 * e + 1], bf16_bits_to_f32(ww[e] >> 16), dot);
-          }
+          dot = dot8(qs + 8 * v, w[v], dot);
         }
       } else {
         for (int v = 0; v < d / 8; ++v) {
-          const uint4 w = kr[v];
-          const uint32_t ww[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            dot = fmaf(qs[8 * v + 2 * e], bf16_bits_to_f32(ww[e] & 0xFFFF), dot);
-            dot = fmaf(qs[8 * v + 2 * e + 1], bf16_bits_to_f32(ww[e] >> 16), dot);
-          }
+          dot = dot8(qs + 8 * v, kr[v], dot);
         }
       }
       s = __fmul_rn(dot, scale);

@@ -20,8 +20,10 @@ __device__ __forceinline__ void pdl_entry() {
   pdl_launch_dependents();
 }
 
+// A launch with the PDL attribute when `pdl` is set (the kernel must wait before touching memory).
 template <class... P, class... A>
-cudaError_t launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A&&... args) {
+cudaError_t launch_pdl(bool pdl, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                       A&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -31,9 +33,15 @@ cudaError_t launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cud
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = forward_pdl() ? 1 : 0;
+  cfg.numAttrs = pdl ? 1 : 0;
   const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<A>(args)...);
   return e != cudaSuccess ? e : cudaGetLastError();
+}
+
+// The forward's launches: PDL as forward_pdl() says.
+template <class... P, class... A>
+cudaError_t launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A&&... args) {
+  return launch_pdl(forward_pdl(), kernel, grid, block, smem, s, std::forward<A>(args)...);
 }
 
 }  // namespace gridq::cuda::detail
