@@ -9,6 +9,7 @@
 #   GRIDQ_STEPS   which steps to run (default "build tests artifacts generate serve pysuite bench sanitize"), space separated
 #   GRIDQ_BENCH   arguments of `gridq bench decode` (default: --synthetic laguna-s-2.1)
 #   GRIDQ_BENCH_NOPDL  set: the same bench again with --no-pdl
+#   GRIDQ_PREFILL arguments of `gridq bench prefill` (step "prefill"; default: --synthetic laguna-s-2.1)
 #   GRIDQ_COMMIT  commit recorded in the results (pass `git rev-parse --short=12 HEAD` of the sent tree: the copied
 #                 tree's .git may be stale)
 #   GRIDQ_FILTER  gtest filter of the engine tests (default CudaEngine.*:CudaInvariance.*:CudaLinear.*:CudaSampler.*:CudaBenchDecode*:BenchDecode*)
@@ -136,10 +137,19 @@ if has bench; then
   fi
 fi
 
+if has prefill; then
+  t0=$(date +%s)
+  timeout 300 $G bench prefill ${GRIDQ_PREFILL:---synthetic laguna-s-2.1} --out "$OUT/bench_prefill.json" \
+    > "$OUT/bench_prefill.txt" 2>&1
+  rc=$?
+  tail -20 "$OUT/bench_prefill.txt"
+  log "bench prefill exit $rc ($(($(date +%s) - t0)) s)"
+fi
+
 if has sanitize; then
   t0=$(date +%s)
   timeout 240 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 $T \
-    --gtest_filter="CudaInvariance.PrefillChunking*:CudaLinear.BundledModel*:CudaEngine.SyntheticArtifactsEveryRungRun" \
+    --gtest_filter="CudaInvariance.PrefillChunking*:CudaLinear.BundledModel*:CudaEngine.SyntheticArtifactsEveryRungRun:CudaMoeGrouped.*" \
     > "$OUT/memcheck.txt" 2>&1
   rc=$?
   grep -E "ERROR SUMMARY|LEAK SUMMARY|Invalid|PASSED|FAILED" "$OUT/memcheck.txt" | head -12

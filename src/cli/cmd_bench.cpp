@@ -35,29 +35,34 @@ struct BenchFlags {
   std::vector<int> batches{1, 4, 16}, contexts{0, 8192, 32768};
   int steps = 32, warmup = 4;
   uint64_t seed = 1;
+  // bench prefill
+  std::vector<int> lengths{1024, 8192};
+  int repeats = 3;
+  bool prefill = false;
 };
 
 int run_decode(const BenchFlags& f) {
-  if (f.device == "cpu")
-    return fail("bench decode: --device cpu: the decode benchmark measures the CUDA engine");
+  const std::string name = f.prefill ? "bench prefill" : "bench decode";
+  if (f.device == "cpu") return fail(name + ": --device cpu: it measures the CUDA engine");
   if (f.synthetic.empty() == f.model_dir.empty())
-    return fail("bench decode: give a MODEL directory or --synthetic NAME (one of them)");
+    return fail(name + ": give a MODEL directory or --synthetic NAME (one of them)");
 #ifdef GRIDQ_HAVE_CUDA
   cuda::BenchDecodeOptions o;
   o.synthetic = f.synthetic;
   o.model_dir = f.model_dir;
-  o.batches = f.batches;
-  o.contexts = f.contexts;
+  o.batches = f.prefill ? std::vector<int>{} : f.batches;
+  o.contexts = f.prefill ? std::vector<int>{} : f.contexts;
+  if (f.prefill) o.prefill = f.lengths, o.prefill_repeats = f.repeats;
   o.steps = f.steps;
   o.warmup = f.warmup;
   o.seed = f.seed;
   o.pdl = !f.no_pdl;
   auto r = cuda::run_bench_decode(o);
-  if (!r.ok()) return fail("bench decode: " + r.message());
+  if (!r.ok()) return fail(name + ": " + r.message());
   if (!f.out.empty()) {
     std::ofstream os(f.out);
     os << r->dump(2) << "\n";
-    if (!os) return fail("bench decode: cannot write " + f.out);
+    if (!os) return fail(name + ": cannot write " + f.out);
   }
   if (f.json)
     std::printf("%s\n", r->dump(2).c_str());
@@ -107,7 +112,8 @@ int run_kernels(const BenchFlags& f) {
 
 const Registrar reg{Command{
     "bench",
-    "Benchmarks (kernels: CUDA decode kernels; decode: the whole model's decode on the CUDA engine; grammar: "
+    "Benchmarks (kernels: CUDA decode kernels; decode / prefill: the whole model on the CUDA engine; "
+    "grammar: "
     "structured-output masks)",
     [](CLI::App& sub) -> std::function<int()> {
       auto flags = std::make_shared<BenchFlags>();
@@ -154,6 +160,24 @@ const Registrar reg{Command{
           "--no-pdl", flags->no_pdl,
           "launch the forward's kernels without programmatic dependent launch (to measure what it buys)");
       d->add_option("--device", flags->device, "cuda or auto (default)")->check(device_check());
+      CLI::App* p = sub.add_subcommand(
+          "prefill",
+          "Prompt prefill tok/s and time to first token on the CUDA engine (one sequence from empty)\n"
+          "Examples:\n"
+          "  gridq bench prefill --synthetic laguna-s-2.1                 # 1k and 8k prompts\n"
+          "  gridq bench prefill --synthetic laguna-s-2.1 --lengths 512,4096 --out r.json");
+      p->add_option("MODEL", flags->model_dir, "artifact or HF checkpoint directory (or use --synthetic)");
+      p->add_option("--synthetic", flags->synthetic,
+                    "a full-size model of random legal bytes built on the GPU: laguna-s-2.1, laguna-xs-2.1, "
+                    "laguna-tiny-code");
+      p->add_option("--lengths", flags->lengths, "prompt lengths (default 1024,8192)")->delimiter(',');
+      p->add_option("--repeats", flags->repeats, "timed prefills per length, after one untimed (default 3)")
+          ->check(CLI::Range(1, 100));
+      p->add_option("--seed", flags->seed, "seed of the synthetic weights and token ids (default 1)");
+      p->add_option("--out", flags->out, "also write the JSON result (machine, commit, driver, CUDA) here");
+      p->add_flag("--json", flags->json, "print the JSON instead of the table");
+      p->add_flag("--no-pdl", flags->no_pdl, "launch without programmatic dependent launch");
+      p->add_option("--device", flags->device, "cuda or auto (default)")->check(device_check());
       auto gf = std::make_shared<BenchGrammarFlags>();
       CLI::App* g = sub.add_subcommand(
           "grammar",
@@ -171,8 +195,12 @@ const Registrar reg{Command{
       g->add_flag("--flexible-ws", gf->flexible_ws, "compile with flexible whitespace");
       g->add_option("--repeat", gf->repeat, "passes over the schemas (default 1)")
           ->check(CLI::Range(1, 1000));
-      return [flags, d, g, gf]() {
+      return [flags, d, p, g, gf]() {
         if (g->parsed()) return run_bench_grammar(*gf);
+        if (p->parsed()) {
+          flags->prefill = true;
+          return run_decode(*flags);
+        }
         return d->parsed() ? run_decode(*flags) : run_kernels(*flags);
       };
     }}};

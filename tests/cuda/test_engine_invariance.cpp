@@ -1,9 +1,10 @@
 // Batch invariance on the GPU (gpu-engine.md §3): a row's logits depend only on its own sequence. Checked
-// bit for bit: every tiled GEMV's row 0 at M = 1…16; a decode row alone vs beside 15 other sequences; greedy
-// 128-token generations run to run and alone vs among 15 others; a prompt prefilled in one call vs token
-// by token. Skips without a GPU.
+// bit for bit: every row of every tiled GEMV / GEMM (and fused SwiGLU) at M = 1…200 vs the row alone; greedy
+// 128-token generations run to run and alone vs among 15 and 63 others (with their logits); a prompt
+// prefilled in one call vs token by token and in chunks of 7. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "../runtime/parity_util.h"
@@ -49,27 +50,33 @@ std::vector<std::vector<int32_t>> greedy(runtime::Engine& e, const std::vector<s
   return out;
 }
 
-TEST(CudaInvariance, GreedyAloneVsBesideFifteenOthersAndRunToRun) {
+TEST(CudaInvariance, GreedyAloneVsBesideSixtyThreeOthersAndRunToRun) {
   REQUIRE_GPU();
-  auto b = open_both(repo_path("models/laguna-tiny-code"), false);
+  auto b = open_both(repo_path("models/laguna-tiny-code"), false, 64);
   ASSERT_TRUE(b.ok()) << b.message();
   const int V = b->gpu->vocab_size();
   std::vector<std::vector<int32_t>> ps;
-  for (int i = 0; i < 16; ++i) ps.push_back(prompt(100 + i, 20 + 7 * i, V));
-  std::vector<std::vector<float>> l_alone, l_alone2, l_batch;
+  for (int i = 0; i < 64; ++i) ps.push_back(prompt(100 + i, 20 + 7 * (i % 16) + i, V));
+  std::vector<std::vector<float>> l_alone, l_alone2, l_batch, l_batch16;
   auto alone = greedy(*b->gpu, {ps[0]}, 128, &l_alone);
   auto alone2 = greedy(*b->gpu, {ps[0]}, 128, &l_alone2);
   auto batch = greedy(*b->gpu, ps, 128, &l_batch);
+  auto batch16 =
+      greedy(*b->gpu, std::vector<std::vector<int32_t>>(ps.begin(), ps.begin() + 16), 128, &l_batch16);
   EXPECT_EQ(alone[0], alone2[0]) << "greedy run to run";
-  EXPECT_EQ(alone[0], batch[0]) << "greedy alone vs beside 15 others";
-  size_t same = 0;
+  EXPECT_EQ(alone[0], batch[0]) << "greedy alone vs beside 63 others";
+  EXPECT_EQ(alone[0], batch16[0]) << "greedy alone vs beside 15 others";
+  size_t same = 0, same16 = 0;
   for (size_t s = 0; s < l_alone.size() && s < l_batch.size(); ++s)
     same += std::memcmp(l_alone[s].data(), l_batch[s].data(), l_alone[s].size() * 4) == 0;
+  for (size_t s = 0; s < l_alone.size() && s < l_batch16.size(); ++s)
+    same16 += std::memcmp(l_alone[s].data(), l_batch16[s].data(), l_alone[s].size() * 4) == 0;
   std::printf(
-      "[gpu invariance] greedy 128 tokens: alone == beside 15 others: %s; logits bit-identical at %zu/%zu "
-      "steps\n",
-      alone[0] == batch[0] ? "yes" : "no", same, l_alone.size());
-  EXPECT_EQ(same, l_alone.size()) << "decode logits of row 0 alone vs in a 16-row step";
+      "[gpu invariance] greedy 128 tokens: alone == beside 63 others: %s; logits bit-identical at %zu/%zu "
+      "steps (beside 15: %zu/%zu)\n",
+      alone[0] == batch[0] ? "yes" : "no", same, l_alone.size(), same16, l_alone.size());
+  EXPECT_EQ(same, l_alone.size()) << "decode logits of row 0 alone vs in a 64-row step";
+  EXPECT_EQ(same16, l_alone.size()) << "decode logits of row 0 alone vs in a 16-row step";
 }
 
 // Decode steps replay CUDA graphs from their second occurrence: the replay must give the eager bits.
@@ -98,29 +105,36 @@ TEST(CudaInvariance, PrefillChunkingDoesNotChangeLogits) {
   REQUIRE_GPU();
   auto b = open_both(repo_path("models/laguna-tiny-code"), false);
   ASSERT_TRUE(b.ok()) << b.message();
-  const auto p = prompt(5, 100, b->gpu->vocab_size());
+  const auto p = prompt(5, 150, b->gpu->vocab_size());
   auto s1 = b->gpu->create_sequence();
   auto whole = b->gpu->prefill(s1, p, runtime::LogitsMode::kAll);
   ASSERT_TRUE(whole.ok()) << whole.message();
-  auto s2 = b->gpu->create_sequence();
-  std::vector<float> by_token;
-  for (int32_t t : p) {
-    auto l = b->gpu->prefill(s2, std::span<const int32_t>(&t, 1), runtime::LogitsMode::kAll);
-    ASSERT_TRUE(l.ok()) << l.message();
-    by_token.insert(by_token.end(), l->begin(), l->end());
+  // The same prompt one token per call, and in chunks of 7 (steps that cut it at other places).
+  for (size_t chunk : {size_t{1}, size_t{7}}) {
+    auto s2 = b->gpu->create_sequence();
+    std::vector<float> pieces;
+    for (size_t i = 0; i < p.size(); i += chunk) {
+      const size_t n = std::min(chunk, p.size() - i);
+      auto l = b->gpu->prefill(s2, std::span<const int32_t>(p.data() + i, n), runtime::LogitsMode::kAll);
+      ASSERT_TRUE(l.ok()) << l.message();
+      pieces.insert(pieces.end(), l->begin(), l->end());
+    }
+    ASSERT_EQ(whole->size(), pieces.size());
+    EXPECT_EQ(std::memcmp(whole->data(), pieces.data(), pieces.size() * 4), 0)
+        << "a prompt in 64-row steps vs chunks of " << chunk;
+    b->gpu->free_sequence(s2);
   }
-  ASSERT_EQ(whole->size(), by_token.size());
-  EXPECT_EQ(std::memcmp(whole->data(), by_token.data(), by_token.size() * 4), 0)
-      << "a prompt in 16-row steps vs one token per step";
 }
 
-// Row 0 of every tiled GEMV format at M = 1..16 is bit-identical (the work split depends on the matrix only).
-TEST(CudaInvariance, TiledGemvRow0SameAtEveryM) {
+// Every row of every tiled format's GEMV (M ≤ 16) and GEMM (M > 16, token blocks of 64 and 32) has the bits
+// of the same row computed alone (M = 1): the work split depends on the matrix only. 65 tiles: the last CTA
+// of the GEMM has one active warp.
+TEST(CudaInvariance, TiledRowsSameAtEveryM) {
   REQUIRE_GPU();
   Rng r(11);
   auto ws = WorkspaceBuffers::create();
   ASSERT_TRUE(ws.ok()) << ws.message();
-  const int rows = 1024, in = 2048;
+  const int rows = 1040, in = 2048, Mmax = 200;
   std::vector<uint16_t> wb(static_cast<size_t>(rows) * in);
   for (auto& v : wb) v = r.bf16(0.05f);
   std::vector<uint8_t> w8(static_cast<size_t>(rows) * in);
@@ -131,37 +145,96 @@ TEST(CudaInvariance, TiledGemvRow0SameAtEveryM) {
   auto f8 = upload_fp8(rows, in, 1, w8, sc);
   auto cb = upload_cb(16, 2, rows, in, 1, cbm.canonical, cbm.cb_f16, gridbook::kV2Table);
   ASSERT_TRUE(bf.ok() && f8.ok() && cb.ok());
-  std::vector<uint16_t> x(16 * static_cast<size_t>(in));
+  std::vector<uint16_t> x(static_cast<size_t>(Mmax) * in);
   for (auto& v : x) v = r.bf16(1.0f);
-  std::vector<uint8_t> xq(16 * static_cast<size_t>(in));
+  std::vector<uint8_t> xq(static_cast<size_t>(Mmax) * in);
   for (auto& v : xq) v = static_cast<uint8_t>(r.uniform_int(0, 255) & 0xF7);
-  std::vector<float> xs(16, 0.02f);
+  std::vector<float> xs(static_cast<size_t>(Mmax));
+  for (auto& v : xs) v = r.uniform(0.01f, 0.03f);
   auto dx = DeviceBuffer::alloc(x.size() * 2, "x");
   auto dq = DeviceBuffer::alloc(xq.size(), "xq");
-  auto ds = DeviceBuffer::alloc(64, "xs");
-  auto dy = DeviceBuffer::alloc(16 * static_cast<size_t>(rows) * 4, "y");
+  auto ds = DeviceBuffer::alloc(xs.size() * 4, "xs");
+  auto dy = DeviceBuffer::alloc(static_cast<size_t>(Mmax) * rows * 4, "y");
   ASSERT_TRUE(dx.ok() && dq.ok() && ds.ok() && dy.ok());
   ASSERT_TRUE(dx->upload(x.data(), x.size() * 2).ok());
   ASSERT_TRUE(dq->upload(xq.data(), xq.size()).ok());
-  ASSERT_TRUE(ds->upload(xs.data(), 64).ok());
+  ASSERT_TRUE(ds->upload(xs.data(), xs.size() * 4).ok());
   for (const DeviceWeights* d : {&*bf, &*f8, &*cb}) {
-    std::vector<float> row0, cur(static_cast<size_t>(rows));
-    for (int M = 1; M <= 16; ++M) {
+    const bool fp8 = d->m.format == WeightFormat::FP8;
+    const size_t xb = fp8 ? 1 : 2, yn = static_cast<size_t>(rows);
+    auto run = [&](int M, int first, std::vector<float>& out) {
       GemvArgs a;
       a.w = &d->m;
       a.M = M;
-      a.x = d->m.format == WeightFormat::FP8 ? dq->as() : dx->as();
-      a.xscale = ds->as<float>();
+      a.x = (fp8 ? dq->as<uint8_t>() : dx->as<uint8_t>()) + static_cast<size_t>(first) * in * xb;
+      a.xscale = ds->as<float>() + first;
       a.y = dy->as();
       a.out = OutType::F32;
       ASSERT_TRUE(gemv(a, ws->ws, nullptr, false).ok());
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      ASSERT_TRUE(dy->download(cur.data(), cur.size() * 4).ok());
-      if (M == 1) row0 = cur;
-      EXPECT_EQ(std::memcmp(row0.data(), cur.data(), cur.size() * 4), 0)
-          << "format " << static_cast<int>(d->m.format) << " row 0 at M=" << M << " differs from M=1";
+      out.resize(static_cast<size_t>(M) * yn);
+      ASSERT_TRUE(dy->download(out.data(), out.size() * 4).ok());
+    };
+    std::vector<std::vector<float>> alone(static_cast<size_t>(Mmax));
+    for (int m = 0; m < Mmax; ++m) run(1, m, alone[static_cast<size_t>(m)]);
+    int bad = 0;
+    for (int M : {2, 7, 8, 9, 16, 17, 31, 64, 65, 130, 200}) {
+      std::vector<float> cur;
+      run(M, 0, cur);
+      for (int m = 0; m < M; ++m)
+        bad += std::memcmp(alone[static_cast<size_t>(m)].data(), cur.data() + static_cast<size_t>(m) * yn,
+                           yn * 4) != 0;
     }
+    std::printf("[gpu invariance] format %d: rows differing from the row alone: %d\n",
+                static_cast<int>(d->m.format), bad);
+    EXPECT_EQ(bad, 0) << "format " << static_cast<int>(d->m.format);
   }
+}
+
+// The fused gate+up+SiLU·mul (+FP4 QDQ): every row of M = 17 .. 130 (GEMM, 32-row blocks) equals the row
+// alone.
+TEST(CudaInvariance, SwigluRowsSameAtEveryM) {
+  REQUIRE_GPU();
+  Rng r(12);
+  auto ws = WorkspaceBuffers::create();
+  ASSERT_TRUE(ws.ok()) << ws.message();
+  const int I = 528, H = 1024, Mmax = 130;
+  std::vector<uint16_t> wb(static_cast<size_t>(2 * I) * H);
+  for (auto& v : wb) v = r.bf16(0.05f);
+  auto cbm = make_cb_matrix(16, 2, 2 * I, H, r);
+  auto bf = upload_bf16(2 * I, H, 1, wb);
+  auto cb = upload_cb(16, 2, 2 * I, H, 1, cbm.canonical, cbm.cb_f16, gridbook::kV2Table);
+  ASSERT_TRUE(bf.ok() && cb.ok());
+  std::vector<uint16_t> x(static_cast<size_t>(Mmax) * H);
+  for (auto& v : x) v = r.bf16(1.0f);
+  auto dx = DeviceBuffer::alloc(x.size() * 2, "x");
+  auto dh = DeviceBuffer::alloc(static_cast<size_t>(Mmax) * I * 2, "h");
+  ASSERT_TRUE(dx.ok() && dh.ok());
+  ASSERT_TRUE(dx->upload(x.data(), x.size() * 2).ok());
+  for (const DeviceWeights* d : {&*bf, &*cb})
+    for (bool qdq : {false, true}) {
+      auto run = [&](int M, int first, std::vector<uint16_t>& out) {
+        ASSERT_TRUE(gemv_swiglu(d->m, M, dx->as<uint16_t>() + static_cast<size_t>(first) * H,
+                                dh->as<uint16_t>(), qdq, ws->ws, nullptr, false)
+                        .ok());
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        out.resize(static_cast<size_t>(M) * I);
+        ASSERT_TRUE(dh->download(out.data(), out.size() * 2).ok());
+      };
+      std::vector<std::vector<uint16_t>> alone(static_cast<size_t>(Mmax));
+      for (int m = 0; m < Mmax; ++m) run(1, m, alone[static_cast<size_t>(m)]);
+      int bad = 0;
+      for (int M : {17, 32, 33, 130}) {
+        std::vector<uint16_t> cur;
+        run(M, 0, cur);
+        for (int m = 0; m < M; ++m)
+          bad += std::memcmp(alone[static_cast<size_t>(m)].data(), cur.data() + static_cast<size_t>(m) * I,
+                             static_cast<size_t>(I) * 2) != 0;
+      }
+      std::printf("[gpu invariance] swiglu format %d qdq %d: rows differing from the row alone: %d\n",
+                  static_cast<int>(d->m.format), qdq ? 1 : 0, bad);
+      EXPECT_EQ(bad, 0);
+    }
 }
 
 }  // namespace

@@ -215,8 +215,10 @@ TEST(CudaGemv, RefusesBadArguments) {
   a.y = &dummy;
   EXPECT_FALSE(gemv(a, ctx().wsb.ws, nullptr, false).ok());  // rows % 16
   m.rows = 16;
-  a.M = 17;
-  EXPECT_FALSE(gemv(a, ctx().wsb.ws, nullptr, false).ok());  // M > 16
+  a.M = kMaxGemmRows + 1;
+  EXPECT_FALSE(gemv(a, ctx().wsb.ws, nullptr, false).ok());  // M past the GEMM's rows
+  a.M = 0;
+  EXPECT_FALSE(gemv(a, ctx().wsb.ws, nullptr, false).ok());
   a.M = 1;
   m.format = WeightFormat::CB;
   m.in = 256;

@@ -7,6 +7,7 @@
 
 #include "core/act_qdq.h"
 #include "cuda_test_util.h"
+#include "moe_test_util.h"
 
 namespace gridq::cuda::test {
 namespace {
@@ -56,35 +57,11 @@ TEST(CudaMoe, RoutedExpertsK16V2) {
   REQUIRE_GPU();
   Rng r(1000);
   const int E = 8, I = 256, H = 512, topk = 3;
-  // Expert stacks: gate_up [E][2I, H], down [E][H, I], one shared codebook.
-  CbMatrix gu0 = make_cb_matrix(16, 2, 2 * I, H, r);
-  std::vector<uint8_t> gu_canon, dn_canon;
-  std::vector<std::vector<uint16_t>> gu_dense, dn_dense;
-  for (int e = 0; e < E; ++e) {
-    CbMatrix g = make_cb_matrix(16, 2, 2 * I, H, r);
-    CbMatrix d = make_cb_matrix(16, 2, H, I, r);
-    // Re-decode with the shared codebook gu0.cb_f16: rebuild dense from canonical bytes.
-    for (CbMatrix* m : {&g, &d}) {
-      m->cb_f16 = gu0.cb_f16;
-      std::vector<std::span<const uint16_t>> tabs{
-          std::span<const uint16_t>(m->cb_f16).first(m->cb_f16.size() / 2),
-          std::span<const uint16_t>(m->cb_f16).last(m->cb_f16.size() / 2)};
-      auto book = gridbook::Codebook::from_f16_tables(m->rung, tabs);
-      ASSERT_TRUE(book.ok());
-      const size_t rb = static_cast<size_t>(m->in / 256) * m->rung.type_size();
-      for (int row = 0; row < m->rows; ++row)
-        gridbook::decode_row(m->rung, *book, m->canonical.data() + rb * row, m->in, 0.0f,
-                             m->dense.data() + static_cast<size_t>(row) * m->in);
-    }
-    gu_canon.insert(gu_canon.end(), g.canonical.begin(), g.canonical.end());
-    dn_canon.insert(dn_canon.end(), d.canonical.begin(), d.canonical.end());
-    gu_dense.push_back(g.dense);
-    dn_dense.push_back(d.dense);
-  }
-  auto gud = upload_cb(16, 2, 2 * I, H, E, gu_canon, gu0.cb_f16, default_v2_table());
-  auto dnd = upload_cb(16, 2, H, I, E, dn_canon, gu0.cb_f16, default_v2_table());
-  ASSERT_TRUE(gud.ok() && dnd.ok());
-
+  ExpertStacks st = make_expert_stacks(E, I, H, r);
+  const auto& gu_dense = st.gu_dense;
+  const auto& dn_dense = st.dn_dense;
+  DeviceWeights* gud = &st.gate_up;
+  DeviceWeights* dnd = &st.down;
   for (int M : {1, 5, 12}) {
     std::vector<uint16_t> xr(static_cast<size_t>(M) * H), x(xr.size());
     for (auto& v : xr) v = r.bf16(2.0f);

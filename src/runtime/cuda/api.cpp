@@ -1,5 +1,6 @@
 // Host side of the kernel API (kernels.h): argument checks that fail closed with a message naming the
 // operation and the rule, KParams setup, and cudaError_t -> Status conversion with the call site.
+#include <algorithm>
 #include <memory>
 #include <string>
 
@@ -78,6 +79,31 @@ Status check_m(int M, const char* what) {
   return {};
 }
 
+Status check_rows(int M, const char* what) {
+  if (M < 1 || M > kMaxGemmRows) return err("{}: M = {} outside 1..{}", what, M, kMaxGemmRows);
+  return {};
+}
+
+// M > kMaxTokens rows: the GEMM where the format has one, else GEMV slices of kMaxTokens rows. Both give
+// every row the bits of a GEMV launch (gemm_impl.cuh), so the choice is free.
+cudaError_t wide(int fmt, const DeviceMatrix& w, int mode, const KParams& p, size_t x_elem, size_t y_elem,
+                 cudaStream_t stream, bool pdl) {
+  const cudaError_t e = raw_gemm(fmt, w.k, w.layout_version, mode, p, stream, pdl, g_min_warp_bytes);
+  if (e != cudaErrorNotSupported) return e;
+  const long long units = static_cast<long long>(p.R) * p.S;
+  for (int t0 = 0; t0 < p.M; t0 += kMaxTokens) {
+    KParams q = p;
+    q.M = std::min(kMaxTokens, p.M - t0);
+    q.x = static_cast<const uint8_t*>(p.x) + static_cast<size_t>(t0) * p.K * x_elem;
+    if (p.xscale) q.xscale = p.xscale + t0;
+    q.y = static_cast<uint8_t*>(p.y) + static_cast<size_t>(t0) * p.rows * y_elem;
+    const cudaError_t es =
+        raw_gemv(fmt, w.k, w.layout_version, mode, q.M > 8 ? 2 : 1, q, units, stream, pdl, g_min_warp_bytes);
+    if (es != cudaSuccess) return es;
+  }
+  return cudaSuccess;
+}
+
 }  // namespace
 
 void set_gemv_min_warp_bytes(long long bytes) { g_min_warp_bytes = bytes < 256 ? 256 : bytes; }
@@ -90,7 +116,7 @@ bool gemv_chain_copy_engine() { return raw_chain_bulk(); }
 
 Status gemv(const GemvArgs& a, const Workspace& ws, cudaStream_t stream, bool pdl) {
   if (a.w == nullptr) return err("gemv: no weight matrix");
-  GRIDQ_RETURN_IF_ERROR(check_m(a.M, "gemv"));
+  GRIDQ_RETURN_IF_ERROR(check_rows(a.M, "gemv"));
   if (a.x == nullptr || a.y == nullptr) return err("gemv: null activation or output");
   const DeviceMatrix& w = *a.w;
   KParams p;
@@ -106,6 +132,12 @@ Status gemv(const GemvArgs& a, const Workspace& ws, cudaStream_t stream, bool pd
   p.counters = ws.counters;
   p.partials = ws.partials;
   const long long units = static_cast<long long>(p.R) * p.S;
+  if (a.M > kMaxTokens) {
+    GRIDQ_LAUNCHED(wide(fmt_of(w.format), w, kStore, p, w.format == WeightFormat::FP8 ? 1 : 2,
+                        a.out == OutType::F32 ? 4 : 2, stream, pdl),
+                   "gemv (GEMM rows)");
+    return {};
+  }
   GRIDQ_LAUNCHED(raw_gemv(fmt_of(w.format), w.k, w.layout_version, kStore, a.M > 8 ? 2 : 1, p, units, stream,
                           pdl, g_min_warp_bytes),
                  "gemv");
@@ -169,7 +201,7 @@ Status gemv_chain(const ChainStep* steps, int n, const Workspace& ws, cudaStream
 
 Status gemv_swiglu(const DeviceMatrix& w, int M, const void* x, uint16_t* h, bool qdq, const Workspace& ws,
                    cudaStream_t stream, bool pdl) {
-  GRIDQ_RETURN_IF_ERROR(check_m(M, "gemv_swiglu"));
+  GRIDQ_RETURN_IF_ERROR(check_rows(M, "gemv_swiglu"));
   if (w.rows % 32) return err("gemv_swiglu: rows {} is not 2·I with I a multiple of 16", w.rows);
   if (x == nullptr || h == nullptr) return err("gemv_swiglu: null activation or output");
   if (w.format == WeightFormat::FP8)
@@ -186,6 +218,10 @@ Status gemv_swiglu(const DeviceMatrix& w, int M, const void* x, uint16_t* h, boo
   p.counters = ws.counters;
   p.partials = ws.partials;
   const long long units = static_cast<long long>(p.R) * p.S;
+  if (M > kMaxTokens) {
+    GRIDQ_LAUNCHED(wide(fmt_of(w.format), w, kSwiglu, p, 2, 2, stream, pdl), "gemv_swiglu (GEMM rows)");
+    return {};
+  }
   GRIDQ_LAUNCHED(raw_gemv(fmt_of(w.format), w.k, w.layout_version, kSwiglu, M > 8 ? 2 : 1, p, units, stream,
                           pdl, g_min_warp_bytes),
                  "gemv_swiglu");
@@ -252,6 +288,41 @@ Status moe_down(const MoeArgs& a, const Workspace& ws, cudaStream_t stream, bool
   return {};
 }
 
+Status grouped_moe(const GroupedMoeArgs& a, cudaStream_t stream, bool pdl) {
+  if (a.gate_up == nullptr || a.down == nullptr) return err("grouped_moe: no expert matrices");
+  for (const DeviceMatrix* m : {a.gate_up, a.down})
+    if (m->format != WeightFormat::CB || m->k != 16 || m->layout_version != 2)
+      return err("grouped_moe: routed experts must be NVFP4-CB K16 v2 (the kernels built for them)");
+  if (a.T < 1 || a.k < 1 || a.E < 1 || a.k > a.E)
+    return err("grouped_moe: T = {}, k = {}, E = {} (need T, k >= 1 and k <= E)", a.T, a.k, a.E);
+  const long long P = static_cast<long long>(a.T) * a.k;
+  if (P + a.E > 40000) return err("grouped_moe: {} pairs and {} experts exceed one block's sort", P, a.E);
+  if (!a.eid || !a.grp || !a.x || !a.h || !a.y) return err("grouped_moe: null argument");
+  if (a.gate_up->rows % 32) return err("grouped_moe: gate_up rows {} is not 2·I", a.gate_up->rows);
+  if (a.gate_up->in != a.down->rows || a.down->in != a.gate_up->rows / 2)
+    return err("grouped_moe: gate_up [{}, {}] and down [{}, {}] are not [2I, H] and [H, I]", a.gate_up->rows,
+               a.gate_up->in, a.down->rows, a.down->in);
+  KParams gu, dn;
+  GRIDQ_RETURN_IF_ERROR(fill_params(*a.gate_up, gu, "grouped_moe gate_up"));
+  GRIDQ_RETURN_IF_ERROR(fill_params(*a.down, dn, "grouped_moe down"));
+  gu.rows = a.gate_up->rows / 2;
+  gu.R = gu.rows / 16;
+  gu.x = a.x;
+  gu.y = a.h;
+  dn.x = a.h;
+  dn.y = a.y;
+  // Two token tiles per item once the experts average 8 pairs (prefill); one for decode steps. The choice
+  // changes which columns share an item, never a column's bits.
+  const int nt = P >= 8LL * a.E ? 2 : 1;
+  GRIDQ_LAUNCHED(raw_group_pairs(a.eid, static_cast<int>(P), a.E, 8 * nt, gu.R, dn.R, a.grp, stream, pdl),
+                 "grouped_moe: pair sort");
+  GRIDQ_LAUNCHED(raw_grouped_experts(true, nt, ExpertParams{gu, a.grp, a.E, a.k, 0}, stream, pdl),
+                 "grouped_moe: gate_up");
+  GRIDQ_LAUNCHED(raw_grouped_experts(false, nt, ExpertParams{dn, a.grp, a.E, 1, a.down->rows}, stream, pdl),
+                 "grouped_moe: down");
+  return {};
+}
+
 Status cb_decode_dense(const DeviceMatrix& w, uint16_t* out, cudaStream_t stream) {
   if (w.format != WeightFormat::CB) return err("cb_decode_dense: matrix is not NVFP4-CB");
   if (out == nullptr) return err("cb_decode_dense: null output");
@@ -263,7 +334,7 @@ Status cb_decode_dense(const DeviceMatrix& w, uint16_t* out, cudaStream_t stream
 
 Status quantize_fp8_tokens(const uint16_t* x, int M, int K, uint8_t* q, float* s, cudaStream_t stream,
                            bool pdl) {
-  GRIDQ_RETURN_IF_ERROR(check_m(M, "quantize_fp8_tokens"));
+  GRIDQ_RETURN_IF_ERROR(check_rows(M, "quantize_fp8_tokens"));
   if (!x || !q || !s || K <= 0) return err("quantize_fp8_tokens: null argument or K {} <= 0", K);
   GRIDQ_LAUNCHED(raw_quantize_fp8(x, M, K, q, s, stream, pdl), "quantize_fp8_tokens");
   return {};

@@ -148,7 +148,11 @@ Status run_cell(CudaBackend& be, const BenchDecodeOptions& o, int batch, int ctx
 Status check_options(const BenchDecodeOptions& o) {
   if (o.synthetic.empty() == o.model_dir.empty())
     return err("bench decode: give exactly one of --synthetic NAME or a model directory");
-  if (o.batches.empty() || o.contexts.empty()) return err("bench decode: no batch sizes or no contexts");
+  if ((o.batches.empty() || o.contexts.empty()) && o.prefill.empty())
+    return err("bench decode: no batch sizes or no contexts");
+  for (int L : o.prefill)
+    if (L < 1) return err("bench prefill: prompt length {} < 1", L);
+  if (o.prefill_repeats < 1) return err("bench prefill: repeats {} < 1", o.prefill_repeats);
   for (int b : o.batches)
     if (b < 1) return err("bench decode: batch {} < 1", b);
   for (int c : o.contexts)
@@ -175,11 +179,12 @@ Expected<json> run_bench_decode(const BenchDecodeOptions& o) {
     GRIDQ_ASSIGN_OR_RETURN(copy, bench::copy_bandwidth(s.get(), 10));
   }
   if (o.progress) std::fprintf(stderr, "device-to-device copy: %.0f GB/s (read + write)\n", copy);
-  const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
-  const int max_ctx = *std::max_element(o.contexts.begin(), o.contexts.end());
+  const int max_batch = o.batches.empty() ? 1 : *std::max_element(o.batches.begin(), o.batches.end());
+  const int max_ctx = o.contexts.empty() ? 0 : *std::max_element(o.contexts.begin(), o.contexts.end());
+  const int max_prompt = o.prefill.empty() ? 0 : *std::max_element(o.prefill.begin(), o.prefill.end());
   runtime::DeviceOptions dev;
   dev.gpu_memory_utilization = 0.9;
-  dev.max_model_len = static_cast<int64_t>(max_ctx) + o.steps + o.warmup + 16;
+  dev.max_model_len = std::max<int64_t>(static_cast<int64_t>(max_ctx) + o.steps + o.warmup, max_prompt) + 16;
   dev.max_num_seqs = max_batch;
   GRIDQ_ASSIGN_OR_RETURN(Model m, open_model(o, dev));
   CudaBackend& be = *m.be;
@@ -269,8 +274,12 @@ Expected<json> run_bench_decode(const BenchDecodeOptions& o) {
         if (!ph.empty()) std::fprintf(stderr, "      µs/step:%s\n", ph.c_str());
       }
     }
+  json prefill = json::array();
+  if (!o.prefill.empty()) {
+    GRIDQ_ASSIGN_OR_RETURN(prefill, run_prefill_cells(be, o, next_id));
+  }
   json r;
-  r["bench"] = "decode";
+  r["bench"] = o.batches.empty() ? "prefill" : "decode";
   r["date"] = bench::utc_now();
   r["commit"] = gridq::git_commit();
   r["gpu"] = info.name;
@@ -289,13 +298,16 @@ Expected<json> run_bench_decode(const BenchDecodeOptions& o) {
                   {"contexts", o.contexts},
                   {"max_model_len", dev.max_model_len},
                   {"gpu_memory_utilization", dev.gpu_memory_utilization},
-                  {"pdl", o.pdl}};
+                  {"pdl", o.pdl},
+                  {"prefill", o.prefill},
+                  {"prefill_repeats", o.prefill_repeats}};
   r["timing"] =
       "std::chrono around CudaBackend::forward (synchronous: the last row's logits are copied back); "
       "median over the timed steps";
   r["bytes_model"] = kBytesModel;
   r["cells"] = cells;
   r["skipped"] = skipped;
+  if (!o.prefill.empty()) r["prefill"] = prefill;
   return r;
 }
 
@@ -310,6 +322,12 @@ std::string format_bench_decode_table(const json& r) {
                      c["context"].get<int>(), c["ms_per_step"].get<double>(), c["tok_s"].get<double>(),
                      c["bytes_per_step"].get<double>() / 1e9, c["gbs"].get<double>(),
                      c["pct_copy"].get<double>());
+  if (r.contains("prefill")) {
+    s += fmt::format("{:>7} {:>10} {:>10} {:>10}\n", "prompt", "ms", "tok/s", "TTFT ms");
+    for (const auto& c : r["prefill"])
+      s += fmt::format("{:>7} {:>10.2f} {:>10.1f} {:>10.2f}\n", c["prompt_tokens"].get<int>(),
+                       c["ms"].get<double>(), c["tok_s"].get<double>(), c["ttft_ms"].get<double>());
+  }
   return s;
 }
 

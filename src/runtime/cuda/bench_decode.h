@@ -33,9 +33,14 @@ struct BenchDecodeOptions {
   uint64_t seed = 1;     // synthetic weights and token ids
   bool progress = true;  // print a table row per cell to stderr as it completes
   bool pdl = true;       // the forward's launches chained by programmatic dependent launch
+  // `gridq bench prefill`: prompt lengths to prefill (one sequence, the last row's logits copied back: the
+  // time to first token); with batches empty only these are measured.
+  std::vector<int> prefill;
+  int prefill_repeats = 3;  // timed prefills per length (median), after one untimed
 };
 
-// Cells whose context + steps pass the model's max_position_embeddings are listed under "skipped".
+// Cells whose context + steps (or prefill length) pass the model's max_position_embeddings are listed under
+// "skipped".
 Expected<nlohmann::json> run_bench_decode(const BenchDecodeOptions& o);
 
 // A short human-readable table of run_bench_decode's result.

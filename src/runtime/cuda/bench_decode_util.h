@@ -12,6 +12,8 @@
 
 #include "core/status.h"
 #include "model/model_spec.h"
+#include "runtime/cuda/bench_decode.h"
+#include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/device_model.h"
 
 namespace gridq::cuda::decode_bench {
@@ -32,5 +34,12 @@ double kv_bytes_at(const model::ModelSpec& spec, int64_t p);
 
 // FNV-1a of the logits' bytes (recorded with every timing, hopper.md §11).
 uint64_t fnv1a(const std::vector<float>& v);
+
+// `gridq bench prefill` (bench_prefill.cpp): for every o.prefill length, one sequence prefilled from empty
+// (one untimed run, then o.prefill_repeats timed; std::chrono around the synchronous forward that returns
+// the last row's logits), then once more with phase timing. Cells: length, ms (median), tok/s, the time to
+// first token, µs per phase over the whole prompt, logits hash.
+Expected<nlohmann::json> run_prefill_cells(CudaBackend& be, const BenchDecodeOptions& o,
+                                           runtime::SeqId& next_id);
 
 }  // namespace gridq::cuda::decode_bench

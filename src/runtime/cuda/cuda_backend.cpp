@@ -22,12 +22,13 @@ size_t CudaBackend::Work::bytes() const {
   size_t n = 0;
   for (const DeviceBuffer* b :
        {&rows, &x, &a,  &a32, &xin,     &xq, &xs,  &qkv, &g,   &q,  &o,      &ob,     &y,
-        &gu,   &h, &yd, &ys,  &moe_out, &z,  &eid, &ew,  &nsl, &an, &logits, &partial})
+        &gu,   &h, &yd, &ys,  &moe_out, &z,  &eid, &ew,  &grp, &an, &logits, &partial})
     n += b->bytes();
   return n;
 }
 
 CudaBackend::~CudaBackend() {
+  static_assert(kGraphRows == kMaxStepRows, "one decode graph per step row count");
   for (void* g : graphs_)
     if (g) (void)cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(g));
   if (stream_) (void)cudaStreamDestroy(stream_);
@@ -139,7 +140,11 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
         B{&w.z, R * round16(static_cast<size_t>(std::max(1, S.moe.n_experts))) * 4, "router logits"},
         B{&w.eid, R * K * 4, "expert ids"},
         B{&w.ew, R * K * 4, "expert weights"},
-        B{&w.nsl, R * 4, "slots"},
+        B{&w.grp,
+          static_cast<size_t>(
+              grouped_moe_grp_ints(static_cast<int>(R), static_cast<int>(K), std::max(1, S.moe.n_experts))) *
+              4,
+          "expert pairs"},
         B{&w.an, R * H * 2, "final norm"},
         B{&w.logits, R * static_cast<size_t>(dm_->lm_head.out_rows()) * 4, "logits"},
         B{&w.sample_scratch, R * static_cast<size_t>(S.vocab_size) * 8, "sampling scores"},
@@ -152,10 +157,6 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
           "attention splits"}}) {
     GRIDQ_ASSIGN_OR_RETURN(*b.buf, DeviceBuffer::alloc(std::max<size_t>(b.bytes, 16), b.what));
     GRIDQ_RETURN_IF_ERROR(b.buf->zero());
-  }
-  {
-    std::vector<int> k(R, S.moe.top_k);
-    GRIDQ_RETURN_IF_ERROR(w.nsl.upload(k.data(), R * 4));
   }
   // KV: what is left of gpu_memory_utilization × total after the weights and the step buffers.
   size_t free_b = 0, total_b = 0;
@@ -300,7 +301,8 @@ Status CudaBackend::run_items(std::span<const runtime::BatchItem> items,
     Seq& s = seqs_.at(item.seq);
     GRIDQ_RETURN_IF_ERROR(ensure_pages(item.seq, s, s.len + static_cast<int64_t>(item.tokens.size())));
   }
-  // Rows in item order, cut into steps of ≤ 16; a step's rows of one sequence are consecutive positions.
+  // Rows in item order, cut into steps of ≤ kMaxStepRows; a step's rows of one sequence are consecutive
+  // positions.
   Step st;
   st.sampled = sampled != nullptr;
   size_t next_plan = 0;

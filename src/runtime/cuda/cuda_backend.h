@@ -106,8 +106,9 @@ class CudaBackend final : public runtime::Backend {
   std::unique_ptr<Work> work_;
   bool timing_ = false;
   bool graphs_on_ = true;
-  std::array<void*, 17> graphs_{};  // cudaGraphExec_t per decode row count 1..16
-  std::array<int, 17> graph_seen_{};
+  static constexpr int kGraphRows = 64;         // = detail::kMaxStepRows (static_assert in cuda_backend.cpp)
+  std::array<void*, kGraphRows + 1> graphs_{};  // cudaGraphExec_t per decode row count 1..kGraphRows
+  std::array<int, kGraphRows + 1> graph_seen_{};
   std::map<std::string, double> phase_ms_;
   int64_t host_sampled_rows_ = 0;
   runtime::ModelWeights meta_;  // the uploaded matrices' metadata (data pointers cleared)

@@ -4,6 +4,7 @@
 // kernels' fixed orders. Every kernel's work split depends on the matrix, never on the rows of the step.
 #include "runtime/cuda/forward.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <utility>
@@ -182,28 +183,25 @@ Status moe(Ctx& c, const DevLayer& dl) {
   GRIDQ_RETURN_IF_ERROR(c.timer->mark("moe shared"));
   const DevExperts& ex = dl.experts;
   float* x = c.w.x.as<float>();
+  float* out = c.w.moe_out.as<float>();
   if (ex.fused) {
-    // One token at a time: its own k experts are the launch's slots, so the split of the work (and the sum
-    // order) is the same whatever else is in the step.
+    // Grouped by expert for the whole step (kernels.h grouped_moe: a pair's bits do not depend on the rest
+    // of the step), then the reference combine: FP32, a token's experts in ascending id order.
     GRIDQ_RETURN_IF_ERROR(qdq_fp4(a, c.T, H, c.w.xin.as<uint16_t>(), c.s, detail::forward_pdl()));
-    for (int t = 0; t < c.T; ++t) {
-      MoeArgs m;
-      m.gate_up = &ex.gate_up.m;
-      m.down = &ex.down.m;
-      m.M = 1;
-      m.max_slots = k;
-      m.x = c.w.xin.as<uint16_t>() + static_cast<long long>(t) * H;
-      m.nslots = c.w.nsl.as<int>() + t;
-      m.slot_expert = c.w.eid.as<int>() + static_cast<long long>(t) * k;
-      m.slot_weight = c.w.ew.as<float>() + static_cast<long long>(t) * k;
-      m.h = c.w.h.as<uint16_t>();
-      m.routed_scale = M.routed_scaling;
-      m.add = ys + static_cast<long long>(t) * H;
-      m.out = c.w.moe_out.as<uint16_t>() + static_cast<long long>(t) * H;
-      GRIDQ_RETURN_IF_ERROR(moe_gate_up(m, c.ws.ws, c.s, detail::forward_pdl()));
-      GRIDQ_RETURN_IF_ERROR(moe_down(m, c.ws.ws, c.s, detail::forward_pdl()));
-    }
-    GQ_LAUNCH(detail::raw_add(x, c.w.moe_out.as(), true, H, c.T, H, c.s), "residual add");
+    GroupedMoeArgs g;
+    g.gate_up = &ex.gate_up.m;
+    g.down = &ex.down.m;
+    g.T = c.T, g.k = k, g.E = E;
+    g.eid = c.w.eid.as<int>();
+    g.grp = c.w.grp.as<int>();
+    g.x = c.w.xin.as<uint16_t>();
+    g.h = c.w.h.as<uint16_t>();
+    g.y = c.w.yd.as<float>();
+    GRIDQ_RETURN_IF_ERROR(grouped_moe(g, c.s, detail::forward_pdl()));
+    GQ_LAUNCH(detail::raw_moe_combine(c.w.yd.as<float>(), c.w.ew.as<float>(), c.T, k, H, M.routed_scaling,
+                                      M.shared_intermediate > 0 ? ys : nullptr, out, c.s),
+              "moe combine");
+    GQ_LAUNCH(detail::raw_add(x, out, false, H, c.T, H, c.s), "residual add");
     return c.timer->mark("moe routed");
   }
   // Reference experts: every (row, chosen expert) pair on its own, then the fixed-order combine.
@@ -232,7 +230,6 @@ Status moe(Ctx& c, const DevLayer& dl) {
   dn.y = c.w.yd.as<float>();
   dn.ld_y = H;
   GQ_LAUNCH(detail::raw_ref_matvec(dn, c.s), "experts down");
-  float* out = c.w.moe_out.as<float>();
   GQ_LAUNCH(detail::raw_moe_combine(c.w.yd.as<float>(), c.w.ew.as<float>(), c.T, k, H, M.routed_scaling,
                                     M.shared_intermediate > 0 ? ys : nullptr, out, c.s),
             "moe combine");
@@ -348,8 +345,15 @@ Status CudaBackend::enqueue_step(const Step& st, PhaseTimer& timer) {
   }
   if (st.logit_rows.empty()) return {};
   const int R = static_cast<int>(st.logit_rows.size());
-  // The requested rows, normed, packed to the front of `an`.
-  for (int i = 0; i < R; ++i)
+  // The requested rows, normed, packed to the front of `an` (one launch when they are rows 0..R-1, as in
+  // every decode step).
+  bool leading = true;
+  for (int i = 0; i < R; ++i) leading = leading && st.logit_rows[static_cast<size_t>(i)] == i;
+  if (leading)
+    GQ_LAUNCH(detail::raw_rmsnorm_f32(w.x.as<float>(), dm_->final_norm.as<float>(), R, H, spec_.norm_eps,
+                                      w.an.as<uint16_t>(), nullptr, stream_),
+              "final norm");
+  for (int i = 0; !leading && i < R; ++i)
     GQ_LAUNCH(detail::raw_rmsnorm_f32(w.x.as<float>() + static_cast<long long>(st.logit_rows[i]) * H,
                                       dm_->final_norm.as<float>(), 1, H, spec_.norm_eps,
                                       w.an.as<uint16_t>() + static_cast<long long>(i) * H, nullptr, stream_),

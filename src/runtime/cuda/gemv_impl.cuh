@@ -371,6 +371,29 @@ constexpr int kernel_smem_bytes() {
          kWarpsPerBlock * ring_stages<Dec, MODE>() * (MODE == kSwiglu ? 2 : 1) * Dec::kUnitBytes;
 }
 
+// SwiGLU of one fragment column: gate g0/g1 and up u0/u1 of rows g and g+8 of a 16-row tile →
+// out = bf16(silu(bf16(gate))·bf16(up)); with qdq, then the FP4 activation QDQ (format.md §14.1) over the
+// tile's 16 rows, which are one QDQ group: the 8 lanes with this t reduce by xor 4, 8, 16. Warp-collective
+// (every lane calls it, qdq uniform); shared by the GEMV's kSwiglu epilogue and the grouped experts.
+__device__ __forceinline__ void swiglu_column(float g0, float g1, float u0, float u1, bool qdq,
+                                              uint16_t (&out)[2]) {
+  const float hv[2] = {bf16_round(__fmul_rn(silu_f32(bf16_round(g0)), bf16_round(u0))),
+                       bf16_round(__fmul_rn(silu_f32(bf16_round(g1)), bf16_round(u1)))};
+  out[0] = f32_to_bf16_bits(hv[0]);
+  out[1] = f32_to_bf16_bits(hv[1]);
+  if (!qdq) return;
+  float a = fmaxf(fabsf(hv[0]), fabsf(hv[1]));
+  int nan = isnan(hv[0]) || isnan(hv[1]);
+#pragma unroll
+  for (int m = 4; m < 32; m <<= 1) {
+    a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, m));
+    nan |= __shfl_xor_sync(0xffffffffu, nan, m);
+  }
+  const float s = fp4_group_scale(a);
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) out[hh] = nan ? uint16_t{0x7FC0} : fp4_qdq_elem(hv[hh], s);
+}
+
 // End of a tile's K-run in one warp: a tile wholly inside the warp's range (`full`) goes straight to the
 // epilogue; a split tile posts its FP32 partial (slot `first_slot`: 0 = the warp's first tile, 1 = its last)
 // and the last of its warps to arrive sums all parts in warp order and runs the epilogue. `gw` is the warp's
@@ -453,27 +476,9 @@ __device__ __forceinline__ void finish_tile(const KParams& p, float (&v)[NO], un
 #pragma unroll
         for (int c = 0; c < 2; ++c) {  // token column 2t + c
           const int n = 8 * nt + 2 * t + c;
-          float hv[2];
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            const float gq = bf16_round(v[nt * 4 + 2 * hh + c]);
-            const float uq = bf16_round(v[NT * 4 + nt * 4 + 2 * hh + c]);
-            hv[hh] = bf16_round(__fmul_rn(silu_f32(gq), uq));
-          }
-          uint16_t out[2] = {f32_to_bf16_bits(hv[0]), f32_to_bf16_bits(hv[1])};
-          if (p.qdq_fp4) {
-            // The tile's 16 rows are one QDQ group: reduce over the 8 lanes with this t (xor 4, 8, 16).
-            float a = fmaxf(fabsf(hv[0]), fabsf(hv[1]));
-            int nan = isnan(hv[0]) || isnan(hv[1]);
-#pragma unroll
-            for (int m = 4; m < 32; m <<= 1) {
-              a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, m));
-              nan |= __shfl_xor_sync(0xffffffffu, nan, m);
-            }
-            const float s = fp4_group_scale(a);
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh) out[hh] = nan ? uint16_t{0x7FC0} : fp4_qdq_elem(hv[hh], s);
-          }
+          uint16_t out[2];
+          swiglu_column(v[nt * 4 + c], v[nt * 4 + 2 + c], v[NT * 4 + nt * 4 + c], v[NT * 4 + nt * 4 + 2 + c],
+                        p.qdq_fp4 != 0, out);
           if (n < M) {
             uint16_t* h =
                 static_cast<uint16_t*>(p.y) + (static_cast<long long>(slot) * M + n) * p.rows + r * 16;

@@ -15,7 +15,10 @@
 
 namespace gridq::cuda {
 
-inline constexpr int kMaxTokens = 16;
+inline constexpr int kMaxTokens = 16;  // rows of one GEMV launch
+// Rows of one gemv() / gemv_swiglu() call: above kMaxTokens they run on the GEMM (gemm_impl.cuh) or as GEMV
+// slices, every row with the bits of a GEMV launch.
+inline constexpr int kMaxGemmRows = 1 << 16;
 
 enum class WeightFormat { BF16, FP8, CB };
 
@@ -155,6 +158,29 @@ struct MoeArgs {
 };
 Status moe_gate_up(const MoeArgs& a, const Workspace& ws, cudaStream_t stream, bool pdl);
 Status moe_down(const MoeArgs& a, const Workspace& ws, cudaStream_t stream, bool pdl);
+
+// Routed experts grouped by expert, for any number of rows (moe_grouped.cu): the T·k (token, expert) pairs of
+// a step (eid [T, k]: route_tokens' output) are sorted by expert on the device, and each expert's weights are
+// decoded once per block of its pairs. Pair p = t·k + j:
+//   h[p, :] = FP4QDQ(bf16(silu(gate_e·x[t])·(up_e·x[t])))   (x: the FP4-QDQ'd BF16 rows [T, H])
+//   y[p, :] = down_e · h[p, :]                             FP32 [T·k, H]
+// A pair's sums run over the whole K of a tile in one warp, units in order: its bits depend on its own
+// inputs only, whatever else is in the step (batch invariance by construction). The combine is the caller's
+// (raw_moe_combine). NVFP4-CB K16 v2 stacks only.
+struct GroupedMoeArgs {
+  const DeviceMatrix* gate_up = nullptr;  // stack [E][2I, H]
+  const DeviceMatrix* down = nullptr;     // stack [E][H, I]
+  int T = 0, k = 0, E = 0;
+  const int* eid = nullptr;     // [T, k]
+  int* grp = nullptr;           // scratch, grouped_moe_grp_ints(T, k, E) ints
+  const uint16_t* x = nullptr;  // [T, H]
+  uint16_t* h = nullptr;        // [T·k, I]
+  float* y = nullptr;           // [T·k, H]
+};
+inline long long grouped_moe_grp_ints(int T, int k, int E) {
+  return 3LL * (E + 1) + static_cast<long long>(T) * k;
+}
+Status grouped_moe(const GroupedMoeArgs& a, cudaStream_t stream, bool pdl);
 
 // ---- Test / bench helpers ----
 

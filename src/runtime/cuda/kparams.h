@@ -66,10 +66,31 @@ struct ChainParams {
   KParams ph[kMaxChainPhases];
 };
 
+// Grouped routed experts (moe_grouped.cu): kp describes the expert stack (kp.x the activations, kp.y the
+// output, kp.rows the output rows: I for gate_up, H for down); grp the prepared pair lists.
+struct ExpertParams {
+  KParams kp;
+  const int* grp;
+  int E;
+  int x_div;  // activation row of pair p: p / x_div (gate_up: k, a token's pairs share its row; down: 1)
+  int ldy;    // down: FP32 output row stride
+};
+// Sorts the P = T·k pairs of eid by expert into grp (int [3·(E+1) + P]) and counts the items of both
+// kernels (blocks of nb pairs × r_gu gate tiles / r_dn down tiles).
+cudaError_t raw_group_pairs(const int* eid, int P, int E, int nb, int r_gu, int r_dn, int* grp,
+                            cudaStream_t s, bool pdl);
+// gate_up: h [P, I] = FP4QDQ(silu(gate)·up); down: y [P, H] FP32. nt = 1 or 2 token tiles per item (the
+// same nt for group_pairs' nb = 8·nt).
+cudaError_t raw_grouped_experts(bool gate_up, int nt, const ExpertParams& p, cudaStream_t s, bool pdl);
+
 // Launches the GEMV engine for (format, k, layout_version, mode, token tiles nt = 1|2). Returns
 // cudaErrorNotSupported when that combination is not instantiated.
 cudaError_t raw_gemv(int fmt, int k, int v, int mode, int nt, const KParams& p, long long max_units,
                      cudaStream_t s, bool pdl, long long min_warp_bytes);
+// The GEMM for M > 16 rows (gemm_impl.cuh): the same bits per row as raw_gemv over the same matrix, kStore
+// and kSwiglu. cudaErrorNotSupported for a format without a GEMM instantiation (the caller runs GEMV slices).
+cudaError_t raw_gemm(int fmt, int k, int v, int mode, const KParams& p, cudaStream_t s, bool pdl,
+                     long long min_warp_bytes);
 // Launches the persistent chain for (format, k, layout_version, mode, nt); c.ph[i].warps are filled in here.
 // Returns cudaErrorNotSupported when that combination is not instantiated.
 cudaError_t raw_gemv_chain(int fmt, int k, int v, int mode, int nt, ChainParams& c, cudaStream_t s,

@@ -47,22 +47,36 @@ inline bool g_l2_prefetch = false;  // measured slower than the cp.async ring al
 inline unsigned long long* g_trace_base = nullptr;  // diagnostics only (raw_set_trace)
 inline long long g_trace_cap = 0, g_trace_used = 0;
 
-template <class Dec, int NT, int MODE>
-cudaError_t launch_gemv_kernel(const KParams& p, long long max_units, cudaStream_t stream, bool pdl,
-                               long long min_warp_bytes) {
-  const KernelShape& s = kernel_shape<Dec, NT, MODE>();
+// Blocks of a GEMV launch over a matrix of `max_units` units; the split of the matrix among warps
+// (gemv_impl.cuh) is a function of this count alone. It comes from the NT = 1 instantiation's occupancy
+// and the NT = 2 partial-buffer cap whatever NT is, so a row's bits do not depend on how many rows the
+// launch has (an NT = 2 launch that fits fewer blocks per SM runs its extra blocks as a second wave), and
+// the GEMM (gemm_impl.cuh) reproduces the same split for wider steps.
+template <class Dec, int MODE>
+cudaError_t gemv_grid(long long max_units, long long min_warp_bytes, long long& blocks) {
+  const KernelShape& s = kernel_shape<Dec, 1, MODE>();
   if (s.status != cudaSuccess) return s.status;
   constexpr int NP = MODE == kSwiglu ? 2 : 1;
-  constexpr int NO = MODE == kMoeDown ? NT * 4 : NP * NT * 4;
+  constexpr int NO = MODE == kMoeDown ? 2 * 4 : NP * 2 * 4;  // NT = 2's accumulator floats per lane
   const long long unit_bytes = static_cast<long long>(Dec::kUnitBytes) * NP;
   const long long min_units = std::max<long long>(1, min_warp_bytes / unit_bytes);
   const int bps = g_blocks_per_sm_cap > 0 ? std::min(g_blocks_per_sm_cap, s.blocks_per_sm) : s.blocks_per_sm;
-  long long blocks = static_cast<long long>(bps) * s.sms;
+  blocks = static_cast<long long>(bps) * s.sms;
   blocks = std::min(blocks, (max_units + kWarpsPerBlock * min_units - 1) / (kWarpsPerBlock * min_units));
   blocks = std::min(blocks, kMaxPartialFloats / (kWarpsPerBlock * 2LL * NO * 32));
   // The kernel's partition math is 32-bit: units · warps must stay below 2^32.
   blocks = std::min(blocks, 0xFFFFFFFFLL / (std::max<long long>(max_units, 1) * kWarpsPerBlock));
   blocks = std::max<long long>(blocks, 1);
+  return cudaSuccess;
+}
+
+template <class Dec, int NT, int MODE>
+cudaError_t launch_gemv_kernel(const KParams& p, long long max_units, cudaStream_t stream, bool pdl,
+                               long long min_warp_bytes) {
+  if (kernel_shape<Dec, NT, MODE>().status != cudaSuccess) return kernel_shape<Dec, NT, MODE>().status;
+  long long blocks = 0;
+  const cudaError_t ge = gemv_grid<Dec, MODE>(max_units, min_warp_bytes, blocks);
+  if (ge != cudaSuccess) return ge;
 
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(blocks));

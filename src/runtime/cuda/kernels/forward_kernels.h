@@ -12,7 +12,7 @@
 
 namespace gridq::cuda::detail {
 
-inline constexpr int kMaxStepRows = 16;     // rows of one forward step (the GEMV kernels' M limit)
+inline constexpr int kMaxStepRows = 64;     // rows of one forward step (GEMVs take them 16 at a time)
 inline constexpr int kAttnSplitKeys = 256;  // keys per attention split: fixed, so the merge order is too
 inline constexpr int kMaxHeadDim = 256;
 

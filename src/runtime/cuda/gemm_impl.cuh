@@ -1,0 +1,232 @@
+// The wide GEMV ("GEMM") for steps of more than 16 rows: the GEMV's weights, decoders and epilogues
+// (gemv_impl.cuh) with blocks of NB = 8·NT token rows staged in shared memory, so a weight unit is decoded
+// once per NB rows instead of once per 16.
+//
+// Bit-identical to the GEMV, row for row: the GEMV cuts a matrix's units (tile-major) into T equal ranges,
+// one per warp (T from gemv_grid, a function of the matrix alone), and a tile's value is the sum, from +0 and
+// in warp order, of its parts' accumulators (one part: the accumulator itself). Here one warp walks a
+// tile's whole K-run for NB rows, one mma chain per token column in unit order, folds its accumulator into
+// the running sum exactly where a GEMV warp range begins, and hands the same value to the same epilogue
+// (finish_tile with the tile complete). mma columns are independent, so a row's bits do not depend on the
+// other rows of its block either.
+//
+// CTA = 8 warps = 8 consecutive tiles × one token block. Per K-unit a CTA-wide cp.async stage holds the 8
+// tiles' weight units and the block's activation slice (rows padded so the lanes' fragment loads hit
+// distinct banks); kGemmStages stages in flight.
+#pragma once
+
+#include "runtime/cuda/gemv_impl.cuh"
+
+namespace gridq::cuda::detail {
+
+inline constexpr int kGemmStages = 3;
+
+// Activation slice geometry per decoder: bytes of one row's unit (kXB), the row pitch in shared memory and
+// the stride of a lane quarter t inside a row (16-byte fragment loads of a quarter-warp phase hit distinct
+// banks: see the comment at the top).
+template <class Dec>
+struct XSlice;
+template <>
+struct XSlice<DecBF16> {
+  static constexpr int kXB = 128, kPitch = 144, kTStride = 32;
+};
+template <>
+struct XSlice<DecFP8> {
+  static constexpr int kXB = 64, kPitch = 64, kTStride = 16;
+};
+template <int K, int V>
+struct XSlice<DecCB<K, V>> {
+  static constexpr int kXB = 512, kPitch = 576, kTStride = 144;
+};
+
+template <class Dec, int MODE>
+constexpr int gemm_nt() {
+  return MODE == kSwiglu ? 4 : 8;
+}
+template <class Dec, int MODE>
+constexpr int gemm_stage_bytes() {
+  constexpr int NP = MODE == kSwiglu ? 2 : 1;
+  return kWarpsPerBlock * NP * Dec::kUnitBytes + 8 * gemm_nt<Dec, MODE>() * XSlice<Dec>::kPitch;
+}
+template <class Dec, int MODE>
+constexpr int gemm_smem_bytes() {
+  return Dec::kSmemBytes + kGemmStages * gemm_stage_bytes<Dec, MODE>();
+}
+
+struct GemmParams {
+  KParams kp;
+  unsigned gemv_warps;  // T of the GEMV over this matrix (gemv_grid · kWarpsPerBlock)
+  int tile_groups;      // ceil(R / kWarpsPerBlock)
+};
+
+// One unit's products for NT token tiles of one tile: acc[nt] += W_unit · x(nt). x rows at xs (row 8nt + g,
+// quarter t). CB decodes each group of 4 sub-vectors once for all NT tiles.
+template <class Dec, int NT>
+__device__ __forceinline__ void gemm_unit(const typename Dec::Frag& f, const uint8_t* xs, float (&acc)[NT][4],
+                                          const void* tab_smem, int lane) {
+  using X = XSlice<Dec>;
+  const int g = lane >> 2, t = lane & 3;
+  const uint8_t* xl = xs + g * X::kPitch + t * X::kTStride;
+  if constexpr (Dec::kUnitK == 256) {
+    const uint2* tab = static_cast<const uint2*>(tab_smem);
+    const int* st = reinterpret_cast<const int*>(static_cast<const char*>(tab_smem) + Dec::kScaleTabOff);
+    const int rep = lane % Dec::kRep;
+#define GRIDQ_GEMM_GROUP(G)                                                                                \
+  {                                                                                                        \
+    const uint32_t s0 = Dec::template scale2<G>(f, 0, st), s1 = Dec::template scale2<G>(f, 1, st);         \
+    uint32_t a[4][4];                                                                                      \
+    Dec::template decode<4 * G + 0>(f, tab, rep, s0, s1, a[0][0], a[0][1], a[0][2], a[0][3]);              \
+    Dec::template decode<4 * G + 1>(f, tab, rep, s0, s1, a[1][0], a[1][1], a[1][2], a[1][3]);              \
+    Dec::template decode<4 * G + 2>(f, tab, rep, s0, s1, a[2][0], a[2][1], a[2][2], a[2][3]);              \
+    Dec::template decode<4 * G + 3>(f, tab, rep, s0, s1, a[3][0], a[3][1], a[3][2], a[3][3]);              \
+    _Pragma("unroll") for (int nt = 0; nt < NT; ++nt) {                                                    \
+      const uint8_t* xr = xl + nt * 8 * X::kPitch + 32 * G;                                                \
+      const uint4 x0 = *reinterpret_cast<const uint4*>(xr), x1 = *reinterpret_cast<const uint4*>(xr + 16); \
+      mma_bf16(acc[nt], a[0][0], a[0][1], a[0][2], a[0][3], x0.x, x0.y);                                   \
+      mma_bf16(acc[nt], a[1][0], a[1][1], a[1][2], a[1][3], x0.z, x0.w);                                   \
+      mma_bf16(acc[nt], a[2][0], a[2][1], a[2][2], a[2][3], x1.x, x1.y);                                   \
+      mma_bf16(acc[nt], a[3][0], a[3][1], a[3][2], a[3][3], x1.z, x1.w);                                   \
+    }                                                                                                      \
+  }
+    GRIDQ_GEMM_GROUP(0) GRIDQ_GEMM_GROUP(1) GRIDQ_GEMM_GROUP(2) GRIDQ_GEMM_GROUP(3)
+#undef GRIDQ_GEMM_GROUP
+  } else {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      typename Dec::XFrag xf[1];
+      const uint8_t* xr = xl + nt * 8 * X::kPitch;
+      if constexpr (X::kXB == 128) {
+        xf[0].v[0] = *reinterpret_cast<const uint4*>(xr);
+        xf[0].v[1] = *reinterpret_cast<const uint4*>(xr + 16);
+      } else {
+        xf[0].v = *reinterpret_cast<const uint4*>(xr);
+      }
+      float(&a1)[1][4] = *reinterpret_cast<float(*)[1][4]>(&acc[nt][0]);
+      Dec::template mma<1>(f, xf, a1, tab_smem, lane);
+    }
+  }
+}
+
+template <class Dec, int MODE>
+__global__ void __launch_bounds__(kThreads) gemm_kernel(const GemmParams gp) {
+  constexpr int NT = gemm_nt<Dec, MODE>(), NB = 8 * NT;
+  constexpr int NP = MODE == kSwiglu ? 2 : 1;
+  constexpr int kStageBytes = gemm_stage_bytes<Dec, MODE>();
+  constexpr int kWBytes = kWarpsPerBlock * NP * Dec::kUnitBytes;
+  using X = XSlice<Dec>;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const KParams& p = gp.kp;
+  Dec::init_smem(smem, p);
+  uint8_t* stages = smem + Dec::kSmemBytes;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int group = blockIdx.x % gp.tile_groups, block = blockIdx.x / gp.tile_groups;
+  const int tile0 = group * kWarpsPerBlock, n0 = block * NB;
+  const int rows_here = min(NB, p.M - n0);
+  const int S = p.S;
+  const long long RSu = static_cast<long long>(p.R) * S * Dec::kUnitBytes;  // gate -> up tile
+  // Weights do not depend on the previous kernel: the first stages' weight copies start before waiting.
+  auto issue_w = [&](int s) {
+    uint8_t* dst = stages + (s % kGemmStages) * kStageBytes;
+    for (int c = threadIdx.x; c < kWBytes / 16; c += kThreads) {
+      const int wt = c / (NP * Dec::kUnitBytes / 16), rem = c % (NP * Dec::kUnitBytes / 16);
+      const int pi = rem / (Dec::kUnitBytes / 16), ch = rem % (Dec::kUnitBytes / 16);
+      if (tile0 + wt < p.R)
+        cp_async16(dst + (wt * NP + pi) * Dec::kUnitBytes + 16 * ch,
+                   p.w + (static_cast<long long>(tile0 + wt) * S + s) * Dec::kUnitBytes + pi * RSu + 16 * ch);
+    }
+  };
+  auto issue_x = [&](int s) {
+    uint8_t* dst = stages + (s % kGemmStages) * kStageBytes + kWBytes;
+    constexpr int kRowChunks = X::kXB / 16, kQ = X::kXB / 4;
+    for (int c = threadIdx.x; c < NB * kRowChunks; c += kThreads) {
+      const int n = c / kRowChunks, b = (c % kRowChunks) * 16;
+      if (n < rows_here)
+        cp_async16(dst + n * X::kPitch + (b / kQ) * X::kTStride + b % kQ,
+                   static_cast<const uint8_t*>(p.x) +
+                       static_cast<long long>(n0 + n) * p.K * X::kXB / Dec::kUnitK +
+                       static_cast<long long>(s) * X::kXB + b);
+    }
+  };
+  __syncthreads();  // the decoder tables
+  pdl_launch_dependents();
+#pragma unroll
+  for (int i = 0; i < kGemmStages - 1; ++i)
+    if (i < S) issue_w(i);
+  pdl_wait();
+#pragma unroll
+  for (int i = 0; i < kGemmStages - 1; ++i) {
+    if (i < S) issue_x(i);
+    cp_async_commit();
+  }
+
+  const int tile = tile0 + warp;
+  const bool active = tile < p.R;
+  const unsigned U = static_cast<unsigned>(p.R) * S, T = gp.gemv_warps;
+  unsigned u = static_cast<unsigned>(tile) * S;
+  unsigned nb = active ? range_start(warp_of(u, U, T) + 1, U, T) : 0;
+  bool folded = false;
+  float acc[NP][NT][4], sum[NP][NT][4];
+#pragma unroll
+  for (int pi = 0; pi < NP; ++pi)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[pi][nt][i] = sum[pi][nt][i] = 0.0f;
+
+  for (int s = 0; s < S; ++s) {
+    if (s + kGemmStages - 1 < S) {
+      issue_w(s + kGemmStages - 1);
+      issue_x(s + kGemmStages - 1);
+    }
+    cp_async_commit();
+    cp_async_wait<kGemmStages - 1>();
+    __syncthreads();
+    if (active) {
+      if (s > 0 && u == nb) {  // a GEMV warp's range starts here: fold the part
+#pragma unroll
+        for (int pi = 0; pi < NP; ++pi)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              sum[pi][nt][i] = __fadd_rn(sum[pi][nt][i], acc[pi][nt][i]);
+              acc[pi][nt][i] = 0.0f;
+            }
+        folded = true;
+        nb = range_start(warp_of(u, U, T) + 1, U, T);
+      }
+      const uint8_t* st = stages + (s % kGemmStages) * kStageBytes;
+#pragma unroll
+      for (int pi = 0; pi < NP; ++pi) {
+        typename Dec::Frag f;
+        Dec::load(f, st + (warp * NP + pi) * Dec::kUnitBytes, lane);
+        gemm_unit<Dec, NT>(f, st + kWBytes, acc[pi], smem, lane);
+      }
+    }
+    ++u;
+    __syncthreads();  // every warp is done with this stage before it is refilled
+  }
+  if (!active) return;
+  constexpr int NO = NP * NT * 4;
+  float v[NO];
+#pragma unroll
+  for (int pi = 0; pi < NP; ++pi)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        v[pi * NT * 4 + nt * 4 + i] = folded ? __fadd_rn(sum[pi][nt][i], acc[pi][nt][i]) : acc[pi][nt][i];
+  // The GEMV's epilogue on this token block: rows n0 .. n0 + rows_here - 1.
+  KParams q = p;
+  q.M = rows_here;
+  if constexpr (MODE == kSwiglu) {
+    q.y = static_cast<uint16_t*>(p.y) + static_cast<long long>(n0) * p.rows;
+  } else {
+    q.y = p.y_f32 ? static_cast<void*>(static_cast<float*>(p.y) + static_cast<long long>(n0) * p.rows)
+                  : static_cast<void*>(static_cast<uint16_t*>(p.y) + static_cast<long long>(n0) * p.rows);
+    if (p.xscale) q.xscale = p.xscale + n0;
+  }
+  finish_tile<NT, MODE>(q, v, static_cast<unsigned>(tile), true, 0, 0, U, T, static_cast<unsigned>(S), lane);
+}
+
+}  // namespace gridq::cuda::detail

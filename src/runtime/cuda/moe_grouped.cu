@@ -1,0 +1,288 @@
+// Routed experts grouped by expert, for any number of rows: a decode step of one token and a prefill chunk
+// of hundreds run the same kernels (kernels.h: grouped_moe).
+//
+// Batch invariance by construction: the gate/up and down sums of a (token, expert) pair are computed by ONE
+// warp over the whole K of its 16-row tile, units in order, one mma chain per token column. A column's bits
+// depend on its own activations and the expert's weights only, never on the other columns of the block, on
+// how many pairs the expert has, or on the step's size. The per-token combine (raw_moe_combine) then sums a
+// token's pairs in ascending expert order, as the CPU reference does.
+//
+// Work: group_pairs_kernel sorts the step's T·k pairs by expert (stable: ascending pair index) and counts
+// the items; an item is (expert, 16-row tile, block of NB = 8·NT of the expert's pairs). Item i goes to the
+// warp of rank i mod W, ranks striped across blocks (rank = warp-in-block · blocks + block) so that a small
+// step spreads over every SM. A warp streams the weight units of its items through a cp.async ring that
+// runs ahead across item boundaries.
+#include "runtime/cuda/kernels/pdl_launch.cuh"
+#include "runtime/cuda/kparams.h"
+#include "runtime/cuda/launch.cuh"
+
+namespace gridq::cuda::detail {
+
+namespace {
+
+using Dec = DecCB<16, 2>;  // the fused routed experts' format (device_model.cpp)
+
+// grp layout (ints): [0, E] pair offsets per expert; [E+1, 2E+1] gate_up item offsets; [2E+2, 3E+2] down
+// item offsets; [3E+3, 3E+3+P) the pairs in expert order (pair p = t·k + j).
+__device__ __forceinline__ int grp_items_off(int E, bool gate_up) { return gate_up ? E + 1 : 2 * E + 2; }
+__device__ __forceinline__ int grp_pairs_off(int E) { return 3 * E + 3; }
+
+// One block. P ≤ a few thousand pairs: the O(P²/threads) rank count is a few µs and needs no atomics
+// ordering (the sorted order is a pure function of eid).
+__global__ void __launch_bounds__(1024)
+    group_pairs_kernel(const int* eid, int P, int E, int nb, int r_gu, int r_dn, int* grp) {
+  extern __shared__ int sm[];
+  int* cnt = sm;     // [E], then the pair offsets
+  int* ev = sm + E;  // [P]
+  pdl_wait();
+  pdl_launch_dependents();
+  for (int i = threadIdx.x; i < E; i += blockDim.x) cnt[i] = 0;
+  for (int p = threadIdx.x; p < P; p += blockDim.x) ev[p] = eid[p];
+  __syncthreads();
+  for (int p = threadIdx.x; p < P; p += blockDim.x) atomicAdd(&cnt[ev[p]], 1);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int off = 0, igu = 0, idn = 0;
+    for (int e = 0; e < E; ++e) {
+      const int c = cnt[e], blocks = (c + nb - 1) / nb;
+      grp[e] = off, grp[E + 1 + e] = igu, grp[2 * E + 2 + e] = idn;
+      cnt[e] = off;
+      off += c, igu += blocks * r_gu, idn += blocks * r_dn;
+    }
+    grp[E] = off, grp[2 * E + 1] = igu, grp[3 * E + 2] = idn;
+  }
+  __syncthreads();
+  int* pairs = grp + grp_pairs_off(E);
+  for (int p = threadIdx.x; p < P; p += blockDim.x) {
+    const int e = ev[p];
+    int rank = 0;
+    for (int q = 0; q < p; ++q) rank += ev[q] == e;
+    pairs[cnt[e] + rank] = p;
+  }
+}
+
+// Where an item is: expert e, tile r, pair block b (ioff in shared memory, nondecreasing, ioff[E] = items).
+struct Item {
+  int item, e, r, b;
+};
+__device__ __forceinline__ bool locate(int item, int n_items, const int* ioff, int E, int R, Item& it) {
+  if (item >= n_items) return false;
+  int lo = 0, hi = E;  // ioff[lo] <= item < ioff[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (ioff[mid] <= item)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  const int local = item - ioff[lo];
+  it.item = item, it.e = lo, it.b = local / R, it.r = local % R;
+  return true;
+}
+
+// The token columns of an item: per 8-column tile nt, the activation row this lane loads (column 8nt + g)
+// and the pairs of the two output columns it writes (8nt + 2t + c); -1 where the block runs past the
+// expert's pairs.
+template <int NT>
+struct Cols {
+  const uint16_t* xr[NT];
+  int po[NT][2];
+};
+template <int NT>
+__device__ __forceinline__ void item_cols(const ExpertParams& p, const Item& it, const int* poff, int lane,
+                                          Cols<NT>& c) {
+  const int* pairs = p.grp + grp_pairs_off(p.E);
+  const int n0 = poff[it.e] + it.b * 8 * NT, end = poff[it.e + 1];
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const int nl = n0 + 8 * nt + g;
+    c.xr[nt] = nullptr;
+    if (nl < end) {
+      const int pr = __ldcg(pairs + nl);
+      c.xr[nt] = static_cast<const uint16_t*>(p.kp.x) + static_cast<long long>(pr / p.x_div) * p.kp.K;
+    }
+#pragma unroll
+    for (int cc = 0; cc < 2; ++cc) {
+      const int no = n0 + 8 * nt + 2 * t + cc;
+      c.po[nt][cc] = no < end ? __ldcg(pairs + no) : -1;
+    }
+  }
+}
+
+template <int NT, bool kGateUp>
+__global__ void __launch_bounds__(kThreads) grouped_expert_kernel(const ExpertParams p) {
+  constexpr int NP = kGateUp ? 2 : 1;  // tiles per unit (gate + up)
+  constexpr int kStages = kGateUp ? 5 : 8;
+  constexpr int kStageBytes = NP * Dec::kUnitBytes;
+  constexpr int kChunks = Dec::kUnitBytes / 16;
+  extern __shared__ __align__(16) unsigned char smem[];
+  const KParams& kp = p.kp;
+  Dec::init_smem(smem, kp);
+  int* ioff = reinterpret_cast<int*>(smem + Dec::kSmemBytes);  // [E + 1] item offsets
+  int* poff = ioff + (p.E + 1);                                // [E + 1] pair offsets
+  uint8_t* rings = reinterpret_cast<uint8_t*>(poff + (p.E + 1));
+  rings += (16 - reinterpret_cast<uintptr_t>(rings) % 16) % 16;
+  pdl_launch_dependents();
+  pdl_wait();  // the pairs, the items and the activations are the previous kernels' outputs
+  const int* gi = p.grp + grp_items_off(p.E, kGateUp);
+  for (int i = threadIdx.x; i <= p.E; i += blockDim.x) ioff[i] = __ldcg(gi + i), poff[i] = __ldcg(p.grp + i);
+  __syncthreads();
+
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int W = static_cast<int>(gridDim.x) * kWarpsPerBlock;
+  const int rank = (static_cast<int>(threadIdx.x) >> 5) * static_cast<int>(gridDim.x) + blockIdx.x;
+  const int n_items = ioff[p.E], R = kp.R, S = kp.S;
+  uint8_t* ring = rings + (threadIdx.x >> 5) * kStages * kStageBytes;
+  const long long RSu = static_cast<long long>(R) * S * Dec::kUnitBytes;  // gate -> up tile
+
+  // Issue side: the weight units of this warp's items in order, kStages - 1 ahead of the compute side.
+  Item ii;
+  bool iv = locate(rank, n_items, ioff, p.E, R, ii);
+  if (!iv) return;
+  int is = 0;
+  const uint8_t* iw = kp.w + kp.expert_stride * ii.e + static_cast<long long>(ii.r) * S * Dec::kUnitBytes;
+  unsigned issued = 0;
+  auto issue = [&]() {
+    if (iv) {
+      uint8_t* dst = ring + (issued % kStages) * kStageBytes;
+      for (int c = lane; c < kChunks; c += 32) {
+        cp_async16(dst + 16 * c, iw + 16 * c);
+        if constexpr (NP == 2) cp_async16(dst + Dec::kUnitBytes + 16 * c, iw + RSu + 16 * c);
+      }
+      iw += Dec::kUnitBytes;
+      if (++is == S) {
+        is = 0;
+        iv = locate(ii.item + W, n_items, ioff, p.E, R, ii);
+        if (iv) iw = kp.w + kp.expert_stride * ii.e + static_cast<long long>(ii.r) * S * Dec::kUnitBytes;
+      }
+    }
+    cp_async_commit();
+    ++issued;
+  };
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) issue();
+
+  float acc[NP][NT][4];
+  auto zero_acc = [&]() {
+#pragma unroll
+    for (int pi = 0; pi < NP; ++pi)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[pi][nt][i] = 0.0f;
+  };
+  zero_acc();
+  Item ci;
+  locate(rank, n_items, ioff, p.E, R, ci);
+  int cs = 0;
+  Cols<NT> cc, nc;
+  item_cols<NT>(p, ci, poff, lane, cc);
+  typename Dec::XFrag xf[NT], xn[NT];
+  auto load_x = [&](const Cols<NT>& c, int s, typename Dec::XFrag(&x)[NT]) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+      Dec::load_x(x[nt], c.xr[nt] ? c.xr[nt] + s * Dec::kUnitK : nullptr, t, c.xr[nt] != nullptr);
+  };
+  load_x(cc, 0, xf);
+  typename Dec::Frag cur[NP];
+
+  for (unsigned u = 0;; ++u) {
+    __syncwarp();  // every lane has read the stage that the next issue overwrites
+    issue();
+    cp_async_wait<kStages - 1>();
+    __syncwarp();
+    const uint8_t* st = ring + (u % kStages) * kStageBytes;
+    Dec::load(cur[0], st, lane);
+    if constexpr (NP == 2) Dec::load(cur[1], st + Dec::kUnitBytes, lane);
+    // The next unit: the same item's next K-slice, or the first slice of the warp's next item.
+    Item ni = ci;
+    int ns = cs + 1;
+    bool nv = true;
+    if (ns == S) {
+      ns = 0;
+      nv = locate(ci.item + W, n_items, ioff, p.E, R, ni);
+      if (nv) item_cols<NT>(p, ni, poff, lane, nc);
+    } else {
+      nc = cc;
+    }
+    if (nv) load_x(nc, ns, xn);
+#pragma unroll
+    for (int pi = 0; pi < NP; ++pi) Dec::template mma<NT>(cur[pi], xf, acc[pi], smem, lane);
+    if (cs == S - 1) {  // the item's K-run is complete: its epilogue
+      if constexpr (kGateUp) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            uint16_t out[2];
+            swiglu_column(acc[0][nt][c], acc[0][nt][2 + c], acc[NP - 1][nt][c], acc[NP - 1][nt][2 + c], true,
+                          out);
+            const int pr = cc.po[nt][c];
+            if (pr >= 0) {
+              uint16_t* h = static_cast<uint16_t*>(kp.y) + static_cast<long long>(pr) * kp.rows + ci.r * 16;
+              h[g] = out[0];
+              h[g + 8] = out[1];
+            }
+          }
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int pr = cc.po[nt][i & 1], row = ci.r * 16 + g + 8 * (i >> 1);
+            if (pr >= 0 && row < kp.rows)
+              static_cast<float*>(kp.y)[static_cast<long long>(pr) * p.ldy + row] = acc[0][nt][i];
+          }
+      }
+      zero_acc();
+    }
+    if (!nv) break;
+    ci = ni, cs = ns, cc = nc;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) xf[nt] = xn[nt];
+  }
+  cp_async_wait<0>();
+}
+
+template <int NT, bool kGateUp>
+constexpr int grouped_smem_bytes(int E) {
+  return Dec::kSmemBytes + 2 * (E + 1) * 4 + 16 +
+         kWarpsPerBlock * (kGateUp ? 5 : 8) * (kGateUp ? 2 : 1) * Dec::kUnitBytes;
+}
+
+template <int NT, bool kGateUp>
+cudaError_t launch_grouped(const ExpertParams& p, cudaStream_t s, bool pdl) {
+  auto kern = grouped_expert_kernel<NT, kGateUp>;
+  const int smem = grouped_smem_bytes<NT, kGateUp>(p.E);
+  // Occupancy depends on E (the offset tables): query per E, cached for the last one seen.
+  static int cached_e = -1, blocks = 0;
+  if (cached_e != p.E) {
+    const KernelShape sh = query_kernel_shape(kern, kThreads, smem);
+    if (sh.status != cudaSuccess) return sh.status;
+    blocks = sh.blocks_per_sm * sh.sms;
+    cached_e = p.E;
+  }
+  return launch_pdl(pdl, kern, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), static_cast<size_t>(smem),
+                    s, p);
+}
+
+}  // namespace
+
+cudaError_t raw_group_pairs(const int* eid, int P, int E, int nb, int r_gu, int r_dn, int* grp,
+                            cudaStream_t s, bool pdl) {
+  const size_t smem = static_cast<size_t>(E + P) * 4;
+  if (smem > 48 * 1024) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(group_pairs_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e != cudaSuccess) return e;
+  }
+  return launch_pdl(pdl, group_pairs_kernel, dim3(1), dim3(1024), smem, s, eid, P, E, nb, r_gu, r_dn, grp);
+}
+
+cudaError_t raw_grouped_experts(bool gate_up, int nt, const ExpertParams& p, cudaStream_t s, bool pdl) {
+  if (nt == 2) return gate_up ? launch_grouped<2, true>(p, s, pdl) : launch_grouped<2, false>(p, s, pdl);
+  return gate_up ? launch_grouped<1, true>(p, s, pdl) : launch_grouped<1, false>(p, s, pdl);
+}
+
+}  // namespace gridq::cuda::detail

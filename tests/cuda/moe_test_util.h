@@ -1,0 +1,50 @@
+// Random NVFP4-CB K16 v2 expert stacks for the MoE kernel tests: gate_up [E][2I, H] and down [E][H, I] with
+// one shared codebook, uploaded, plus each expert's reference BF16 decode.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "cuda_test_util.h"
+
+namespace gridq::cuda::test {
+
+struct ExpertStacks {
+  DeviceWeights gate_up, down;
+  std::vector<std::vector<uint16_t>> gu_dense, dn_dense;  // [E] of [2I, H] / [H, I]
+};
+
+inline ExpertStacks make_expert_stacks(int E, int I, int H, Rng& r) {
+  CbMatrix gu0 = make_cb_matrix(16, 2, 2 * I, H, r);
+  std::vector<uint8_t> gu_canon, dn_canon;
+  ExpertStacks s;
+  for (int e = 0; e < E; ++e) {
+    CbMatrix g = make_cb_matrix(16, 2, 2 * I, H, r);
+    CbMatrix d = make_cb_matrix(16, 2, H, I, r);
+    // Re-decode with the shared codebook gu0.cb_f16: rebuild dense from canonical bytes.
+    for (CbMatrix* m : {&g, &d}) {
+      m->cb_f16 = gu0.cb_f16;
+      std::vector<std::span<const uint16_t>> tabs{
+          std::span<const uint16_t>(m->cb_f16).first(m->cb_f16.size() / 2),
+          std::span<const uint16_t>(m->cb_f16).last(m->cb_f16.size() / 2)};
+      auto book = gridbook::Codebook::from_f16_tables(m->rung, tabs);
+      EXPECT_TRUE(book.ok());
+      const size_t rb = static_cast<size_t>(m->in / 256) * m->rung.type_size();
+      for (int row = 0; row < m->rows; ++row)
+        gridbook::decode_row(m->rung, *book, m->canonical.data() + rb * row, m->in, 0.0f,
+                             m->dense.data() + static_cast<size_t>(row) * m->in);
+    }
+    gu_canon.insert(gu_canon.end(), g.canonical.begin(), g.canonical.end());
+    dn_canon.insert(dn_canon.end(), d.canonical.begin(), d.canonical.end());
+    s.gu_dense.push_back(g.dense);
+    s.dn_dense.push_back(d.dense);
+  }
+  auto gud = upload_cb(16, 2, 2 * I, H, E, gu_canon, gu0.cb_f16, default_v2_table());
+  auto dnd = upload_cb(16, 2, H, I, E, dn_canon, gu0.cb_f16, default_v2_table());
+  EXPECT_TRUE(gud.ok() && dnd.ok());
+  if (gud.ok()) s.gate_up = std::move(*gud);
+  if (dnd.ok()) s.down = std::move(*dnd);
+  return s;
+}
+
+}  // namespace gridq::cuda::test

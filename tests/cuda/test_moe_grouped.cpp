@@ -1,0 +1,168 @@
+// The grouped routed experts (kernels.h grouped_moe) against float64 references, and their batch invariance:
+// a (token, expert) pair's h and y are bit-identical whether the token is alone in the step or one of 64,
+// at any position among them (one token tile per item for small steps, two for large ones).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "core/act_qdq.h"
+#include "cuda_test_util.h"
+#include "moe_test_util.h"
+
+namespace gridq::cuda::test {
+namespace {
+
+struct GroupedOut {
+  std::vector<uint16_t> h;  // [T·k, I]
+  std::vector<float> y;     // [T·k, H]
+};
+
+GroupedOut run_grouped(const ExpertStacks& st, const std::vector<uint16_t>& x, const std::vector<int>& eid,
+                       int T, int k, int E, int I, int H) {
+  GroupedOut o;
+  auto xd = upload_vec(x, "x");
+  auto ed = upload_vec(eid, "eid");
+  auto gd = DeviceBuffer::alloc(static_cast<size_t>(grouped_moe_grp_ints(T, k, E)) * 4, "grp");
+  auto hd = DeviceBuffer::alloc(static_cast<size_t>(T) * k * I * 2, "h");
+  auto yd = DeviceBuffer::alloc(static_cast<size_t>(T) * k * H * 4, "y");
+  EXPECT_TRUE(gd.ok() && hd.ok() && yd.ok());
+  if (!gd.ok() || !hd.ok() || !yd.ok()) return o;
+  poison(*hd);
+  poison(*yd);
+  GroupedMoeArgs a;
+  a.gate_up = &st.gate_up.m;
+  a.down = &st.down.m;
+  a.T = T, a.k = k, a.E = E;
+  a.eid = ed.as<int>();
+  a.grp = gd->as<int>();
+  a.x = xd.as<uint16_t>();
+  a.h = hd->as<uint16_t>();
+  a.y = yd->as<float>();
+  auto s = grouped_moe(a, nullptr, true);
+  EXPECT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  o.h = download<uint16_t>(*hd, static_cast<size_t>(T) * k * I);
+  o.y = download<float>(*yd, static_cast<size_t>(T) * k * H);
+  return o;
+}
+
+// k distinct experts per token, ascending (route_tokens' order).
+std::vector<int> random_choices(int T, int k, int E, Rng& r) {
+  std::vector<int> ids;
+  std::vector<int> all(static_cast<size_t>(E));
+  std::iota(all.begin(), all.end(), 0);
+  for (int t = 0; t < T; ++t) {
+    std::shuffle(all.begin(), all.end(), r.g);
+    std::vector<int> c(all.begin(), all.begin() + k);
+    std::sort(c.begin(), c.end());
+    ids.insert(ids.end(), c.begin(), c.end());
+  }
+  return ids;
+}
+
+TEST(CudaMoeGrouped, MatchesFloat64AndIsBatchInvariant) {
+  REQUIRE_GPU();
+  Rng r(2000);
+  const int E = 16, I = 256, H = 512, k = 4;
+  ExpertStacks st = make_expert_stacks(E, I, H, r);
+  const int Tmax = 64;
+  std::vector<uint16_t> xr(static_cast<size_t>(Tmax) * H), x(xr.size());
+  for (auto& v : xr) v = r.bf16(2.0f);
+  ASSERT_OK(qdq_fp4_row(xr, x));
+  // Token 0 of the big step is crowded: every expert it picks is also picked by most of the others.
+  std::vector<int> eid = random_choices(Tmax, k, E, r);
+  for (int t = 1; t < Tmax; t += 2)
+    for (int j = 0; j < k; ++j) eid[static_cast<size_t>(t * k + j)] = eid[static_cast<size_t>(j)];
+
+  for (int T : {1, 5, 64}) {
+    std::vector<uint16_t> xt(x.begin(), x.begin() + static_cast<long>(T) * H);
+    std::vector<int> et(eid.begin(), eid.begin() + static_cast<long>(T) * k);
+    GroupedOut o = run_grouped(st, xt, et, T, k, E, I, H);
+    ASSERT_EQ(o.h.size(), static_cast<size_t>(T) * k * I);
+    // gate_up + SiLU·mul + FP4 QDQ: the QDQ of the float64 h must agree on nearly every element.
+    size_t agree = 0, total = 0;
+    double num = 0, den = 0;
+    std::vector<double> ref(static_cast<size_t>(T) * k * H), absref(ref.size());
+    for (int t = 0; t < T; ++t) {
+      std::vector<uint16_t> xm(xt.begin() + static_cast<long>(t) * H,
+                               xt.begin() + static_cast<long>(t + 1) * H);
+      for (int j = 0; j < k; ++j) {
+        const size_t p = static_cast<size_t>(t) * k + j;
+        const int e = et[p];
+        std::vector<double> h, ha;
+        swiglu_ref(st.gu_dense[static_cast<size_t>(e)], xm, I, H, h, ha);
+        std::vector<uint16_t> hb(static_cast<size_t>(I)), hq(static_cast<size_t>(I));
+        for (int i = 0; i < I; ++i)
+          hb[static_cast<size_t>(i)] = f32_to_bf16(static_cast<float>(h[static_cast<size_t>(i)]));
+        ASSERT_OK(qdq_fp4_row(hb, hq));
+        for (int i = 0; i < I; ++i) {
+          const uint16_t got = o.h[p * I + static_cast<size_t>(i)];
+          ASSERT_FALSE(std::isnan(bf16_to_f32(got))) << "unwritten h, pair " << p << " i " << i;
+          agree += got == hq[static_cast<size_t>(i)];
+          ++total;
+          const double dv = bf16_to_f32(got) - bf16_to_f32(hq[static_cast<size_t>(i)]);
+          num += dv * dv;
+          den += std::pow(bf16_to_f32(hq[static_cast<size_t>(i)]), 2);
+        }
+        // down on the kernel's own h.
+        const auto& dw = st.dn_dense[static_cast<size_t>(e)];
+        for (int row = 0; row < H; ++row) {
+          double d = 0, da = 0;
+          for (int c = 0; c < I; ++c) {
+            const double v = static_cast<double>(bf16_to_f32(dw[static_cast<size_t>(row) * I + c])) *
+                             bf16_to_f32(o.h[p * I + static_cast<size_t>(c)]);
+            d += v, da += std::fabs(v);
+          }
+          ref[p * H + static_cast<size_t>(row)] = d;
+          absref[p * H + static_cast<size_t>(row)] = da;
+        }
+      }
+    }
+    std::printf("[grouped moe T=%d] gate_up: %zu of %zu QDQ'd values identical, rel L2 %.3g\n", T, agree,
+                total, std::sqrt(num / den));
+    EXPECT_GE(static_cast<double>(agree), 0.98 * static_cast<double>(total));
+    EXPECT_LT(std::sqrt(num / den), 0.03);
+    expect_close(o.y, ref, absref, Tol{1e-6, 1.0 / 65536}, "grouped moe down T=" + std::to_string(T));
+  }
+
+  // Invariance: token 0 alone vs first of 64 vs at position 37 of 64 (rows 0 and 37 swapped).
+  GroupedOut alone = run_grouped(st, std::vector<uint16_t>(x.begin(), x.begin() + H),
+                                 std::vector<int>(eid.begin(), eid.begin() + k), 1, k, E, I, H);
+  GroupedOut full = run_grouped(st, x, eid, Tmax, k, E, I, H);
+  std::vector<uint16_t> xs = x;
+  std::vector<int> es = eid;
+  const int pos = 37;
+  std::swap_ranges(xs.begin(), xs.begin() + H, xs.begin() + static_cast<long>(pos) * H);
+  std::swap_ranges(es.begin(), es.begin() + k, es.begin() + static_cast<long>(pos) * k);
+  GroupedOut moved = run_grouped(st, xs, es, Tmax, k, E, I, H);
+  const size_t hn = static_cast<size_t>(k) * I, yn = static_cast<size_t>(k) * H;
+  EXPECT_EQ(std::memcmp(alone.h.data(), full.h.data(), hn * 2), 0) << "h: alone vs first of 64";
+  EXPECT_EQ(std::memcmp(alone.y.data(), full.y.data(), yn * 4), 0) << "y: alone vs first of 64";
+  EXPECT_EQ(std::memcmp(alone.h.data(), moved.h.data() + pos * hn, hn * 2), 0) << "h: alone vs row 37 of 64";
+  EXPECT_EQ(std::memcmp(alone.y.data(), moved.y.data() + pos * yn, yn * 4), 0) << "y: alone vs row 37 of 64";
+  GroupedOut again = run_grouped(st, x, eid, Tmax, k, E, I, H);
+  EXPECT_EQ(std::memcmp(full.y.data(), again.y.data(), full.y.size() * 4), 0) << "run to run";
+}
+
+TEST(CudaMoeGrouped, RefusesBadArguments) {
+  REQUIRE_GPU();
+  Rng r(2001);
+  ExpertStacks st = make_expert_stacks(4, 256, 256, r);
+  GroupedMoeArgs a;
+  a.gate_up = &st.gate_up.m;
+  a.down = &st.down.m;
+  a.T = 1, a.k = 5, a.E = 4;  // k > E
+  int dummy = 0;
+  a.eid = &dummy, a.grp = &dummy;
+  auto s = grouped_moe(a, nullptr, false);
+  EXPECT_FALSE(s.ok());
+  a.k = 2;
+  s = grouped_moe(a, nullptr, false);  // null x / h / y
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("null"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace gridq::cuda::test
