@@ -1,6 +1,6 @@
 // The grouped routed experts (kernels.h grouped_moe) against float64 references, and their batch invariance:
 // a (token, expert) pair's h and y are bit-identical whether the token is alone in the step or one of 64,
-// at any position among them (one token tile per item for small steps, two for large ones).
+// at any position among them (several of the expert's pairs in one item, or alone).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,10 +25,11 @@ GroupedOut run_grouped(const ExpertStacks& st, const std::vector<uint16_t>& x, c
   auto xd = upload_vec(x, "x");
   auto ed = upload_vec(eid, "eid");
   auto gd = DeviceBuffer::alloc(static_cast<size_t>(grouped_moe_grp_ints(T, k, E)) * 4, "grp");
+  auto gud = DeviceBuffer::alloc(static_cast<size_t>(T) * k * 2 * I * 4, "gu");
   auto hd = DeviceBuffer::alloc(static_cast<size_t>(T) * k * I * 2, "h");
   auto yd = DeviceBuffer::alloc(static_cast<size_t>(T) * k * H * 4, "y");
-  EXPECT_TRUE(gd.ok() && hd.ok() && yd.ok());
-  if (!gd.ok() || !hd.ok() || !yd.ok()) return o;
+  EXPECT_TRUE(gd.ok() && gud.ok() && hd.ok() && yd.ok());
+  if (!gd.ok() || !gud.ok() || !hd.ok() || !yd.ok()) return o;
   poison(*hd);
   poison(*yd);
   GroupedMoeArgs a;
@@ -38,6 +39,7 @@ GroupedOut run_grouped(const ExpertStacks& st, const std::vector<uint16_t>& x, c
   a.eid = ed.as<int>();
   a.grp = gd->as<int>();
   a.x = xd.as<uint16_t>();
+  a.gu = gud->as<float>();
   a.h = hd->as<uint16_t>();
   a.y = yd->as<float>();
   auto s = grouped_moe(a, nullptr, true);

@@ -297,7 +297,8 @@ Status grouped_moe(const GroupedMoeArgs& a, cudaStream_t stream, bool pdl) {
     return err("grouped_moe: T = {}, k = {}, E = {} (need T, k >= 1 and k <= E)", a.T, a.k, a.E);
   const long long P = static_cast<long long>(a.T) * a.k;
   if (P + a.E > 40000) return err("grouped_moe: {} pairs and {} experts exceed one block's sort", P, a.E);
-  if (!a.eid || !a.grp || !a.x || !a.h || !a.y) return err("grouped_moe: null argument");
+  if (!a.eid || !a.grp || !a.x || !a.gu || !a.h || !a.y) return err("grouped_moe: null argument");
+  if (a.E > 1024) return err("grouped_moe: {} experts exceed one block's scan (1024)", a.E);
   if (a.gate_up->rows % 32) return err("grouped_moe: gate_up rows {} is not 2·I", a.gate_up->rows);
   if (a.gate_up->in != a.down->rows || a.down->in != a.gate_up->rows / 2)
     return err("grouped_moe: gate_up [{}, {}] and down [{}, {}] are not [2I, H] and [H, I]", a.gate_up->rows,
@@ -305,19 +306,18 @@ Status grouped_moe(const GroupedMoeArgs& a, cudaStream_t stream, bool pdl) {
   KParams gu, dn;
   GRIDQ_RETURN_IF_ERROR(fill_params(*a.gate_up, gu, "grouped_moe gate_up"));
   GRIDQ_RETURN_IF_ERROR(fill_params(*a.down, dn, "grouped_moe down"));
-  gu.rows = a.gate_up->rows / 2;
-  gu.R = gu.rows / 16;
   gu.x = a.x;
-  gu.y = a.h;
+  gu.y = a.gu;
   dn.x = a.h;
   dn.y = a.y;
-  // Two token tiles per item once the experts average 8 pairs (prefill); one for decode steps. The choice
-  // changes which columns share an item, never a column's bits.
-  const int nt = P >= 8LL * a.E ? 2 : 1;
+  const int nt = 1;  // 8 pairs per item (the kernels' register budget; kparams.h)
   GRIDQ_LAUNCHED(raw_group_pairs(a.eid, static_cast<int>(P), a.E, 8 * nt, gu.R, dn.R, a.grp, stream, pdl),
                  "grouped_moe: pair sort");
-  GRIDQ_LAUNCHED(raw_grouped_experts(true, nt, ExpertParams{gu, a.grp, a.E, a.k, 0}, stream, pdl),
-                 "grouped_moe: gate_up");
+  GRIDQ_LAUNCHED(
+      raw_grouped_experts(true, nt, ExpertParams{gu, a.grp, a.E, a.k, a.gate_up->rows}, stream, pdl),
+      "grouped_moe: gate_up");
+  GRIDQ_LAUNCHED(raw_swiglu_pairs(a.gu, static_cast<int>(P), a.gate_up->rows / 2, a.h, stream, pdl),
+                 "grouped_moe: swiglu");
   GRIDQ_LAUNCHED(raw_grouped_experts(false, nt, ExpertParams{dn, a.grp, a.E, 1, a.down->rows}, stream, pdl),
                  "grouped_moe: down");
   return {};

@@ -195,6 +195,7 @@ Status moe(Ctx& c, const DevLayer& dl) {
     g.eid = c.w.eid.as<int>();
     g.grp = c.w.grp.as<int>();
     g.x = c.w.xin.as<uint16_t>();
+    g.gu = c.w.gu.as<float>();
     g.h = c.w.h.as<uint16_t>();
     g.y = c.w.yd.as<float>();
     GRIDQ_RETURN_IF_ERROR(grouped_moe(g, c.s, detail::forward_pdl()));

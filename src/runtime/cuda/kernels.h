@@ -174,6 +174,7 @@ struct GroupedMoeArgs {
   const int* eid = nullptr;     // [T, k]
   int* grp = nullptr;           // scratch, grouped_moe_grp_ints(T, k, E) ints
   const uint16_t* x = nullptr;  // [T, H]
+  float* gu = nullptr;          // [T·k, 2I] scratch: gate and up sums
   uint16_t* h = nullptr;        // [T·k, I]
   float* y = nullptr;           // [T·k, H]
 };

@@ -79,9 +79,11 @@ struct ExpertParams {
 // kernels (blocks of nb pairs × r_gu gate tiles / r_dn down tiles).
 cudaError_t raw_group_pairs(const int* eid, int P, int E, int nb, int r_gu, int r_dn, int* grp,
                             cudaStream_t s, bool pdl);
-// gate_up: h [P, I] = FP4QDQ(silu(gate)·up); down: y [P, H] FP32. nt = 1 or 2 token tiles per item (the
-// same nt for group_pairs' nb = 8·nt).
+// gate_up: gu [P, 2I] FP32 (gate rows, then up rows); down: y [P, H] FP32. nt token tiles per item (the same
+// nt as group_pairs' nb = 8·nt); built for nt = 1.
 cudaError_t raw_grouped_experts(bool gate_up, int nt, const ExpertParams& p, cudaStream_t s, bool pdl);
+// h [P, I] = FP4QDQ(bf16(silu(bf16(gate))·bf16(up))) from gu [P, 2I] (the GEMV SwiGLU epilogue's arithmetic).
+cudaError_t raw_swiglu_pairs(const float* gu, int P, int I, uint16_t* h, cudaStream_t s, bool pdl);
 
 // Launches the GEMV engine for (format, k, layout_version, mode, token tiles nt = 1|2). Returns
 // cudaErrorNotSupported when that combination is not instantiated.

@@ -1,17 +1,19 @@
 // Routed experts grouped by expert, for any number of rows: a decode step of one token and a prefill chunk
-// of hundreds run the same kernels (kernels.h: grouped_moe).
+// of 64 run the same kernels (kernels.h: grouped_moe).
 //
-// Batch invariance by construction: the gate/up and down sums of a (token, expert) pair are computed by ONE
-// warp over the whole K of its 16-row tile, units in order, one mma chain per token column. A column's bits
-// depend on its own activations and the expert's weights only, never on the other columns of the block, on
-// how many pairs the expert has, or on the step's size. The per-token combine (raw_moe_combine) then sums a
+// Batch invariance by construction: every 16-row tile of a (token, expert) pair's gate/up and down outputs is
+// computed by ONE warp over the whole K of the tile, units in order, one mma chain per token column. A
+// column's bits depend on its own activations and the expert's weights only, never on the other columns of
+// the block, on how many pairs the expert has, or on the step's size. SwiGLU + FP4 QDQ then run per pair
+// (swiglu_pairs_kernel, the GEMV epilogue's arithmetic), and the per-token combine (raw_moe_combine) sums a
 // token's pairs in ascending expert order, as the CPU reference does.
 //
 // Work: group_pairs_kernel sorts the step's T·k pairs by expert (stable: ascending pair index) and counts
-// the items; an item is (expert, 16-row tile, block of NB = 8·NT of the expert's pairs). Item i goes to the
-// warp of rank i mod W, ranks striped across blocks (rank = warp-in-block · blocks + block) so that a small
-// step spreads over every SM. A warp streams the weight units of its items through a cp.async ring that
-// runs ahead across item boundaries.
+// the items; an item is (expert, 16-row tile, block of NB = 8·NT of the expert's pairs); gate and up tiles
+// are separate items (twice the warps of a fused gate+up at batch 1). Item i goes to the warp of rank
+// i mod W, ranks striped across blocks (rank = warp-in-block · blocks + block) so that a small step spreads
+// over every SM. A warp streams the weight units of its items through a cp.async ring that runs ahead
+// across item boundaries. 16 warps per block share one copy of the decoder tables.
 #include "runtime/cuda/kernels/pdl_launch.cuh"
 #include "runtime/cuda/kparams.h"
 #include "runtime/cuda/launch.cuh"
@@ -27,13 +29,42 @@ using Dec = DecCB<16, 2>;  // the fused routed experts' format (device_model.cpp
 __device__ __forceinline__ int grp_items_off(int E, bool gate_up) { return gate_up ? E + 1 : 2 * E + 2; }
 __device__ __forceinline__ int grp_pairs_off(int E) { return 3 * E + 3; }
 
-// One block. P ≤ a few thousand pairs: the O(P²/threads) rank count is a few µs and needs no atomics
-// ordering (the sorted order is a pure function of eid).
+// Exclusive prefix sum over the block's threads (blockDim.x ≤ 1024, a multiple of 32); ws: 32 ints of shared
+// memory. Returns this thread's exclusive sum; *total gets the block total.
+__device__ int block_exclusive_scan(int v, int* ws, int* total) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  int incl = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int n = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += n;
+  }
+  if (lane == 31) ws[w] = incl;
+  __syncthreads();
+  if (w == 0) {
+    int t = lane < nw ? ws[lane] : 0;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int n = __shfl_up_sync(0xffffffffu, t, o);
+      if (lane >= o) t += n;
+    }
+    ws[lane] = t;  // inclusive warp totals
+  }
+  __syncthreads();
+  const int r = incl - v + (w > 0 ? ws[w - 1] : 0);
+  *total = ws[nw - 1];
+  __syncthreads();
+  return r;
+}
+
+// One block of 1024 threads, E ≤ 1024. P ≤ a few thousand pairs: the O(P²/threads) rank count is a few µs
+// and needs no atomics ordering (the sorted order is a pure function of eid).
 __global__ void __launch_bounds__(1024)
     group_pairs_kernel(const int* eid, int P, int E, int nb, int r_gu, int r_dn, int* grp) {
   extern __shared__ int sm[];
-  int* cnt = sm;     // [E], then the pair offsets
-  int* ev = sm + E;  // [P]
+  int* cnt = sm;          // [E], then the pair offsets
+  int* ws = sm + E;       // [32] scan scratch
+  int* ev = sm + E + 32;  // [P]
   pdl_wait();
   pdl_launch_dependents();
   for (int i = threadIdx.x; i < E; i += blockDim.x) cnt[i] = 0;
@@ -41,23 +72,21 @@ __global__ void __launch_bounds__(1024)
   __syncthreads();
   for (int p = threadIdx.x; p < P; p += blockDim.x) atomicAdd(&cnt[ev[p]], 1);
   __syncthreads();
-  if (threadIdx.x == 0) {
-    int off = 0, igu = 0, idn = 0;
-    for (int e = 0; e < E; ++e) {
-      const int c = cnt[e], blocks = (c + nb - 1) / nb;
-      grp[e] = off, grp[E + 1 + e] = igu, grp[2 * E + 2 + e] = idn;
-      cnt[e] = off;
-      off += c, igu += blocks * r_gu, idn += blocks * r_dn;
-    }
-    grp[E] = off, grp[2 * E + 1] = igu, grp[3 * E + 2] = idn;
-  }
+  const int e = threadIdx.x;
+  const int c = e < E ? cnt[e] : 0, blocks = (c + nb - 1) / nb;
+  int tot_p = 0, tot_gu = 0, tot_dn = 0;
+  const int off = block_exclusive_scan(c, ws, &tot_p);
+  const int igu = block_exclusive_scan(blocks * r_gu, ws, &tot_gu);
+  const int idn = block_exclusive_scan(blocks * r_dn, ws, &tot_dn);
+  if (e < E) grp[e] = off, grp[E + 1 + e] = igu, grp[2 * E + 2 + e] = idn, cnt[e] = off;
+  if (e == 0) grp[E] = tot_p, grp[2 * E + 1] = tot_gu, grp[3 * E + 2] = tot_dn;
   __syncthreads();
   int* pairs = grp + grp_pairs_off(E);
   for (int p = threadIdx.x; p < P; p += blockDim.x) {
-    const int e = ev[p];
+    const int pe = ev[p];
     int rank = 0;
-    for (int q = 0; q < p; ++q) rank += ev[q] == e;
-    pairs[cnt[e] + rank] = p;
+    for (int q = 0; q < p; ++q) rank += ev[q] == pe;
+    pairs[cnt[pe] + rank] = p;
   }
 }
 
@@ -110,11 +139,12 @@ __device__ __forceinline__ void item_cols(const ExpertParams& p, const Item& it,
   }
 }
 
+inline constexpr int kExpertWarps = 16, kExpertThreads = kExpertWarps * 32, kExpertStages = 4;
+
+// y[pair, row] FP32 for every item of this launch (gate_up: the [2I, H] stacks' rows, gate then up; down: H).
 template <int NT, bool kGateUp>
-__global__ void __launch_bounds__(kThreads) grouped_expert_kernel(const ExpertParams p) {
-  constexpr int NP = kGateUp ? 2 : 1;  // tiles per unit (gate + up)
-  constexpr int kStages = kGateUp ? 5 : 8;
-  constexpr int kStageBytes = NP * Dec::kUnitBytes;
+__global__ void __launch_bounds__(kExpertThreads, 1) grouped_expert_kernel(const ExpertParams p) {
+  constexpr int kStages = kExpertStages;
   constexpr int kChunks = Dec::kUnitBytes / 16;
   extern __shared__ __align__(16) unsigned char smem[];
   const KParams& kp = p.kp;
@@ -130,31 +160,30 @@ __global__ void __launch_bounds__(kThreads) grouped_expert_kernel(const ExpertPa
   __syncthreads();
 
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int W = static_cast<int>(gridDim.x) * kWarpsPerBlock;
+  const int W = static_cast<int>(gridDim.x) * kExpertWarps;
   const int rank = (static_cast<int>(threadIdx.x) >> 5) * static_cast<int>(gridDim.x) + blockIdx.x;
   const int n_items = ioff[p.E], R = kp.R, S = kp.S;
-  uint8_t* ring = rings + (threadIdx.x >> 5) * kStages * kStageBytes;
-  const long long RSu = static_cast<long long>(R) * S * Dec::kUnitBytes;  // gate -> up tile
+  uint8_t* ring = rings + (threadIdx.x >> 5) * kStages * Dec::kUnitBytes;
+  auto unit0 = [&](const Item& it) {
+    return kp.w + kp.expert_stride * it.e + static_cast<long long>(it.r) * S * Dec::kUnitBytes;
+  };
 
   // Issue side: the weight units of this warp's items in order, kStages - 1 ahead of the compute side.
   Item ii;
   bool iv = locate(rank, n_items, ioff, p.E, R, ii);
   if (!iv) return;
   int is = 0;
-  const uint8_t* iw = kp.w + kp.expert_stride * ii.e + static_cast<long long>(ii.r) * S * Dec::kUnitBytes;
+  const uint8_t* iw = unit0(ii);
   unsigned issued = 0;
   auto issue = [&]() {
     if (iv) {
-      uint8_t* dst = ring + (issued % kStages) * kStageBytes;
-      for (int c = lane; c < kChunks; c += 32) {
-        cp_async16(dst + 16 * c, iw + 16 * c);
-        if constexpr (NP == 2) cp_async16(dst + Dec::kUnitBytes + 16 * c, iw + RSu + 16 * c);
-      }
+      uint8_t* dst = ring + (issued % kStages) * Dec::kUnitBytes;
+      for (int c = lane; c < kChunks; c += 32) cp_async16(dst + 16 * c, iw + 16 * c);
       iw += Dec::kUnitBytes;
       if (++is == S) {
         is = 0;
         iv = locate(ii.item + W, n_items, ioff, p.E, R, ii);
-        if (iv) iw = kp.w + kp.expert_stride * ii.e + static_cast<long long>(ii.r) * S * Dec::kUnitBytes;
+        if (iv) iw = unit0(ii);
       }
     }
     cp_async_commit();
@@ -163,14 +192,12 @@ __global__ void __launch_bounds__(kThreads) grouped_expert_kernel(const ExpertPa
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) issue();
 
-  float acc[NP][NT][4];
+  float acc[NT][4];
   auto zero_acc = [&]() {
 #pragma unroll
-    for (int pi = 0; pi < NP; ++pi)
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) acc[pi][nt][i] = 0.0f;
+      for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
   };
   zero_acc();
   Item ci;
@@ -185,16 +212,14 @@ __global__ void __launch_bounds__(kThreads) grouped_expert_kernel(const ExpertPa
       Dec::load_x(x[nt], c.xr[nt] ? c.xr[nt] + s * Dec::kUnitK : nullptr, t, c.xr[nt] != nullptr);
   };
   load_x(cc, 0, xf);
-  typename Dec::Frag cur[NP];
+  typename Dec::Frag cur;
 
   for (unsigned u = 0;; ++u) {
     __syncwarp();  // every lane has read the stage that the next issue overwrites
     issue();
     cp_async_wait<kStages - 1>();
     __syncwarp();
-    const uint8_t* st = ring + (u % kStages) * kStageBytes;
-    Dec::load(cur[0], st, lane);
-    if constexpr (NP == 2) Dec::load(cur[1], st + Dec::kUnitBytes, lane);
+    Dec::load(cur, ring + (u % kStages) * Dec::kUnitBytes, lane);
     // The next unit: the same item's next K-slice, or the first slice of the warp's next item.
     Item ni = ci;
     int ns = cs + 1;
@@ -207,34 +232,16 @@ __global__ void __launch_bounds__(kThreads) grouped_expert_kernel(const ExpertPa
       nc = cc;
     }
     if (nv) load_x(nc, ns, xn);
+    Dec::template mma<NT>(cur, xf, acc, smem, lane);
+    if (cs == S - 1) {  // the item's K-run is complete: its rows of its pairs
 #pragma unroll
-    for (int pi = 0; pi < NP; ++pi) Dec::template mma<NT>(cur[pi], xf, acc[pi], smem, lane);
-    if (cs == S - 1) {  // the item's K-run is complete: its epilogue
-      if constexpr (kGateUp) {
+      for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            uint16_t out[2];
-            swiglu_column(acc[0][nt][c], acc[0][nt][2 + c], acc[NP - 1][nt][c], acc[NP - 1][nt][2 + c], true,
-                          out);
-            const int pr = cc.po[nt][c];
-            if (pr >= 0) {
-              uint16_t* h = static_cast<uint16_t*>(kp.y) + static_cast<long long>(pr) * kp.rows + ci.r * 16;
-              h[g] = out[0];
-              h[g + 8] = out[1];
-            }
-          }
-      } else {
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int pr = cc.po[nt][i & 1], row = ci.r * 16 + g + 8 * (i >> 1);
-            if (pr >= 0 && row < kp.rows)
-              static_cast<float*>(kp.y)[static_cast<long long>(pr) * p.ldy + row] = acc[0][nt][i];
-          }
-      }
+        for (int i = 0; i < 4; ++i) {
+          const int pr = cc.po[nt][i & 1], row = ci.r * 16 + g + 8 * (i >> 1);
+          if (pr >= 0 && row < kp.rows)
+            static_cast<float*>(kp.y)[static_cast<long long>(pr) * p.ldy + row] = acc[nt][i];
+        }
       zero_acc();
     }
     if (!nv) break;
@@ -245,10 +252,36 @@ __global__ void __launch_bounds__(kThreads) grouped_expert_kernel(const ExpertPa
   cp_async_wait<0>();
 }
 
+// h[p, i] = FP4QDQ(bf16(silu(bf16(g))·bf16(u))) over groups of 16 consecutive i (format.md §14.1), g and u
+// the FP32 rows i and I + i of gu[p]: the arithmetic of the GEMV's SwiGLU epilogue (swiglu_column). One
+// thread per (pair, group).
+__global__ void __launch_bounds__(256) swiglu_pairs_kernel(const float* gu, int P, int I, uint16_t* h) {
+  pdl_entry();
+  const int groups = I / 16;
+  const long long idx = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= static_cast<long long>(P) * groups) return;
+  const long long pr = idx / groups;
+  const int i0 = static_cast<int>(idx % groups) * 16;
+  const float* g = gu + pr * 2 * I + i0;
+  const float* u = g + I;
+  float hv[16];
+  float a = 0.0f;
+  int nan = 0;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    hv[j] = bf16_round(__fmul_rn(silu_f32(bf16_round(__ldcg(g + j))), bf16_round(__ldcg(u + j))));
+    a = fmaxf(a, fabsf(hv[j]));
+    nan |= isnan(hv[j]);
+  }
+  const float s = fp4_group_scale(a);
+  uint16_t* out = h + pr * I + i0;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) out[j] = nan ? uint16_t{0x7FC0} : fp4_qdq_elem(hv[j], s);
+}
+
 template <int NT, bool kGateUp>
 constexpr int grouped_smem_bytes(int E) {
-  return Dec::kSmemBytes + 2 * (E + 1) * 4 + 16 +
-         kWarpsPerBlock * (kGateUp ? 5 : 8) * (kGateUp ? 2 : 1) * Dec::kUnitBytes;
+  return Dec::kSmemBytes + 2 * (E + 1) * 4 + 16 + kExpertWarps * kExpertStages * Dec::kUnitBytes;
 }
 
 template <int NT, bool kGateUp>
@@ -258,20 +291,20 @@ cudaError_t launch_grouped(const ExpertParams& p, cudaStream_t s, bool pdl) {
   // Occupancy depends on E (the offset tables): query per E, cached for the last one seen.
   static int cached_e = -1, blocks = 0;
   if (cached_e != p.E) {
-    const KernelShape sh = query_kernel_shape(kern, kThreads, smem);
+    const KernelShape sh = query_kernel_shape(kern, kExpertThreads, smem);
     if (sh.status != cudaSuccess) return sh.status;
     blocks = sh.blocks_per_sm * sh.sms;
     cached_e = p.E;
   }
-  return launch_pdl(pdl, kern, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), static_cast<size_t>(smem),
-                    s, p);
+  return launch_pdl(pdl, kern, dim3(static_cast<unsigned>(blocks)), dim3(kExpertThreads),
+                    static_cast<size_t>(smem), s, p);
 }
 
 }  // namespace
 
 cudaError_t raw_group_pairs(const int* eid, int P, int E, int nb, int r_gu, int r_dn, int* grp,
                             cudaStream_t s, bool pdl) {
-  const size_t smem = static_cast<size_t>(E + P) * 4;
+  const size_t smem = static_cast<size_t>(E + 32 + P) * 4;
   if (smem > 48 * 1024) {
     const cudaError_t e =
         cudaFuncSetAttribute(group_pairs_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
@@ -280,8 +313,17 @@ cudaError_t raw_group_pairs(const int* eid, int P, int E, int nb, int r_gu, int 
   return launch_pdl(pdl, group_pairs_kernel, dim3(1), dim3(1024), smem, s, eid, P, E, nb, r_gu, r_dn, grp);
 }
 
+cudaError_t raw_swiglu_pairs(const float* gu, int P, int I, uint16_t* h, cudaStream_t s, bool pdl) {
+  if (I % 16) return cudaErrorInvalidValue;
+  const long long n = static_cast<long long>(P) * (I / 16);
+  return launch_pdl(pdl, swiglu_pairs_kernel, dim3(static_cast<unsigned>((n + 255) / 256)), dim3(256), 0, s,
+                    gu, P, I, h);
+}
+
 cudaError_t raw_grouped_experts(bool gate_up, int nt, const ExpertParams& p, cudaStream_t s, bool pdl) {
-  if (nt == 2) return gate_up ? launch_grouped<2, true>(p, s, pdl) : launch_grouped<2, false>(p, s, pdl);
+  // One token tile per item: a 16-warp block leaves 128 registers a thread, which two tiles' activation
+  // fragments (loaded one unit ahead) would overflow.
+  if (nt != 1) return cudaErrorNotSupported;
   return gate_up ? launch_grouped<1, true>(p, s, pdl) : launch_grouped<1, false>(p, s, pdl);
 }
 
