@@ -2,21 +2,22 @@
 // SwiGLU). Other formats answer cudaErrorNotSupported and run as 16-row GEMV slices (the same bits).
 #include "runtime/cuda/gemm_impl.cuh"
 #include "runtime/cuda/kernels/pdl_launch.cuh"
-#include "runtime/cuda/launch.cuh"
+#include "runtime/cuda/kparams.h"
 
 namespace gridq::cuda::detail {
 
 namespace {
 
 template <class Dec, int MODE>
-cudaError_t launch_gemm(const KParams& p, cudaStream_t s, bool pdl, long long mwb) {
+cudaError_t launch_gemm(int fmt, int k, int v, const KParams& p, cudaStream_t s, bool pdl, long long mwb) {
   constexpr int NB = 8 * gemm_nt<Dec, MODE>();
   constexpr int kSmem = gemm_smem_bytes<Dec, MODE>();
   static const cudaError_t attr =
       cudaFuncSetAttribute(gemm_kernel<Dec, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (attr != cudaSuccess) return attr;
   long long blocks = 0;
-  const cudaError_t ge = gemv_grid<Dec, MODE>(static_cast<long long>(p.R) * p.S, mwb, blocks);
+  // The GEMV's grid comes from the GEMV's own translation unit (gemv_cb.cuh: one device function per kernel).
+  const cudaError_t ge = raw_gemv_grid(fmt, k, v, MODE, static_cast<long long>(p.R) * p.S, mwb, blocks);
   if (ge != cudaSuccess) return ge;
   GemmParams gp;
   gp.kp = p;
@@ -34,13 +35,13 @@ cudaError_t launch_gemm(const KParams& p, cudaStream_t s, bool pdl, long long mw
 cudaError_t raw_gemm(int fmt, int k, int v, int mode, const KParams& p, cudaStream_t s, bool pdl,
                      long long mwb) {
   if (fmt == kFmtBF16) {
-    if (mode == kStore) return launch_gemm<DecBF16, kStore>(p, s, pdl, mwb);
-    if (mode == kSwiglu) return launch_gemm<DecBF16, kSwiglu>(p, s, pdl, mwb);
+    if (mode == kStore) return launch_gemm<DecBF16, kStore>(fmt, k, v, p, s, pdl, mwb);
+    if (mode == kSwiglu) return launch_gemm<DecBF16, kSwiglu>(fmt, k, v, p, s, pdl, mwb);
   } else if (fmt == kFmtFP8) {
-    if (mode == kStore) return launch_gemm<DecFP8, kStore>(p, s, pdl, mwb);
+    if (mode == kStore) return launch_gemm<DecFP8, kStore>(fmt, k, v, p, s, pdl, mwb);
   } else if (fmt == kFmtCB && k == 16 && v == 2) {
-    if (mode == kStore) return launch_gemm<DecCB<16, 2>, kStore>(p, s, pdl, mwb);
-    if (mode == kSwiglu) return launch_gemm<DecCB<16, 2>, kSwiglu>(p, s, pdl, mwb);
+    if (mode == kStore) return launch_gemm<DecCB<16, 2>, kStore>(fmt, k, v, p, s, pdl, mwb);
+    if (mode == kSwiglu) return launch_gemm<DecCB<16, 2>, kSwiglu>(fmt, k, v, p, s, pdl, mwb);
   }
   return cudaErrorNotSupported;
 }

@@ -33,4 +33,9 @@ cudaError_t cb_chain_kv(int mode, int nt, ChainParams& c, cudaStream_t s, long l
 template <int K>
 cudaError_t cb_chain_k(int v, int mode, int nt, ChainParams& c, cudaStream_t s, long long mwb);
 
+// The GEMV grid (gemv_grid) of a K16 matrix, from the TU that instantiates its GEMV kernels (gemv_cb_k16.cu):
+// a kernel template instantiated in two translation units would be two device functions behind one host
+// stub.
+cudaError_t cb16_grid(int v, int mode, long long units, long long mwb, long long& blocks);
+
 }  // namespace gridq::cuda::detail

@@ -1,5 +1,6 @@
 // BF16 and FP8 W8A8 GEMV and persistent-chain instantiations, and the format dispatch.
 #include "runtime/cuda/chain_launch.cuh"
+#include "runtime/cuda/gemv_cb.cuh"
 #include "runtime/cuda/launch.cuh"
 
 namespace gridq::cuda::detail {
@@ -47,6 +48,15 @@ cudaError_t raw_gemv(int fmt, int k, int v, int mode, int nt, const KParams& p, 
                      cudaStream_t s, bool pdl, long long min_warp_bytes) {
   if (fmt == kFmtCB) return raw_gemv_cb(k, v, mode, nt, p, max_units, s, pdl, min_warp_bytes);
   return raw_gemv_dense(fmt, mode, nt, p, max_units, s, pdl, min_warp_bytes);
+}
+
+cudaError_t raw_gemv_grid(int fmt, int k, int v, int mode, long long units, long long mwb,
+                          long long& blocks) {
+  if (fmt == kFmtBF16 && mode == kStore) return gemv_grid<DecBF16, kStore>(units, mwb, blocks);
+  if (fmt == kFmtBF16 && mode == kSwiglu) return gemv_grid<DecBF16, kSwiglu>(units, mwb, blocks);
+  if (fmt == kFmtFP8 && mode == kStore) return gemv_grid<DecFP8, kStore>(units, mwb, blocks);
+  if (fmt == kFmtCB && k == 16) return cb16_grid(v, mode, units, mwb, blocks);
+  return cudaErrorNotSupported;
 }
 
 }  // namespace gridq::cuda::detail

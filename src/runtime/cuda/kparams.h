@@ -93,6 +93,10 @@ cudaError_t raw_gemv(int fmt, int k, int v, int mode, int nt, const KParams& p, 
 // and kSwiglu. cudaErrorNotSupported for a format without a GEMM instantiation (the caller runs GEMV slices).
 cudaError_t raw_gemm(int fmt, int k, int v, int mode, const KParams& p, cudaStream_t s, bool pdl,
                      long long min_warp_bytes);
+// Blocks of the GEMV launch over `units` units of a matrix of this format and mode (launch.cuh gemv_grid),
+// for the formats that have a GEMM.
+cudaError_t raw_gemv_grid(int fmt, int k, int v, int mode, long long units, long long min_warp_bytes,
+                          long long& blocks);
 // Launches the persistent chain for (format, k, layout_version, mode, nt); c.ph[i].warps are filled in here.
 // Returns cudaErrorNotSupported when that combination is not instantiated.
 cudaError_t raw_gemv_chain(int fmt, int k, int v, int mode, int nt, ChainParams& c, cudaStream_t s,
