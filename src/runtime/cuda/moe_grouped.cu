@@ -254,29 +254,26 @@ __global__ void __launch_bounds__(kExpertThreads, 1) grouped_expert_kernel(const
 
 // h[p, i] = FP4QDQ(bf16(silu(bf16(g))·bf16(u))) over groups of 16 consecutive i (format.md §14.1), g and u
 // the FP32 rows i and I + i of gu[p]: the arithmetic of the GEMV's SwiGLU epilogue (swiglu_column). One
-// thread per (pair, group).
+// thread per element; a group is 16 consecutive lanes (I % 16 == 0), reduced by xor 1, 2, 4, 8.
 __global__ void __launch_bounds__(256) swiglu_pairs_kernel(const float* gu, int P, int I, uint16_t* h) {
   pdl_entry();
-  const int groups = I / 16;
   const long long idx = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= static_cast<long long>(P) * groups) return;
-  const long long pr = idx / groups;
-  const int i0 = static_cast<int>(idx % groups) * 16;
-  const float* g = gu + pr * 2 * I + i0;
-  const float* u = g + I;
-  float hv[16];
-  float a = 0.0f;
-  int nan = 0;
-#pragma unroll
-  for (int j = 0; j < 16; ++j) {
-    hv[j] = bf16_round(__fmul_rn(silu_f32(bf16_round(__ldcg(g + j))), bf16_round(__ldcg(u + j))));
-    a = fmaxf(a, fabsf(hv[j]));
-    nan |= isnan(hv[j]);
+  const bool ok = idx < static_cast<long long>(P) * I;  // whole groups in or out
+  const long long pr = ok ? idx / I : 0;
+  const int i = ok ? static_cast<int>(idx % I) : 0;
+  float hv = 0.0f;
+  if (ok) {
+    const float* g = gu + pr * 2 * I;
+    hv = bf16_round(__fmul_rn(silu_f32(bf16_round(__ldcg(g + i))), bf16_round(__ldcg(g + I + i))));
   }
-  const float s = fp4_group_scale(a);
-  uint16_t* out = h + pr * I + i0;
+  float a = fabsf(hv);
+  int nan = isnan(hv);
 #pragma unroll
-  for (int j = 0; j < 16; ++j) out[j] = nan ? uint16_t{0x7FC0} : fp4_qdq_elem(hv[j], s);
+  for (int m = 1; m < 16; m <<= 1) {
+    a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, m));
+    nan |= __shfl_xor_sync(0xffffffffu, nan, m);
+  }
+  if (ok) h[pr * I + i] = nan ? uint16_t{0x7FC0} : fp4_qdq_elem(hv, fp4_group_scale(a));
 }
 
 template <int NT, bool kGateUp>
@@ -315,7 +312,7 @@ cudaError_t raw_group_pairs(const int* eid, int P, int E, int nb, int r_gu, int 
 
 cudaError_t raw_swiglu_pairs(const float* gu, int P, int I, uint16_t* h, cudaStream_t s, bool pdl) {
   if (I % 16) return cudaErrorInvalidValue;
-  const long long n = static_cast<long long>(P) * (I / 16);
+  const long long n = static_cast<long long>(P) * I;
   return launch_pdl(pdl, swiglu_pairs_kernel, dim3(static_cast<unsigned>((n + 255) / 256)), dim3(256), 0, s,
                     gu, P, I, h);
 }

@@ -1,6 +1,8 @@
 // The forward's small row kernels: embedding, RMSNorm from the FP32 residual, residual adds, SwiGLU, the
-// softplus output gate and the MoE combine. Bound: latency (a few KB per row); one block per row, fixed
-// summation orders so a row's result never depends on the other rows of the step.
+// softplus output gate and the MoE combine. Bound: latency (a few KB per row). RMSNorm takes a block per row
+// (its sum); the elementwise ones a grid of (column chunks of kThreads, rows), so that a one-row decode step
+// spreads its loads over many SMs instead of one block's serial loop. Fixed summation orders: a row's result
+// never depends on the other rows of the step.
 #include "runtime/cuda/device_util.cuh"
 #include "runtime/cuda/kernels/block_sum.cuh"
 #include "runtime/cuda/kernels/forward_kernels.h"
@@ -14,10 +16,9 @@ constexpr int kThreads = 256;
 __global__ void __launch_bounds__(kThreads)
     embed_kernel(const uint16_t* table, const int* ids, int H, float* x) {
   pdl_entry();
-  const int t = blockIdx.x;
-  const uint16_t* row = table + static_cast<long long>(ids[t]) * H;
-  for (int i = threadIdx.x; i < H; i += kThreads)
-    x[static_cast<long long>(t) * H + i] = bf16_bits_to_f32(row[i]);
+  const int t = blockIdx.y, i = blockIdx.x * kThreads + threadIdx.x;
+  if (i < H)
+    x[static_cast<long long>(t) * H + i] = bf16_bits_to_f32(table[static_cast<long long>(ids[t]) * H + i]);
 }
 
 // Sum of squares in FP64 like the CPU reference (rmsnorm_rows): per-thread strided partials, then a fixed
@@ -53,10 +54,10 @@ __global__ void add_kernel(float* x, const void* y, int y_bf16, long long ld_y, 
 __global__ void __launch_bounds__(kThreads)
     swiglu_kernel(const float* gu, long long ld, long long up_off, int I, uint16_t* h) {
   pdl_entry();
-  const long long t = blockIdx.x;
+  const long long t = blockIdx.y;
+  const int i = blockIdx.x * kThreads + threadIdx.x;
   const float* g = gu + t * ld;
-  for (int i = threadIdx.x; i < I; i += kThreads)
-    h[t * I + i] = f32_to_bf16_bits(__fmul_rn(silu_f32(g[i]), g[up_off + i]));
+  if (i < I) h[t * I + i] = f32_to_bf16_bits(__fmul_rn(silu_f32(g[i]), g[up_off + i]));
 }
 
 // torch.nn.functional.softplus (beta 1, threshold 20) in FP32, as the CPU reference.
@@ -65,9 +66,9 @@ __device__ __forceinline__ float softplus_f32(float g) { return g > 20.0f ? g : 
 __global__ void __launch_bounds__(kThreads)
     gate_kernel(const float* o, const float* g, long long ld_g, int mode, int nh, int d, uint16_t* out) {
   pdl_entry();
-  const long long t = blockIdx.x;
+  const long long t = blockIdx.y;
   const int n = nh * d;
-  for (int i = threadIdx.x; i < n; i += kThreads) {
+  for (int i = blockIdx.x * kThreads + threadIdx.x; i < n; i += gridDim.x * kThreads) {
     float v = o[t * n + i];
     if (mode == 1) v = __fmul_rn(v, softplus_f32(g[t * ld_g + i / d]));
     if (mode == 2) v = __fmul_rn(v, softplus_f32(g[t * ld_g + i]));
@@ -79,17 +80,22 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(kThreads)
     combine_kernel(const float* y, const float* w, int k, int H, float scale, const float* add, float* out) {
   pdl_entry();
-  const long long t = blockIdx.x;
-  for (int c = threadIdx.x; c < H; c += kThreads) {
-    float r = 0.0f;
-    for (int j = 0; j < k; ++j) r = __fadd_rn(r, __fmul_rn(y[(t * k + j) * H + c], w[t * k + j]));
-    float o = scale == 1.0f && !add ? r : __fmul_rn(r, scale);
-    if (add) o = __fadd_rn(o, add[t * H + c]);
-    out[t * H + c] = o;
-  }
+  const long long t = blockIdx.y;
+  const int c = blockIdx.x * kThreads + threadIdx.x;
+  if (c >= H) return;
+  float r = 0.0f;
+  for (int j = 0; j < k; ++j) r = __fadd_rn(r, __fmul_rn(y[(t * k + j) * H + c], w[t * k + j]));
+  float o = scale == 1.0f && !add ? r : __fmul_rn(r, scale);
+  if (add) o = __fadd_rn(o, add[t * H + c]);
+  out[t * H + c] = o;
 }
 
 bool g_forward_pdl = true;
+
+// (column chunks of kThreads, rows).
+dim3 cols_grid(long long cols, int rows) {
+  return dim3(static_cast<unsigned>((cols + kThreads - 1) / kThreads), static_cast<unsigned>(rows));
+}
 
 }  // namespace
 
@@ -97,7 +103,7 @@ bool forward_pdl() { return g_forward_pdl; }
 void set_forward_pdl(bool on) { g_forward_pdl = on; }
 
 cudaError_t raw_embed(const uint16_t* table, const int* ids, int T, int H, float* x, cudaStream_t s) {
-  GQ_KLAUNCH(launch(embed_kernel, dim3(T), dim3(kThreads), 0, s, table, ids, H, x));
+  GQ_KLAUNCH(launch(embed_kernel, cols_grid(H, T), dim3(kThreads), 0, s, table, ids, H, x));
   return cudaGetLastError();
 }
 cudaError_t raw_rmsnorm_f32(const float* x, const float* w, int T, int H, float eps, uint16_t* y, float* y32,
@@ -113,17 +119,17 @@ cudaError_t raw_add(float* x, const void* y, bool y_bf16, long long ld_y, int T,
 }
 cudaError_t raw_swiglu(const float* gu, long long ld, long long up_off, int T, int I, uint16_t* h,
                        cudaStream_t s) {
-  GQ_KLAUNCH(launch(swiglu_kernel, dim3(T), dim3(kThreads), 0, s, gu, ld, up_off, I, h));
+  GQ_KLAUNCH(launch(swiglu_kernel, cols_grid(I, T), dim3(kThreads), 0, s, gu, ld, up_off, I, h));
   return cudaGetLastError();
 }
 cudaError_t raw_gate(const float* o, const float* g, long long ld_g, int mode, int T, int nh, int d,
                      uint16_t* out, cudaStream_t s) {
-  GQ_KLAUNCH(launch(gate_kernel, dim3(T), dim3(kThreads), 0, s, o, g, ld_g, mode, nh, d, out));
+  GQ_KLAUNCH(launch(gate_kernel, cols_grid(nh * d, T), dim3(kThreads), 0, s, o, g, ld_g, mode, nh, d, out));
   return cudaGetLastError();
 }
 cudaError_t raw_moe_combine(const float* y, const float* w, int T, int k, int H, float scale,
                             const float* add, float* out, cudaStream_t s) {
-  GQ_KLAUNCH(launch(combine_kernel, dim3(T), dim3(kThreads), 0, s, y, w, k, H, scale, add, out));
+  GQ_KLAUNCH(launch(combine_kernel, cols_grid(H, T), dim3(kThreads), 0, s, y, w, k, H, scale, add, out));
   return cudaGetLastError();
 }
 
