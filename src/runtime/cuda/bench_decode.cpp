@@ -230,6 +230,16 @@ Expected<json> run_bench_decode(const BenchDecodeOptions& o) {
           std::fprintf(stderr, "%5d %7d   skipped (past max_position_embeddings)\n", batch, ctx);
         continue;
       }
+      // Full-layer KV the cell holds at its last position, in whole pages of 16 (the pool's unit).
+      const int64_t need = static_cast<int64_t>(batch) * ((last + 1 + 15) / 16 * 16);
+      if (be.kv_capacity_tokens() >= 0 && need > be.kv_capacity_tokens()) {
+        skipped.push_back({{"batch", batch},
+                           {"context", ctx},
+                           {"reason", fmt::format("needs {} tokens of full-layer KV, the cache holds {}",
+                                                  need, be.kv_capacity_tokens())}});
+        if (o.progress) std::fprintf(stderr, "%5d %7d   skipped (KV cache too small)\n", batch, ctx);
+        continue;
+      }
       Cell c;
       GRIDQ_RETURN_IF_ERROR(run_cell(be, o, batch, ctx, rng, next_id, c));
       const double ms = bench::median(c.ms);
