@@ -57,6 +57,7 @@ int run_decode(const BenchFlags& f) {
   o.warmup = f.warmup;
   o.seed = f.seed;
   o.pdl = !f.no_pdl;
+  o.min_warp_bytes = f.min_warp_bytes;
   auto r = cuda::run_bench_decode(o);
   if (!r.ok()) return fail(name + ": " + r.message());
   if (!f.out.empty()) {
@@ -159,6 +160,10 @@ const Registrar reg{Command{
       d->add_flag(
           "--no-pdl", flags->no_pdl,
           "launch the forward's kernels without programmatic dependent launch (to measure what it buys)");
+      d->add_option(
+          "--min-warp-bytes", flags->min_warp_bytes,
+          "GEMV work-split tuning: fewest weight bytes per warp (default 2048; changes every matrix's "
+          "split, never batch invariance)");
       d->add_option("--device", flags->device, "cuda or auto (default)")->check(device_check());
       CLI::App* p = sub.add_subcommand(
           "prefill",

@@ -18,6 +18,7 @@
 #include "runtime/cuda/bench_util.h"
 #include "runtime/cuda/cuda_backend.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/kernels.h"
 #include "runtime/cuda/kernels/forward_kernels.h"
 #include "runtime/cuda/synthetic_model.h"
 #include "runtime/model_weights.h"
@@ -167,6 +168,7 @@ Status check_options(const BenchDecodeOptions& o) {
 Expected<json> run_bench_decode(const BenchDecodeOptions& o) {
   GRIDQ_RETURN_IF_ERROR(check_options(o));
   detail::set_forward_pdl(o.pdl);
+  if (o.min_warp_bytes > 0) set_gemv_min_warp_bytes(o.min_warp_bytes);
   GRIDQ_ASSIGN_OR_RETURN(DeviceInfo info, device_info());
   if (info.major != 9 || info.minor != 0)
     return err("bench decode: built for sm_90a, device is sm_{}{} ({})", info.major, info.minor, info.name);
@@ -309,6 +311,7 @@ Expected<json> run_bench_decode(const BenchDecodeOptions& o) {
                   {"max_model_len", dev.max_model_len},
                   {"gpu_memory_utilization", dev.gpu_memory_utilization},
                   {"pdl", o.pdl},
+                  {"gemv_min_warp_bytes", gemv_min_warp_bytes()},
                   {"prefill", o.prefill},
                   {"prefill_repeats", o.prefill_repeats}};
   r["timing"] =

@@ -36,7 +36,8 @@ struct BenchDecodeOptions {
   // `gridq bench prefill`: prompt lengths to prefill (one sequence, the last row's logits copied back: the
   // time to first token); with batches empty only these are measured.
   std::vector<int> prefill;
-  int prefill_repeats = 3;  // timed prefills per length (median), after one untimed
+  int prefill_repeats = 3;       // timed prefills per length (median), after one untimed
+  long long min_warp_bytes = 0;  // GEMV work-split knob (kernels.h set_gemv_min_warp_bytes); 0 = default
 };
 
 // Cells whose context + steps (or prefill length) pass the model's max_position_embeddings are listed under
