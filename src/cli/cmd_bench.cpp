@@ -162,7 +162,7 @@ const Registrar reg{Command{
           "launch the forward's kernels without programmatic dependent launch (to measure what it buys)");
       d->add_option(
           "--min-warp-bytes", flags->min_warp_bytes,
-          "GEMV work-split tuning: fewest weight bytes per warp (default 2048; changes every matrix's "
+          "GEMV work-split tuning: fewest weight bytes per warp (default 8192; changes every matrix's "
           "split, never batch invariance)");
       d->add_option("--device", flags->device, "cuda or auto (default)")->check(device_check());
       CLI::App* p = sub.add_subcommand(

@@ -17,8 +17,11 @@ static_assert(Workspace::kMaxPartialFloats == detail::kMaxPartialFloats);
 
 namespace {
 
-// Below this many weight bytes per warp the split-K reduction costs more than the extra warps buy.
-long long g_min_warp_bytes = 2048;
+// Below this many weight bytes per warp the split-K reduction costs more than the extra warps buy. Swept on
+// the H200 with `gridq bench decode --synthetic laguna-s-2.1 --min-warp-bytes N` (session 6, batch 1 / 16):
+// 2048 → 126.1 / 811 tok/s, 4096 → 132.5 / 815, 8192 → 135.3 / 832, 16384 → 136.0 / 840, 32768 → 123.0 /
+// 801, 65536 → 99.3 / 718. 8192 keeps a margin from the cliff for other shapes.
+long long g_min_warp_bytes = 8192;
 
 Status launched(cudaError_t e, const char* what, const char* file, int line) {
   if (e == cudaErrorNotSupported)

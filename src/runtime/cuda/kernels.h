@@ -63,7 +63,7 @@ struct GemvArgs {
 };
 Status gemv(const GemvArgs& a, const Workspace& ws, cudaStream_t stream, bool pdl);
 
-// Tuning knob of the work split: the fewest weight bytes one warp streams (default 2048). Fewer warps per
+// Tuning knob of the work split: the fewest weight bytes one warp streams (default 8192). Fewer warps per
 // matrix mean fewer split-K parts per 16-row tile; more warps mean more loads in flight.
 void set_gemv_min_warp_bytes(long long bytes);
 long long gemv_min_warp_bytes();
