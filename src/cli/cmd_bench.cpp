@@ -71,9 +71,8 @@ int run_decode(const BenchFlags& f) {
     std::printf("%s", cuda::format_bench_decode_table(*r).c_str());
   return 0;
 #else
-  return fail(
-      "bench decode: this gridq was built without CUDA (configure with -DGRIDQ_CUDA=ON on a machine with "
-      "nvcc)");
+  return fail(name +
+              ": this gridq was built without CUDA (configure with -DGRIDQ_CUDA=ON on a machine with nvcc)");
 #endif
 }
 
@@ -145,44 +144,41 @@ const Registrar reg{Command{
           "  gridq bench decode --synthetic laguna-s-2.1            # full-size, built on the GPU\n"
           "  gridq bench decode --synthetic laguna-s-2.1 --batches 1 --contexts 0,32768 --out r.json\n"
           "  gridq bench decode build/demo/laguna-tiny-code-gridbook  # an artifact (or HF) directory");
-      d->add_option("MODEL", flags->model_dir, "artifact or HF checkpoint directory (or use --synthetic)");
-      d->add_option("--synthetic", flags->synthetic,
-                    "a full-size model of random legal bytes built on the GPU: laguna-s-2.1, laguna-xs-2.1, "
-                    "laguna-tiny-code");
+      // The options `bench decode` and `bench prefill` share: the model, seed, output and launch switches.
+      auto model_options = [flags](CLI::App* c) {
+        c->add_option("MODEL", flags->model_dir, "artifact or HF checkpoint directory (or use --synthetic)");
+        c->add_option(
+            "--synthetic", flags->synthetic,
+            "a full-size model of random legal bytes built on the GPU: laguna-s-2.1, laguna-xs-2.1, "
+            "laguna-tiny-code");
+        c->add_option("--seed", flags->seed, "seed of the synthetic weights and token ids (default 1)");
+        c->add_option("--out", flags->out, "also write the JSON result (machine, commit, driver, CUDA) here");
+        c->add_flag("--json", flags->json, "print the JSON instead of the table");
+        c->add_flag(
+            "--no-pdl", flags->no_pdl,
+            "launch the forward's kernels without programmatic dependent launch (to measure what it buys)");
+        c->add_option(
+            "--min-warp-bytes", flags->min_warp_bytes,
+            "GEMV work-split tuning: fewest weight bytes per warp (default 8192; changes every matrix's "
+            "split, never batch invariance)");
+        c->add_option("--device", flags->device, "cuda or auto (default)")->check(device_check());
+      };
+      model_options(d);
       d->add_option("--batches", flags->batches, "decode batch sizes (default 1,4,16)")->delimiter(',');
       d->add_option("--contexts", flags->contexts, "context lengths (default 0,8192,32768)")->delimiter(',');
       d->add_option("--steps", flags->steps, "timed decode steps per cell (default 32)")
           ->check(CLI::Range(1, 10000));
       d->add_option("--warmup", flags->warmup, "untimed steps first (default 4)")->check(CLI::Range(0, 1000));
-      d->add_option("--seed", flags->seed, "seed of the synthetic weights and token ids (default 1)");
-      d->add_option("--out", flags->out, "also write the JSON result (machine, commit, driver, CUDA) here");
-      d->add_flag("--json", flags->json, "print the JSON instead of the table");
-      d->add_flag(
-          "--no-pdl", flags->no_pdl,
-          "launch the forward's kernels without programmatic dependent launch (to measure what it buys)");
-      d->add_option(
-          "--min-warp-bytes", flags->min_warp_bytes,
-          "GEMV work-split tuning: fewest weight bytes per warp (default 8192; changes every matrix's "
-          "split, never batch invariance)");
-      d->add_option("--device", flags->device, "cuda or auto (default)")->check(device_check());
       CLI::App* p = sub.add_subcommand(
           "prefill",
           "Prompt prefill tok/s and time to first token on the CUDA engine (one sequence from empty)\n"
           "Examples:\n"
           "  gridq bench prefill --synthetic laguna-s-2.1                 # 1k and 8k prompts\n"
           "  gridq bench prefill --synthetic laguna-s-2.1 --lengths 512,4096 --out r.json");
-      p->add_option("MODEL", flags->model_dir, "artifact or HF checkpoint directory (or use --synthetic)");
-      p->add_option("--synthetic", flags->synthetic,
-                    "a full-size model of random legal bytes built on the GPU: laguna-s-2.1, laguna-xs-2.1, "
-                    "laguna-tiny-code");
+      model_options(p);
       p->add_option("--lengths", flags->lengths, "prompt lengths (default 1024,8192)")->delimiter(',');
       p->add_option("--repeats", flags->repeats, "timed prefills per length, after one untimed (default 3)")
           ->check(CLI::Range(1, 100));
-      p->add_option("--seed", flags->seed, "seed of the synthetic weights and token ids (default 1)");
-      p->add_option("--out", flags->out, "also write the JSON result (machine, commit, driver, CUDA) here");
-      p->add_flag("--json", flags->json, "print the JSON instead of the table");
-      p->add_flag("--no-pdl", flags->no_pdl, "launch without programmatic dependent launch");
-      p->add_option("--device", flags->device, "cuda or auto (default)")->check(device_check());
       auto gf = std::make_shared<BenchGrammarFlags>();
       CLI::App* g = sub.add_subcommand(
           "grammar",
