@@ -48,6 +48,13 @@ if out="$("$GRIDQ" bench kernels --device cpu 2>&1)"; then fail "bench kernels -
 elif grep -q -- "--device cpu" <<<"$out" && grep -q "cuda" <<<"$out"; then
   pass "bench kernels refuses --device cpu: $(head -1 <<<"$out")"
 else fail "bench kernels --device cpu message" "$out"; fi
+for sub in decode prefill; do
+  if out="$("$GRIDQ" bench $sub --synthetic laguna-s-2.1 --device cpu 2>&1)"; then
+    fail "bench $sub --device cpu exits non-zero" "$out"
+  elif grep -q -- "bench $sub: --device cpu" <<<"$out" && grep -q "CUDA" <<<"$out"; then
+    pass "bench $sub refuses --device cpu: $(head -1 <<<"$out")"
+  else fail "bench $sub --device cpu message" "$out"; fi
+done
 if "$GRIDQ" eval "$MODEL" --text "$ROOT/data/code-eval.txt" --tokens 32 --window 16 --device cpu >/dev/null 2>"$TMP/ev.err" &&
    grep -q "device: cpu (--device cpu)" "$TMP/ev.err"; then
   pass "eval --device cpu logs its device"
