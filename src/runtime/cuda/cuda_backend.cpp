@@ -119,7 +119,7 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
     const char* what;
   };
   for (const B& b :
-       {B{&w.rows, 3 * R * 4, "step rows"},
+       {B{&w.rows, 4 * R * 4, "step rows"},
         B{&w.x, R * H * 4, "residual"},
         B{&w.a, R * H * 2, "normed input"},
         B{&w.a32, R * H * 4, "normed input fp32"},

@@ -244,9 +244,11 @@ Status CudaBackend::run_step(const Step& st, std::vector<float>* logits,
                              std::vector<runtime::SampledToken>* sampled) {
   const int T = st.T(), V = spec_.vocab_size;
   Work& w = *work_;
-  std::vector<int> host(3 * kMaxStepRows, 0);
-  for (int t = 0; t < T; ++t)
+  std::vector<int> host(4 * kMaxStepRows, 0);
+  for (int t = 0; t < T; ++t) {
     host[t] = st.ids[t], host[kMaxStepRows + t] = st.pos[t], host[2 * kMaxStepRows + t] = st.slot[t];
+    host[3 * kMaxStepRows + t] = st.kv_write.empty() ? 1 : st.kv_write[static_cast<size_t>(t)];
+  }
   GRIDQ_CUDA(cudaMemcpyAsync(w.rows.as(), host.data(), host.size() * 4, cudaMemcpyHostToDevice, stream_));
   // A decode step (every row wants its logits) of T rows always launches the same kernels with the same
   // arguments (the step's ids, positions and slots are read from w.rows on the device), so from its second
@@ -303,7 +305,13 @@ Status CudaBackend::run_step(const Step& st, std::vector<float>* logits,
 Status CudaBackend::enqueue_step(const Step& st, PhaseTimer& timer) {
   const int T = st.T(), H = spec_.hidden_size;
   Work& w = *work_;
-  Ctx c{spec_, w, ws_, stream_, T, {w.rows.as<int>() + kMaxStepRows, w.rows.as<int>() + 2 * kMaxStepRows},
+  Ctx c{spec_,
+        w,
+        ws_,
+        stream_,
+        T,
+        {w.rows.as<int>() + kMaxStepRows, w.rows.as<int>() + 2 * kMaxStepRows,
+         w.rows.as<int>() + 3 * kMaxStepRows},
         &timer};
   GRIDQ_RETURN_IF_ERROR(timer.mark("start"));
   GQ_LAUNCH(detail::raw_embed(dm_->embed.as<uint16_t>(), w.rows.as<int>(), T, H, w.x.as<float>(), stream_),

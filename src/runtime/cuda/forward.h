@@ -10,6 +10,7 @@ namespace gridq::cuda {
 
 struct CudaBackend::Step {
   std::vector<int> ids, pos, slot;  // [T] token, absolute position, sequence slot
+  std::vector<int> kv_write;        // [T] 1: write the row's full-layer KV (0: a shared prefix page holds it)
   std::vector<int> logit_rows;      // rows (< T) whose logits are wanted, ascending
   // forward_sampled: one plan per logit row (null: not sampled); the rows are sampled on the device and
   // only their tokens come back (sampling.cpp).
@@ -20,7 +21,7 @@ struct CudaBackend::Step {
 
 // Every activation buffer of a step, sized once from the spec for R = kMaxStepRows rows (shape per field).
 struct CudaBackend::Work {
-  DeviceBuffer rows;     // int [3][R]: ids, pos, seq_slot
+  DeviceBuffer rows;     // int [4][R]: ids, pos, seq_slot, kv_write
   DeviceBuffer x;        // f32 [R, H] residual stream
   DeviceBuffer a;        // bf16 [R, H] normed input of a block
   DeviceBuffer a32;      // f32 [R, H] the same before rounding (the router's input)

@@ -55,6 +55,9 @@ struct KvView {
 struct RowInfo {        // per row of a step, on the device
   const int* pos;       // [T] absolute position
   const int* seq_slot;  // [T] sequence slot
+  // [T] 0: the row's full-layer K/V are already in pages the sequence shares (a prefix-cache hit, recomputed
+  // only to rebuild the sliding-layer rings): not written. Null: every row writes.
+  const int* kv_write = nullptr;
 };
 
 // q FP32 rows [T, nh·d] at q_src (row stride ld_q), k and v [T, nkv·d] at k_src / v_src. Per head: RMSNorm

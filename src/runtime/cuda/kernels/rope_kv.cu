@@ -62,6 +62,7 @@ __global__ void __launch_bounds__(kThreads) qk_rope_kv_kernel(const RopeArgs a) 
     }
     return;
   }
+  if (!a.kv.sliding && a.rows.kv_write && !a.rows.kv_write[t]) return;  // already in the shared pages
   uint16_t* dst = kv_row(a.kv, a.rows.seq_slot[t], pos, !is_k) + static_cast<long long>(head) * d;
   for (int r = 0; r < kMaxHeadDim / kThreads; ++r) {
     const int i = threadIdx.x + r * kThreads;
