@@ -11,13 +11,14 @@ import pytest
 
 from server_util import MODEL_ID, Server
 
-PAGES = 40  # 640 tokens: about 3.6 of the requests below at their longest
-PROMPT_LEN, MAX_TOKENS, N_REQ = 150, 24, 6
+PAGES = 40  # 640 tokens: 4 of the requests below at their longest, while 5 are admitted on their prompts
+PROMPT_LEN, MAX_TOKENS, N_REQ = 100, 60, 8
+LONG = 300  # a prompt past the sliding layers' receptive field (2 × 63): a hit recomputes only part of it
 
 
-def prompt(i: int) -> list:
+def prompt(i: int, n: int = PROMPT_LEN) -> list:
     # Token ids 100..3099 of the 4096-token vocabulary: plain text pieces, no special tokens.
-    return [100 + (i * 977 + j * 31) % 3000 for j in range(PROMPT_LEN)]
+    return [100 + (i * 977 + j * 31) % 3000 for j in range(n)]
 
 
 def complete(server, ids, n=1, max_tokens=MAX_TOKENS):
@@ -77,9 +78,9 @@ def test_never_fits_is_400_naming_the_limit(small):
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert err["code"] == "kv_cache_too_small"
-    assert f"holds {PAGES} pages" in err["message"] and "prompt 150 + max_tokens 1000" in err["message"]
-    # n counts: 4 × 174 tokens is 44 pages, more than the whole cache.
-    r = complete(small, prompt(0), n=4)
+    assert f"holds {PAGES} pages" in err["message"] and "prompt 100 + max_tokens 1000" in err["message"]
+    # n counts: 5 × 160 tokens is 50 pages, more than the whole cache (4 × is exactly the cache, and runs).
+    r = complete(small, prompt(0), n=5)
     assert r.status_code == 400 and r.json()["error"]["code"] == "kv_cache_too_small"
 
 
@@ -93,31 +94,39 @@ def test_preemption_keeps_every_stream_identical(small, refs):
     assert metric(small, "kv_cache_pages_used") == 0
     assert 0 < metric(small, "kv_cache_pages_cached") <= PAGES
     assert metric(small, "num_requests_waiting") == 0
+    assert metric(small, "kv_cache_usage_perc") == 0
 
 
-def test_repeated_prompt_hits_the_prefix_cache(small, refs):
+def test_repeated_prompt_hits_the_prefix_cache(small):
+    ids = prompt(99, LONG)
     q0, h0 = metric(small, "prefix_cache_queries_total"), metric(small, "prefix_cache_hits_total")
-    assert texts(complete(small, prompt(N_REQ - 1)))[0] == refs[N_REQ - 1]
-    assert texts(complete(small, prompt(N_REQ - 1)))[0] == refs[N_REQ - 1]
-    queried = metric(small, "prefix_cache_queries_total") - q0
-    hits = metric(small, "prefix_cache_hits_total") - h0
-    assert queried >= 2 * PROMPT_LEN
-    # The second run finds at least the 9 full pages of the prompt (144 tokens) the first one left.
-    assert hits >= 144
-    assert metric(small, "prefix_cache_recomputed_tokens_total") > 0
+    r0 = metric(small, "prefix_cache_recomputed_tokens_total")
+    first = texts(complete(small, ids, max_tokens=8))[0]
+    assert metric(small, "prefix_cache_hits_total") == h0  # a prompt never seen: no hit
+    assert texts(complete(small, ids, max_tokens=8))[0] == first
+    assert metric(small, "prefix_cache_queries_total") - q0 == 2 * LONG
+    # The 18 full pages before the last token (288 tokens) are found; the last 2 × 63 of them are run again
+    # to rebuild the two sliding layers' rings.
+    assert metric(small, "prefix_cache_hits_total") - h0 == 288
+    assert metric(small, "prefix_cache_recomputed_tokens_total") - r0 == 126
 
 
-def test_n_choices_share_the_prompt_and_match(small, refs):
+def test_n_choices_share_the_prompt_and_match(small):
+    ids = prompt(98, LONG)
+    alone = texts(complete(small, ids, max_tokens=8))[0]
     h0 = metric(small, "prefix_cache_hits_total")
-    assert texts(complete(small, prompt(1), n=2)) == [refs[1], refs[1]]
-    assert metric(small, "prefix_cache_hits_total") - h0 >= 144
+    # 2 × 308 tokens is 40 pages unshared: the whole cache. Choice 1 shares choice 0's 18 prompt pages.
+    assert texts(complete(small, ids, n=2, max_tokens=8)) == [alone, alone]
+    assert metric(small, "prefix_cache_hits_total") - h0 >= 2 * 288
 
 
-def test_prefix_caching_off_gives_the_same_text(refs):
+def test_prefix_caching_off_gives_the_same_text(small, refs):
+    long_ref = texts(complete(small, prompt(99, LONG), max_tokens=8))[0]  # on `small`: a prefix-cache hit
     s = Server("--no-enable-prefix-caching", "--max-num-batched-tokens", "64")
     try:
         assert "prefix caching off" in s.output()
         assert burst(s, [prompt(i) for i in range(N_REQ)]) == refs
+        assert texts(complete(s, prompt(99, LONG), max_tokens=8))[0] == long_ref
         assert metric(s, "prefix_cache_queries_total") == 0
         assert metric(s, "num_preemptions_total") == 0
     finally:
