@@ -12,7 +12,6 @@
 
 #include "cli/cli_model.h"
 #include "cli/command.h"
-#include "cli/serve_kv.h"
 #include "gridbook/quant_config.h"
 #include "io/checkpoint.h"
 #include "io/pins.h"
@@ -21,6 +20,7 @@
 #include "serve/api_keys.h"
 #include "serve/api_server.h"
 #include "serve/http_server.h"
+#include "serve/kv_setup.h"
 #include "serve/runtime_engine.h"
 #include "serve/scheduler.h"
 #include "text/jinja/template.h"

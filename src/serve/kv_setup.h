@@ -11,12 +11,12 @@
 #include "serve/metrics.h"
 #include "serve/runtime_engine.h"
 
-namespace gridq::cli {
+namespace gridq::serve {
 
 // `prefix_caching` on (the default) with a backend that has no prefix cache logs why and serves without it;
 // `explicit_flag` (--enable-prefix-caching given) makes that an error instead.
-Expected<std::unique_ptr<serve::RuntimeEngine>> make_serve_engine(
+Expected<std::unique_ptr<RuntimeEngine>> make_serve_engine(
     std::unique_ptr<runtime::Engine> eng, int64_t max_len, bool prefix_caching, bool explicit_flag,
-    serve::Metrics& metrics, const std::function<void(const std::string&)>& log);
+    Metrics& metrics, const std::function<void(const std::string&)>& log);
 
-}  // namespace gridq::cli
+}  // namespace gridq::serve

@@ -1,14 +1,14 @@
-#include "cli/serve_kv.h"
+#include "serve/kv_setup.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 
-namespace gridq::cli {
+namespace gridq::serve {
 
-Expected<std::unique_ptr<serve::RuntimeEngine>> make_serve_engine(
+Expected<std::unique_ptr<RuntimeEngine>> make_serve_engine(
     std::unique_ptr<runtime::Engine> eng, int64_t max_len, bool prefix_caching, bool explicit_flag,
-    serve::Metrics& metrics, const std::function<void(const std::string&)>& log) {
+    Metrics& metrics, const std::function<void(const std::string&)>& log) {
   const std::string mem = eng->backend().memory_report();
   if (!mem.empty()) log("memory: " + mem);
   // Prefix caching needs the backend's primitives (runtime/backend.h); without them it stays off, said so.
@@ -23,7 +23,7 @@ Expected<std::unique_ptr<serve::RuntimeEngine>> make_serve_engine(
     prefix = false;
   }
   const runtime::KvPageStats kv = eng->backend().kv_pages();
-  GRIDQ_ASSIGN_OR_RETURN(auto r, serve::RuntimeEngine::create(std::move(eng), max_len, prefix));
+  GRIDQ_ASSIGN_OR_RETURN(auto r, RuntimeEngine::create(std::move(eng), max_len, prefix));
   if (kv.total >= 0) {
     log(fmt::format("kv cache: {} pages of {} tokens ({} tokens), prefix caching {}", kv.total,
                     kv.page_tokens, kv.total * kv.page_tokens, prefix ? "on" : "off"));
@@ -36,4 +36,4 @@ Expected<std::unique_ptr<serve::RuntimeEngine>> make_serve_engine(
   return r;
 }
 
-}  // namespace gridq::cli
+}  // namespace gridq::serve
