@@ -106,6 +106,8 @@ Expected<std::unique_ptr<runtime::Engine>> open_engine(const std::string& model_
   eo.dev.max_num_seqs = o.max_num_seqs;
   eo.dev.max_model_len = o.max_model_len;
   eo.dev.cuda_graphs = !o.enforce_eager;
+  eo.dev.num_gpu_blocks_override = o.num_gpu_blocks_override;
+  eo.dev.cpu_kv_budget = o.cpu_kv_budget;
   GRIDQ_ASSIGN_OR_RETURN(auto eng, runtime::Engine::open(model_dir, eo));
   if (log) {
     log(eng->device_log());

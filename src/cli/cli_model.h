@@ -22,6 +22,8 @@ struct RunOptions {
   int max_num_seqs = 16;                // sequences that hold KV at once (serve sets it; eval raises it)
   bool enforce_eager = false;           // --enforce-eager: no CUDA graphs (vLLM's name)
   int64_t max_model_len = 0;            // 0 = the model's (serve sets it)
+  int64_t num_gpu_blocks_override = 0;  // KV pages (serve's --num-gpu-blocks-override; 0 = default)
+  bool cpu_kv_budget = false;           // serve: the cpu KV is a fixed pool too (runtime::DeviceOptions)
 };
 
 void add_run_options(CLI::App& sub, RunOptions& o);

@@ -20,6 +20,7 @@
 #include "serve/api_keys.h"
 #include "serve/api_server.h"
 #include "serve/http_server.h"
+#include "serve/kv_setup.h"
 #include "serve/runtime_engine.h"
 #include "serve/scheduler.h"
 #include "text/jinja/template.h"
@@ -56,6 +57,8 @@ struct ServeOpts {
   bool metrics_public = false;
   bool skip_pin_check = false;
   int64_t max_batch_tokens = 512;
+  int64_t num_gpu_blocks_override = 0;
+  bool prefix_caching = true, prefix_caching_explicit = false;  // explicit: a backend without it is an error
 };
 
 void log(const std::string& s) {
@@ -222,6 +225,8 @@ int run_serve(ServeOpts o) {
   ro.max_num_seqs = o.max_num_seqs;
   ro.max_model_len = o.max_model_len;
   ro.enforce_eager = o.enforce_eager;
+  ro.num_gpu_blocks_override = o.num_gpu_blocks_override;
+  ro.cpu_kv_budget = true;  // the cpu pool is fixed too, so admission and preemption work the same way
   auto tok = open_tokenizer(o.dir);
   if (!tok.ok()) return fail(tok.message());
   auto tmpl_text = load_template(o);
@@ -293,12 +298,10 @@ int run_serve(ServeOpts o) {
     return tp->render(ctx);
   };
 
-  // Admission budget: the KV a device backend has room for; the CPU grows its KV on demand.
-  const std::string mem = (*eng)->backend().memory_report();
-  if (!mem.empty()) log("memory: " + mem);
-  const int64_t device_kv = (*eng)->backend().kv_capacity_tokens();
-  const int64_t kv_budget = device_kv >= 0 ? device_kv : static_cast<int64_t>(o.max_num_seqs) * max_len;
-  auto rengine = std::make_unique<serve::RuntimeEngine>(std::move(*eng), max_len, kv_budget);
+  auto rengine_or =
+      make_serve_engine(std::move(*eng), max_len, o.prefix_caching, o.prefix_caching_explicit, metrics, log);
+  if (!rengine_or.ok()) return fail(rengine_or.message());
+  auto rengine = std::move(*rengine_or);
   // One line per weight format the backend really runs, naming its kernel path (issue #6 item 5).
   for (const auto& line : rengine->describe_kernels()) log("kernel: " + line);
   log(fmt::format("model {} ({}), max_model_len {}, max_num_seqs {}, tool parser {}, reasoning parser {}",
@@ -382,9 +385,15 @@ Registrar reg(
            ->check(finite_check(0.0, 1e7));
        sub.add_option("--max-num-batched-tokens", o->max_batch_tokens, "token budget per step (default 512)")
            ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+       sub.add_option("--num-gpu-blocks-override", o->num_gpu_blocks_override,
+                      "KV pages of 16 tokens (cuda: at most this many; cpu: exactly; default: from memory, "
+                      "cpu max_num_seqs x max_model_len)")
+           ->check(CLI::Range(int64_t{0}, int64_t{1} << 32));
+       auto* pc = sub.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o->prefix_caching,
+                               "share KV pages of common prompt prefixes (default on)");
        sub.add_flag("--metrics-public", o->metrics_public, "serve /metrics without an API key");
        sub.add_flag("--skip-pin-check", o->skip_pin_check, "do not verify PINS.json (logged loudly)");
-       return [o] { return run_serve(*o); };
+       return [o, pc] { return o->prefix_caching_explicit = pc->count() > 0, run_serve(*o); };
      }});
 
 }  // namespace

@@ -32,6 +32,26 @@ inline size_t logits_rows(std::span<const BatchItem> items) {
   return rows;
 }
 
+struct KvPageStats {
+  int page_tokens = 16;
+  int64_t total = -1;  // pages in the pool; -1: no page accounting (KV grows on demand, unbounded)
+  int64_t used = 0;    // referenced by live sequences (a shared page counts once)
+  int64_t cached = 0;  // unreferenced prefix-cache pages (evictable, so free for admission)
+  int64_t free() const { return total < 0 ? INT64_MAX : total - used; }
+};
+
+// What attach_prefix found. Positions [0, cached) have full-layer KV in shared pages. The sequence's length
+// is now `resume` <= cached: positions [resume, cached) must still be run (the next forward's tokens start
+// there) to rebuild the sliding-window rings, which live per sequence and cannot be shared; the backend
+// writes no full-layer KV below `cached` (it is there already). resume = max(0, cached − Σ over sliding
+// layers of (window − 1)), the receptive field of the stacked windows: below it nothing a position >= cached
+// reads can depend on the ring contents left out, so the result is exact (bit for bit on a batch-invariant
+// backend).
+struct PrefixHit {
+  int64_t cached = 0;
+  int64_t resume = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -61,8 +81,31 @@ class Backend {
   // The formats, shapes and activation contracts of the matrices the backend runs (the start-up report groups
   // them); a device backend keeps only this metadata (data pointers null). Null: not reported.
   virtual const ModelWeights* weight_metadata() const { return nullptr; }
-  // Full-attention KV tokens that fit over all sequences (admission); -1 = grows on demand.
-  virtual int64_t kv_capacity_tokens() const { return -1; }
+  // ---- KV pages (admission, preemption, prefix caching; kv_pages.h) ----
+  // The page pool as it stands: total -1 for a backend without page accounting (then nothing is refused
+  // for want of KV). `cached` pages hold prefix-cache KV no sequence references: they are evictable, so
+  // they count as free.
+  virtual KvPageStats kv_pages() const { return {}; }
+  // New pages sequence `id` must get to hold `new_len` positions (0 when its pages already cover them;
+  // pages attached from the prefix cache count as held).
+  virtual int64_t kv_pages_needed(SeqId id, int64_t new_len) const {
+    (void)id, (void)new_len;
+    return 0;
+  }
+  // Whether attach_prefix() can share pages: the backend stores full-layer KV in refcounted pages, can
+  // start a sequence on shared pages, and can run positions below a floor without writing their full-layer
+  // KV (the rings of the sliding layers must be rebuilt from recomputed positions; see PrefixHit).
+  virtual bool supports_prefix_caching() const { return false; }
+  virtual Status set_prefix_caching(bool on) {
+    if (on) return err("this backend does not support prefix caching");
+    return {};
+  }
+  // For a sequence that holds nothing yet (length 0): the longest cached page-aligned prefix of `tokens`
+  // (always leaving at least the last token to compute), whose pages it now shares.
+  virtual Expected<PrefixHit> attach_prefix(SeqId id, std::span<const int32_t> tokens) {
+    (void)id, (void)tokens;
+    return PrefixHit{};
+  }
 };
 
 }  // namespace gridq::runtime

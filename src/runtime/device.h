@@ -21,6 +21,12 @@ struct DeviceOptions {
   int64_t max_model_len = 0;            // 0 = the model's max_position_embeddings
   int max_num_seqs = 16;                // sequences that may hold KV at once (rings are per sequence)
   bool cuda_graphs = true;              // decode steps replay CUDA graphs (vLLM's --enforce-eager turns off)
+  // Full-layer KV pages of 16 tokens (vLLM's --num-gpu-blocks-override): cuda: 0 = as many as the memory
+  // budget holds, else at most this many; cpu: 0 = see cpu_kv_budget, else exactly this many.
+  int64_t num_gpu_blocks_override = 0;
+  // cpu without an override: false = KV grows on demand (no page accounting: generate, eval); true = a
+  // pool of max_num_seqs × max_model_len worth of pages, as `gridq serve` admits against.
+  bool cpu_kv_budget = false;
 };
 
 // The CUDA backend as seen from runtime/: a probe (is there a GPU this build can run?) and a factory.

@@ -1,5 +1,6 @@
 #include "runtime/engine.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "runtime/artifact_weights.h"
@@ -15,6 +16,8 @@ Status check_device_options(const DeviceOptions& d) {
     return err("engine: gpu_memory_utilization must be in (0, 1] (got {})", d.gpu_memory_utilization);
   if (d.max_model_len < 0) return err("engine: max_model_len must be >= 0 (got {})", d.max_model_len);
   if (d.max_num_seqs < 1) return err("engine: max_num_seqs must be >= 1 (got {})", d.max_num_seqs);
+  if (d.num_gpu_blocks_override < 0)
+    return err("engine: num_gpu_blocks_override must be >= 0 (got {})", d.num_gpu_blocks_override);
   return Status::ok_status();
 }
 
@@ -27,8 +30,15 @@ Expected<std::unique_ptr<Backend>> make_backend(DeviceKind kind, const model::Mo
     if (!hooks) return err("engine: the CUDA backend was chosen but is no longer registered");
     return hooks->create(spec, w, std::move(keepalive), opts.dev);
   }
-  GRIDQ_ASSIGN_OR_RETURN(auto be, cpu::CpuBackend::create(spec, std::move(w), std::move(keepalive),
-                                                          cpu::CpuOptions{opts.threads}));
+  cpu::CpuOptions co;
+  co.threads = opts.threads;
+  if (opts.dev.num_gpu_blocks_override > 0) {
+    co.kv_pages = opts.dev.num_gpu_blocks_override;
+  } else if (opts.dev.cpu_kv_budget) {
+    const int64_t len = opts.dev.max_model_len > 0 ? opts.dev.max_model_len : spec.max_position_embeddings;
+    co.kv_pages = static_cast<int64_t>(opts.dev.max_num_seqs) * ((std::max<int64_t>(len, 1) + 15) / 16);
+  }
+  GRIDQ_ASSIGN_OR_RETURN(auto be, cpu::CpuBackend::create(spec, std::move(w), std::move(keepalive), co));
   return std::unique_ptr<Backend>(std::move(be));
 }
 

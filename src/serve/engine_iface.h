@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "runtime/backend.h"
 #include "runtime/sampler.h"
 
 namespace gridq::serve {
@@ -27,9 +28,16 @@ class EngineIface {
   virtual ~EngineIface() = default;
   virtual int32_t vocab_size() const = 0;
   virtual int64_t max_model_len() const = 0;
-  // KV capacity in tokens over all sequences (admission control) and what is in use now.
-  virtual int64_t kv_capacity_tokens() const = 0;
-  virtual int64_t kv_used_tokens() const = 0;
+  // KV pages (runtime/backend.h): the pool (total -1: no page accounting, nothing is refused or
+  // preempted for KV), the new pages a sequence needs to hold new_len positions, and the prefix cache.
+  virtual runtime::KvPageStats kv_pages() const = 0;
+  virtual int64_t kv_pages_needed(SeqId id, int64_t new_len) const = 0;
+  virtual bool prefix_caching() const { return false; }
+  // Only on a sequence that holds nothing yet; see runtime::PrefixHit.
+  virtual Expected<runtime::PrefixHit> attach_prefix(SeqId id, std::span<const int32_t> tokens) {
+    (void)id, (void)tokens;
+    return runtime::PrefixHit{};
+  }
   virtual Status add_sequence(SeqId id) = 0;
   virtual void remove_sequence(SeqId id) = 0;
   // Runs all items in one forward; appends one row of vocab_size() floats per item with want_logits, in

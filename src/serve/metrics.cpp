@@ -109,6 +109,30 @@ void Metrics::set_gauges(int64_t running, int64_t waiting, double kv) {
   kv_ = kv;
 }
 
+void Metrics::set_kv_pages(int64_t total, int64_t used, int64_t cached) {
+  std::lock_guard lk(mu_);
+  pages_total_ = std::max<int64_t>(total, 0);
+  pages_used_ = total < 0 ? 0 : used;
+  pages_cached_ = total < 0 ? 0 : cached;
+}
+void Metrics::add_preemptions(int64_t n) {
+  std::lock_guard lk(mu_);
+  preemptions_ += static_cast<uint64_t>(n);
+}
+void Metrics::add_prefix_cache(int64_t queried, int64_t hit, int64_t recomputed) {
+  std::lock_guard lk(mu_);
+  prefix_queries_ += static_cast<uint64_t>(queried);
+  prefix_hits_ += static_cast<uint64_t>(hit);
+  prefix_recomputed_ += static_cast<uint64_t>(recomputed);
+}
+void Metrics::set_cache_config(int page_tokens, int64_t pages, bool prefix_caching) {
+  std::lock_guard lk(mu_);
+  cfg_set_ = true;
+  cfg_page_tokens_ = page_tokens;
+  cfg_pages_ = pages;
+  cfg_prefix_ = prefix_caching;
+}
+
 std::string Metrics::render() const {
   std::lock_guard lk(mu_);
   const std::string ml = fmt::format("model_name=\"{}\"", esc(model_));
@@ -128,8 +152,22 @@ std::string Metrics::render() const {
   counter("prompt_tokens", "Prefill tokens processed", prompt_tokens_);
   counter("generation_tokens", "Generated tokens", gen_tokens_);
   counter("request_aborted", "Requests aborted (client gone, shutdown)", aborted_);
-  counter("prefix_cache_queries", "Prefix cache queries (no prefix cache yet)", 0);
-  counter("prefix_cache_hits", "Prefix cache hits (no prefix cache yet)", 0);
+  gauge("kv_cache_pages_used", "KV pages referenced by running sequences", static_cast<double>(pages_used_));
+  gauge("kv_cache_pages_free", "KV pages free, cached ones included (evictable)",
+        static_cast<double>(pages_total_ - pages_used_));
+  gauge("kv_cache_pages_cached", "Unreferenced KV pages kept for prefix-cache hits",
+        static_cast<double>(pages_cached_));
+  counter("num_preemptions", "Requests preempted (KV dropped, recomputed later)", preemptions_);
+  counter("prefix_cache_queries", "Prefix cache queries, in tokens", prefix_queries_);
+  counter("prefix_cache_hits", "Prefix cache hits, in tokens", prefix_hits_);
+  counter("prefix_cache_recomputed_tokens",
+          "Prefix-cache hit tokens run again to rebuild the sliding-window rings", prefix_recomputed_);
+  if (cfg_set_)
+    o += fmt::format(
+        "# HELP gridq:cache_config_info KV cache configuration\n# TYPE gridq:cache_config_info gauge\n"
+        "gridq:cache_config_info{{{},block_size=\"{}\",num_gpu_blocks=\"{}\",enable_prefix_caching=\"{}\"}} "
+        "1\n",
+        ml, cfg_page_tokens_, cfg_pages_, cfg_prefix_ ? "True" : "False");
   o += "# HELP gridq:request_success Finished requests by finish reason\n# TYPE gridq:request_success "
        "counter\n";
   for (const char* r : {"stop", "length", "tool_calls", "other"}) {

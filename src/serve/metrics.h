@@ -35,6 +35,13 @@ class Metrics {
   void request_aborted();
   void observe(Hist h, double v);
   void set_gauges(int64_t running, int64_t waiting, double kv_usage);
+  // KV pages (total -1: the engine has no page accounting; the page gauges then read 0).
+  void set_kv_pages(int64_t total, int64_t used, int64_t cached);
+  void add_preemptions(int64_t n);
+  // Tokens looked up in the prefix cache, found there, and found but run again for the sliding rings.
+  void add_prefix_cache(int64_t queried, int64_t hit, int64_t recomputed);
+  // gridq:cache_config_info's labels (vLLM's): page size, pages, prefix caching on.
+  void set_cache_config(int page_tokens, int64_t pages, bool prefix_caching);
   std::string render() const;
 
  private:
@@ -51,7 +58,12 @@ class Metrics {
   std::map<std::tuple<std::string, std::string, int>, uint64_t> http_;
   std::map<std::string, uint64_t> success_;
   uint64_t prompt_tokens_ = 0, gen_tokens_ = 0, aborted_ = 0;
+  uint64_t preemptions_ = 0, prefix_queries_ = 0, prefix_hits_ = 0, prefix_recomputed_ = 0;
   int64_t running_ = 0, waiting_ = 0;
+  int64_t pages_total_ = 0, pages_used_ = 0, pages_cached_ = 0;
+  int cfg_page_tokens_ = 0;
+  int64_t cfg_pages_ = 0;
+  bool cfg_set_ = false, cfg_prefix_ = false;
   double kv_ = 0.0;
   std::array<Histogram, static_cast<size_t>(Hist::kCount)> hist_;
 };

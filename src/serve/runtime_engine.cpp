@@ -2,16 +2,37 @@
 
 namespace gridq::serve {
 
-RuntimeEngine::RuntimeEngine(std::unique_ptr<runtime::Engine> eng, int64_t max_model_len, int64_t cap)
-    : eng_(std::move(eng)), max_len_(max_model_len), capacity_(cap) {}
+RuntimeEngine::RuntimeEngine(std::unique_ptr<runtime::Engine> eng, int64_t max_model_len)
+    : eng_(std::move(eng)), max_len_(max_model_len) {}
+
+Expected<std::unique_ptr<RuntimeEngine>> RuntimeEngine::create(std::unique_ptr<runtime::Engine> eng,
+                                                               int64_t max_model_len, bool prefix_caching) {
+  GRIDQ_RETURN_IF_ERROR(eng->backend().set_prefix_caching(prefix_caching));
+  std::unique_ptr<RuntimeEngine> r(new RuntimeEngine(std::move(eng), max_model_len));
+  r->prefix_caching_ = prefix_caching;
+  return r;
+}
 
 int32_t RuntimeEngine::vocab_size() const { return eng_->vocab_size(); }
 
-int64_t RuntimeEngine::kv_used_tokens() const {
+runtime::KvPageStats RuntimeEngine::kv_pages() const {
   std::lock_guard lk(mu_);
-  int64_t n = 0;
-  for (const auto& [mine, theirs] : ids_) n += eng_->sequence_length(theirs);
-  return n;
+  return eng_->backend().kv_pages();
+}
+
+int64_t RuntimeEngine::kv_pages_needed(SeqId id, int64_t new_len) const {
+  std::lock_guard lk(mu_);
+  auto it = ids_.find(id);
+  if (it == ids_.end()) return eng_->backend().kv_pages_needed(-1, new_len);
+  return eng_->backend().kv_pages_needed(it->second, new_len);
+}
+
+Expected<runtime::PrefixHit> RuntimeEngine::attach_prefix(SeqId id, std::span<const int32_t> tokens) {
+  std::lock_guard lk(mu_);
+  auto it = ids_.find(id);
+  if (it == ids_.end()) return err("serve engine: attach_prefix on unknown sequence {}", id);
+  if (!prefix_caching_) return runtime::PrefixHit{};
+  return eng_->backend().attach_prefix(it->second, tokens);
 }
 
 Status RuntimeEngine::add_sequence(SeqId id) {

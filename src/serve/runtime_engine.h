@@ -13,12 +13,16 @@ namespace gridq::serve {
 
 class RuntimeEngine final : public EngineIface {
  public:
-  // `kv_capacity_tokens`: admission budget over all sequences (the CPU backend grows KV on demand).
-  RuntimeEngine(std::unique_ptr<runtime::Engine> eng, int64_t max_model_len, int64_t kv_capacity_tokens);
+  // `prefix_caching`: turn the backend's prefix cache on (refused when it has none: check
+  // supports_prefix_caching() first).
+  static Expected<std::unique_ptr<RuntimeEngine>> create(std::unique_ptr<runtime::Engine> eng,
+                                                         int64_t max_model_len, bool prefix_caching);
   int32_t vocab_size() const override;
   int64_t max_model_len() const override { return max_len_; }
-  int64_t kv_capacity_tokens() const override { return capacity_; }
-  int64_t kv_used_tokens() const override;
+  runtime::KvPageStats kv_pages() const override;
+  int64_t kv_pages_needed(SeqId id, int64_t new_len) const override;
+  bool prefix_caching() const override { return prefix_caching_; }
+  Expected<runtime::PrefixHit> attach_prefix(SeqId id, std::span<const int32_t> tokens) override;
   Status add_sequence(SeqId id) override;
   void remove_sequence(SeqId id) override;
   Status forward(std::span<const StepItem> items, std::vector<float>& logits) override;
@@ -30,9 +34,11 @@ class RuntimeEngine final : public EngineIface {
   runtime::Engine& engine() { return *eng_; }
 
  private:
+  RuntimeEngine(std::unique_ptr<runtime::Engine> eng, int64_t max_model_len);
   Status batch(std::span<const StepItem> items, std::vector<runtime::BatchItem>& b) const;
   std::unique_ptr<runtime::Engine> eng_;
-  int64_t max_len_, capacity_;
+  int64_t max_len_;
+  bool prefix_caching_ = false;
   mutable std::mutex mu_;
   std::map<SeqId, runtime::SeqId> ids_;
 };

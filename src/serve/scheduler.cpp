@@ -1,5 +1,7 @@
 #include "serve/scheduler.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "serve/logit_check.h"
@@ -13,7 +15,7 @@ double secs(Clock::duration d) { return std::chrono::duration<double>(d).count()
 }  // namespace
 
 Scheduler::Scheduler(EngineIface& engine, SchedulerOptions opts, Metrics* metrics)
-    : engine_(engine), opts_(opts), metrics_(metrics) {}
+    : engine_(engine), opts_(opts), metrics_(metrics), kv0_(engine.kv_pages()) {}
 
 Scheduler::~Scheduler() { stop(); }
 
@@ -48,6 +50,16 @@ std::string Scheduler::failure() const {
   return failure_;
 }
 
+SchedulerStats Scheduler::stats() const {
+  std::lock_guard lk(mu_);
+  return stats_;
+}
+
+int64_t Scheduler::pages_for(int64_t tokens) const {
+  const int64_t pt = std::max(1, kv0_.page_tokens);
+  return (std::max<int64_t>(tokens, 0) + pt - 1) / pt;
+}
+
 std::optional<SubmitError> Scheduler::submit(std::shared_ptr<SchedRequest> req) {
   {
     std::lock_guard lk(mu_);
@@ -56,6 +68,26 @@ std::optional<SubmitError> Scheduler::submit(std::shared_ptr<SchedRequest> req) 
     if (waiting_.size() >= opts_.max_queue)
       return SubmitError{429, "queue_full", "the waiting queue is full; retry later"};
     if (req->n > opts_.max_num_seqs) return SubmitError{400, "invalid_value", "n exceeds --max-num-seqs"};
+    const int64_t prompt = static_cast<int64_t>(req->prompt.size()), L = engine_.max_model_len();
+    if (prompt + 1 > L)
+      return SubmitError{
+          400, "context_length_exceeded",
+          fmt::format("the prompt has {} tokens; --max-model-len {} leaves no room for a completion", prompt,
+                      L)};
+    // Never fits: its choices at their longest need more pages than the whole cache (sharing ignored).
+    if (kv0_.total >= 0) {
+      const int64_t tokens = std::min(prompt + std::max<int64_t>(req->max_tokens, 1), L);
+      const int64_t need = req->n * pages_for(tokens);
+      if (need > kv0_.total)
+        return SubmitError{
+            400, "kv_cache_too_small",
+            fmt::format(
+                "the request needs {} KV pages ({} choice(s) × {} tokens: prompt {} + max_tokens {}, "
+                "{} tokens per page) but the whole KV cache holds {} pages ({} tokens); lower max_tokens "
+                "or n, or raise --num-gpu-blocks-override / --gpu-memory-utilization",
+                need, req->n, tokens, prompt, req->max_tokens, kv0_.page_tokens, kv0_.total,
+                kv0_.total * kv0_.page_tokens)};
+    }
     req->arrival = Clock::now();
     waiting_.push_back(std::move(req));
     waiting_reqs_ = static_cast<int64_t>(waiting_.size());
@@ -82,40 +114,57 @@ Scheduler::ReqState* Scheduler::state_of(const SchedRequest* r) {
 }
 
 void Scheduler::admit_locked() {
-  int64_t running_seqs = 0;
-  for (const auto& s : running_)
-    if (!s->done) ++running_seqs;
-  const int64_t cap = engine_.kv_capacity_tokens();
+  int64_t running_seqs = 0, pending = 0;
+  // Pages the admitted sequences still need to finish their prefill (and sample once).
+  for (const auto& s : running_) {
+    if (s->done) continue;
+    ++running_seqs;
+    if (s->prefilling()) pending += engine_.kv_pages_needed(s->id, static_cast<int64_t>(s->ctx().size()) + 1);
+  }
+  const runtime::KvPageStats kv = engine_.kv_pages();
   while (!waiting_.empty()) {
-    auto& req = waiting_.front();
-    const int64_t need = req->n * (static_cast<int64_t>(req->prompt.size()) + req->max_tokens);
-    if (running_seqs + req->n > opts_.max_num_seqs) break;
-    if (kv_reserved_ + need > cap && !(kv_reserved_ == 0)) break;
-    ReqState st;
-    st.req = req;
-    st.remaining = req->n;
-    st.reserved = need;
-    st.admitted = Clock::now();
-    bool ok = true;
+    auto req = waiting_.front();
+    ReqState* parked = state_of(req.get());  // preempted earlier: its unfinished choices resume
     std::vector<std::unique_ptr<Seq>> seqs;
-    for (int c = 0; c < req->n; ++c) {
-      auto s = std::make_unique<Seq>(
-          Seq{next_seq_++, req, c, runtime::Sampler(req->sampling[c]), 0, {}, -1, false, {}});
-      if (!engine_.add_sequence(s->id).ok()) {
+    if (parked) {
+      seqs = std::move(parked->parked);
+      parked->queued = false;
+    } else {
+      for (int c = 0; c < req->n; ++c)
+        seqs.push_back(std::make_unique<Seq>(
+            Seq{0, req, c, runtime::Sampler(req->sampling[c]), {}, 0, 0, false, {}, -1, false, {}}));
+    }
+    int64_t need = 0;
+    for (const auto& s : seqs) need += pages_for(static_cast<int64_t>(s->ctx().size()) + 1);
+    const bool fits = kv.total < 0 || pending + need <= kv.free() || running_seqs == 0;
+    bool ok = fits && running_seqs + static_cast<int64_t>(seqs.size()) <= opts_.max_num_seqs;
+    size_t added = 0;
+    while (ok && added < seqs.size()) {
+      seqs[added]->id = next_seq_++;
+      if (!engine_.add_sequence(seqs[added]->id).ok())
         ok = false;
-        break;
-      }
-      seqs.push_back(std::move(s));
+      else
+        ++added;
     }
     if (!ok) {
-      for (auto& s : seqs) engine_.remove_sequence(s->id);
+      for (size_t i = 0; i < added; ++i) engine_.remove_sequence(seqs[i]->id);
+      if (parked) {
+        parked->parked = std::move(seqs);
+        parked->queued = true;
+      }
       break;
     }
-    kv_reserved_ += need;
-    running_seqs += req->n;
-    if (metrics_) metrics_->observe(Hist::kQueue, secs(st.admitted - req->arrival));
+    if (!parked) {
+      ReqState st;
+      st.req = req;
+      st.remaining = req->n;
+      st.admitted = Clock::now();
+      if (metrics_) metrics_->observe(Hist::kQueue, secs(st.admitted - req->arrival));
+      reqs_.push_back(std::move(st));
+    }
+    pending += need;
+    running_seqs += static_cast<int64_t>(seqs.size());
     for (auto& s : seqs) running_.push_back(std::move(s));
-    reqs_.push_back(std::move(st));
     ++running_reqs_;
     waiting_.pop_front();
   }
@@ -138,12 +187,50 @@ void Scheduler::finish_seq(Seq& s, FinishReason r) {
     metrics_->observe(Hist::kGenTokens, static_cast<double>(st->generated));
     if (st->got_first) metrics_->observe(Hist::kDecode, secs(now - st->first_token));
   }
-  kv_reserved_ -= st->reserved;
+  if (!st->queued) --running_reqs_;
   const SchedRequest* key = st->req.get();
   reqs_.erase(
       std::remove_if(reqs_.begin(), reqs_.end(), [&](const ReqState& x) { return x.req.get() == key; }),
       reqs_.end());
+}
+
+void Scheduler::drop_request(const std::shared_ptr<SchedRequest>& r) {
+  ReqState* st = state_of(r.get());
+  if (!st) {  // never admitted: every choice ends here
+    for (int c = 0; c < r->n; ++c) r->on_choice_done(c, FinishReason::kAbort);
+    if (metrics_) metrics_->request_aborted();
+    return;
+  }
+  // Preempted and queued again: its unfinished choices end (finish_seq erases the state with the last).
+  auto parked = std::move(st->parked);
+  for (auto& s : parked) finish_seq(*s, FinishReason::kAbort);
+}
+
+void Scheduler::preempt(const SchedRequest* victim) {
+  ReqState* st = state_of(victim);
+  if (!st) return;
+  for (auto& s : running_) {
+    if (s->req.get() != victim || s->done) continue;
+    engine_.remove_sequence(s->id);
+    // Recompute prompt + generated when readmitted; the last generated token is the next input no more,
+    // its logits come from the recomputed context instead.
+    if (!s->generated.empty()) {
+      s->resume.assign(s->req->prompt.begin(), s->req->prompt.end());
+      s->resume.insert(s->resume.end(), s->generated.begin(), s->generated.end());
+    }
+    s->prefilled = 0;
+    s->len = 0;
+    s->attached = false;
+    st->parked.push_back(std::move(s));
+  }
+  std::erase_if(running_, [](const std::unique_ptr<Seq>& s) { return !s; });
+  st->queued = true;
   --running_reqs_;
+  std::lock_guard lk(mu_);
+  waiting_.push_front(st->req);
+  waiting_reqs_ = static_cast<int64_t>(waiting_.size());
+  ++stats_.preemptions;
+  if (metrics_) metrics_->add_preemptions(1);
 }
 
 void Scheduler::fail_all(const std::string& message) {
@@ -161,8 +248,7 @@ void Scheduler::fail_all(const std::string& message) {
     if (std::find(reqs.begin(), reqs.end(), s->req) == reqs.end()) reqs.push_back(s->req);
   }
   running_.clear();
-  reqs_.clear();
-  kv_reserved_ = 0;
+  reqs_.clear();  // preempted requests among them are in `waiting`
   running_reqs_ = 0;
   for (auto& r : reqs) r->on_error(503, "engine_failed", "the engine failed: " + message);
   for (auto& r : waiting) r->on_error(503, "engine_failed", "the engine failed: " + message);
@@ -170,172 +256,10 @@ void Scheduler::fail_all(const std::string& message) {
 
 void Scheduler::update_gauges() {
   if (!metrics_) return;
-  const int64_t cap = std::max<int64_t>(1, engine_.kv_capacity_tokens());
+  const runtime::KvPageStats kv = engine_.kv_pages();
   metrics_->set_gauges(running_reqs_.load(), waiting_reqs_.load(),
-                       static_cast<double>(engine_.kv_used_tokens()) / static_cast<double>(cap));
-}
-
-void Scheduler::loop() {
-  std::vector<runtime::SampledToken> sampled;
-  for (;;) {
-    std::vector<std::shared_ptr<SchedRequest>> aborted, timed_out;
-    bool abort_running = false;
-    {
-      std::unique_lock lk(mu_);
-      auto has_work = [&] { return stop_ || abort_flag_ || !waiting_.empty() || !running_.empty(); };
-      if (!has_work()) {
-        idle_cv_.notify_all();
-        cv_.wait(lk, has_work);
-      }
-      if (abort_flag_.exchange(false)) {
-        abort_running = true;
-        aborted.assign(waiting_.begin(), waiting_.end());
-        waiting_.clear();
-      }
-      // Cancelled or expired waiting requests leave the queue without touching the engine.
-      const auto now = Clock::now();
-      for (auto it = waiting_.begin(); it != waiting_.end();) {
-        if ((*it)->cancelled) {
-          aborted.push_back(*it);
-          it = waiting_.erase(it);
-        } else if (opts_.queue_timeout_s > 0 && secs(now - (*it)->arrival) > opts_.queue_timeout_s) {
-          timed_out.push_back(*it);
-          it = waiting_.erase(it);
-        } else {
-          ++it;
-        }
-      }
-      if (!abort_running && !failed_) admit_locked();
-      waiting_reqs_ = static_cast<int64_t>(waiting_.size());
-      settling_ = !aborted.empty() || !timed_out.empty();
-    }
-    for (auto& r : aborted) {
-      if (metrics_) metrics_->request_aborted();
-      for (int c = 0; c < r->n; ++c) r->on_choice_done(c, FinishReason::kAbort);
-    }
-    for (auto& r : timed_out)
-      r->on_error(503, "queue_timeout", "the request waited in the queue longer than --queue-timeout");
-    if (!aborted.empty() || !timed_out.empty()) {
-      std::lock_guard lk(mu_);
-      settling_ = false;
-    }
-    for (auto& s : running_)
-      if (abort_running || s->req->cancelled) finish_seq(*s, FinishReason::kAbort);
-    std::erase_if(running_, [](const std::unique_ptr<Seq>& s) { return s->done; });
-    update_gauges();
-    {
-      std::unique_lock lk(mu_);
-      if (stop_ && running_.empty() && waiting_.empty()) {
-        exited_ = true;
-        idle_cv_.notify_all();
-        return;
-      }
-      if (running_.empty()) {
-        idle_cv_.notify_all();
-        // Nothing runnable although requests wait (admission failed): retry after a short pause.
-        if (!waiting_.empty()) cv_.wait_for(lk, std::chrono::milliseconds(10));
-        continue;
-      }
-    }
-
-    // Build one step: every decoding sequence contributes its last token, prefills fill the rest of the
-    // budget.
-    std::vector<StepItem> items;
-    std::vector<Seq*> owners;
-    int64_t budget = opts_.max_batch_tokens;
-    for (auto& s : running_) {
-      if (s->prefilled < s->req->prompt.size()) continue;
-      items.push_back(StepItem{s->id, std::span<const int32_t>(&s->next_input, 1), true});
-      owners.push_back(s.get());
-      --budget;
-    }
-    for (auto& s : running_) {
-      const size_t left = s->req->prompt.size() - s->prefilled;
-      if (left == 0) continue;
-      if (budget <= 0 && !items.empty()) break;
-      const size_t n = std::min<size_t>(left, static_cast<size_t>(std::max<int64_t>(budget, 1)));
-      items.push_back(StepItem{s->id, std::span<const int32_t>(s->req->prompt.data() + s->prefilled, n),
-                               s->prefilled + n == s->req->prompt.size()});
-      owners.push_back(s.get());
-      budget -= static_cast<int64_t>(n);
-    }
-    // Each sampled row's plan (its uniform drawn now, in row order) before the step, so the engine can
-    // sample where the logits are; rows of finished or cancelled sequences are not sampled.
-    std::vector<runtime::SamplePlan> plan_store;
-    plan_store.reserve(items.size());
-    std::vector<const runtime::SamplePlan*> plans;
-    const size_t V = static_cast<size_t>(engine_.vocab_size());
-    for (size_t k = 0; k < items.size(); ++k) {
-      if (!items[k].want_logits) continue;
-      Seq& s = *owners[k];
-      if (s.done || s.req->cancelled) {
-        plans.push_back(nullptr);
-        continue;
-      }
-      std::span<const int32_t> banned;
-      if (static_cast<int64_t>(s.generated.size()) < s.req->min_tokens) banned = s.req->stop_ids;
-      plan_store.push_back(s.sampler.plan(V, s.req->prompt, s.generated, banned, s.req->top_logprobs));
-      plans.push_back(&plan_store.back());
-    }
-    sampled.clear();
-    Status st = engine_.forward_sampled(items, plans, sampled);
-    if (st.ok() && sampled.size() != plans.size())
-      st = err("engine returned {} tokens for {} rows", sampled.size(), plans.size());
-    if (!st.ok()) {
-      fail_all(st.message());
-      update_gauges();
-      continue;
-    }
-    const auto now = Clock::now();
-    size_t row = 0;
-    for (size_t k = 0; k < items.size(); ++k) {
-      Seq& s = *owners[k];
-      const bool prefill = s.prefilled < s.req->prompt.size();
-      if (prefill) {
-        s.prefilled += items[k].tokens.size();
-        if (s.prefilled == s.req->prompt.size()) {
-          if (metrics_) metrics_->add_prompt_tokens(static_cast<int64_t>(s.req->prompt.size()));
-          if (ReqState* rs = state_of(s.req.get()); rs && metrics_)
-            metrics_->observe(Hist::kPrefill, secs(now - rs->admitted));
-        }
-      }
-      if (!items[k].want_logits) continue;
-      const runtime::SampledToken& tok = sampled[row];
-      if (!plans[row++] || s.done || s.req->cancelled) continue;
-      if (fail_on_non_finite(tok, *s.req)) continue;
-      const auto& stop_ids = s.req->stop_ids;
-      ReqState* rs = state_of(s.req.get());
-      if (rs) {
-        ++rs->generated;
-        if (!rs->got_first) {
-          rs->got_first = true;
-          rs->first_token = now;
-          if (metrics_) metrics_->observe(Hist::kTtft, secs(now - s.req->arrival));
-        } else if (metrics_ && !s.generated.empty()) {
-          metrics_->observe(Hist::kItl, secs(now - s.last_token));
-        }
-      }
-      s.last_token = now;
-      if (std::find(stop_ids.begin(), stop_ids.end(), tok.token) != stop_ids.end()) {
-        finish_seq(s, FinishReason::kStop);
-        continue;
-      }
-      if (metrics_) metrics_->add_generation_tokens(1);
-      s.generated.push_back(tok.token);
-      if (s.req->on_token(s.choice, tok)) {
-        finish_seq(s, FinishReason::kStop);
-        continue;
-      }
-      if (static_cast<int64_t>(s.generated.size()) >= s.req->max_tokens ||
-          static_cast<int64_t>(s.req->prompt.size() + s.generated.size()) >= engine_.max_model_len()) {
-        finish_seq(s, FinishReason::kLength);
-        continue;
-      }
-      s.next_input = tok.token;
-    }
-    std::erase_if(running_, [](const std::unique_ptr<Seq>& s) { return s->done; });
-    update_gauges();
-  }
+                       kv.total > 0 ? static_cast<double>(kv.used) / static_cast<double>(kv.total) : 0.0);
+  metrics_->set_kv_pages(kv.total, kv.used, kv.cached);
 }
 
 }  // namespace gridq::serve

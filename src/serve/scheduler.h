@@ -1,11 +1,16 @@
 // Continuous batching (server.md §8). One thread runs steps: at each step boundary it drops cancelled
-// sequences, admits waiting requests FIFO while sequence slots and KV reservations allow, then runs one
+// sequences, admits waiting requests FIFO while sequence slots and free KV pages allow, then runs one
 // forward holding every decoding sequence (one token each) plus prefill chunks under a token budget, samples
 // each sequence with its own seeded sampler, and reports tokens through the request's callbacks.
 //
-// Simplifications (documented in docs/serving.md): each of a request's n choices prefills its own copy of the
-// prompt (no KV sharing), and admission reserves prompt + max_tokens per choice, so nothing is ever
-// preempted.
+// KV (docs/serving.md "KV cache"): pages are asked of the engine (EngineIface::kv_pages). A request that can
+// never fit (n × pages for prompt + max_tokens beyond the whole pool) is refused at submit; one that fits
+// waits FIFO until the pages for its prompts are free. Sequences take pages as they grow; when a step's
+// sequences need more pages than are free, the newest running request is preempted: its KV is dropped and
+// it goes back to the front of the queue, to recompute prompt + tokens generated so far when readmitted
+// (vLLM's recompute preemption); its streams just continue. With prefix caching each sequence first takes
+// the cached pages of its context (attach_prefix), and choices 1..n-1 of a request wait for choice 0 to
+// prefill the prompt so they share its pages.
 #pragma once
 
 #include <atomic>
@@ -49,6 +54,12 @@ class SchedRequest {
   std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();
 };
 
+struct SchedulerStats {
+  int64_t preemptions = 0;                      // requests preempted (vLLM's num_preemptions)
+  int64_t prefix_queries = 0, prefix_hits = 0;  // tokens looked up in / found in the prefix cache
+  int64_t prefix_recomputed = 0;                // cached tokens run again to rebuild sliding-window rings
+};
+
 struct SchedulerOptions {
   int max_num_seqs = 32;
   int64_t max_batch_tokens = 512;  // per-step token budget (decode tokens + prefill chunks)
@@ -84,6 +95,7 @@ class Scheduler {
   // Waits until the scheduler has nothing queued or running, or the deadline passes. True if idle.
   bool wait_idle(std::chrono::steady_clock::time_point deadline);
   const SchedulerOptions& options() const { return opts_; }
+  SchedulerStats stats() const;
 
  private:
   struct Seq {
@@ -91,27 +103,42 @@ class Scheduler {
     std::shared_ptr<SchedRequest> req;
     int choice = 0;
     runtime::Sampler sampler;
-    size_t prefilled = 0;
+    std::vector<int32_t> resume;  // after a preemption: prompt + generated, the context to recompute
+    size_t prefilled = 0;         // positions of ctx() in the engine's KV
+    int64_t len = 0;              // positions in the engine's KV (prefilled, then + decoded)
+    bool attached = false;        // the prefix cache was consulted (before the first prefill chunk)
     std::vector<int32_t> generated;
     int32_t next_input = -1;
     bool done = false;
     std::chrono::steady_clock::time_point last_token;
+    // The tokens the KV must hold before the next sampled row.
+    std::span<const int32_t> ctx() const {
+      return resume.empty() ? std::span<const int32_t>(req->prompt) : std::span<const int32_t>(resume);
+    }
+    bool prefilling() const { return prefilled < ctx().size(); }
   };
   struct ReqState {
     std::shared_ptr<SchedRequest> req;
     int remaining = 0;
-    int64_t reserved = 0;
     int64_t generated = 0;
     std::chrono::steady_clock::time_point admitted, first_token, prefill_done;
     bool got_first = false;
+    bool queued = false;                       // preempted and back in the queue (not running)
+    std::vector<std::unique_ptr<Seq>> parked;  // then: its unfinished choices
   };
 
   void loop();
   void admit_locked();
+  // Builds the step's items; preempts the newest requests until the pages they need are free.
+  void build_step(std::vector<StepItem>& items, std::vector<Seq*>& owners);
+  void collect_items(std::vector<StepItem>& items, std::vector<Seq*>& owners);
+  void preempt(const SchedRequest* victim);
   void finish_seq(Seq& s, FinishReason r);
+  void drop_request(const std::shared_ptr<SchedRequest>& r);
   void fail_all(const std::string& message);
   void update_gauges();
   ReqState* state_of(const SchedRequest* r);
+  int64_t pages_for(int64_t tokens) const;
 
   EngineIface& engine_;
   SchedulerOptions opts_;
@@ -130,7 +157,8 @@ class Scheduler {
   std::atomic<bool> failed_{false};
   std::string failure_;
   std::atomic<int64_t> running_reqs_{0}, waiting_reqs_{0};
-  int64_t kv_reserved_ = 0;
+  runtime::KvPageStats kv0_;  // the pool at construction (total and page size do not change)
+  SchedulerStats stats_;      // under mu_
   SeqId next_seq_ = 1;
 };
 

@@ -3,6 +3,7 @@
 // reference decode is a plain loop over fake_logits().
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -35,12 +36,20 @@ class FakeEngine final : public EngineIface {
       : V_(vocab), L_(max_len), lo_(lo), hi_(hi) {}
   int32_t vocab_size() const override { return V_; }
   int64_t max_model_len() const override { return L_; }
-  int64_t kv_capacity_tokens() const override { return capacity; }
-  int64_t kv_used_tokens() const override {
+  // Pages of kPage tokens, one set per sequence (no sharing); pages < 0: no page accounting.
+  runtime::KvPageStats kv_pages() const override {
     std::lock_guard lk(mu_);
-    int64_t n = 0;
-    for (const auto& [id, s] : seqs_) n += static_cast<int64_t>(s.size());
-    return n;
+    runtime::KvPageStats k;
+    k.page_tokens = kPage;
+    k.total = pages;
+    k.used = used_locked();
+    return k;
+  }
+  int64_t kv_pages_needed(SeqId id, int64_t new_len) const override {
+    std::lock_guard lk(mu_);
+    auto it = seqs_.find(id);
+    const int64_t have = it == seqs_.end() ? 0 : pages_for(static_cast<int64_t>(it->second.size()));
+    return std::max<int64_t>(0, pages_for(new_len) - have);
   }
   Status add_sequence(SeqId id) override {
     std::lock_guard lk(mu_);
@@ -65,6 +74,8 @@ class FakeEngine final : public EngineIface {
       if (f == seqs_.end()) return err("forward on unknown sequence {}", it.seq);
       f->second.insert(f->second.end(), it.tokens.begin(), it.tokens.end());
       if (static_cast<int64_t>(f->second.size()) > L_) return err("sequence {} beyond max_model_len", it.seq);
+      if (pages >= 0 && used_locked() > pages)
+        return err("KV overcommitted: {} pages in use of {}", used_locked(), pages);
       if (it.want_logits) {
         auto row = fake_logits(f->second, V_, lo_, hi_);
         logits.insert(logits.end(), row.begin(), row.end());
@@ -77,7 +88,8 @@ class FakeEngine final : public EngineIface {
     return seqs_.size();
   }
 
-  int64_t capacity = 1 << 30;
+  static constexpr int kPage = 4;
+  int64_t pages = -1;
   int step_delay_ms = 0;
   int64_t fail_at_step = 0;
   std::atomic<int64_t> steps{0};
@@ -85,6 +97,12 @@ class FakeEngine final : public EngineIface {
   int64_t max_batch_seen = 0;
 
  private:
+  static int64_t pages_for(int64_t n) { return (n + kPage - 1) / kPage; }
+  int64_t used_locked() const {
+    int64_t n = 0;
+    for (const auto& [id, s] : seqs_) n += pages_for(static_cast<int64_t>(s.size()));
+    return n;
+  }
   int32_t V_;
   int64_t L_;
   int32_t lo_, hi_;

@@ -156,7 +156,10 @@ class SamplingParity : public ::testing::Test {
       return {};
     }
     const GenParams& g = std::get<CompletionRequest>(parsed).gen;
-    RuntimeEngine eng(engine(), 4096, 1 << 20);
+    auto made = RuntimeEngine::create(engine(), 4096, false);
+    EXPECT_TRUE(made.ok()) << made.message();
+    if (!made.ok()) return {};
+    RuntimeEngine& eng = **made;
     Scheduler sched(eng, {}, nullptr);
     sched.start();
     auto req = std::make_shared<Collect>();

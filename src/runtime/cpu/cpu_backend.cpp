@@ -12,11 +12,114 @@ Expected<std::unique_ptr<CpuBackend>> CpuBackend::create(model::ModelSpec spec, 
                                                          std::shared_ptr<void> keepalive, CpuOptions opts) {
   GRIDQ_RETURN_IF_ERROR(validate_weights(spec, weights));
   if (opts.threads > 0) omp_set_num_threads(opts.threads);
+  if (opts.kv_pages < 0) return err("cpu backend: kv_pages {} is negative", opts.kv_pages);
+  if (opts.page_tokens < 1) return err("cpu backend: page_tokens {} < 1", opts.page_tokens);
   std::unique_ptr<CpuBackend> b(new CpuBackend());
   b->spec_ = std::move(spec);
   b->w_ = std::move(weights);
   b->keepalive_ = std::move(keepalive);
+  b->opts_ = opts;
+  // One page: [K | V] of page_tokens positions per full layer, layers in order (kv_plan.h's layout, fp32).
+  // The salt keys the prefix cache to this model's shapes and KV type (the pool lives in this backend).
+  uint64_t salt = 0x6b76'6670'3332ull;  // "kv fp32"
+  auto fold = [&](uint64_t v) { salt = (salt ^ v) * 0x100000001B3ull; };
+  fold(static_cast<uint64_t>(b->spec_.vocab_size));
+  fold(static_cast<uint64_t>(b->spec_.hidden_size));
+  for (const auto& L : b->spec_.layers) {
+    const int64_t kvw = static_cast<int64_t>(L.n_kv_heads) * L.head_dim;
+    fold(static_cast<uint64_t>(kvw) * 4 + (L.attn == model::AttnKind::kFull ? 1 : 2));
+    if (L.attn == model::AttnKind::kFull) {
+      b->k_off_.push_back(b->page_floats_);
+      b->page_floats_ += 2 * opts.page_tokens * kvw;
+    } else {
+      b->k_off_.push_back(-1);
+      b->reach_ += std::max(0, L.window - 1);
+    }
+  }
+  b->pool_ = PagePool(opts.kv_pages, opts.page_tokens, salt);
+  b->pool_.set_caching(false);  // `gridq serve` turns it on (--enable-prefix-caching)
   return b;
+}
+
+int64_t CpuBackend::pages_for(int64_t tokens) const {
+  if (page_floats_ == 0 || tokens <= 0) return 0;
+  return (tokens + opts_.page_tokens - 1) / opts_.page_tokens;
+}
+
+KvPageStats CpuBackend::kv_pages() const {
+  KvPageStats k;
+  k.page_tokens = opts_.page_tokens;
+  k.total = opts_.kv_pages > 0 ? pool_.total() : -1;
+  k.used = pool_.used();
+  k.cached = pool_.cached();
+  return k;
+}
+
+int64_t CpuBackend::kv_pages_needed(SeqId id, int64_t new_len) const {
+  auto it = seqs_.find(id);
+  const int64_t have = it == seqs_.end() ? 0 : static_cast<int64_t>(it->second.pages.size());
+  return std::max<int64_t>(0, pages_for(new_len) - have);
+}
+
+Status CpuBackend::set_prefix_caching(bool on) {
+  pool_.set_caching(on);
+  return {};
+}
+
+Expected<PrefixHit> CpuBackend::attach_prefix(SeqId id, std::span<const int32_t> tokens) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return err("cpu backend: attach_prefix on unknown sequence {}", id);
+  SeqState& s = it->second;
+  if (s.len != 0 || !s.pages.empty())
+    return err("cpu backend: attach_prefix on sequence {} that already holds {} tokens", id, s.len);
+  PrefixHit hit;
+  if (tokens.size() < 2 || page_floats_ == 0) return hit;
+  const int64_t max_pages = static_cast<int64_t>(tokens.size() - 1) / opts_.page_tokens;
+  s.pages = pool_.match(tokens, max_pages, &s.chain);
+  s.committed = s.pages.size();
+  hit.cached = static_cast<int64_t>(s.pages.size()) * opts_.page_tokens;
+  hit.resume = std::max<int64_t>(0, hit.cached - reach_);
+  s.floor = hit.cached;
+  s.len = hit.resume;
+  s.hist.assign(tokens.begin(), tokens.begin() + hit.resume);
+  return hit;
+}
+
+Status CpuBackend::grow_pages(std::span<const BatchItem> items, std::span<SeqState* const> state) {
+  int64_t need = 0;
+  for (size_t i = 0; i < items.size(); ++i)
+    need += std::max<int64_t>(0, pages_for(state[i]->len + static_cast<int64_t>(items[i].tokens.size())) -
+                                     static_cast<int64_t>(state[i]->pages.size()));
+  if (need > pool_.available()) {
+    if (opts_.kv_pages > 0)
+      return err(
+          "cpu backend: the KV cache is full: the step needs {} new pages of {} tokens, {} of {} are free "
+          "(--num-gpu-blocks-override)",
+          need, opts_.page_tokens, pool_.available(), pool_.total());
+    pool_.grow(std::max(need - pool_.available(), pool_.total()));  // no budget: grow on demand
+  }
+  page_mem_.resize(static_cast<size_t>(pool_.total()));
+  for (size_t i = 0; i < items.size(); ++i) {
+    SeqState& s = *state[i];
+    const int64_t want = pages_for(s.len + static_cast<int64_t>(items[i].tokens.size()));
+    while (static_cast<int64_t>(s.pages.size()) < want) {
+      const int p = pool_.allocate();  // cannot fail: counted above
+      auto& mem = page_mem_[static_cast<size_t>(p)];
+      if (mem.empty()) mem.assign(static_cast<size_t>(page_floats_), 0.0f);
+      s.pages.push_back(p);
+    }
+  }
+  return {};
+}
+
+void CpuBackend::commit_pages(SeqState& s) {
+  const size_t P = static_cast<size_t>(opts_.page_tokens);
+  while (s.committed < s.pages.size() && (s.committed + 1) * P <= s.hist.size()) {
+    const int parent = s.committed ? s.pages[s.committed - 1] : -1;
+    s.chain = pool_.commit(s.pages[s.committed], parent, s.committed ? s.chain : 0,
+                           std::span<const int32_t>(s.hist).subspan(s.committed * P, P));
+    ++s.committed;
+  }
 }
 
 Status CpuBackend::add_sequence(SeqId id) {
@@ -28,7 +131,13 @@ Status CpuBackend::add_sequence(SeqId id) {
   return {};
 }
 
-void CpuBackend::remove_sequence(SeqId id) { seqs_.erase(id); }
+void CpuBackend::remove_sequence(SeqId id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return;
+  // Last page first: under pressure the LRU then evicts a prefix's tail before its head.
+  for (auto p = it->second.pages.rbegin(); p != it->second.pages.rend(); ++p) pool_.unref(*p);
+  seqs_.erase(it);
+}
 
 int64_t CpuBackend::sequence_length(SeqId id) const {
   auto it = seqs_.find(id);
@@ -59,6 +168,10 @@ Status CpuBackend::forward(std::span<const BatchItem> items, std::vector<float>&
     T += n;
   }
   if (T == 0) return {};
+  GRIDQ_RETURN_IF_ERROR(grow_pages(items, state));
+  std::vector<std::vector<float*>> page_ptrs(items.size());
+  for (size_t i = 0; i < items.size(); ++i)
+    for (int p : state[i]->pages) page_ptrs[i].push_back(page_mem_[static_cast<size_t>(p)].data());
 
   std::vector<float> x(static_cast<size_t>(T * H));  // [T, H] residual stream
   {
@@ -68,10 +181,24 @@ Status CpuBackend::forward(std::span<const BatchItem> items, std::vector<float>&
   }
   std::vector<float> a;  // [T, H] normalised input of a block (scratch)
   for (int l = 0; l < spec_.n_layers; ++l) {
-    for (size_t i = 0; i < items.size(); ++i) lay.seqs[i].cache = &state[i]->layers[static_cast<size_t>(l)];
+    for (size_t i = 0; i < items.size(); ++i) {
+      LayerCache& c = state[i]->layers[static_cast<size_t>(l)];
+      if (const int64_t off = k_off_[static_cast<size_t>(l)]; off >= 0) {
+        const int64_t kvw = static_cast<int64_t>(spec_.layers[static_cast<size_t>(l)].n_kv_heads) *
+                            spec_.layers[static_cast<size_t>(l)].head_dim;
+        c.paged =
+            PagedKv{&page_ptrs[i], opts_.page_tokens, off, off + opts_.page_tokens * kvw, state[i]->floor};
+      }
+      lay.seqs[i].cache = &c;
+    }
     decoder_layer(spec_, w_.layers[static_cast<size_t>(l)], l, lay, x.data(), a);
   }
-  for (size_t i = 0; i < items.size(); ++i) state[i]->len += static_cast<int64_t>(items[i].tokens.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    SeqState& s = *state[i];
+    s.len += static_cast<int64_t>(items[i].tokens.size());
+    s.hist.insert(s.hist.end(), items[i].tokens.begin(), items[i].tokens.end());
+    commit_pages(s);
+  }
 
   // Logits for the requested rows only.
   std::vector<int64_t> rows;

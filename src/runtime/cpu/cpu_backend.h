@@ -10,12 +10,18 @@
 
 #include "runtime/backend.h"
 #include "runtime/cpu/layer_ops.h"
+#include "runtime/kv_pages.h"
 #include "runtime/model_weights.h"
 
 namespace gridq::runtime::cpu {
 
 struct CpuOptions {
   int threads = 0;  // 0 = OpenMP default
+  // Full-layer KV pages (kv_pages.h) of page_tokens positions: 0 = no budget (the pool grows on demand and
+  // kv_pages() reports no page accounting); > 0 = a fixed pool, as a device backend has (`gridq serve` sets
+  // it: --num-gpu-blocks-override, else max_num_seqs × max_model_len). Page memory is allocated on first use.
+  int64_t kv_pages = 0;
+  int page_tokens = 16;
 };
 
 class CpuBackend final : public Backend {
@@ -30,21 +36,43 @@ class CpuBackend final : public Backend {
   int64_t sequence_length(SeqId id) const override;
   Status forward(std::span<const BatchItem> items, std::vector<float>& logits) override;
   const ModelWeights* weight_metadata() const override { return &w_; }
+  KvPageStats kv_pages() const override;
+  int64_t kv_pages_needed(SeqId id, int64_t new_len) const override;
+  bool supports_prefix_caching() const override { return true; }
+  Status set_prefix_caching(bool on) override;
+  Expected<PrefixHit> attach_prefix(SeqId id, std::span<const int32_t> tokens) override;
+  const PagePool& page_pool() const { return pool_; }
   // The matrices as the kernels run them (formats, rungs): `gridq serve` reports their kernel paths.
   const ModelWeights& weights() const { return w_; }
 
  private:
   struct SeqState {
     int64_t len = 0;
-    std::vector<LayerCache> layers;
+    std::vector<LayerCache> layers;  // sliding layers: the ring; full layers: KV in `pages`
+    std::vector<int> pages;          // page of positions [i·page_tokens, (i+1)·page_tokens)
+    std::vector<int32_t> hist;       // tokens at positions [0, len) (the prefix-cache keys of full pages)
+    int64_t floor = 0;               // positions below hold full-layer KV in shared pages (not rewritten)
+    size_t committed = 0;            // pages registered with the prefix cache (or found in it)
+    uint64_t chain = 0;              // chain hash of page committed-1
   };
 
   CpuBackend() = default;
+  int64_t pages_for(int64_t tokens) const;
+  // Gives each item's sequence the pages its new positions need, all or none (refusing a full pool).
+  Status grow_pages(std::span<const BatchItem> items, std::span<SeqState* const> state);
+  // Registers the sequence's newly filled pages with the prefix cache.
+  void commit_pages(SeqState& s);
 
   model::ModelSpec spec_;
   ModelWeights w_;
   std::shared_ptr<void> keepalive_;
   std::unordered_map<SeqId, SeqState> seqs_;
+  CpuOptions opts_;
+  PagePool pool_;
+  std::vector<std::vector<float>> page_mem_;  // [page] the page's K and V of every full layer
+  std::vector<int64_t> k_off_;                // [layer] float offset of a full layer's K inside a page
+  int64_t page_floats_ = 0;
+  int64_t reach_ = 0;  // Σ over sliding layers of (window − 1): PrefixHit::resume
 };
 
 }  // namespace gridq::runtime::cpu

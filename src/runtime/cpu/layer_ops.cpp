@@ -251,6 +251,15 @@ void attention(const model::ModelSpec& spec, const LayerWeights& lw, int l, cons
     for (const AttnSeq& s : lay.seqs) {
       auto& c = *s.cache;
       const int64_t p0 = s.past, n = s.n;
+      if (const PagedKv& pg = c.paged; pg.pages) {
+        for (int64_t j = std::max(p0, pg.write_floor); j < p0 + n; ++j) {
+          float* page = (*pg.pages)[static_cast<size_t>(j / pg.page_tokens)];
+          const int64_t slot = (j % pg.page_tokens) * kvw, row = (s.start + j - p0) * kvw;
+          std::memcpy(page + pg.k_off + slot, k.data() + row, static_cast<size_t>(kvw) * sizeof(float));
+          std::memcpy(page + pg.v_off + slot, v.data() + row, static_cast<size_t>(kvw) * sizeof(float));
+        }
+        continue;
+      }
       c.k.resize(static_cast<size_t>((p0 + n) * kvw));
       c.v.resize(static_cast<size_t>((p0 + n) * kvw));
       std::memcpy(c.k.data() + p0 * kvw, k.data() + s.start * kvw,
@@ -272,12 +281,19 @@ void attention(const model::ModelSpec& spec, const LayerWeights& lw, int l, cons
       const LayerCache& c = *S.cache;
       const int64_t p = lay.pos[static_cast<size_t>(t)], p0 = S.past, t0 = S.start;
       const int64_t j0 = sliding ? std::max<int64_t>(0, p - W + 1) : 0;
+      const PagedKv& pg = c.paged;
+      auto paged = [&](int64_t j, int64_t off) -> const float* {
+        return (*pg.pages)[static_cast<size_t>(j / pg.page_tokens)] + off + (j % pg.page_tokens) * kvw +
+               kvh * d;
+      };
       auto key = [&](int64_t j) -> const float* {
+        if (!sliding && pg.pages) return paged(j, pg.k_off);
         if (!sliding) return c.k.data() + j * kvw + kvh * d;
         if (j >= p0) return k.data() + (t0 + j - p0) * kvw + kvh * d;
         return c.k.data() + (j % W) * kvw + kvh * d;
       };
       auto val = [&](int64_t j) -> const float* {
+        if (!sliding && pg.pages) return paged(j, pg.v_off);
         if (!sliding) return c.v.data() + j * kvw + kvh * d;
         if (j >= p0) return v.data() + (t0 + j - p0) * kvw + kvh * d;
         return c.v.data() + (j % W) * kvw + kvh * d;

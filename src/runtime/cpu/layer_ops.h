@@ -16,10 +16,19 @@
 
 namespace gridq::runtime::cpu {
 
+// A full layer's KV kept in pages (CpuBackend, kv_pages.h): position j's K row is at
+// pages[j / page_tokens] + k_off + (j % page_tokens)·n_kv·d, its V row the same from v_off. Positions below
+// write_floor are not written: their KV is already in pages shared from the prefix cache.
+struct PagedKv {
+  const std::vector<float*>* pages = nullptr;
+  int64_t page_tokens = 0, k_off = 0, v_off = 0, write_floor = 0;
+};
+
 // One layer's KV state of one sequence.
 struct LayerCache {
   std::vector<float> k;  // full: [len, n_kv*d], grows; sliding: [W, n_kv*d] ring, slot = pos % W
   std::vector<float> v;
+  PagedKv paged;  // full layers: pages set: k and v unused
 };
 
 // An empty cache for a sequence at position 0 (the ring of a sliding layer is allocated up front).

@@ -167,6 +167,12 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
   const int64_t budget = static_cast<int64_t>(opts.gpu_memory_utilization * static_cast<double>(total_b)) -
                          static_cast<int64_t>(total_b - free_b) - table_bytes - (int64_t{256} << 20);
   GRIDQ_ASSIGN_OR_RETURN(auto cap, plan_.capacity(budget, max_seqs_));
+  // --num-gpu-blocks-override: at most that many pages (never more than the memory holds).
+  if (opts.num_gpu_blocks_override > 0 && cap.pages > opts.num_gpu_blocks_override) {
+    cap.pages = opts.num_gpu_blocks_override;
+    cap.tokens = cap.pages * plan_.page_tokens;
+    cap.page_pool_bytes = cap.pages * plan_.page_bytes;
+  }
   // No more pages than max_num_seqs sequences of max_model_len can hold: a second engine in the same process
   // (eval --teacher) then finds the memory the first does not need.
   const int64_t most = static_cast<int64_t>(max_seqs_) * max_pages_per_seq_;
@@ -186,7 +192,8 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
   GRIDQ_RETURN_IF_ERROR(rings_.zero());
   GRIDQ_ASSIGN_OR_RETURN(page_table_, DeviceBuffer::alloc(static_cast<size_t>(table_bytes), "KV page table"));
   GRIDQ_RETURN_IF_ERROR(page_table_.zero());
-  for (int64_t p = cap.pages - 1; p >= 0; --p) free_pages_.push_back(static_cast<int>(p));
+  pool_ = runtime::PagePool(cap.pages, plan_.page_tokens, 0);
+  pool_.set_caching(false);  // no prefix caching yet (supports_prefix_caching(), docs/serving.md)
   for (int s = max_seqs_ - 1; s >= 0; --s) free_slots_.push_back(s);
   cudaDeviceProp prop{};
   GRIDQ_CUDA(cudaGetDeviceProperties(&prop, 0));
@@ -201,61 +208,6 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
   // The memsets and copies above ran on the legacy default stream, which a non-blocking stream does not wait
   // for: finish them before the first step touches the KV pools.
   GRIDQ_CUDA(cudaDeviceSynchronize());
-  return {};
-}
-
-Status CudaBackend::add_sequence(runtime::SeqId id) {
-  if (seqs_.count(id)) return err("cuda backend: sequence {} already exists", id);
-  if (free_slots_.empty())
-    return err("cuda backend: all {} sequence slots hold KV (--max-num-seqs {})", max_seqs_, max_seqs_);
-  Seq s;
-  s.slot = free_slots_.back();
-  free_slots_.pop_back();
-  seqs_.emplace(id, std::move(s));
-  return {};
-}
-
-void CudaBackend::remove_sequence(runtime::SeqId id) {
-  auto it = seqs_.find(id);
-  if (it == seqs_.end()) return;
-  for (int p : it->second.pages) free_pages_.push_back(p);
-  free_slots_.push_back(it->second.slot);
-  seqs_.erase(it);
-}
-
-int64_t CudaBackend::sequence_length(runtime::SeqId id) const {
-  auto it = seqs_.find(id);
-  return it == seqs_.end() ? -1 : it->second.len;
-}
-
-Status CudaBackend::ensure_pages(runtime::SeqId id, Seq& s, int64_t new_len) {
-  if (new_len > max_len_)
-    return err("cuda backend: sequence {} would reach {} tokens, past max_model_len {}", id, new_len,
-               max_len_);
-  const size_t have = s.pages.size(), need = static_cast<size_t>(plan_.pages_for(new_len));
-  if (need <= have) return {};
-  if (need - have > free_pages_.size())
-    return err("cuda backend: the KV cache is full ({} pages of {} tokens in use)",
-               mem_.kv_tokens / plan_.page_tokens - static_cast<int64_t>(free_pages_.size()),
-               plan_.page_tokens);
-  while (s.pages.size() < need) {
-    s.pages.push_back(free_pages_.back());
-    free_pages_.pop_back();
-  }
-  // The slot's row of the device page table is s.pages: copy the new entries (synchronously: the step that
-  // reads them comes next on the same stream, and the host vector may grow again before a later copy).
-  const size_t at = static_cast<size_t>(s.slot) * max_pages_per_seq_ + have;
-  GRIDQ_CUDA(cudaMemcpyAsync(page_table_.as<int>() + at, s.pages.data() + have, (need - have) * 4,
-                             cudaMemcpyHostToDevice, stream_));
-  GRIDQ_CUDA(cudaStreamSynchronize(stream_));
-  return {};
-}
-
-Status CudaBackend::set_length_for_bench(runtime::SeqId id, int64_t len) {
-  auto it = seqs_.find(id);
-  if (it == seqs_.end()) return err("cuda backend: unknown sequence {}", id);
-  GRIDQ_RETURN_IF_ERROR(ensure_pages(id, it->second, len));
-  it->second.len = len;
   return {};
 }
 

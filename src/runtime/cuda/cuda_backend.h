@@ -16,6 +16,7 @@
 #include "runtime/cuda/device_model.h"
 #include "runtime/cuda/upload.h"
 #include "runtime/device.h"
+#include "runtime/kv_pages.h"
 #include "runtime/kv_plan.h"
 
 namespace gridq::cuda {
@@ -53,7 +54,8 @@ class CudaBackend final : public runtime::Backend {
 
   std::string memory_report() const override;
   std::vector<std::string> kernel_report() const override;
-  int64_t kv_capacity_tokens() const override { return mem_.kv_tokens; }
+  runtime::KvPageStats kv_pages() const override;  // cuda_kv.cpp
+  int64_t kv_pages_needed(runtime::SeqId id, int64_t new_len) const override;
   const runtime::ModelWeights* weight_metadata() const override {
     return meta_.layers.empty() ? nullptr : &meta_;
   }
@@ -99,7 +101,8 @@ class CudaBackend final : public runtime::Backend {
   DeviceBuffer pages_, rings_, page_table_;
   int max_seqs_ = 0, max_pages_per_seq_ = 0;
   int64_t max_len_ = 0;
-  std::vector<int> free_pages_, free_slots_;
+  runtime::PagePool pool_;  // the pages of pages_ (refcounts, free list)
+  std::vector<int> free_slots_;
   std::map<runtime::SeqId, Seq> seqs_;
   // Gives sequence `id` pages for new_len positions (refusing past max_model_len or a full cache).
   Status ensure_pages(runtime::SeqId id, Seq& s, int64_t new_len);

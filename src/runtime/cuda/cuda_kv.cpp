@@ -1,0 +1,79 @@
+// CudaBackend's KV bookkeeping on the host (cuda_backend.h): sequence slots, the page pool (refcounts and
+// free list, runtime/kv_pages.h), each slot's row of the device page table, and the page accounting the
+// scheduler admits and preempts by. Prefix caching is not offered yet: sharing pages needs a forward that
+// runs positions below a floor without writing their full-layer KV (docs/serving.md, "CUDA").
+#include <algorithm>
+
+#include "runtime/cuda/cuda_backend.h"
+#include "runtime/cuda/cuda_check.h"
+
+namespace gridq::cuda {
+
+runtime::KvPageStats CudaBackend::kv_pages() const {
+  runtime::KvPageStats k;
+  k.page_tokens = plan_.page_tokens;
+  k.total = pool_.total();
+  k.used = pool_.used();
+  k.cached = pool_.cached();
+  return k;
+}
+
+int64_t CudaBackend::kv_pages_needed(runtime::SeqId id, int64_t new_len) const {
+  auto it = seqs_.find(id);
+  const int64_t have = it == seqs_.end() ? 0 : static_cast<int64_t>(it->second.pages.size());
+  return std::max<int64_t>(0, plan_.pages_for(new_len) - have);
+}
+
+Status CudaBackend::add_sequence(runtime::SeqId id) {
+  if (seqs_.count(id)) return err("cuda backend: sequence {} already exists", id);
+  if (free_slots_.empty())
+    return err("cuda backend: all {} sequence slots hold KV (--max-num-seqs {})", max_seqs_, max_seqs_);
+  Seq s;
+  s.slot = free_slots_.back();
+  free_slots_.pop_back();
+  seqs_.emplace(id, std::move(s));
+  return {};
+}
+
+void CudaBackend::remove_sequence(runtime::SeqId id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return;
+  // Last page first (the prefix cache's LRU order, once the backend has one).
+  for (auto p = it->second.pages.rbegin(); p != it->second.pages.rend(); ++p) pool_.unref(*p);
+  free_slots_.push_back(it->second.slot);
+  seqs_.erase(it);
+}
+
+int64_t CudaBackend::sequence_length(runtime::SeqId id) const {
+  auto it = seqs_.find(id);
+  return it == seqs_.end() ? -1 : it->second.len;
+}
+
+Status CudaBackend::ensure_pages(runtime::SeqId id, Seq& s, int64_t new_len) {
+  if (new_len > max_len_)
+    return err("cuda backend: sequence {} would reach {} tokens, past max_model_len {}", id, new_len,
+               max_len_);
+  const size_t have = s.pages.size(), need = static_cast<size_t>(plan_.pages_for(new_len));
+  if (need <= have) return {};
+  if (static_cast<int64_t>(need - have) > pool_.available())
+    return err("cuda backend: the KV cache is full ({} of {} pages of {} tokens in use)", pool_.used(),
+               pool_.total(), plan_.page_tokens);
+  while (s.pages.size() < need) s.pages.push_back(pool_.allocate());  // cannot fail: counted above
+  // The slot's row of the device page table is s.pages: copy the new entries (synchronously: the step that
+  // reads them comes next on the same stream, and the host vector may grow again before a later copy).
+  const size_t at = static_cast<size_t>(s.slot) * max_pages_per_seq_ + have;
+  GRIDQ_CUDA(cudaMemcpyAsync(page_table_.as<int>() + at, s.pages.data() + have, (need - have) * 4,
+                             cudaMemcpyHostToDevice, stream_));
+  GRIDQ_CUDA(cudaStreamSynchronize(stream_));
+  return {};
+}
+
+Status CudaBackend::set_length_for_bench(runtime::SeqId id, int64_t len) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return err("cuda backend: unknown sequence {}", id);
+  GRIDQ_RETURN_IF_ERROR(ensure_pages(id, it->second, len));
+  it->second.len = len;
+  return {};
+}
+
+}  // namespace gridq::cuda

@@ -1,0 +1,260 @@
+// The scheduler thread (scheduler.h): step boundaries (cancellation, timeouts, admission), building a step
+// under the token budget and the free KV pages (preempting the newest requests when they run short), the
+// forward, and each sampled token's way to its request.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "serve/logit_check.h"
+#include "serve/scheduler.h"
+
+namespace gridq::serve {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+double secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+}  // namespace
+
+void Scheduler::collect_items(std::vector<StepItem>& items, std::vector<Seq*>& owners) {
+  // Every decoding sequence contributes its last token; prefill chunks fill the rest of the budget.
+  int64_t budget = opts_.max_batch_tokens;
+  for (auto& s : running_) {
+    if (s->done || s->prefilling()) continue;
+    items.push_back(StepItem{s->id, std::span<const int32_t>(&s->next_input, 1), true});
+    owners.push_back(s.get());
+    --budget;
+  }
+  for (auto& s : running_) {
+    if (s->done || !s->prefilling()) continue;
+    if (budget <= 0 && !items.empty()) break;
+    if (!s->attached) {
+      if (engine_.prefix_caching() && s->choice > 0) {
+        // Choice 0 of the same request prefills the prompt first; the others then share its pages.
+        auto first = std::find_if(running_.begin(), running_.end(), [&](const std::unique_ptr<Seq>& o) {
+          return o->req == s->req && o->choice == 0 && !o->done;
+        });
+        if (first != running_.end() && (*first)->prefilled < s->req->prompt.size()) continue;
+      }
+      s->attached = true;
+      if (engine_.prefix_caching()) {
+        auto hit = engine_.attach_prefix(s->id, s->ctx());
+        if (hit.ok()) {
+          s->prefilled = static_cast<size_t>(hit->resume);
+          s->len = hit->resume;
+          std::lock_guard lk(mu_);
+          stats_.prefix_queries += static_cast<int64_t>(s->ctx().size());
+          stats_.prefix_hits += hit->cached;
+          stats_.prefix_recomputed += hit->cached - hit->resume;
+          if (metrics_)
+            metrics_->add_prefix_cache(static_cast<int64_t>(s->ctx().size()), hit->cached,
+                                       hit->cached - hit->resume);
+        }
+        // A refused lookup (it cannot happen on an empty sequence) just prefills everything.
+      }
+    }
+    const auto ctx = s->ctx();
+    const size_t n =
+        std::min<size_t>(ctx.size() - s->prefilled, static_cast<size_t>(std::max<int64_t>(budget, 1)));
+    items.push_back(StepItem{s->id, ctx.subspan(s->prefilled, n), s->prefilled + n == ctx.size()});
+    owners.push_back(s.get());
+    budget -= static_cast<int64_t>(n);
+  }
+}
+
+void Scheduler::build_step(std::vector<StepItem>& items, std::vector<Seq*>& owners) {
+  for (;;) {
+    items.clear();
+    owners.clear();
+    collect_items(items, owners);
+    const runtime::KvPageStats kv = engine_.kv_pages();
+    if (kv.total < 0 || items.empty()) return;
+    int64_t need = 0;
+    for (size_t k = 0; k < items.size(); ++k)
+      need += engine_.kv_pages_needed(items[k].seq,
+                                      owners[k]->len + static_cast<int64_t>(items[k].tokens.size()));
+    if (need <= kv.free()) return;
+    // Preempt the newest request (the last admitted); the oldest keep their pages and progress.
+    const SchedRequest* victim = nullptr;
+    bool others = false;
+    for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+      if ((*it)->done) continue;
+      if (!victim)
+        victim = (*it)->req.get();
+      else if ((*it)->req.get() != victim)
+        others = true;
+    }
+    if (!victim) return;
+    if (!others) {
+      // Alone and still short: submit() refuses any request that cannot fit an empty cache, so only an
+      // engine that reports fewer pages than it started with gets here. Fail the request, not the server.
+      auto req = running_.back()->req;
+      for (auto& s : running_)
+        if (s->req == req && !s->done) {
+          s->done = true;
+          engine_.remove_sequence(s->id);
+        }
+      req->on_error(503, "kv_cache_exhausted",
+                    fmt::format("the KV cache cannot hold this request: its next step needs {} new pages, {} "
+                                "of {} are free",
+                                need, kv.free(), kv.total));
+      const SchedRequest* key = req.get();
+      if (ReqState* st = state_of(key); st && !st->queued) --running_reqs_;
+      std::erase_if(reqs_, [&](const ReqState& x) { return x.req.get() == key; });
+      std::erase_if(running_, [](const std::unique_ptr<Seq>& s) { return s->done; });
+      continue;
+    }
+    preempt(victim);
+  }
+}
+
+void Scheduler::loop() {
+  std::vector<runtime::SampledToken> sampled;
+  for (;;) {
+    std::vector<std::shared_ptr<SchedRequest>> aborted, timed_out;
+    bool abort_running = false;
+    {
+      std::unique_lock lk(mu_);
+      auto has_work = [&] { return stop_ || abort_flag_ || !waiting_.empty() || !running_.empty(); };
+      if (!has_work()) {
+        idle_cv_.notify_all();
+        cv_.wait(lk, has_work);
+      }
+      if (abort_flag_.exchange(false)) {
+        abort_running = true;
+        aborted.assign(waiting_.begin(), waiting_.end());
+        waiting_.clear();
+      }
+      // Cancelled or expired waiting requests leave the queue without touching the engine. A preempted
+      // request is not timed out: it was admitted, and its stream is running.
+      const auto now = Clock::now();
+      for (auto it = waiting_.begin(); it != waiting_.end();) {
+        if ((*it)->cancelled) {
+          aborted.push_back(*it);
+          it = waiting_.erase(it);
+        } else if (opts_.queue_timeout_s > 0 && secs(now - (*it)->arrival) > opts_.queue_timeout_s &&
+                   !state_of(it->get())) {
+          timed_out.push_back(*it);
+          it = waiting_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      if (!abort_running && !failed_) admit_locked();
+      waiting_reqs_ = static_cast<int64_t>(waiting_.size());
+      settling_ = !aborted.empty() || !timed_out.empty();
+    }
+    for (auto& r : aborted) drop_request(r);
+    for (auto& r : timed_out)
+      r->on_error(503, "queue_timeout", "the request waited in the queue longer than --queue-timeout");
+    if (!aborted.empty() || !timed_out.empty()) {
+      std::lock_guard lk(mu_);
+      settling_ = false;
+    }
+    for (auto& s : running_)
+      if (abort_running || s->req->cancelled) finish_seq(*s, FinishReason::kAbort);
+    std::erase_if(running_, [](const std::unique_ptr<Seq>& s) { return s->done; });
+    update_gauges();
+    {
+      std::unique_lock lk(mu_);
+      if (stop_ && running_.empty() && waiting_.empty()) {
+        exited_ = true;
+        idle_cv_.notify_all();
+        return;
+      }
+      if (running_.empty()) {
+        idle_cv_.notify_all();
+        // Nothing runnable although requests wait (admission failed): retry after a short pause.
+        if (!waiting_.empty()) cv_.wait_for(lk, std::chrono::milliseconds(10));
+        continue;
+      }
+    }
+
+    std::vector<StepItem> items;
+    std::vector<Seq*> owners;
+    build_step(items, owners);
+    if (items.empty()) {
+      update_gauges();
+      continue;
+    }
+    // Each sampled row's plan (its uniform drawn now, in row order) before the step, so the engine can
+    // sample where the logits are; rows of finished or cancelled sequences are not sampled.
+    std::vector<runtime::SamplePlan> plan_store;
+    plan_store.reserve(items.size());
+    std::vector<const runtime::SamplePlan*> plans;
+    const size_t V = static_cast<size_t>(engine_.vocab_size());
+    for (size_t k = 0; k < items.size(); ++k) {
+      if (!items[k].want_logits) continue;
+      Seq& s = *owners[k];
+      if (s.done || s.req->cancelled) {
+        plans.push_back(nullptr);
+        continue;
+      }
+      std::span<const int32_t> banned;
+      if (static_cast<int64_t>(s.generated.size()) < s.req->min_tokens) banned = s.req->stop_ids;
+      plan_store.push_back(s.sampler.plan(V, s.req->prompt, s.generated, banned, s.req->top_logprobs));
+      plans.push_back(&plan_store.back());
+    }
+    sampled.clear();
+    Status st = engine_.forward_sampled(items, plans, sampled);
+    if (st.ok() && sampled.size() != plans.size())
+      st = err("engine returned {} tokens for {} rows", sampled.size(), plans.size());
+    if (!st.ok()) {
+      fail_all(st.message());
+      update_gauges();
+      continue;
+    }
+    const auto now = Clock::now();
+    size_t row = 0;
+    for (size_t k = 0; k < items.size(); ++k) {
+      Seq& s = *owners[k];
+      s.len += static_cast<int64_t>(items[k].tokens.size());
+      if (s.prefilling()) {
+        s.prefilled += items[k].tokens.size();
+        // The first prefill of the prompt (not a recompute after a preemption) is the request's prefill.
+        if (!s.prefilling() && s.resume.empty()) {
+          if (metrics_) metrics_->add_prompt_tokens(static_cast<int64_t>(s.req->prompt.size()));
+          if (ReqState* rs = state_of(s.req.get()); rs && metrics_)
+            metrics_->observe(Hist::kPrefill, secs(now - rs->admitted));
+        }
+      }
+      if (!items[k].want_logits) continue;
+      const runtime::SampledToken& tok = sampled[row];
+      if (!plans[row++] || s.done || s.req->cancelled) continue;
+      if (fail_on_non_finite(tok, *s.req)) continue;
+      const auto& stop_ids = s.req->stop_ids;
+      ReqState* rs = state_of(s.req.get());
+      if (rs) {
+        ++rs->generated;
+        if (!rs->got_first) {
+          rs->got_first = true;
+          rs->first_token = now;
+          if (metrics_) metrics_->observe(Hist::kTtft, secs(now - s.req->arrival));
+        } else if (metrics_ && !s.generated.empty()) {
+          metrics_->observe(Hist::kItl, secs(now - s.last_token));
+        }
+      }
+      s.last_token = now;
+      if (std::find(stop_ids.begin(), stop_ids.end(), tok.token) != stop_ids.end()) {
+        finish_seq(s, FinishReason::kStop);
+        continue;
+      }
+      if (metrics_) metrics_->add_generation_tokens(1);
+      s.generated.push_back(tok.token);
+      if (s.req->on_token(s.choice, tok)) {
+        finish_seq(s, FinishReason::kStop);
+        continue;
+      }
+      if (static_cast<int64_t>(s.generated.size()) >= s.req->max_tokens ||
+          static_cast<int64_t>(s.req->prompt.size() + s.generated.size()) >= engine_.max_model_len()) {
+        finish_seq(s, FinishReason::kLength);
+        continue;
+      }
+      s.next_input = tok.token;
+    }
+    std::erase_if(running_, [](const std::unique_ptr<Seq>& s) { return s->done; });
+    update_gauges();
+  }
+}
+
+}  // namespace gridq::serve
