@@ -232,13 +232,15 @@ Expected<json> run_bench_decode(const BenchDecodeOptions& o) {
           std::fprintf(stderr, "%5d %7d   skipped (past max_position_embeddings)\n", batch, ctx);
         continue;
       }
-      // Full-layer KV the cell holds at its last position, in whole pages of 16 (the pool's unit).
-      const int64_t need = static_cast<int64_t>(batch) * ((last + 1 + 15) / 16 * 16);
-      if (be.kv_capacity_tokens() >= 0 && need > be.kv_capacity_tokens()) {
-        skipped.push_back({{"batch", batch},
-                           {"context", ctx},
-                           {"reason", fmt::format("needs {} tokens of full-layer KV, the cache holds {}",
-                                                  need, be.kv_capacity_tokens())}});
+      // Full-layer KV the cell holds at its last position, in whole pages (the pool's unit).
+      const runtime::KvPageStats kvp = be.kv_pages();
+      const int64_t need = static_cast<int64_t>(batch) * ((last + kvp.page_tokens) / kvp.page_tokens);
+      if (kvp.total >= 0 && need > kvp.total) {
+        skipped.push_back(
+            {{"batch", batch},
+             {"context", ctx},
+             {"reason", fmt::format("needs {} pages of {} tokens of full-layer KV, the cache holds {}", need,
+                                    kvp.page_tokens, kvp.total)}});
         if (o.progress) std::fprintf(stderr, "%5d %7d   skipped (KV cache too small)\n", batch, ctx);
         continue;
       }

@@ -193,7 +193,9 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
   GRIDQ_ASSIGN_OR_RETURN(page_table_, DeviceBuffer::alloc(static_cast<size_t>(table_bytes), "KV page table"));
   GRIDQ_RETURN_IF_ERROR(page_table_.zero());
   pool_ = runtime::PagePool(cap.pages, plan_.page_tokens, 0);
-  pool_.set_caching(false);  // no prefix caching yet (supports_prefix_caching(), docs/serving.md)
+  pool_.set_caching(false);  // until set_prefix_caching(true) (serve turns it on by default)
+  for (const auto& L : S.layers)
+    if (L.attn == model::AttnKind::kSliding) reach_ += std::max(0, L.window - 1);
   for (int s = max_seqs_ - 1; s >= 0; --s) free_slots_.push_back(s);
   cudaDeviceProp prop{};
   GRIDQ_CUDA(cudaGetDeviceProperties(&prop, 0));
@@ -279,10 +281,18 @@ Status CudaBackend::run_items(std::span<const runtime::BatchItem> items,
       st.ids.push_back(item.tokens[static_cast<size_t>(j)]);
       st.pos.push_back(static_cast<int>(s.len + j));
       st.slot.push_back(s.slot);
+      st.kv_write.push_back(s.len + j >= s.floor ? 1 : 0);
     }
   }
   GRIDQ_RETURN_IF_ERROR(flush());
-  for (const auto& item : items) seqs_.at(item.seq).len += static_cast<int64_t>(item.tokens.size());
+  for (const auto& item : items) {
+    Seq& s = seqs_.at(item.seq);
+    s.len += static_cast<int64_t>(item.tokens.size());
+    if (!s.no_history) {
+      s.hist.insert(s.hist.end(), item.tokens.begin(), item.tokens.end());
+      commit_pages(s);
+    }
+  }
   return {};
 }
 

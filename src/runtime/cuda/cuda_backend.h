@@ -56,6 +56,11 @@ class CudaBackend final : public runtime::Backend {
   std::vector<std::string> kernel_report() const override;
   runtime::KvPageStats kv_pages() const override;  // cuda_kv.cpp
   int64_t kv_pages_needed(runtime::SeqId id, int64_t new_len) const override;
+  // Prefix caching (cuda_kv.cpp): shared full-layer pages, the rows below a sequence's floor recomputed for
+  // the sliding rings without writing their full-layer KV (RowInfo::kv_write). Off until asked.
+  bool supports_prefix_caching() const override { return true; }
+  Status set_prefix_caching(bool on) override;
+  Expected<runtime::PrefixHit> attach_prefix(runtime::SeqId id, std::span<const int32_t> tokens) override;
   const runtime::ModelWeights* weight_metadata() const override {
     return meta_.layers.empty() ? nullptr : &meta_;
   }
@@ -90,7 +95,18 @@ class CudaBackend final : public runtime::Backend {
     int slot = 0;
     int64_t len = 0;
     std::vector<int> pages;
+    // Prefix caching: positions below `floor` have their full-layer KV in shared pages (not rewritten);
+    // pages [0, committed) are registered or were matched; hist holds the tokens at positions [0, len).
+    // A bench sequence (set_length_for_bench) has no token history and registers nothing.
+    int64_t floor = 0;
+    size_t committed = 0;
+    uint64_t chain = 0;
+    std::vector<int32_t> hist;
+    bool no_history = false;
   };
+  // Registers s's pages that its history has filled since the last call.
+  void commit_pages(Seq& s);
+  int64_t reach_ = 0;  // Σ over sliding layers of (window − 1): the stacked windows' receptive field
 
   model::ModelSpec spec_;
   std::unique_ptr<DeviceModel> dm_;

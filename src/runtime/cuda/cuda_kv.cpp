@@ -1,7 +1,8 @@
 // CudaBackend's KV bookkeeping on the host (cuda_backend.h): sequence slots, the page pool (refcounts and
 // free list, runtime/kv_pages.h), each slot's row of the device page table, and the page accounting the
-// scheduler admits and preempts by. Prefix caching is not offered yet: sharing pages needs a forward that
-// runs positions below a floor without writing their full-layer KV (docs/serving.md, "CUDA").
+// scheduler admits and preempts by, and prefix caching: a hit shares the matched pages (their ids copied into
+// the slot's page-table row) and the forward skips the full-layer KV writes of the rows below the floor
+// (RowInfo::kv_write), which it recomputes only to rebuild the sliding-layer rings (docs/serving.md).
 #include <algorithm>
 
 #include "runtime/cuda/cuda_backend.h"
@@ -73,7 +74,50 @@ Status CudaBackend::set_length_for_bench(runtime::SeqId id, int64_t len) {
   if (it == seqs_.end()) return err("cuda backend: unknown sequence {}", id);
   GRIDQ_RETURN_IF_ERROR(ensure_pages(id, it->second, len));
   it->second.len = len;
+  it->second.no_history = true;  // its KV is whatever the pages hold: never a prefix-cache entry
+  it->second.hist.clear();
   return {};
+}
+
+Status CudaBackend::set_prefix_caching(bool on) {
+  pool_.set_caching(on);
+  return {};
+}
+
+Expected<runtime::PrefixHit> CudaBackend::attach_prefix(runtime::SeqId id, std::span<const int32_t> tokens) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return err("cuda backend: attach_prefix on unknown sequence {}", id);
+  Seq& s = it->second;
+  if (s.len != 0 || !s.pages.empty())
+    return err("cuda backend: attach_prefix on sequence {} that already holds {} tokens", id, s.len);
+  runtime::PrefixHit hit;
+  if (tokens.size() < 2 || plan_.n_full == 0) return hit;
+  const int P = plan_.page_tokens;
+  const int64_t max_pages =
+      std::min<int64_t>(static_cast<int64_t>(tokens.size() - 1) / P, max_pages_per_seq_);
+  s.pages = pool_.match(tokens, max_pages, &s.chain);
+  s.committed = s.pages.size();
+  hit.cached = static_cast<int64_t>(s.pages.size()) * P;
+  hit.resume = std::max<int64_t>(0, hit.cached - reach_);
+  s.floor = hit.cached;
+  s.len = hit.resume;
+  s.hist.assign(tokens.begin(), tokens.begin() + hit.resume);
+  if (!s.pages.empty()) {  // the slot's page-table row starts with the shared pages
+    GRIDQ_CUDA(cudaMemcpyAsync(page_table_.as<int>() + static_cast<size_t>(s.slot) * max_pages_per_seq_,
+                               s.pages.data(), s.pages.size() * 4, cudaMemcpyHostToDevice, stream_));
+    GRIDQ_CUDA(cudaStreamSynchronize(stream_));
+  }
+  return hit;
+}
+
+void CudaBackend::commit_pages(Seq& s) {
+  const size_t P = static_cast<size_t>(plan_.page_tokens);
+  while (s.committed < s.pages.size() && (s.committed + 1) * P <= s.hist.size()) {
+    const int parent = s.committed ? s.pages[s.committed - 1] : -1;
+    s.chain = pool_.commit(s.pages[s.committed], parent, s.committed ? s.chain : 0,
+                           std::span<const int32_t>(s.hist).subspan(s.committed * P, P));
+    ++s.committed;
+  }
 }
 
 }  // namespace gridq::cuda
