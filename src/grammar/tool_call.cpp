@@ -125,12 +125,28 @@ Expected<Seq> one_call(Builder& b, const ojson& fn, const text::ToolSchemas& kin
   return out + b.lit(std::string(kToolCallClose));
 }
 
-}  // namespace
+// One tool's call in the JSON syntax; the arguments object is the parameters schema compiled as is.
+Expected<Seq> one_json_call(Builder& b, const ojson& fn, const CompileOptions& opt) {
+  const std::string name = fn["name"].get<std::string>();
+  Seq head =
+      b.lit(std::string(kToolCallOpen) + "\n{\"name\":\"" + json_escape_body(name) + "\",\"arguments\":");
+  Seq tail = b.lit("}\n" + std::string(kToolCallClose));
+  if (!fn.contains("parameters") || fn["parameters"].is_null()) {
+    static const ojson kEmpty = ojson::object();
+    SchemaCompiler sc(b, kEmpty, opt);
+    return head + Seq{sc.any_object()} + tail;
+  }
+  const ojson& params = fn["parameters"];
+  if (params.contains("type") && params["type"] != "object")
+    return err("tool '{}': parameters must be a schema of type object", name);
+  SchemaCompiler sc(b, params, opt);
+  auto args = sc.value(params, 0);
+  if (!args.ok()) return err("tool '{}': {}", name, args.message());
+  return head + *args + tail;
+}
 
-Expected<std::shared_ptr<const Grammar>> compile_poolside_tool_calls(const ojson& tools,
-                                                                     const std::string& only_name,
-                                                                     bool parallel,
-                                                                     const CompileOptions& opt) {
+Expected<std::shared_ptr<const Grammar>> tool_calls(const ojson& tools, const std::string& only_name,
+                                                    bool parallel, const CompileOptions& opt, bool json) {
   if (!tools.is_array() || tools.empty()) return err("tool calls need a non-empty tools list");
   const text::ToolSchemas kinds = text::tool_schemas_from_openai(nlohmann::json::parse(tools.dump()));
   Builder b(opt.limits);
@@ -138,12 +154,28 @@ Expected<std::shared_ptr<const Grammar>> compile_poolside_tool_calls(const ojson
   for (const ojson& t : tools) {
     const ojson& fn = t["function"];
     if (!only_name.empty() && fn["name"] != only_name) continue;
-    GRIDQ_ASSIGN_OR_RETURN(Seq c, one_call(b, fn, kinds, opt));
+    GRIDQ_ASSIGN_OR_RETURN(Seq c, json ? one_json_call(b, fn, opt) : one_call(b, fn, kinds, opt));
     calls.push_back(std::move(c));
+    GRIDQ_RETURN_IF_ERROR(b.check_limits());
   }
   if (calls.empty()) return err("no tool named '{}'", only_name);
   Sym call = b.alt(std::move(calls), "tool_call");
   return b.finish(parallel ? b.rep({call}, 1, kUnbounded) : call);
+}
+
+}  // namespace
+
+Expected<std::shared_ptr<const Grammar>> compile_json_tool_calls(const ojson& tools,
+                                                                 const std::string& only_name, bool parallel,
+                                                                 const CompileOptions& opt) {
+  return tool_calls(tools, only_name, parallel, opt, true);
+}
+
+Expected<std::shared_ptr<const Grammar>> compile_poolside_tool_calls(const ojson& tools,
+                                                                     const std::string& only_name,
+                                                                     bool parallel,
+                                                                     const CompileOptions& opt) {
+  return tool_calls(tools, only_name, parallel, opt, false);
 }
 
 }  // namespace gridq::grammar

@@ -81,8 +81,8 @@ class ApiServer {
   // api_structured.cpp: the request's grammar compiled (through the cache), null when unconstrained, or a
   // 400 naming the field and what the compiler refused.
   std::variant<std::shared_ptr<CompiledGrammar>, ApiError> request_grammar(const GenParams& g);
-  // The same for a chat request's tool_choice "required" or named function (poolside_v1 tool parser):
-  // the tool-call grammar over the tool vocabulary; null when tool_choice does not force a call.
+  // The same for a chat request's tool_choice "required" or named function: the tool-call grammar of the
+  // model's tool parser (poolside_v1 or JSON) over the tool vocabulary; null when nothing forces a call.
   std::variant<std::shared_ptr<CompiledGrammar>, ApiError> tool_grammar(const ChatRequest& r);
 
   HttpServer& http_;

@@ -50,16 +50,20 @@ std::variant<std::shared_ptr<CompiledGrammar>, ApiError> ApiServer::request_gram
 
 std::variant<std::shared_ptr<CompiledGrammar>, ApiError> ApiServer::tool_grammar(const ChatRequest& r) {
   const bool forced = r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed;
-  // Only the poolside_v1 syntax has a grammar; other parsers keep today's unforced behaviour (docs).
-  if (!forced || r.tools.is_null() || model_.tool_parser != ToolParserKind::kPoolside ||
+  // The poolside_v1 and JSON (hermes) syntaxes have grammars; without a tool parser nothing is forced.
+  if (!forced || r.tools.is_null() || model_.tool_parser == ToolParserKind::kNone ||
       model_.tool_call_open_id < 0 || model_.tool_call_close_id < 0)
     return std::shared_ptr<CompiledGrammar>();
+  const bool json = model_.tool_parser == ToolParserKind::kJson;
   std::call_once(tool_grammars_once_,
                  [&] { tool_grammars_ = std::make_unique<GrammarCache>(tool_vocab(model_)); });
   const std::string name = r.tool_choice == ToolChoice::kNamed ? r.tool_choice_name : "";
-  std::string key = fmt::format("tools:{}:{}:", r.parallel_tool_calls ? 1 : 0, name) + dump(r.tools);
+  std::string key =
+      fmt::format("tools:{}:{}:{}:", json ? "json" : "poolside", r.parallel_tool_calls ? 1 : 0, name);
+  key += dump(r.tools);
   auto cg = tool_grammars_->get(std::move(key), [&] {
-    return grammar::compile_poolside_tool_calls(r.tools, name, r.parallel_tool_calls);
+    return json ? grammar::compile_json_tool_calls(r.tools, name, r.parallel_tool_calls)
+                : grammar::compile_poolside_tool_calls(r.tools, name, r.parallel_tool_calls);
   });
   if (!cg.ok()) return invalid("tools", "tool_choice forces a call, but " + cg.message());
   return std::move(*cg);

@@ -5,6 +5,7 @@
 
 #include "grammar/matcher.h"
 #include "grammar/tool_call.h"
+#include "text/tool_parser_json.h"
 #include "text/tool_parser_poolside.h"
 
 namespace gridq::grammar {
@@ -80,6 +81,35 @@ TEST(ToolCallGrammar, ParallelAndNamed) {
   EXPECT_TRUE(accepts(named, b));
   EXPECT_FALSE(accepts(named, a));
   EXPECT_FALSE(compile_poolside_tool_calls(kTools, "missing", false).ok());
+}
+
+// The JSON (hermes) syntax: compact JSON arguments valid for the parameters schema, read back by the real
+// JSON tool parser.
+TEST(ToolCallGrammar, JsonSyntax) {
+  auto g = compile_json_tool_calls(kTools, "", false);
+  ASSERT_TRUE(g.ok()) << g.message();
+  auto j = [](const std::string& obj) { return call("\n" + obj + "\n"); };
+  const std::string ok = j(R"({"name":"get_weather","arguments":{"city":"Rome","days":2}})");
+  EXPECT_TRUE(accepts(*g, ok));
+  EXPECT_TRUE(accepts(*g, j(R"({"name":"noop","arguments":{}})")));
+  EXPECT_TRUE(
+      accepts(*g, j(R"({"name":"noop","arguments":{"anything":[1]}})")));  // no parameters: any object
+  EXPECT_FALSE(accepts(*g, j(R"({"name":"get_weather","arguments":{"days":2}})")));  // city required
+  EXPECT_FALSE(accepts(*g, j(R"({"name":"get_weather","arguments":{"city":"Rome","days":9}})")));
+  EXPECT_FALSE(accepts(*g, j(R"({"name":"other","arguments":{}})")));
+  EXPECT_FALSE(accepts(*g, ok + ok));
+  auto par = compile_json_tool_calls(kTools, "noop", true);
+  ASSERT_TRUE(par.ok());
+  EXPECT_TRUE(accepts(*par, j(R"({"name":"noop","arguments":{}})") + j(R"({"name":"noop","arguments":{}})")));
+  EXPECT_FALSE(accepts(*par, ok));
+  std::string text = ok;
+  text.replace(text.find(kToolCallOpen), kToolCallOpen.size(), "<tool_call>");
+  text.replace(text.find(kToolCallClose), kToolCallClose.size(), "</tool_call>");
+  auto parsed = text::parse_json_tool_calls(text);
+  ASSERT_EQ(parsed.calls.size(), 1u);
+  EXPECT_EQ(parsed.calls[0].name, "get_weather");
+  EXPECT_EQ(nlohmann::json::parse(parsed.calls[0].arguments),
+            nlohmann::json::parse(R"({"city":"Rome","days":2})"));
 }
 
 TEST(ToolCallGrammar, UnsupportedKeywordsNameToolAndKeyword) {

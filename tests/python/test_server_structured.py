@@ -262,6 +262,21 @@ def test_tool_choice_required_and_named_force_a_valid_call(server):
         check_calls(ch["message"]["tool_calls"])
 
 
+def test_tool_choice_forced_in_the_json_syntax():
+    # The hermes/JSON tool parser (other model families) gets its own grammar: <tool_call>\n{json}\n</tool_call>.
+    s = Server("--max-model-len", "1024", "--tool-call-parser", "hermes")
+    try:
+        for seed in (2, 3):
+            r = post(s, "/v1/chat/completions", chat_body(messages=ASK, tools=TOOLS, tool_choice="required",
+                                                          parallel_tool_calls=False, temperature=0.8, seed=seed))
+            ch = r.json()["choices"][0]
+            assert ch["finish_reason"] == "tool_calls", ch
+            assert len(ch["message"]["tool_calls"]) == 1
+            check_calls(ch["message"]["tool_calls"])
+    finally:
+        s.stop()
+
+
 def test_tool_choice_errors(server):
     bad_tools = [{"type": "function", "function": {"name": "f", "parameters": {
         "type": "object", "properties": {"x": {"type": "integer", "not": {"const": 1}}}}}}]
