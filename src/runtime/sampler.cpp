@@ -119,6 +119,14 @@ void apply_edits(std::span<double> s, std::span<const ScoreEdit> edits, double r
   }
 }
 
+void apply_allowed(std::span<double> s, std::span<const uint64_t> allowed) {
+  const double ninf = -std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < s.size(); ++i) {
+    const size_t w = i >> 6;
+    if (w >= allowed.size() || !((allowed[w] >> (i & 63)) & 1)) s[i] = ninf;
+  }
+}
+
 void apply_penalties(std::span<double> scores, std::span<const int32_t> prompt,
                      std::span<const int32_t> generated, const SamplingParams& p) {
   SamplingParams only = p;  // step 2 alone
@@ -245,6 +253,7 @@ SampledToken Sampler::run(const SamplePlan& plan, std::span<const float> logits)
   }
   std::vector<double> s(logits.begin(), logits.end());
   apply_edits(s, plan.edits, plan.repetition);
+  if (!plan.allowed.empty()) apply_allowed(s, plan.allowed);
   if (plan.greedy) {
     out.token = argmax(std::span<const double>(s));
   } else {

@@ -9,7 +9,8 @@
 //     occurs in prompt or generated: if repetition != 1, s[i] = s[i] > 0 ? s[i] / r : s[i] * r (HF). Then
 //     for every id with count c > 0, s[i] -= presence + frequency * c (OpenAI), where c counts occurrences
 //     in `generated`, plus in `prompt` when penalties_count_prompt (generate; serve sets it false, as vLLM).
-//  3. s[i] += logit_bias[i].  4. Banned ids: s[i] = -inf.
+//  3. s[i] += logit_bias[i].  4. Banned ids: s[i] = -inf; with an allowed mask (structured outputs,
+//     SamplePlan::allowed), every id outside it too.
 //  5. temperature <= 0 (greedy): the token is the lowest i with s[i] == max s. No uniform is drawn.
 //  6. Otherwise m = max s, T = temperature, and w[i] = exp((s[i] - m) / T), so the most likely id has w = 1
 //     and banned ids w = 0. Candidates: ids sorted by w descending, ties by id ascending; keep the first n,
@@ -104,6 +105,11 @@ struct SamplePlan {
   double temperature = 1.0, top_p = 1.0, min_p = 0.0, repetition = 1.0;
   int32_t top_k = 0;
   std::vector<ScoreEdit> edits;
+  // Step 4's allowed mask, set by the server for a constrained choice (serve/constraint.h); empty: every id.
+  // Bit (i & 63) of word i >> 6 set: id i may be chosen; an id past the mask's end may not. A bitmask, not
+  // an id list, because a grammar's mask is a walk result over the whole vocabulary (V / 8 bytes either
+  // way at worst); the CUDA backend samples rows that carry one on the host (cuda/sampling.cpp).
+  std::vector<uint64_t> allowed;
   double u = 0.0;
   int top_logprobs = 0;  // step 8 alternatives wanted (0: only the token's own logprob)
 };
@@ -114,6 +120,8 @@ std::vector<ScoreEdit> score_edits(size_t V, std::span<const int32_t> prompt,
                                    const SamplingParams& p);
 // Applies edits to scores s[V] (steps 2-4); `repetition` is the plan's.
 void apply_edits(std::span<double> s, std::span<const ScoreEdit> edits, double repetition);
+// Step 4's allowed mask (SamplePlan::allowed, non-empty): every id outside it gets s = -inf.
+void apply_allowed(std::span<double> s, std::span<const uint64_t> allowed);
 // Step 8 into `out` for out.token: its logprob and the k most likely raw logits.
 void add_logprobs(std::span<const float> logits, int k, SampledToken& out);
 

@@ -3,293 +3,10 @@
 #include <fmt/format.h>
 
 #include "core/version.h"
+#include "serve/api_job.h"
 #include "serve/sampling.h"
 
 namespace gridq::serve {
-
-namespace {
-
-ApiError status_error(int status, std::string type, std::string code, std::string message) {
-  ApiError e;
-  e.status = status;
-  e.type = std::move(type);
-  e.code = std::move(code);
-  e.message = std::move(message);
-  if (status == 503 || status == 429) e.headers.push_back({"Retry-After", "5"});
-  return e;
-}
-
-TokenLogprob token_logprob(const text::Tokenizer& tok, int32_t id, float lp) {
-  TokenLogprob t;
-  std::string bytes = tok.token_bytes(id);
-  t.bytes.assign(bytes.begin(), bytes.end());
-  int32_t one[1] = {id};
-  t.token = tok.decode(one, false);
-  t.logprob = lp;
-  return t;
-}
-
-// One HTTP generation request: its choices may span several prompts (completions with a list of prompts);
-// each prompt is one SchedRequest (a Part) whose choice c maps to global index offset + c.
-class Job : public std::enable_shared_from_this<Job> {
- public:
-  struct Choice {
-    std::unique_ptr<OutputProcessor> proc;
-    bool role_sent = false;
-    bool done = false;
-    std::string finish_reason;
-    int64_t tokens = 0;
-    std::vector<TokenLogprob> logprobs;     // all (non-streaming)
-    std::vector<TokenLogprob> pending_lps;  // streaming: not yet attached to a chunk
-    std::vector<std::string> call_ids;      // per streamed call index
-    std::string echo_prefix;                // completions echo
-  };
-
-  Job(std::shared_ptr<ResponseChannel> ch, const ModelBinding& m, Metrics& metrics, bool chat, bool stream)
-      : ch_(std::move(ch)), m_(m), metrics_(metrics), chat_(chat), stream_(stream) {
-    id_ = random_id(chat ? "chatcmpl-" : "cmpl-");
-    created_ = unix_now();
-  }
-
-  std::vector<Choice> choices;
-  std::string model;
-  bool include_usage = false, include_reasoning = true, want_logprobs = false;
-  int64_t prompt_tokens = 0;
-  int parts_left = 0;
-
-  // Called after a successful submit. Chunks produced before this point were buffered, so the role chunks
-  // always come first and nothing is written before the response header.
-  void begin_stream() {
-    if (!stream_) return;
-    std::lock_guard lk(mu_);
-    ch_->start_stream();
-    if (chat_) {
-      for (size_t i = 0; i < choices.size(); ++i) {
-        ojson d = ojson::object();
-        d["role"] = "assistant";
-        d["content"] = "";
-        ch_->write(sse_event(
-            chat_chunk_json(id_, created_, model, static_cast<int>(i), d, "", nullptr, include_usage)));
-        choices[i].role_sent = true;
-      }
-    }
-    started_ = true;
-    for (auto& p : pending_) ch_->write(std::move(p));
-    pending_.clear();
-    if (ended_) ch_->end_stream();
-  }
-
-  bool on_token(int idx, const runtime::SampledToken& t) {
-    std::lock_guard lk(mu_);
-    if (finished_) return true;
-    Choice& c = choices[idx];
-    ++c.tokens;
-    if (want_logprobs) {
-      TokenLogprob lp = token_logprob(*m_.tok, t.token, t.logprob);
-      for (const auto& [id, v] : t.top) lp.top.push_back(token_logprob(*m_.tok, id, v));
-      (stream_ ? c.pending_lps : c.logprobs).push_back(std::move(lp));
-    }
-    bool stopped = false;
-    OutputDelta d = c.proc->push(t.token, stopped);
-    if (stream_) emit(idx, d, "");
-    return stopped;
-  }
-
-  void on_choice_done(int idx, FinishReason r) {
-    std::lock_guard lk(mu_);
-    if (finished_) return;
-    Choice& c = choices[idx];
-    if (c.done) return;
-    c.done = true;
-    if (r == FinishReason::kAbort) {
-      aborted_ = true;
-    } else {
-      OutputDelta d = c.proc->finish();
-      c.finish_reason =
-          r == FinishReason::kLength ? "length" : (c.proc->saw_tool_calls() ? "tool_calls" : "stop");
-      if (stream_) {
-        emit(idx, d, "");
-        emit_final(idx);
-      }
-    }
-    if (++done_count_ == choices.size()) complete();
-  }
-
-  void on_error(int status, const std::string& code, const std::string& message) {
-    std::lock_guard lk(mu_);
-    if (finished_) return;
-    finished_ = true;
-    fail(status_error(status, status == 503 ? "unavailable_error" : "server_error", code, message));
-  }
-
- private:
-  // The request ends in an error: an HTTP error before streaming, else an error event then [DONE] (§4.8).
-  void fail(const ApiError& e) {
-    if (stream_) {
-      out(sse_event(error_json(e)));
-      out(std::string(kSseDone));
-      out_end();
-    } else {
-      ch_->send_error(e);
-    }
-  }
-
-  ojson take_logprobs(Choice& c) {
-    if (!want_logprobs || c.pending_lps.empty()) return nullptr;
-    ojson j = chat_ ? chat_logprobs_json(c.pending_lps) : completion_logprobs_json(c.pending_lps, 0);
-    c.pending_lps.clear();
-    return j;
-  }
-
-  void write_chat(int idx, const ojson& delta, const std::string& finish) {
-    Choice& c = choices[idx];
-    out(sse_event(
-        chat_chunk_json(id_, created_, model, idx, delta, finish, take_logprobs(c), include_usage)));
-  }
-
-  void emit(int idx, const OutputDelta& d, const std::string&) {
-    Choice& c = choices[idx];
-    if (!chat_) {
-      std::string text = c.echo_prefix + d.content;
-      c.echo_prefix.clear();
-      if (!text.empty())
-        out(sse_event(
-            completion_chunk_json(id_, created_, model, idx, text, "", take_logprobs(c), include_usage)));
-      return;
-    }
-    if (!d.reasoning.empty() && include_reasoning) {
-      ojson delta = ojson::object();
-      delta["reasoning_content"] = d.reasoning;
-      delta["reasoning"] = d.reasoning;
-      write_chat(idx, delta, "");
-    }
-    if (!d.content.empty()) {
-      ojson delta = ojson::object();
-      delta["content"] = d.content;
-      write_chat(idx, delta, "");
-    }
-    for (const auto& call : d.calls) {
-      ojson tc = ojson::object();
-      tc["index"] = call.index;
-      ojson fn = ojson::object();
-      if (call.first) {
-        if (static_cast<int>(c.call_ids.size()) <= call.index) c.call_ids.resize(call.index + 1);
-        c.call_ids[call.index] = random_id("call_");
-        tc["id"] = c.call_ids[call.index];
-        tc["type"] = "function";
-        fn["name"] = call.name;
-      }
-      fn["arguments"] = call.arguments;
-      tc["function"] = std::move(fn);
-      ojson delta = ojson::object();
-      delta["tool_calls"] = ojson::array({std::move(tc)});
-      write_chat(idx, delta, "");
-    }
-  }
-
-  void emit_final(int idx) {
-    Choice& c = choices[idx];
-    if (chat_) {
-      write_chat(idx, ojson::object(), c.finish_reason);
-    } else {
-      out(sse_event(completion_chunk_json(id_, created_, model, idx, c.echo_prefix, c.finish_reason,
-                                          take_logprobs(c), include_usage)));
-      c.echo_prefix.clear();
-    }
-  }
-
-  void complete() {
-    finished_ = true;
-    int64_t completion_tokens = 0;
-    for (const auto& c : choices) completion_tokens += c.tokens;
-    if (aborted_)
-      return fail(status_error(503, "unavailable_error", "aborted",
-                               "the request was aborted (server shutting down or client gone)"));
-    for (const auto& c : choices) metrics_.request_success(c.finish_reason);
-    if (stream_) {
-      if (include_usage)
-        out(sse_event(usage_chunk_json(id_, created_, model,
-                                       chat_ ? "chat.completion.chunk" : "text_completion", prompt_tokens,
-                                       completion_tokens)));
-      out(std::string(kSseDone));
-      out_end();
-      return;
-    }
-    if (chat_) {
-      std::vector<ChatChoiceOut> outs;
-      for (size_t i = 0; i < choices.size(); ++i) {
-        auto& c = choices[i];
-        OutputResult r = c.proc->result();
-        ChatChoiceOut o;
-        o.index = static_cast<int>(i);
-        o.content = r.content;
-        o.reasoning = r.reasoning;
-        for (auto& call : r.calls) o.tool_calls.push_back({random_id("call_"), call.name, call.arguments});
-        o.finish_reason = c.finish_reason;
-        if (want_logprobs) o.logprobs = chat_logprobs_json(c.logprobs);
-        outs.push_back(std::move(o));
-      }
-      ch_->send(200, "application/json",
-                dump(chat_response_json(id_, created_, model, outs, prompt_tokens, completion_tokens,
-                                        include_reasoning)));
-    } else {
-      std::vector<CompletionChoiceOut> outs;
-      for (size_t i = 0; i < choices.size(); ++i) {
-        auto& c = choices[i];
-        OutputResult r = c.proc->result();
-        CompletionChoiceOut o;
-        o.index = static_cast<int>(i);
-        o.text = c.echo_prefix + r.content.value_or("");
-        o.finish_reason = c.finish_reason;
-        if (want_logprobs) o.logprobs = completion_logprobs_json(c.logprobs, c.echo_prefix.size());
-        outs.push_back(std::move(o));
-      }
-      ch_->send(200, "application/json",
-                dump(completion_response_json(id_, created_, model, outs, prompt_tokens, completion_tokens)));
-    }
-  }
-
-  void out(std::string data) {
-    if (started_)
-      ch_->write(std::move(data));
-    else
-      pending_.push_back(std::move(data));
-  }
-  void out_end() {
-    if (started_)
-      ch_->end_stream();
-    else
-      ended_ = true;
-  }
-
-  std::mutex mu_;
-  bool started_ = false, ended_ = false;
-  std::vector<std::string> pending_;
-  std::shared_ptr<ResponseChannel> ch_;
-  const ModelBinding& m_;
-  Metrics& metrics_;
-  bool chat_, stream_;
-  std::string id_;
-  int64_t created_;
-  size_t done_count_ = 0;
-  bool finished_ = false, aborted_ = false;
-};
-
-class Part final : public SchedRequest {
- public:
-  Part(std::shared_ptr<Job> job, int offset) : job_(std::move(job)), offset_(offset) {}
-  bool on_token(int c, const runtime::SampledToken& t) override { return job_->on_token(offset_ + c, t); }
-  void on_choice_done(int c, FinishReason r) override { job_->on_choice_done(offset_ + c, r); }
-  void on_error(int status, const std::string& code, const std::string& msg) override {
-    job_->on_error(status, code, msg);
-  }
-
- private:
-  std::shared_ptr<Job> job_;
-  int offset_;
-};
-
-}  // namespace
 
 ApiServer::ApiServer(HttpServer& http, Metrics& metrics)
     : http_(http), metrics_(metrics), created_(unix_now()) {}
@@ -473,6 +190,10 @@ void ApiServer::handle_chat(const HttpRequest& req, std::shared_ptr<ResponseChan
       resolve_max_tokens(static_cast<int64_t>(prompt.size()), r.gen.max_tokens, model_.max_model_len, -1);
   if (auto* e = std::get_if<ApiError>(&mt)) return ch->send_error(*e);
 
+  auto grammar = r.gen.grammar ? request_grammar(r.gen) : tool_grammar(r);  // never both (protocol)
+  if (auto* e = std::get_if<ApiError>(&grammar)) return ch->send_error(*e);
+  const auto& cg = std::get<std::shared_ptr<CompiledGrammar>>(grammar);
+
   auto job = make_job(ch, model_, metrics_, true, r.model, r.gen);
   job->include_reasoning = r.include_reasoning;
   job->prompt_tokens = static_cast<int64_t>(prompt.size());
@@ -482,7 +203,8 @@ void ApiServer::handle_chat(const HttpRequest& req, std::shared_ptr<ResponseChan
   spec.initial = text::initial_reasoning_mode(prompt, model_.markers);
   for (int32_t id : {model_.tool_call_open_id, model_.tool_call_close_id})
     if (id >= 0) spec.keep_text_ids.push_back(id);
-  if (!r.tools_for_parser.is_null()) {
+  // Constrained content (response_format & co.) holds no calls: it cannot write the special markers.
+  if (!r.tools_for_parser.is_null() && !(cg && r.gen.grammar)) {
     spec.tools = model_.tool_parser;
     spec.schemas = text::tool_schemas_from_openai(nlohmann::json::parse(dump(r.tools_for_parser)));
     if (r.tool_choice == ToolChoice::kNamed) spec.filter.only_name = r.tool_choice_name;
@@ -494,6 +216,8 @@ void ApiServer::handle_chat(const HttpRequest& req, std::shared_ptr<ResponseChan
   auto part = std::make_shared<Part>(job, 0);
   part->prompt = std::move(prompt);
   fill_sched_request(*part, r.gen, std::get<int64_t>(mt), stop_ids_for(r.gen, model_, true), 0);
+  const bool thinking = spec.reasoning && spec.initial == text::ReasoningMode::kReasoning;
+  attach_constraints(*part, cg, thinking ? model_.markers.think_end : -1);
   const std::vector<std::shared_ptr<SchedRequest>> parts = {part};
   if (submit_parts(*sched_, *ch, *job, parts)) track(parts);
 }
@@ -528,6 +252,10 @@ void ApiServer::handle_completions(const HttpRequest& req, std::shared_ptr<Respo
     prompts.push_back(std::move(ids));
   }
 
+  auto grammar = request_grammar(r.gen);
+  if (auto* e = std::get_if<ApiError>(&grammar)) return ch->send_error(*e);
+  const auto& cg = std::get<std::shared_ptr<CompiledGrammar>>(grammar);
+
   auto job = make_job(ch, model_, metrics_, false, r.model, r.gen);
   const OutputSpec spec = output_spec(model_, r.gen);  // raw text: no reasoning or tool parsing
   job->choices.resize(prompts.size() * r.gen.n);
@@ -546,6 +274,7 @@ void ApiServer::handle_completions(const HttpRequest& req, std::shared_ptr<Respo
     auto part = std::make_shared<Part>(job, static_cast<int>(pi) * r.gen.n);
     part->prompt = std::move(prompts[pi]);
     fill_sched_request(*part, r.gen, max_tokens[pi], stop_ids, static_cast<int>(pi) * r.gen.n);
+    attach_constraints(*part, cg, -1);
     parts.push_back(std::move(part));
   }
   if (submit_parts(*sched_, *ch, *job, parts)) track(parts);

@@ -12,6 +12,7 @@
 #include <variant>
 #include <vector>
 
+#include "serve/constraint.h"
 #include "serve/http_server.h"
 #include "serve/metrics.h"
 #include "serve/openai_protocol.h"
@@ -77,6 +78,12 @@ class ApiServer {
                                    std::variant<Request, ApiError> (*parse)(const ojson&, const Limits&));
 
   void track(const std::vector<std::shared_ptr<SchedRequest>>& parts);
+  // api_structured.cpp: the request's grammar compiled (through the cache), null when unconstrained, or a
+  // 400 naming the field and what the compiler refused.
+  std::variant<std::shared_ptr<CompiledGrammar>, ApiError> request_grammar(const GenParams& g);
+  // The same for a chat request's tool_choice "required" or named function: the tool-call grammar of the
+  // model's tool parser (poolside_v1 or JSON) over the tool vocabulary; null when nothing forces a call.
+  std::variant<std::shared_ptr<CompiledGrammar>, ApiError> tool_grammar(const ChatRequest& r);
 
   HttpServer& http_;
   Metrics& metrics_;
@@ -86,6 +93,10 @@ class ApiServer {
   int64_t created_;
   std::mutex inflight_mu_;
   std::vector<std::weak_ptr<SchedRequest>> inflight_;  // submitted requests (expired once done)
+  // Built on the first constrained request: the text vocabulary, and the tool vocabulary in which the
+  // <tool_call> markers are grammar text (grammar/tool_call.h).
+  std::once_flag grammars_once_, tool_grammars_once_;
+  std::unique_ptr<GrammarCache> grammars_, tool_grammars_;
 };
 
 }  // namespace gridq::serve

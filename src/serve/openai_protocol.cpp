@@ -270,6 +270,7 @@ std::optional<ApiError> parse_gen(const ojson& b, const Limits& lim, bool chat, 
       g.top_logprobs = static_cast<int>(*i);
     }
   }
+  GQ_TRY(parse_structured(b, g.grammar));
   GQ_TRY(get_bool(b, "stream", g.stream));
   if (auto it = b.find("stream_options"); it != b.end() && !it->is_null()) {
     if (!g.stream) return invalid("stream_options", "stream_options is only allowed when stream is true");
@@ -535,6 +536,11 @@ std::variant<ChatRequest, ApiError> parse_chat_request(const ojson& b, const Lim
   GQ_TRY(parse_tools(b, lim, r));
   GQ_TRY(parse_thinking(b, r));
   GQ_TRY(parse_gen(b, lim, true, r.gen));
+  if (r.gen.grammar && (r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed))
+    return invalid(r.gen.grammar->param,
+                   fmt::format("{} cannot be combined with tool_choice \"required\" or a named function: "
+                               "both decide what the output is",
+                               r.gen.grammar->param));
   bool agp_given = b.contains("add_generation_prompt") && !b["add_generation_prompt"].is_null();
   GQ_TRY(get_bool(b, "add_generation_prompt", r.add_generation_prompt));
   GQ_TRY(get_bool(b, "continue_final_message", r.continue_final_message));
@@ -545,16 +551,6 @@ std::variant<ChatRequest, ApiError> parse_chat_request(const ojson& b, const Lim
     r.add_generation_prompt = false;
     if (r.messages.back()["role"] != "assistant")
       return invalid("continue_final_message", "continue_final_message needs a final assistant message");
-  }
-  if (auto it = b.find("response_format"); it != b.end() && !it->is_null()) {
-    if (!it->is_object() || !it->contains("type") || !(*it)["type"].is_string())
-      return invalid("response_format", "response_format must be {\"type\": ...}");
-    const auto& t = (*it)["type"].get_ref<const std::string&>();
-    if (t == "json_object" || t == "json_schema")
-      return invalid("response_format",
-                     fmt::format("response_format {} is not supported (no constrained decoding)", t),
-                     "unsupported_parameter");
-    if (t != "text") return invalid("response_format", fmt::format("unknown response_format type \"{}\"", t));
   }
   return r;
 }

@@ -10,6 +10,7 @@
 #include <variant>
 #include <vector>
 
+#include "grammar/compile.h"
 #include "runtime/sampler.h"
 #include "text/tool_parser_common.h"
 
@@ -41,6 +42,19 @@ struct Limits {
   size_t max_tools = 128;
 };
 
+// Structured outputs: what a request's output must be (docs/serving.md), from response_format, vLLM's
+// structured_outputs object or its older guided_* fields (at most one of them). Compiled by the API server
+// (serve/constraint.h) before the request is queued.
+struct GrammarSpec {
+  grammar::InputKind kind = grammar::InputKind::kJsonObject;
+  std::string text;  // the schema / regex / choice list (a JSON array) / GBNF; "" for json_object
+  bool flexible_whitespace = false;
+  std::string param;  // the request field it came from, named by a compile error's 400
+};
+
+// structured_request.cpp: parses and validates the fields above (a 400 naming the field and the rule).
+std::optional<ApiError> parse_structured(const ojson& body, std::optional<GrammarSpec>& out);
+
 // Generation fields shared by chat and completions.
 struct GenParams {
   std::optional<int64_t> max_tokens;
@@ -59,6 +73,7 @@ struct GenParams {
   bool ignore_eos = false;
   bool skip_special_tokens = true;
   bool include_stop_str_in_output = false;
+  std::optional<GrammarSpec> grammar;  // structured outputs; nullopt: unconstrained
 };
 
 enum class ToolChoice { kNone, kAuto, kRequired, kNamed };

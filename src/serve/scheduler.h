@@ -42,6 +42,9 @@ class SchedRequest {
   virtual void on_choice_done(int choice, FinishReason reason) = 0;
   // The request failed as a whole (engine error, queue timeout); no further callbacks follow.
   virtual void on_error(int http_status, const std::string& code, const std::string& message) = 0;
+  // Structured outputs (serve/constraint.h): called on the scheduler thread with each sampled row's plan of
+  // `choice` before the step runs, to restrict it (SamplePlan::allowed). Default: unconstrained.
+  virtual void constrain(int /*choice*/, runtime::SamplePlan& /*plan*/) {}
 
   std::vector<int32_t> prompt;
   int n = 1;

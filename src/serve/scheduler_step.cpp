@@ -193,6 +193,7 @@ void Scheduler::loop() {
       std::span<const int32_t> banned;
       if (static_cast<int64_t>(s.generated.size()) < s.req->min_tokens) banned = s.req->stop_ids;
       plan_store.push_back(s.sampler.plan(V, s.req->prompt, s.generated, banned, s.req->top_logprobs));
+      s.req->constrain(s.choice, plan_store.back());
       plans.push_back(&plan_store.back());
     }
     sampled.clear();

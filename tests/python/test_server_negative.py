@@ -128,7 +128,7 @@ def test_t12_caps_and_trt_negatives(server):
         (chat(top_p=2.0), "top_p"), (chat(messages=[]), "messages"), (chat(messages=[{"content": "x"}]), "messages[0].role"),
         (chat(tools=[]), "tools"), (chat(tool_choice="auto"), "tool_choice"),
         (chat(stream_options={"include_usage": True}), "stream_options"),
-        (chat(response_format={"type": "json_object"}), "response_format"),
+        (chat(response_format={"type": "yaml"}), "response_format.type"),
         (chat(reasoning_effort="ultra"), "reasoning_effort"),
         (chat(add_generation_prompt=True, continue_final_message=True), "continue_final_message"),
     ]

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -232,6 +233,60 @@ TEST(Sampler, GreedyLogprobsBannedAndBias) {
   SamplingParams warm;
   EXPECT_EQ(Sampler(warm).sample(logits, {}, {}, all).token, 0);
   EXPECT_EQ(s.sample(logits, {}, {}, all).token, 0);
+}
+
+// Step 4's allowed mask (structured outputs): only ids whose bit is set can come out, greedy or sampled; a
+// mask equal to "everything" changes nothing (same uniform, same token); ids past its end are refused; the
+// reported logprobs stay the raw model's.
+TEST(Sampler, AllowedMaskRestrictsEveryPath) {
+  const size_t V = 200;
+  auto logits = random_logits(V, 7);
+  std::vector<uint64_t> allowed((V + 63) / 64, 0);
+  const std::vector<int32_t> ok = {3, 64, 65, 130, 199};
+  for (int32_t id : ok) allowed[id >> 6] |= uint64_t{1} << (id & 63);
+  auto is_ok = [&](int32_t t) { return std::find(ok.begin(), ok.end(), t) != ok.end(); };
+
+  SamplingParams g;
+  g.temperature = 0.0f;
+  SamplePlan pg = Sampler(g).plan(V, {}, {});
+  pg.allowed = allowed;
+  int32_t best = ok[0];
+  for (int32_t id : ok)
+    if (logits[id] > logits[best]) best = id;
+  auto tg = Sampler::run(pg, logits);
+  EXPECT_EQ(tg.token, best);
+  const double unmasked_lp = Sampler::run(Sampler(g).plan(V, {}, {}, {}, 0), logits).logprob;
+  EXPECT_LT(tg.logprob, unmasked_lp + 1e-9);  // the raw model's logprob of the masked choice
+
+  for (float temp : {0.7f, 1.5f}) {
+    SamplingParams p;
+    p.temperature = temp;
+    p.top_p = 0.9f;
+    p.seed = 11;
+    Sampler a(p), b(p), full(p), plain(p);
+    for (int i = 0; i < 200; ++i) {
+      SamplePlan pa = a.plan(V, {}, {}), pb = b.plan(V, {}, {});
+      pa.allowed = allowed;
+      pb.allowed = allowed;
+      const int32_t ta = Sampler::run(pa, logits).token;
+      EXPECT_TRUE(is_ok(ta)) << ta;
+      EXPECT_EQ(ta, Sampler::run(pb, logits).token);  // seeded: deterministic
+      SamplePlan pf = full.plan(V, {}, {}), pp = plain.plan(V, {}, {});
+      pf.allowed.assign((V + 63) / 64, ~uint64_t{0});
+      EXPECT_EQ(Sampler::run(pf, logits).token, Sampler::run(pp, logits).token);
+    }
+  }
+  // A mask shorter than the vocabulary refuses the ids past its end.
+  SamplePlan ps = Sampler(g).plan(V, {}, {});
+  ps.allowed = {~uint64_t{0}};
+  EXPECT_LT(Sampler::run(ps, logits).token, 64);
+  // Banned edits and the mask combine: the best allowed id not banned.
+  std::vector<int32_t> ban = {best};
+  SamplePlan pb = Sampler(g).plan(V, {}, {}, ban);
+  pb.allowed = allowed;
+  const int32_t second = Sampler::run(pb, logits).token;
+  EXPECT_TRUE(is_ok(second));
+  EXPECT_NE(second, best);
 }
 
 TEST(Sampler, PenaltiesInBothWindows) {

@@ -1,7 +1,8 @@
 // forward_sampled's last part: a step's logits rows sampled on the device (kernels/sample.cu) from their
 // plans, so a token per row crosses PCIe instead of a row of logits. Rows the device leaves to the host (a
 // candidate set beyond its sort, status 1) and rows that want top_logprobs alternatives download their row
-// and run the host half of the same algorithm (runtime::Sampler::run / add_logprobs).
+// and run the host half of the same algorithm (runtime::Sampler::run / add_logprobs). Rows whose plan carries
+// an allowed mask (structured outputs) are not launched: they are sampled on the host from the start.
 #include <vector>
 
 #include "runtime/cuda/cuda_backend.h"
@@ -21,7 +22,7 @@ Status CudaBackend::sample_step(const Step& st, std::vector<runtime::SampledToke
   std::vector<int> launch_of(st.plans.size(), -1);
   for (size_t i = 0; i < st.plans.size(); ++i) {
     const runtime::SamplePlan* p = st.plans[i];
-    if (!p) continue;
+    if (!p || !p->allowed.empty()) continue;
     launch_of[i] = static_cast<int>(rows.size());
     GRIDQ_RETURN_IF_ERROR(detail::append_sample_row(*p, static_cast<int>(i), V, rows, edits));
   }
@@ -57,7 +58,10 @@ Status CudaBackend::sample_step(const Step& st, std::vector<runtime::SampledToke
     const runtime::SamplePlan* p = st.plans[i];
     runtime::SampledToken t;
     t.token = -1;
-    if (p) {
+    if (p && launch_of[i] < 0) {  // an allowed mask: the host applies it
+      GRIDQ_RETURN_IF_ERROR(download(i));
+      t = runtime::Sampler::run(*p, row);
+    } else if (p) {
       const detail::SampleResult& r = res[static_cast<size_t>(launch_of[i])];
       if (r.status == 1 || r.status == 2) {  // 2: NaN / +inf logits, which the host names (bad_logits)
         GRIDQ_RETURN_IF_ERROR(download(i));
