@@ -95,6 +95,17 @@ uint64_t PagePool::chain_hash(uint64_t parent, std::span<const int32_t> tokens) 
   return h;
 }
 
+size_t PagePool::commit_filled(std::span<const int> pages, size_t committed, std::span<const int32_t> hist,
+                               uint64_t& chain) {
+  const size_t P = static_cast<size_t>(page_tokens_);
+  while (committed < pages.size() && (committed + 1) * P <= hist.size()) {
+    const int parent = committed ? pages[committed - 1] : -1;
+    chain = commit(pages[committed], parent, committed ? chain : 0, hist.subspan(committed * P, P));
+    ++committed;
+  }
+  return committed;
+}
+
 uint64_t PagePool::commit(int page, int parent_page, uint64_t parent_hash, std::span<const int32_t> tokens) {
   const uint64_t h = chain_hash(parent_hash, tokens);
   Page& p = pages_[static_cast<size_t>(page)];

@@ -57,6 +57,10 @@ class PagePool {
   // `tokens`; returns its chain hash. A page whose hash is already registered stays unregistered (the other
   // copy serves hits); so does every page while caching is off.
   uint64_t commit(int page, int parent_page, uint64_t parent_hash, std::span<const int32_t> tokens);
+  // A sequence's pages [committed, ...) that its history (the tokens at positions [0, hist.size())) has
+  // filled, committed in order, chaining from `chain`; returns the new committed count.
+  size_t commit_filled(std::span<const int> pages, size_t committed, std::span<const int32_t> hist,
+                       uint64_t& chain);
   // The longest chain of registered pages holding tokens[0, k·page_tokens), k <= max_pages; takes a
   // reference on each (a cached page becomes used). `last_hash` gets the chain hash of the last page found.
   std::vector<int> match(std::span<const int32_t> tokens, int64_t max_pages, uint64_t* last_hash);

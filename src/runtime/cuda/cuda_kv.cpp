@@ -111,13 +111,7 @@ Expected<runtime::PrefixHit> CudaBackend::attach_prefix(runtime::SeqId id, std::
 }
 
 void CudaBackend::commit_pages(Seq& s) {
-  const size_t P = static_cast<size_t>(plan_.page_tokens);
-  while (s.committed < s.pages.size() && (s.committed + 1) * P <= s.hist.size()) {
-    const int parent = s.committed ? s.pages[s.committed - 1] : -1;
-    s.chain = pool_.commit(s.pages[s.committed], parent, s.committed ? s.chain : 0,
-                           std::span<const int32_t>(s.hist).subspan(s.committed * P, P));
-    ++s.committed;
-  }
+  s.committed = pool_.commit_filled(s.pages, s.committed, s.hist, s.chain);
 }
 
 }  // namespace gridq::cuda
