@@ -450,6 +450,9 @@ class Channel final : public ResponseChannel {
       if (!s.streaming) return;
       if (!s.http10) s.enqueue("0\r\n\r\n");
       s.finish_request(s.keep_alive && !s.srv.owner->draining());
+      // HTTP/1.0: the close is the stream's end, and nothing more is queued to trigger it when the last
+      // event has already been written: close now (write_next closes once `out` is empty).
+      if (s.http10 && !s.writing) s.write_next();
     });
   }
   void on_disconnect(std::function<void()> cb) override {

@@ -271,18 +271,21 @@ def test_expect_100_continue(server):
 
 
 def test_http10_stream_is_close_delimited(server):
+    # Repeated: the server must close after the last event whether or not that event's write has completed
+    # by the time the stream ends (a race that once left the connection open now and then).
     body = json.dumps(chat(stream=True, max_tokens=3)).encode()
-    with socket.create_connection(("127.0.0.1", server.port), timeout=60) as s:
-        s.sendall((f"POST /v1/chat/completions HTTP/1.0\r\nAuthorization: Bearer {API_KEY}\r\n"
-                   f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body)
-        out = b""
-        while chunk := s.recv(65536):  # ends when the server closes: the stream's only delimiter
-            out += chunk
-    head, _, rest = out.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 200"), head
-    assert b"transfer-encoding" not in head.lower()
-    assert rest.startswith(b"data: {"), rest[:50]  # no chunk-size line
-    assert rest.endswith(b"data: [DONE]\n\n"), rest[-50:]
+    for _ in range(20):
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+            s.sendall((f"POST /v1/chat/completions HTTP/1.0\r\nAuthorization: Bearer {API_KEY}\r\n"
+                       f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body)
+            out = b""
+            while chunk := s.recv(65536):  # ends when the server closes: the stream's only delimiter
+                out += chunk
+        head, _, rest = out.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200"), head
+        assert b"transfer-encoding" not in head.lower()
+        assert rest.startswith(b"data: {"), rest[:50]  # no chunk-size line
+        assert rest.endswith(b"data: [DONE]\n\n"), rest[-50:]
 
 
 def test_cors_default_allows_every_origin(server):
