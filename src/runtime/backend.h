@@ -52,6 +52,21 @@ struct PrefixHit {
   int64_t resume = 0;
 };
 
+// Σ over the sliding layers of (window − 1): how far back the stacked windows reach (PrefixHit::resume).
+inline int64_t sliding_reach(const model::ModelSpec& spec) {
+  int64_t r = 0;
+  for (const auto& L : spec.layers)
+    if (L.attn == model::AttnKind::kSliding) r += L.window > 1 ? L.window - 1 : 0;
+  return r;
+}
+// The hit of `pages` matched pages of `page_tokens` positions on a model whose windows reach `reach` back.
+inline PrefixHit prefix_hit(size_t pages, int page_tokens, int64_t reach) {
+  PrefixHit h;
+  h.cached = static_cast<int64_t>(pages) * page_tokens;
+  h.resume = h.cached > reach ? h.cached - reach : 0;
+  return h;
+}
+
 class Backend {
  public:
   virtual ~Backend() = default;

@@ -33,9 +33,9 @@ Expected<std::unique_ptr<CpuBackend>> CpuBackend::create(model::ModelSpec spec, 
       b->page_floats_ += 2 * opts.page_tokens * kvw;
     } else {
       b->k_off_.push_back(-1);
-      b->reach_ += std::max(0, L.window - 1);
     }
   }
+  b->reach_ = sliding_reach(b->spec_);
   b->pool_ = PagePool(opts.kv_pages, opts.page_tokens, salt);
   b->pool_.set_caching(false);  // `gridq serve` turns it on (--enable-prefix-caching)
   return b;
@@ -77,8 +77,7 @@ Expected<PrefixHit> CpuBackend::attach_prefix(SeqId id, std::span<const int32_t>
   const int64_t max_pages = static_cast<int64_t>(tokens.size() - 1) / opts_.page_tokens;
   s.pages = pool_.match(tokens, max_pages, &s.chain);
   s.committed = s.pages.size();
-  hit.cached = static_cast<int64_t>(s.pages.size()) * opts_.page_tokens;
-  hit.resume = std::max<int64_t>(0, hit.cached - reach_);
+  hit = prefix_hit(s.pages.size(), opts_.page_tokens, reach_);
   s.floor = hit.cached;
   s.len = hit.resume;
   s.hist.assign(tokens.begin(), tokens.begin() + hit.resume);

@@ -194,8 +194,7 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
   GRIDQ_RETURN_IF_ERROR(page_table_.zero());
   pool_ = runtime::PagePool(cap.pages, plan_.page_tokens, 0);
   pool_.set_caching(false);  // until set_prefix_caching(true) (serve turns it on by default)
-  for (const auto& L : S.layers)
-    if (L.attn == model::AttnKind::kSliding) reach_ += std::max(0, L.window - 1);
+  reach_ = runtime::sliding_reach(S);
   for (int s = max_seqs_ - 1; s >= 0; --s) free_slots_.push_back(s);
   cudaDeviceProp prop{};
   GRIDQ_CUDA(cudaGetDeviceProperties(&prop, 0));

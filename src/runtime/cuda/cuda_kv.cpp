@@ -97,8 +97,7 @@ Expected<runtime::PrefixHit> CudaBackend::attach_prefix(runtime::SeqId id, std::
       std::min<int64_t>(static_cast<int64_t>(tokens.size() - 1) / P, max_pages_per_seq_);
   s.pages = pool_.match(tokens, max_pages, &s.chain);
   s.committed = s.pages.size();
-  hit.cached = static_cast<int64_t>(s.pages.size()) * P;
-  hit.resume = std::max<int64_t>(0, hit.cached - reach_);
+  hit = runtime::prefix_hit(s.pages.size(), P, reach_);
   s.floor = hit.cached;
   s.len = hit.resume;
   s.hist.assign(tokens.begin(), tokens.begin() + hit.resume);

@@ -10,7 +10,7 @@ namespace {
 
 template <class Dec, int MODE>
 cudaError_t launch_gemm(int fmt, int k, int v, const KParams& p, cudaStream_t s, bool pdl, long long mwb) {
-  constexpr int NB = 8 * gemm_nt<Dec, MODE>();
+  constexpr int NB = 8 * gemm_nt<MODE>();
   constexpr int kSmem = gemm_smem_bytes<Dec, MODE>();
   static const cudaError_t attr =
       cudaFuncSetAttribute(gemm_kernel<Dec, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);

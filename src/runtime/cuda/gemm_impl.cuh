@@ -39,14 +39,14 @@ struct XSlice<DecCB<K, V>> {
   static constexpr int kXB = 512, kPitch = 576, kTStride = 144;
 };
 
-template <class Dec, int MODE>
+template <int MODE>
 constexpr int gemm_nt() {
   return MODE == kSwiglu ? 4 : 8;
 }
 template <class Dec, int MODE>
 constexpr int gemm_stage_bytes() {
   constexpr int NP = MODE == kSwiglu ? 2 : 1;
-  return kWarpsPerBlock * NP * Dec::kUnitBytes + 8 * gemm_nt<Dec, MODE>() * XSlice<Dec>::kPitch;
+  return kWarpsPerBlock * NP * Dec::kUnitBytes + 8 * gemm_nt<MODE>() * XSlice<Dec>::kPitch;
 }
 template <class Dec, int MODE>
 constexpr int gemm_smem_bytes() {
@@ -109,7 +109,7 @@ __device__ __forceinline__ void gemm_unit(const typename Dec::Frag& f, const uin
 
 template <class Dec, int MODE>
 __global__ void __launch_bounds__(kThreads) gemm_kernel(const GemmParams gp) {
-  constexpr int NT = gemm_nt<Dec, MODE>(), NB = 8 * NT;
+  constexpr int NT = gemm_nt<MODE>(), NB = 8 * NT;
   constexpr int NP = MODE == kSwiglu ? 2 : 1;
   constexpr int kStageBytes = gemm_stage_bytes<Dec, MODE>();
   constexpr int kWBytes = kWarpsPerBlock * NP * Dec::kUnitBytes;

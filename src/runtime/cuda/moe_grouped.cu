@@ -276,7 +276,6 @@ __global__ void __launch_bounds__(256) swiglu_pairs_kernel(const float* gu, int 
   if (ok) h[pr * I + i] = nan ? uint16_t{0x7FC0} : fp4_qdq_elem(hv, fp4_group_scale(a));
 }
 
-template <int NT, bool kGateUp>
 constexpr int grouped_smem_bytes(int E) {
   return Dec::kSmemBytes + 2 * (E + 1) * 4 + 16 + kExpertWarps * kExpertStages * Dec::kUnitBytes;
 }
@@ -284,7 +283,7 @@ constexpr int grouped_smem_bytes(int E) {
 template <int NT, bool kGateUp>
 cudaError_t launch_grouped(const ExpertParams& p, cudaStream_t s, bool pdl) {
   auto kern = grouped_expert_kernel<NT, kGateUp>;
-  const int smem = grouped_smem_bytes<NT, kGateUp>(p.E);
+  const int smem = grouped_smem_bytes(p.E);
   // Occupancy depends on E (the offset tables): query per E, cached for the last one seen.
   static int cached_e = -1, blocks = 0;
   if (cached_e != p.E) {
