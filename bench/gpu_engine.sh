@@ -72,7 +72,7 @@ if has tests; then
   t0=$(date +%s)
   timeout 150 $T --gtest_filter="-CudaEngine.*:CudaInvariance.*:CudaLinear.*:CudaSampler.*:CudaBench*:BenchDecode*:CudaChain.*" > "$OUT/kernel_tests.txt" 2>&1
   rc=$?
-  grep -E "^\[(  FAILED|  PASSED)|Failure" "$OUT/kernel_tests.txt" | head -30
+  grep -E "^\[(  FAILED|  PASSED)|Failure|\[attention\]" "$OUT/kernel_tests.txt" | head -40
   log "kernel tests exit $rc ($(($(date +%s) - t0)) s)"
 fi
 
@@ -112,7 +112,8 @@ if has pysuite; then
   t0=$(date +%s)
   GRIDQ_BIN="$PWD/$G" GRIDQ_SERVE_ARGS="--device cuda" PYTHONPATH=/tmp/gpupack/site timeout 400 \
     python3 -m pytest -q -p no:cacheprovider tests/python/test_server_api.py tests/python/test_server_lifecycle.py \
-    tests/python/test_server_negative.py tests/python/test_server_hardening.py tests/python/test_server_kv.py > "$OUT/pysuite.txt" 2>&1
+    tests/python/test_server_negative.py tests/python/test_server_hardening.py tests/python/test_server_kv.py \
+    tests/python/test_server_structured.py > "$OUT/pysuite.txt" 2>&1
   rc=$?
   tail -25 "$OUT/pysuite.txt"
   log "python server suite (--device cuda) exit $rc ($(($(date +%s) - t0)) s)"

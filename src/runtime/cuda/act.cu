@@ -1,6 +1,8 @@
 // Activation kernels: FP8 per-token quantization, FP4 group-16 QDQ and RMSNorm with both contracts fused
 // into its output (format.md §14). One block per token row.
 #include "runtime/cuda/device_util.cuh"
+#include "runtime/cuda/kernels/block_sum.cuh"
+#include "runtime/cuda/kernels/forward_kernels.h"
 #include "runtime/cuda/kernels/pdl_launch.cuh"
 #include "runtime/cuda/kparams.h"
 
@@ -123,6 +125,38 @@ __global__ void __launch_bounds__(kActThreads)
   if (y_q) fp8_row([&](int k) { return bf16_bits_to_f32(row[k]); }, H, y_q + m * H, y_s + m, red, ired);
 }
 
+// RMSNorm of FP32 residual rows: the sum of squares in FP64 like the CPU reference (rmsnorm_rows), per-thread
+// strided partials then a fixed tree; y = bf16(w ⊙ (x · r)). The contract copies of the next matrices' input
+// (FP4 QDQ, FP8 codes) come from the BF16 row staged in shared memory, so they are bit for bit what
+// qdq_fp4 / quantize_fp8 would make of y, without their launches.
+__global__ void __launch_bounds__(kActThreads)
+    rmsnorm_f32_kernel(const float* x, const float* w, int H, float eps, uint16_t* y, float* y32,
+                       uint16_t* y_fp4, uint8_t* y_q, float* y_s) {
+  extern __shared__ uint16_t row[];  // [H] when a contract is fused
+  __shared__ double dred[kActThreads];
+  __shared__ float red[kActThreads / 32];
+  __shared__ int ired[kActThreads / 32];
+  pdl_entry();
+  const long long t = blockIdx.x;
+  const float* v = x + t * H;
+  double ss = 0.0;
+  for (int i = threadIdx.x; i < H; i += kActThreads) ss += static_cast<double>(v[i]) * v[i];
+  const float var = static_cast<float>(block_sum_f64<kActThreads>(ss, dred) / static_cast<double>(H));
+  const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(var, eps)));
+  const bool staged = y_fp4 != nullptr || y_q != nullptr;
+  for (int i = threadIdx.x; i < H; i += kActThreads) {
+    const float o = __fmul_rn(w[i], __fmul_rn(v[i], inv));
+    const uint16_t b = f32_to_bf16_bits(o);
+    y[t * H + i] = b;
+    if (y32) y32[t * H + i] = o;
+    if (staged) row[i] = b;
+  }
+  if (!staged) return;
+  __syncthreads();
+  if (y_fp4) fp4_row([&](int k) { return bf16_bits_to_f32(row[k]); }, H, y_fp4 + t * H);
+  if (y_q) fp8_row([&](int k) { return bf16_bits_to_f32(row[k]); }, H, y_q + t * H, y_s + t, red, ired);
+}
+
 template <typename Kern, typename... Args>
 cudaError_t launch_rows(Kern kern, int M, size_t smem, cudaStream_t st, bool pdl, Args... args) {
   return launch_pdl(pdl, kern, dim3(static_cast<unsigned>(M)), dim3(kActThreads), smem, st, args...);
@@ -136,6 +170,20 @@ cudaError_t raw_quantize_fp8(const uint16_t* x, int M, int K, uint8_t* q, float*
 }
 cudaError_t raw_qdq_fp4(const uint16_t* x, int M, int K, uint16_t* y, cudaStream_t st, bool pdl) {
   return launch_rows(qdq_fp4_kernel, M, 0, st, pdl, x, K, y);
+}
+cudaError_t raw_rmsnorm_f32_contracts(const float* x, const float* w, int T, int H, float eps, uint16_t* y,
+                                      float* y32, uint16_t* y_fp4, uint8_t* y_q, float* y_s, cudaStream_t s) {
+  const size_t smem = y_fp4 || y_q ? static_cast<size_t>(H) * 2 : 0;
+  if (smem > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(
+        rmsnorm_f32_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (e != cudaSuccess) return e;
+  }
+  return launch_rows(rmsnorm_f32_kernel, T, smem, s, forward_pdl(), x, w, H, eps, y, y32, y_fp4, y_q, y_s);
+}
+cudaError_t raw_rmsnorm_f32(const float* x, const float* w, int T, int H, float eps, uint16_t* y, float* y32,
+                            cudaStream_t s) {
+  return raw_rmsnorm_f32_contracts(x, w, T, H, eps, y, y32, nullptr, nullptr, nullptr, s);
 }
 cudaError_t raw_rmsnorm(const uint16_t* x, const uint16_t* w, int M, int H, float eps, uint16_t* y,
                         uint16_t* y_fp4, uint8_t* y_q, float* y_s, cudaStream_t st, bool pdl) {

@@ -20,9 +20,8 @@ size_t round16(size_t n) { return (n + 15) / 16 * 16; }
 
 size_t CudaBackend::Work::bytes() const {
   size_t n = 0;
-  for (const DeviceBuffer* b :
-       {&rows, &x, &a,  &a32, &xin,     &xq, &xs,  &qkv, &g,   &q,  &o,      &ob,     &y,
-        &gu,   &h, &yd, &ys,  &moe_out, &z,  &eid, &ew,  &grp, &an, &logits, &partial})
+  for (const DeviceBuffer* b : {&rows, &x,  &a, &a32, &xin, &xq,  &xs, &qkv, &g,  &q,      &o,      &ob,
+                                &y,    &gu, &h, &yd,  &z,   &eid, &ew, &grp, &an, &logits, &partial})
     n += b->bytes();
   return n;
 }
@@ -135,8 +134,6 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
         B{&w.gu, R * K * I2 * 4, "gate_up"},
         B{&w.h, R * K * Ih * 2, "swiglu"},
         B{&w.yd, R * K * H * 4, "expert outputs"},
-        B{&w.ys, R * H * 4, "shared expert"},
-        B{&w.moe_out, R * H * 4, "moe output"},
         B{&w.z, R * round16(static_cast<size_t>(std::max(1, S.moe.n_experts))) * 4, "router logits"},
         B{&w.eid, R * K * 4, "expert ids"},
         B{&w.ew, R * K * 4, "expert weights"},

@@ -78,7 +78,7 @@ class CudaBackend final : public runtime::Backend {
 
   struct Step;        // one step's rows (forward.h)
   struct Work;        // the step buffers (forward.h)
-  struct PhaseTimer;  // bench phase timing (forward.cpp)
+  struct PhaseTimer;  // bench phase timing (forward_ops.h)
 
  private:
   CudaBackend() = default;

@@ -21,27 +21,25 @@ struct CudaBackend::Step {
 
 // Every activation buffer of a step, sized once from the spec for R = kMaxStepRows rows (shape per field).
 struct CudaBackend::Work {
-  DeviceBuffer rows;     // int [4][R]: ids, pos, seq_slot, kv_write
-  DeviceBuffer x;        // f32 [R, H] residual stream
-  DeviceBuffer a;        // bf16 [R, H] normed input of a block
-  DeviceBuffer a32;      // f32 [R, H] the same before rounding (the router's input)
-  DeviceBuffer xin;      // bf16 [R, W] contract copy (FP4 QDQ) of a tiled GEMV's input, W = widest input
-  DeviceBuffer xq, xs;   // u8 [R, W] FP8 codes, f32 [R] per-token scales
-  DeviceBuffer qkv, g;   // f32 [R, qkv rows], [R, g rows] (padded rows)
-  DeviceBuffer q, o;     // f32 [R, n_h·d]
-  DeviceBuffer ob;       // bf16 [R, n_h·d] gated attention output
-  DeviceBuffer y;        // f32 [R, Y] o_proj / down output, Y = widest padded output
-  DeviceBuffer gu;       // f32 [R·top_k, 2I] gate/up outputs (unfused SwiGLU, reference experts)
-  DeviceBuffer h;        // bf16 [R·top_k, I] SwiGLU output
-  DeviceBuffer yd;       // f32 [R·top_k, H] expert down outputs per (row, choice)
-  DeviceBuffer ys;       // f32 [R, H] shared expert output
-  DeviceBuffer moe_out;  // f32 [R, H] routed + shared
-  DeviceBuffer z;        // f32 [R, E padded] router logits
-  DeviceBuffer eid, ew;  // int [R, k], f32 [R, k]: each row's experts (ascending id) and weights
-  DeviceBuffer grp;      // int [3·(E+1) + R·k]: the step's pairs sorted by expert (grouped_moe)
-  DeviceBuffer an;       // bf16 [R, H] final-norm rows for lm_head
-  DeviceBuffer logits;   // f32 [R, V padded]
-  DeviceBuffer partial;  // f32 attention splits [R·n_h, splits, d + 2]
+  DeviceBuffer rows;    // int [4][R]: ids, pos, seq_slot, kv_write
+  DeviceBuffer x;       // f32 [R, H] residual stream
+  DeviceBuffer a;       // bf16 [R, H] normed input of a block
+  DeviceBuffer a32;     // f32 [R, H] the same before rounding (the router's input)
+  DeviceBuffer xin;     // bf16 [R, W] contract copy (FP4 QDQ) of a tiled GEMV's input, W = widest input
+  DeviceBuffer xq, xs;  // u8 [R, W] FP8 codes, f32 [R] per-token scales
+  DeviceBuffer qkv, g;  // f32 [R, qkv rows], [R, g rows] (padded rows)
+  DeviceBuffer q, o;    // f32 [R, n_h·d]
+  DeviceBuffer ob;      // bf16 [R, n_h·d] gated attention output
+  DeviceBuffer y;       // f32 [R, Y] o_proj / down output (the shared expert's until the combine), Y = widest
+  DeviceBuffer gu;      // f32 [R·top_k, 2I] gate/up outputs (unfused SwiGLU, reference experts)
+  DeviceBuffer h;       // bf16 [R·top_k, I] SwiGLU output
+  DeviceBuffer yd;      // f32 [R·top_k, H] expert down outputs per (row, choice)
+  DeviceBuffer z;       // f32 [R, E padded] router logits
+  DeviceBuffer eid, ew;         // int [R, k], f32 [R, k]: each row's experts (ascending id) and weights
+  DeviceBuffer grp;             // int [3·(E+1) + R·k]: the step's pairs sorted by expert (grouped_moe)
+  DeviceBuffer an;              // bf16 [R, H] final-norm rows for lm_head
+  DeviceBuffer logits;          // f32 [R, V padded]
+  DeviceBuffer partial;         // f32 attention splits [R·n_h, splits, d + 2]
   DeviceBuffer sample_scratch;  // f64 [R, V] scores, then w (kernels/sample.cu)
   DeviceBuffer sample_rows;     // SampleRowArgs [R]
   DeviceBuffer sample_out;      // SampleResult [R]

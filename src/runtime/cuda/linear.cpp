@@ -25,11 +25,15 @@ Status apply_linear(const DevLinear& L, const uint16_t* x, int T, float* y, cons
   g.y = y;
   g.out = OutType::F32;
   if (L.tiled.m.format == WeightFormat::FP8) {
-    GRIDQ_RETURN_IF_ERROR(quantize_fp8_tokens(x, T, L.cols, sc.xq, sc.xs, s, detail::forward_pdl()));
+    if (sc.cache == nullptr || sc.cache->fp8_of != x)
+      GRIDQ_RETURN_IF_ERROR(quantize_fp8_tokens(x, T, L.cols, sc.xq, sc.xs, s, detail::forward_pdl()));
+    if (sc.cache) sc.cache->fp8_of = x;
     g.x = sc.xq;
     g.xscale = sc.xs;
   } else if (L.act_bits == 4) {
-    GRIDQ_RETURN_IF_ERROR(qdq_fp4(x, T, L.cols, sc.xin, s, detail::forward_pdl()));
+    if (sc.cache == nullptr || sc.cache->fp4_of != x)
+      GRIDQ_RETURN_IF_ERROR(qdq_fp4(x, T, L.cols, sc.xin, s, detail::forward_pdl()));
+    if (sc.cache) sc.cache->fp4_of = x;
     g.x = sc.xin;
   } else {
     g.x = x;

@@ -11,10 +11,19 @@
 
 namespace gridq::cuda {
 
+// Which input's contract copy the scratch buffers hold (enqueue order): the matrices that share an input
+// (q/k/v and g; gate_up after a norm that wrote the copy itself) apply its contract once. Whoever rewrites an
+// input or the scratch resets the entry.
+struct ContractCache {
+  const uint16_t* fp4_of = nullptr;  // xin holds FP4 QDQ of these rows
+  const uint16_t* fp8_of = nullptr;  // xq / xs hold the FP8 codes of these rows
+};
+
 struct LinearScratch {
-  uint16_t* xin = nullptr;  // [T, cols] BF16: the FP4-QDQ'd input
-  uint8_t* xq = nullptr;    // [T, cols] E4M3 codes of the FP8 per-token contract
-  float* xs = nullptr;      // [T] their scales
+  uint16_t* xin = nullptr;         // [T, cols] BF16: the FP4-QDQ'd input
+  uint8_t* xq = nullptr;           // [T, cols] E4M3 codes of the FP8 per-token contract
+  float* xs = nullptr;             // [T] their scales
+  ContractCache* cache = nullptr;  // null: always apply the contract
 };
 
 Status apply_linear(const DevLinear& L, const uint16_t* x, int T, float* y, const LinearScratch& scratch,

@@ -7,6 +7,7 @@
 #include <cfloat>
 
 #include "runtime/cuda/device_util.cuh"
+#include "runtime/cuda/kernels/attention_tc.h"
 #include "runtime/cuda/kernels/kv_view.cuh"
 #include "runtime/cuda/kernels/pdl_launch.cuh"
 
@@ -154,6 +155,8 @@ __global__ void __launch_bounds__(32) attn_split_kernel(const AttnArgs a) {
   }
 }
 
+// kLog2: the partials' maxima are in the log2 domain (the tensor-core splits), else natural.
+template <bool kLog2>
 __global__ void __launch_bounds__(32) attn_merge_kernel(const AttnArgs a) {
   pdl_entry();
   const int th = blockIdx.x, lane = threadIdx.x, d = a.d, per = d / 32;
@@ -165,7 +168,7 @@ __global__ void __launch_bounds__(32) attn_merge_kernel(const AttnArgs a) {
   float L = 0.0f, o[kPer] = {};
   for (int s = rs.lo; s < rs.lo + rs.n; ++s) {
     const float* p = base + s * (d + 2);
-    const float w = expf(__fsub_rn(p[0], M));
+    const float w = kLog2 ? exp2f(__fsub_rn(p[0], M)) : expf(__fsub_rn(p[0], M));
     L = __fadd_rn(L, __fmul_rn(p[1], w));
 #pragma unroll
     for (int i = 0; i < kPer; ++i)
@@ -189,6 +192,11 @@ cudaError_t raw_attention(const AttnArgs& a, cudaStream_t s) {
     if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
     return n;
   }();
+  if (attention_tc_supported(a.d, a.nh, a.nkv)) {
+    GQ_KLAUNCH(raw_attention_tc_splits(a, a.tile_warps, s));
+    GQ_KLAUNCH(launch(attn_merge_kernel<true>, dim3(a.T * a.nh), dim3(32), 0, s, a));
+    return cudaGetLastError();
+  }
   const long long most = static_cast<long long>(a.T) * a.nh * a.max_splits;
   const dim3 grid(static_cast<unsigned>(most < 32LL * sms ? most : 32LL * sms));
   if (a.d == 128)
@@ -197,7 +205,7 @@ cudaError_t raw_attention(const AttnArgs& a, cudaStream_t s) {
     GQ_KLAUNCH(launch(attn_split_kernel<64>, grid, dim3(32), 0, s, a));
   else
     GQ_KLAUNCH(launch(attn_split_kernel<0>, grid, dim3(32), 0, s, a));
-  GQ_KLAUNCH(launch(attn_merge_kernel, dim3(a.T * a.nh), dim3(32), 0, s, a));
+  GQ_KLAUNCH(launch(attn_merge_kernel<false>, dim3(a.T * a.nh), dim3(32), 0, s, a));
   return cudaGetLastError();
 }
 

@@ -1,10 +1,9 @@
-// The forward's small row kernels: embedding, RMSNorm from the FP32 residual, residual adds, SwiGLU, the
-// softplus output gate and the MoE combine. Bound: latency (a few KB per row). RMSNorm takes a block per row
-// (its sum); the elementwise ones a grid of (column chunks of kThreads, rows), so that a one-row decode step
-// spreads its loads over many SMs instead of one block's serial loop. Fixed summation orders: a row's result
-// never depends on the other rows of the step.
+// The forward's small row kernels: embedding, residual adds, SwiGLU, the softplus output gate and the MoE
+// combine (RMSNorm from the FP32 residual is in act.cu, beside the contracts it fuses). Bound: latency (a
+// few KB per row). A grid of (column chunks of kThreads, rows), so that a one-row decode step spreads its
+// loads over many SMs instead of one block's serial loop. Fixed summation orders: a row's result never
+// depends on the other rows of the step.
 #include "runtime/cuda/device_util.cuh"
-#include "runtime/cuda/kernels/block_sum.cuh"
 #include "runtime/cuda/kernels/forward_kernels.h"
 #include "runtime/cuda/kernels/pdl_launch.cuh"
 
@@ -19,25 +18,6 @@ __global__ void __launch_bounds__(kThreads)
   const int t = blockIdx.y, i = blockIdx.x * kThreads + threadIdx.x;
   if (i < H)
     x[static_cast<long long>(t) * H + i] = bf16_bits_to_f32(table[static_cast<long long>(ids[t]) * H + i]);
-}
-
-// Sum of squares in FP64 like the CPU reference (rmsnorm_rows): per-thread strided partials, then a fixed
-// tree over the block.
-__global__ void __launch_bounds__(kThreads)
-    rmsnorm_f32_kernel(const float* x, const float* w, int H, float eps, uint16_t* y, float* y32) {
-  pdl_entry();
-  __shared__ double red[kThreads];
-  const long long t = blockIdx.x;
-  const float* v = x + t * H;
-  double ss = 0.0;
-  for (int i = threadIdx.x; i < H; i += kThreads) ss += static_cast<double>(v[i]) * v[i];
-  const float var = static_cast<float>(block_sum_f64<kThreads>(ss, red) / static_cast<double>(H));
-  const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(var, eps)));
-  for (int i = threadIdx.x; i < H; i += kThreads) {
-    const float o = __fmul_rn(w[i], __fmul_rn(v[i], inv));
-    y[t * H + i] = f32_to_bf16_bits(o);
-    if (y32) y32[t * H + i] = o;
-  }
 }
 
 __global__ void add_kernel(float* x, const void* y, int y_bf16, long long ld_y, int H, long long n) {
@@ -76,9 +56,11 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// The CPU reference accumulates routed[t] += y·w expert by expert (ascending id), then scale·routed + shared.
+// The CPU reference accumulates routed[t] += y·w expert by expert (ascending id), then scale·routed + shared,
+// then the residual add (accumulate: out is the residual stream).
 __global__ void __launch_bounds__(kThreads)
-    combine_kernel(const float* y, const float* w, int k, int H, float scale, const float* add, float* out) {
+    combine_kernel(const float* y, const float* w, int k, int H, float scale, const float* add,
+                   long long ld_add, int accumulate, float* out) {
   pdl_entry();
   const long long t = blockIdx.y;
   const int c = blockIdx.x * kThreads + threadIdx.x;
@@ -86,8 +68,8 @@ __global__ void __launch_bounds__(kThreads)
   float r = 0.0f;
   for (int j = 0; j < k; ++j) r = __fadd_rn(r, __fmul_rn(y[(t * k + j) * H + c], w[t * k + j]));
   float o = scale == 1.0f && !add ? r : __fmul_rn(r, scale);
-  if (add) o = __fadd_rn(o, add[t * H + c]);
-  out[t * H + c] = o;
+  if (add) o = __fadd_rn(o, add[t * ld_add + c]);
+  out[t * H + c] = accumulate ? __fadd_rn(out[t * H + c], o) : o;
 }
 
 bool g_forward_pdl = true;
@@ -104,11 +86,6 @@ void set_forward_pdl(bool on) { g_forward_pdl = on; }
 
 cudaError_t raw_embed(const uint16_t* table, const int* ids, int T, int H, float* x, cudaStream_t s) {
   GQ_KLAUNCH(launch(embed_kernel, cols_grid(H, T), dim3(kThreads), 0, s, table, ids, H, x));
-  return cudaGetLastError();
-}
-cudaError_t raw_rmsnorm_f32(const float* x, const float* w, int T, int H, float eps, uint16_t* y, float* y32,
-                            cudaStream_t s) {
-  GQ_KLAUNCH(launch(rmsnorm_f32_kernel, dim3(T), dim3(kThreads), 0, s, x, w, H, eps, y, y32));
   return cudaGetLastError();
 }
 cudaError_t raw_add(float* x, const void* y, bool y_bf16, long long ld_y, int T, int H, cudaStream_t s) {
@@ -128,8 +105,9 @@ cudaError_t raw_gate(const float* o, const float* g, long long ld_g, int mode, i
   return cudaGetLastError();
 }
 cudaError_t raw_moe_combine(const float* y, const float* w, int T, int k, int H, float scale,
-                            const float* add, float* out, cudaStream_t s) {
-  GQ_KLAUNCH(launch(combine_kernel, cols_grid(H, T), dim3(kThreads), 0, s, y, w, k, H, scale, add, out));
+                            const float* add, long long ld_add, bool accumulate, float* out, cudaStream_t s) {
+  GQ_KLAUNCH(launch(combine_kernel, cols_grid(H, T), dim3(kThreads), 0, s, y, w, k, H, scale, add, ld_add,
+                    accumulate ? 1 : 0, out));
   return cudaGetLastError();
 }
 

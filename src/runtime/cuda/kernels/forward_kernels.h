@@ -28,6 +28,11 @@ cudaError_t raw_embed(const uint16_t* table, const int* ids, int T, int H, float
 // reference), w FP32 [H]; y32 (optional) gets the same values before the BF16 rounding.
 cudaError_t raw_rmsnorm_f32(const float* x, const float* w, int T, int H, float eps, uint16_t* y, float* y32,
                             cudaStream_t s);
+// The same, also writing the next matrices' input contract from y (each optional): y_fp4 BF16 [T, H] FP4
+// group-16 QDQ, y_q / y_s E4M3 codes [T, H] and per-token scales [T] (bit for bit qdq_fp4 / quantize_fp8 of
+// y).
+cudaError_t raw_rmsnorm_f32_contracts(const float* x, const float* w, int T, int H, float eps, uint16_t* y,
+                                      float* y32, uint16_t* y_fp4, uint8_t* y_q, float* y_s, cudaStream_t s);
 
 // x[t, c] += y[t·ld_y + c] for t < T, c < H (FP32 y, or BF16 when y_bf16): the rows of a GEMV output whose
 // padding rows (ld_y > H) are skipped.
@@ -85,6 +90,9 @@ struct AttnArgs {
   const float* q = nullptr;
   int T = 0, nh = 0, nkv = 0, d = 0, window = 0;
   int max_splits = 0;  // ceil((max position + 1) / kAttnSplitKeys) over the step's rows
+  // Warps per CTA of the tensor-core path (attention_tc.h): 4 when the step holds a prefill chunk, else 1.
+  // Only the speed depends on it.
+  int tile_warps = 1;
   KvView kv;
   RowInfo rows;
   float* partial = nullptr;
@@ -103,9 +111,10 @@ cudaError_t raw_gate(const float* o, const float* g, long long ld_g, int mode, i
 cudaError_t raw_route_tokens(const float* z, long long ld, const float* bias, int T, int E, int k,
                              int softmax, int renorm, int* ids, float* w, cudaStream_t s);
 
-// out[t, :] = scale · Σ_j w[t, j] · y[t, j, :] (+ add[t, :]), j ascending (FP32); y [T, k, H].
+// o[t, :] = scale · Σ_j w[t, j] · y[t, j, :] (+ add[t·ld_add + :], the shared expert), j ascending (FP32);
+// y [T, k, H]. out[t, :] = o, or out[t, :] += o when accumulate (out the residual stream).
 cudaError_t raw_moe_combine(const float* y, const float* w, int T, int k, int H, float scale,
-                            const float* add, float* out, cudaStream_t s);
+                            const float* add, long long ld_add, bool accumulate, float* out, cudaStream_t s);
 
 // ---- The reference matvec: every weight format, any row count, expert stacks (the path for shapes and
 // formats the tiled GEMV does not serve). One warp per output row, lanes over 8-weight codewords, a fixed

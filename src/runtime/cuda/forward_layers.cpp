@@ -1,0 +1,263 @@
+// The forward's layer ops (forward_ops.h), mirroring cpu/layer_ops.cpp: decoder_layer → attention → mlp
+// (dense SwiGLU or MoE). Launches only; the numbers differ from the CPU reference where stated: activations
+// between matrices are BF16 (the residual stream stays FP32), KV is BF16, attention runs on BF16 tensor
+// cores, and sums run in the kernels' fixed orders. Every kernel's work split depends on the matrix, never on
+// the rows of the step.
+#include <algorithm>
+
+#include "runtime/cuda/forward_ops.h"
+
+namespace gridq::cuda::fwd {
+namespace {
+
+using detail::kMaxStepRows;
+using P = DevLinear::Path;
+
+#define GQ_LAUNCH(expr, what) \
+  GRIDQ_RETURN_IF_ERROR(::gridq::cuda::cuda_status((expr), what, __FILE__, __LINE__))
+
+// A kernel rewrote rows p: a contract copy made from them is stale.
+void rewrote(Ctx& c, const void* p) {
+  if (c.cc.fp4_of == p) c.cc.fp4_of = nullptr;
+  if (c.cc.fp8_of == p) c.cc.fp8_of = nullptr;
+}
+
+// The FP4 QDQ copy of a in xin, made unless a norm or an earlier matrix already made it.
+Status fp4_copy(Ctx& c, const uint16_t* a, int cols) {
+  if (c.cc.fp4_of != a)
+    GRIDQ_RETURN_IF_ERROR(qdq_fp4(a, c.T, cols, c.w.xin.as<uint16_t>(), c.s, detail::forward_pdl()));
+  c.cc.fp4_of = a;
+  return {};
+}
+
+void add_contract(NormContracts& n, const DevLinear& L) {
+  if (L.path != DevLinear::Path::kTiled) return;
+  if (L.tiled.m.format == WeightFormat::FP8)
+    n.fp8 = true;
+  else if (L.act_bits == 4)
+    n.fp4 = true;
+}
+
+}  // namespace
+
+NormContracts attention_contracts(const DevLayer& dl) {
+  NormContracts n;
+  add_contract(n, dl.stacked ? dl.qkv : dl.q);
+  return n;
+}
+NormContracts mlp_contracts(const DevLayer& dl, bool moe, bool shared) {
+  NormContracts n;
+  if (moe) {
+    if (dl.experts.fused) n.fp4 = true;  // the grouped experts read the FP4 QDQ of the normed rows
+    if (shared) add_contract(n, dl.shared.gate_up);
+  } else {
+    add_contract(n, dl.mlp.gate_up);
+  }
+  return n;
+}
+
+// y = RMSNorm(x) into c.w.a (and FP32 into a32 when given), with the contract copies the block needs.
+Status norm(Ctx& c, const float* weight, const NormContracts& n, float* a32) {
+  uint16_t* a = c.w.a.as<uint16_t>();
+  GQ_LAUNCH(detail::raw_rmsnorm_f32_contracts(
+                c.w.x.as<float>(), weight, c.T, c.spec.hidden_size, c.spec.norm_eps, a, a32,
+                n.fp4 ? c.w.xin.as<uint16_t>() : nullptr, n.fp8 ? c.w.xq.as<uint8_t>() : nullptr,
+                n.fp8 ? c.w.xs.as<float>() : nullptr, c.s),
+            "rmsnorm");
+  c.cc.fp4_of = n.fp4 ? a : nullptr;
+  c.cc.fp8_of = n.fp8 ? a : nullptr;
+  return {};
+}
+
+// 4 attention warps per CTA when the step holds a prefill chunk (a run of ≥ 8 consecutive positions of one
+// sequence), else 1 (decode rows): the tensor-core attention's tiles fill up either way; no bits change.
+int attention_warps(const std::vector<int>& pos, const std::vector<int>& slot) {
+  int run = 1, best = 1;
+  for (size_t t = 1; t < pos.size(); ++t) {
+    run = slot[t] == slot[t - 1] && pos[t] == pos[t - 1] + 1 ? run + 1 : 1;
+    best = std::max(best, run);
+  }
+  return best >= 8 ? 4 : 1;
+}
+
+Status linear(Ctx& c, const DevLinear& L, const uint16_t* x, float* y) {
+  return apply_linear(L, x, c.T, y, {c.w.xin.as<uint16_t>(), c.w.xq.as<uint8_t>(), c.w.xs.as<float>(), &c.cc},
+                      c.ws.ws, c.s);
+}
+
+// c.w.y [T, down.out_rows] (FP32; the rows beyond H are padding) = SwiGLU MLP of a: the dense MLP or the
+// shared expert.
+Status swiglu_mlp(Ctx& c, const DevSwiglu& m, const uint16_t* a) {
+  const int I = m.inter;
+  uint16_t* h = c.w.h.as<uint16_t>();
+  if (m.fused) {
+    const bool down_fp4 = m.down.path == P::kTiled && m.down.act_bits == 4;
+    const uint16_t* xin = a;
+    if (m.gate_up.act_bits == 4) {
+      GRIDQ_RETURN_IF_ERROR(fp4_copy(c, a, m.gate_up.cols));
+      xin = c.w.xin.as<uint16_t>();
+    }
+    GRIDQ_RETURN_IF_ERROR(
+        gemv_swiglu(m.gate_up.tiled.m, c.T, xin, h, down_fp4, c.ws.ws, c.s, detail::forward_pdl()));
+    rewrote(c, h);
+    if (down_fp4) {  // h already went through the FP4 contract inside the fused kernel: plain GEMV
+      GemvArgs g;
+      g.w = &m.down.tiled.m;
+      g.M = c.T;
+      g.x = h;
+      g.y = c.w.y.as<float>();
+      g.out = OutType::F32;
+      GRIDQ_RETURN_IF_ERROR(gemv(g, c.ws.ws, c.s, detail::forward_pdl()));
+    } else {
+      GRIDQ_RETURN_IF_ERROR(linear(c, m.down, h, c.w.y.as<float>()));
+    }
+  } else {
+    GRIDQ_RETURN_IF_ERROR(linear(c, m.gate_up, a, c.w.gu.as<float>()));
+    GQ_LAUNCH(detail::raw_swiglu(c.w.gu.as<float>(), m.gate_up.out_rows(), I, c.T, I, h, c.s), "swiglu");
+    rewrote(c, h);
+    GRIDQ_RETURN_IF_ERROR(linear(c, m.down, h, c.w.y.as<float>()));
+  }
+  return {};
+}
+
+Status attention(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, const detail::KvView& kv) {
+  const int d = L.head_dim, nh = L.n_heads, nkv = L.n_kv_heads, qw = nh * d, kvw = nkv * d;
+  const uint16_t* a = c.w.a.as<uint16_t>();
+  detail::RopeArgs r;
+  if (dl.stacked) {
+    GRIDQ_RETURN_IF_ERROR(linear(c, dl.qkv, a, c.w.qkv.as<float>()));
+    const float* base = c.w.qkv.as<float>();
+    const long long ld = dl.qkv.out_rows();
+    r.q_src = base, r.k_src = base + qw, r.v_src = base + qw + kvw;
+    r.ld_q = r.ld_k = r.ld_v = ld;
+  } else {
+    float* base = c.w.qkv.as<float>();
+    const long long span = static_cast<long long>(kMaxStepRows);
+    float* qb = base;
+    float* kb = qb + span * dl.q.out_rows();
+    float* vb = kb + span * dl.k.out_rows();
+    GRIDQ_RETURN_IF_ERROR(linear(c, dl.q, a, qb));
+    GRIDQ_RETURN_IF_ERROR(linear(c, dl.k, a, kb));
+    GRIDQ_RETURN_IF_ERROR(linear(c, dl.v, a, vb));
+    r.q_src = qb, r.k_src = kb, r.v_src = vb;
+    r.ld_q = dl.q.out_rows(), r.ld_k = dl.k.out_rows(), r.ld_v = dl.v.out_rows();
+  }
+  const bool gated = L.gate != model::GateMode::kNone;
+  if (gated) GRIDQ_RETURN_IF_ERROR(linear(c, dl.g, a, c.w.g.as<float>()));
+  GRIDQ_RETURN_IF_ERROR(c.timer->mark("attn norm+qkv+g"));
+  r.T = c.T, r.nh = nh, r.nkv = nkv, r.d = d, r.rot = L.rope.rotary_dim;
+  r.eps = c.spec.norm_eps, r.m = L.rope.attention_factor;
+  r.q_norm = dl.q_norm, r.k_norm = dl.k_norm, r.inv_freq = dl.inv_freq;
+  r.q = c.w.q.as<float>();
+  r.kv = kv;
+  r.rows = c.rows;
+  GQ_LAUNCH(detail::raw_qk_rope_kv(r, c.s), "qk-norm + rope + kv write");
+  GRIDQ_RETURN_IF_ERROR(c.timer->mark("attn qk-norm+rope+kv"));
+  detail::AttnArgs at;
+  at.q = c.w.q.as<float>();
+  at.T = c.T, at.nh = nh, at.nkv = nkv, at.d = d;
+  at.window = L.attn == model::AttnKind::kSliding ? L.window : 0;
+  at.max_splits = c.w.max_splits;
+  at.tile_warps = c.attn_warps;
+  at.kv = kv;
+  at.rows = c.rows;
+  at.partial = c.w.partial.as<float>();
+  at.o = c.w.o.as<float>();
+  GQ_LAUNCH(detail::raw_attention(at, c.s), "attention");
+  GRIDQ_RETURN_IF_ERROR(c.timer->mark("attn core"));
+  const int mode = L.gate == model::GateMode::kPerHead ? 1 : L.gate == model::GateMode::kPerElement ? 2 : 0;
+  GQ_LAUNCH(detail::raw_gate(c.w.o.as<float>(), c.w.g.as<float>(), gated ? dl.g.out_rows() : 0, mode, c.T, nh,
+                             d, c.w.ob.as<uint16_t>(), c.s),
+            "output gate");
+  rewrote(c, c.w.ob.as());
+  GRIDQ_RETURN_IF_ERROR(linear(c, dl.o, c.w.ob.as<uint16_t>(), c.w.y.as<float>()));
+  GQ_LAUNCH(
+      detail::raw_add(c.w.x.as<float>(), c.w.y.as(), false, dl.o.out_rows(), c.T, c.spec.hidden_size, c.s),
+      "residual add");
+  return c.timer->mark("attn gate+o_proj");
+}
+
+Status moe(Ctx& c, const DevLayer& dl) {
+  const auto& M = c.spec.moe;
+  const int H = c.spec.hidden_size, E = M.n_experts, k = M.top_k, I = M.expert_intermediate;
+  const uint16_t* a = c.w.a.as<uint16_t>();
+  // The router reads the FP32 normed rows (laguna.md §1.4: near-ties are real; the BF16 rounding of its
+  // input would flip choices the reference makes). Always the reference matvec.
+  {
+    detail::RefArgs r;
+    r.w = dl.router.ref;
+    r.P = c.T;
+    r.x_f32 = c.w.a32.as<float>();
+    r.y = c.w.z.as<float>();
+    r.ld_y = dl.router.rows;
+    GQ_LAUNCH(detail::raw_ref_matvec(r, c.s), "router");
+  }
+  GQ_LAUNCH(detail::raw_route_tokens(c.w.z.as<float>(), dl.router.out_rows(), dl.router_bias, c.T, E, k,
+                                     M.score == model::RouterScore::kSoftmax ? 1 : 0, M.renormalize ? 1 : 0,
+                                     c.w.eid.as<int>(), c.w.ew.as<float>(), c.s),
+            "route");
+  GRIDQ_RETURN_IF_ERROR(c.timer->mark("moe norm+router"));
+  // The shared expert's output stays in c.w.y (nothing below writes it) until the combine adds it.
+  const float* shared = nullptr;
+  long long ld_shared = 0;
+  if (M.shared_intermediate > 0) {
+    GRIDQ_RETURN_IF_ERROR(swiglu_mlp(c, dl.shared, a));
+    shared = c.w.y.as<float>(), ld_shared = dl.shared.down.out_rows();
+  }
+  GRIDQ_RETURN_IF_ERROR(c.timer->mark("moe shared"));
+  const DevExperts& ex = dl.experts;
+  float* x = c.w.x.as<float>();
+  if (ex.fused) {
+    // Grouped by expert for the whole step (kernels.h grouped_moe: a pair's bits do not depend on the rest
+    // of the step), then the reference combine: FP32, a token's experts in ascending id order.
+    GRIDQ_RETURN_IF_ERROR(fp4_copy(c, a, H));
+    GroupedMoeArgs g;
+    g.gate_up = &ex.gate_up.m;
+    g.down = &ex.down.m;
+    g.T = c.T, g.k = k, g.E = E;
+    g.eid = c.w.eid.as<int>();
+    g.grp = c.w.grp.as<int>();
+    g.x = c.w.xin.as<uint16_t>();
+    g.gu = c.w.gu.as<float>();
+    g.h = c.w.h.as<uint16_t>();
+    g.y = c.w.yd.as<float>();
+    GRIDQ_RETURN_IF_ERROR(grouped_moe(g, c.s, detail::forward_pdl()));
+    GQ_LAUNCH(detail::raw_moe_combine(c.w.yd.as<float>(), c.w.ew.as<float>(), c.T, k, H, M.routed_scaling,
+                                      shared, ld_shared, true, x, c.s),
+              "moe combine + residual add");
+    return c.timer->mark("moe routed");
+  }
+  // Reference experts: every (row, chosen expert) pair on its own, then the fixed-order combine.
+  const int Pn = c.T * k;
+  float* gu = c.w.gu.as<float>();
+  detail::RefArgs g;
+  g.w = ex.gate.ref;
+  g.P = Pn;
+  g.ids = c.w.eid.as<int>();
+  g.x = a;
+  g.x_div = k;
+  g.y = gu;
+  g.ld_y = 2LL * I;
+  GQ_LAUNCH(detail::raw_ref_matvec(g, c.s), "experts gate");
+  detail::RefArgs u = g;
+  u.w = ex.up.ref;
+  u.y = gu + I;
+  GQ_LAUNCH(detail::raw_ref_matvec(u, c.s), "experts up");
+  GQ_LAUNCH(detail::raw_swiglu(gu, 2LL * I, I, Pn, I, c.w.h.as<uint16_t>(), c.s), "experts swiglu");
+  rewrote(c, c.w.h.as());
+  detail::RefArgs dn;
+  dn.w = ex.down_ref.ref;
+  dn.P = Pn;
+  dn.ids = c.w.eid.as<int>();
+  dn.x = c.w.h.as<uint16_t>();
+  dn.x_div = 1;
+  dn.y = c.w.yd.as<float>();
+  dn.ld_y = H;
+  GQ_LAUNCH(detail::raw_ref_matvec(dn, c.s), "experts down");
+  GQ_LAUNCH(detail::raw_moe_combine(c.w.yd.as<float>(), c.w.ew.as<float>(), c.T, k, H, M.routed_scaling,
+                                    shared, ld_shared, true, x, c.s),
+            "moe combine + residual add");
+  return c.timer->mark("moe routed");
+}
+
+}  // namespace gridq::cuda::fwd

@@ -1,0 +1,82 @@
+// The forward's layer ops on the device (forward_layers.cpp), shared with the step driver (forward.cpp): the
+// per-step context, and decoder_layer's pieces mirroring cpu/layer_ops.cpp (norm, attention, the SwiGLU MLP,
+// the MoE block). Launches only.
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/forward.h"
+#include "runtime/cuda/kernels/forward_kernels.h"
+#include "runtime/cuda/linear.h"
+
+namespace gridq::cuda {
+
+// Phase timing for `gridq bench decode`: an event at the end of each phase; the interval since the previous
+// mark is charged to the phase's name. Off (no events) in normal use.
+struct CudaBackend::PhaseTimer {
+  bool on = false;
+  cudaStream_t s = nullptr;
+  std::vector<std::pair<const char*, cudaEvent_t>> marks;
+  Status mark(const char* name) {
+    if (!on) return {};
+    cudaEvent_t e = nullptr;
+    GRIDQ_CUDA(cudaEventCreate(&e));
+    marks.emplace_back(name, e);
+    GRIDQ_CUDA(cudaEventRecord(e, s));
+    return {};
+  }
+  Status finish(std::map<std::string, double>& acc) {
+    if (!on || marks.empty()) return {};
+    GRIDQ_CUDA(cudaEventSynchronize(marks.back().second));
+    for (size_t i = 1; i < marks.size(); ++i) {
+      float ms = 0.0f;
+      GRIDQ_CUDA(cudaEventElapsedTime(&ms, marks[i - 1].second, marks[i].second));
+      acc[marks[i].first] += ms;
+    }
+    for (auto& m : marks) (void)cudaEventDestroy(m.second);
+    marks.clear();
+    return {};
+  }
+};
+
+namespace fwd {
+
+struct Ctx {
+  const model::ModelSpec& spec;
+  CudaBackend::Work& w;
+  const WorkspaceBuffers& ws;
+  cudaStream_t s;
+  int T;
+  detail::RowInfo rows;
+  CudaBackend::PhaseTimer* timer;
+  int attn_warps;    // AttnArgs::tile_warps for the step
+  ContractCache cc;  // whose contract copies xin / xq·xs hold (linear.h)
+};
+
+// Which contract copies of its input the first matrices of a block read: the norm before them writes those.
+struct NormContracts {
+  bool fp4 = false, fp8 = false;
+};
+NormContracts attention_contracts(const DevLayer& dl);
+NormContracts mlp_contracts(const DevLayer& dl, bool moe, bool shared);
+
+// 4 attention warps per CTA when the step holds a prefill chunk, else 1 (AttnArgs::tile_warps).
+int attention_warps(const std::vector<int>& pos, const std::vector<int>& slot);
+
+// c.w.a = RMSNorm(c.w.x) (and FP32 into a32 when given), with the contract copies the block needs.
+Status norm(Ctx& c, const float* weight, const NormContracts& n, float* a32);
+// y = L(x) for the step's rows.
+Status linear(Ctx& c, const DevLinear& L, const uint16_t* x, float* y);
+// c.w.y [T, down.out_rows] = SwiGLU MLP of a (the dense MLP or the shared expert; rows beyond H padding).
+Status swiglu_mlp(Ctx& c, const DevSwiglu& m, const uint16_t* a);
+// c.w.x += the attention block of the normed rows c.w.a.
+Status attention(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, const detail::KvView& kv);
+// c.w.x += the MoE block (shared expert, router, routed experts) of the normed rows c.w.a.
+Status moe(Ctx& c, const DevLayer& dl);
+
+}  // namespace fwd
+}  // namespace gridq::cuda

@@ -1,0 +1,310 @@
+// Attention splits on tensor cores, prefill and decode alike (head_dim 32, 64, 128). An item is (tile, KV
+// head, split): a tile is up to 16·W (query row, head) pairs of one run of consecutive positions of one
+// sequence, all of whose heads share the KV head; a split is kAttnSplitKeys key positions, cut at fixed
+// positions. The CTA streams the split's keys in blocks of 64 through shared memory (K and V BF16,
+// double-buffered cp.async) and each warp runs the FlashAttention-2 inner loop for its 16 pairs:
+// S = Q·Kᵀ on mma.sync BF16 (q rounded to BF16), an online softmax in the log2 domain (FP32), O += P·V with
+// P rounded to BF16. It writes each pair's (max, sum, unnormalised O) for the split; attention.cu merges the
+// splits in split order.
+//
+// Batch invariance by construction: an mma row's result does not depend on the other rows of its tile, the
+// key blocks sit at fixed positions (a block outside a row's window is an exact no-op for it: p = 0,
+// rescale by exactly 1, or 0 before its first key), and every reduction across lanes is the same tree for
+// every row. So a pair's partial is the same whether it is alone (decode) or in a 64-pair tile (prefill),
+// and one compiled kernel serves every W (the warps per CTA are blockDim, not a template).
+#include <cfloat>
+
+#include "runtime/cuda/device_util.cuh"
+#include "runtime/cuda/kernels/attention_tc.h"
+#include "runtime/cuda/kernels/kv_view.cuh"
+#include "runtime/cuda/kernels/pdl_launch.cuh"
+
+namespace gridq::cuda::detail {
+namespace {
+
+constexpr int kKeys = 64;                         // keys per shared-memory block
+constexpr int kMaxTiles = 2 * kMaxStepRows + 64;  // runs + pair tiles of the longest step (g ≤ 16)
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <int D>
+constexpr int pitch() {
+  return D + 8;  // BF16 elements per shared row: 16 bytes of padding keep ldmatrix conflict-free
+}
+template <int D>
+constexpr int smem_bytes() {
+  return 2 * 2 * kKeys * pitch<D>() * 2;  // {K, V} × 2 buffers
+}
+
+__device__ __forceinline__ void cp16(void* dst, const void* src) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* p) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  return static_cast<uint32_t>(f32_to_bf16_bits(lo)) | (static_cast<uint32_t>(f32_to_bf16_bits(hi)) << 16);
+}
+
+// A tile: pairs [p0, p0 + np) of the run starting at step row t0 (pair p = (row t0 + p / g, head p % g of
+// the KV head's group)); splits [lo, lo + ns) hold keys of its rows; items of the tiles before it: first.
+struct Tile {
+  int t0, p0, np, lo, ns, first;
+};
+
+__device__ __forceinline__ int j_low(const AttnArgs& a, int pos) {
+  return a.window > 0 ? max(0, pos - a.window + 1) : 0;
+}
+
+// Thread 0 lists the step's tiles (≤ kMaxTiles; the host checks g ≤ 16) and their item counts.
+__device__ int build_tiles(const AttnArgs& a, int g, int per_tile, Tile* tiles, int* n_tiles) {
+  int n = 0, items = 0;
+  for (int t = 0; t < a.T;) {
+    int e = t + 1;
+    while (e < a.T && a.rows.seq_slot[e] == a.rows.seq_slot[t] && a.rows.pos[e] == a.rows.pos[e - 1] + 1) ++e;
+    const int pairs = (e - t) * g;
+    for (int p0 = 0; p0 < pairs; p0 += per_tile) {
+      Tile& x = tiles[n++];
+      x.t0 = t, x.p0 = p0, x.np = min(per_tile, pairs - p0);
+      const int first_pos = a.rows.pos[t + p0 / g], last_pos = a.rows.pos[t + (p0 + x.np - 1) / g];
+      x.lo = j_low(a, first_pos) / kAttnSplitKeys;
+      x.ns = last_pos / kAttnSplitKeys - x.lo + 1;
+      x.first = items;
+      items += x.ns * a.nkv;
+    }
+    t = e;
+  }
+  *n_tiles = n;
+  return items;
+}
+
+// Loads keys [b0, b0 + 64) of KV head kvh into buffers (ks, vs); keys outside [jmin, jmax] are zeros, so
+// P·V never meets bytes no row may see.
+template <int D>
+__device__ __forceinline__ void load_block(const AttnArgs& a, int slot, int kvh, int b0, int jmin, int jmax,
+                                           uint16_t* ks, uint16_t* vs) {
+  constexpr int kChunks = D / 8;  // 16-byte chunks per key row
+  for (int i = threadIdx.x; i < kKeys * kChunks; i += blockDim.x) {
+    const int r = i / kChunks, c = i % kChunks, j = b0 + r;
+    uint16_t* kd = ks + r * pitch<D>() + 8 * c;
+    uint16_t* vd = vs + r * pitch<D>() + 8 * c;
+    if (j >= jmin && j <= jmax) {
+      cp16(kd, kv_row(a.kv, slot, j, false) + static_cast<long long>(kvh) * D + 8 * c);
+      cp16(vd, kv_row(a.kv, slot, j, true) + static_cast<long long>(kvh) * D + 8 * c);
+    } else {
+      *reinterpret_cast<uint4*>(kd) = make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4*>(vd) = make_uint4(0, 0, 0, 0);
+    }
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(128) attn_tc_kernel(const AttnArgs a) {
+  pdl_entry();
+  extern __shared__ __align__(16) uint16_t smem[];
+  __shared__ Tile tiles[kMaxTiles];
+  __shared__ int total_items, n_tiles;
+  const int g = a.nh / a.nkv, warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) total_items = build_tiles(a, g, 16 * warps, tiles, &n_tiles);
+  __syncthreads();
+  uint16_t* kbuf[2] = {smem, smem + 2 * kKeys * pitch<D>()};
+  uint16_t* vbuf[2] = {smem + kKeys * pitch<D>(), smem + 3 * kKeys * pitch<D>()};
+  const float scale = __fmul_rn(__fdiv_rn(1.0f, __fsqrt_rn(static_cast<float>(D))), kLog2e);
+  for (int item = blockIdx.x; item < total_items; item += gridDim.x) {
+    int ti = 0;  // the tile holding the item: binary search on `first`
+    for (int lo = 0, hi = n_tiles - 1; lo <= hi;) {
+      const int mid = (lo + hi) / 2;
+      if (tiles[mid].first <= item)
+        ti = mid, lo = mid + 1;
+      else
+        hi = mid - 1;
+    }
+    const Tile tl = tiles[ti];
+    const int r_item = item - tl.first, kvh = r_item % a.nkv, split = tl.lo + r_item / a.nkv;
+    const int slot = a.rows.seq_slot[tl.t0];
+    // The keys any row of the tile may see in this split, and the 64-key blocks holding them.
+    const int jmin = max(j_low(a, a.rows.pos[tl.t0 + tl.p0 / g]), split * kAttnSplitKeys);
+    const int jmax = min(a.rows.pos[tl.t0 + (tl.p0 + tl.np - 1) / g], (split + 1) * kAttnSplitKeys - 1);
+    const int blk0 = jmin / kKeys * kKeys, n_blk = jmax / kKeys - jmin / kKeys + 1;
+    // This lane's two rows of the warp's 16: r = lane/4 and lane/4 + 8.
+    int row_t[2], row_h[2], row_lo[2], row_hi[2];
+    bool live[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int p = tl.p0 + 16 * warp + lane / 4 + 8 * i;
+      live[i] = 16 * warp + lane / 4 + 8 * i < tl.np;
+      const int t = tl.t0 + (live[i] ? p / g : 0);
+      row_t[i] = t, row_h[i] = kvh * g + p % g;
+      const int pos = a.rows.pos[t];
+      row_lo[i] = live[i] ? max(j_low(a, pos), split * kAttnSplitKeys) : 1;
+      row_hi[i] = live[i] ? min(pos, (split + 1) * kAttnSplitKeys - 1) : 0;
+    }
+    // Q fragments (A of m16n8k16, row-major 16 × D): q FP32 rounded to BF16.
+    uint32_t qf[D / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int hi = 0; hi < 2; ++hi) {
+          const float* q = a.q + (static_cast<long long>(row_t[i]) * a.nh + row_h[i]) * D + 16 * kk + 8 * hi +
+                           2 * (lane % 4);
+          qf[kk][i + 2 * hi] = live[i] ? pack2(q[0], q[1]) : 0u;
+        }
+    float acc[D / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    __syncthreads();  // the previous item's readers are done with the buffers
+    load_block<D>(a, slot, kvh, blk0, jmin, jmax, kbuf[0], vbuf[0]);
+    cp_commit();
+    for (int b = 0; b < n_blk; ++b) {
+      const int cur = b & 1;
+      if (b + 1 < n_blk)
+        load_block<D>(a, slot, kvh, blk0 + kKeys * (b + 1), jmin, jmax, kbuf[cur ^ 1], vbuf[cur ^ 1]);
+      cp_commit();
+      cp_wait<1>();
+      __syncthreads();
+      const uint16_t* ks = kbuf[cur];
+      const uint16_t* vs = vbuf[cur];
+      // S = Q·Kᵀ: 8 tiles of 8 keys; ldmatrix.x4 gives two key tiles × 16 dims.
+      float s[kKeys / 8][4];
+#pragma unroll
+      for (int nt = 0; nt < kKeys / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+        for (int np = 0; np < kKeys / 16; ++np) {
+          uint32_t kb[4];
+          const int mtx = lane / 8;
+          ldsm_x4(kb, ks + (16 * np + (mtx / 2) * 8 + lane % 8) * pitch<D>() + 16 * kk + (mtx % 2) * 8);
+          mma_bf16(s[2 * np], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], kb[0], kb[1]);
+          mma_bf16(s[2 * np + 1], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], kb[2], kb[3]);
+        }
+      // Online softmax, per row: scale, mask, block max, rescale.
+      const int kb0 = blk0 + kKeys * b;
+      float corr[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < kKeys / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int j = kb0 + 8 * nt + 2 * (lane % 4) + e;
+            float& v = s[nt][2 * i + e];
+            v = (j >= row_lo[i] && j <= row_hi[i]) ? __fmul_rn(v, scale) : -INFINITY;
+            mx = fmaxf(mx, v);
+          }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float mn = fmaxf(m[i], mx);
+        const float mu = mn == -INFINITY ? 0.0f : mn;  // no key yet: keep everything exactly zero
+        corr[i] = exp2f(__fsub_rn(m[i], mu));
+        float sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < kKeys / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float& v = s[nt][2 * i + e];
+            v = exp2f(__fsub_rn(v, mu));
+            sum = __fadd_rn(sum, v);
+          }
+        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+        sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+        l[i] = __fadd_rn(__fmul_rn(l[i], corr[i]), sum);
+        m[i] = mn;
+      }
+#pragma unroll
+      for (int nt = 0; nt < D / 8; ++nt) {
+        acc[nt][0] = __fmul_rn(acc[nt][0], corr[0]), acc[nt][1] = __fmul_rn(acc[nt][1], corr[0]);
+        acc[nt][2] = __fmul_rn(acc[nt][2], corr[1]), acc[nt][3] = __fmul_rn(acc[nt][3], corr[1]);
+      }
+      // O += P·V: P's C fragments are the A fragments of the next mma (16 keys per k-step).
+#pragma unroll
+      for (int kk = 0; kk < kKeys / 16; ++kk) {
+        const uint32_t p0 = pack2(s[2 * kk][0], s[2 * kk][1]), p1 = pack2(s[2 * kk][2], s[2 * kk][3]);
+        const uint32_t p2 = pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        const uint32_t p3 = pack2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+        for (int dp = 0; dp < D / 16; ++dp) {
+          uint32_t vb[4];
+          const int mtx = lane / 8;
+          ldsm_x4_t(vb, vs + (16 * kk + (mtx % 2) * 8 + lane % 8) * pitch<D>() + 16 * dp + (mtx / 2) * 8);
+          mma_bf16(acc[2 * dp], p0, p1, p2, p3, vb[0], vb[1]);
+          mma_bf16(acc[2 * dp + 1], p0, p1, p2, p3, vb[2], vb[3]);
+        }
+      }
+      __syncthreads();  // everyone is done with buffer `cur` before it is refilled
+    }
+    cp_wait<0>();
+    // The split's partial per live row: [m (log2 domain), l, O[D]].
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if (!live[i]) continue;
+      float* part =
+          a.partial + ((static_cast<long long>(row_t[i]) * a.nh + row_h[i]) * a.max_splits + split) * (D + 2);
+      if (lane % 4 == 0) part[0] = m[i], part[1] = l[i];
+#pragma unroll
+      for (int nt = 0; nt < D / 8; ++nt) {
+        part[2 + 8 * nt + 2 * (lane % 4)] = acc[nt][2 * i];
+        part[2 + 8 * nt + 2 * (lane % 4) + 1] = acc[nt][2 * i + 1];
+      }
+    }
+  }
+}
+
+template <int D>
+cudaError_t launch_tc(const AttnArgs& a, int warps, cudaStream_t s) {
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(attn_tc_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<D>());
+  if (attr != cudaSuccess) return attr;
+  static const int sms = [] {
+    int dev = 0, n = 132;
+    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+    return n;
+  }();
+  // The grid: as many CTAs as fit on the device at once (a function of the kernel, not of the step, so the
+  // decode graphs replay it), walking the items the step's positions need.
+  static int resident[5] = {};
+  if (resident[warps] == 0) {
+    int n = 0;
+    const cudaError_t e =
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attn_tc_kernel<D>, 32 * warps, smem_bytes<D>());
+    if (e != cudaSuccess) return e;
+    resident[warps] = n < 1 ? 1 : n;
+  }
+  const long long most = static_cast<long long>(a.T) * a.nh * a.max_splits, cap = 1LL * resident[warps] * sms;
+  const dim3 grid(static_cast<unsigned>(most < cap ? most : cap));
+  return launch(attn_tc_kernel<D>, grid, dim3(32 * warps), smem_bytes<D>(), s, a);
+}
+
+}  // namespace
+
+bool attention_tc_supported(int d, int nh, int nkv) {
+  return (d == 32 || d == 64 || d == 128) && nkv >= 1 && nh % nkv == 0 && nh / nkv <= 16;
+}
+
+cudaError_t raw_attention_tc_splits(const AttnArgs& a, int warps, cudaStream_t s) {
+  if (!attention_tc_supported(a.d, a.nh, a.nkv) || (warps != 1 && warps != 4) || a.T > kMaxStepRows)
+    return cudaErrorInvalidValue;
+  if (a.d == 128) return launch_tc<128>(a, warps, s);
+  if (a.d == 64) return launch_tc<64>(a, warps, s);
+  return launch_tc<32>(a, warps, s);
+}
+
+}  // namespace gridq::cuda::detail
