@@ -155,29 +155,60 @@ __global__ void __launch_bounds__(32) attn_split_kernel(const AttnArgs a) {
   }
 }
 
-// kLog2: the partials' maxima are in the log2 domain (the tensor-core splits), else natural.
+// One (row, head) per block of kMergeThreads: the splits' max in parallel (exact in any order), each split's
+// weight exp(m_s − M) once, then L = Σ l_s·w_s and O[e] = Σ O_s[e]·w_s in split order (a thread per dim,
+// the split loop unrolled so its loads are in flight together: at 32k keys a row has 128 splits, and one
+// warp walking them one dependent load at a time cost ~200 µs per layer). kLog2: the maxima are in the log2
+// domain (the tensor-core splits), else natural.
+constexpr int kMergeThreads = 128;
 template <bool kLog2>
-__global__ void __launch_bounds__(32) attn_merge_kernel(const AttnArgs a) {
+__global__ void __launch_bounds__(kMergeThreads) attn_merge_kernel(const AttnArgs a) {
+  extern __shared__ float wsm[];  // [2][max_splits]: weights, then l_s·w_s
+  __shared__ float red[kMergeThreads / 32];
+  __shared__ float total;
   pdl_entry();
-  const int th = blockIdx.x, lane = threadIdx.x, d = a.d, per = d / 32;
-  const int t = th / a.nh;
+  const int th = blockIdx.x, tid = threadIdx.x, d = a.d, t = th / a.nh;
   const RowSplits rs = row_splits(a, a.rows.pos[t]);
-  const float* base = a.partial + static_cast<long long>(th) * a.max_splits * (d + 2);
+  const float* base = a.partial + (static_cast<long long>(th) * a.max_splits + rs.lo) * (d + 2);
   float M = -FLT_MAX;
-  for (int s = rs.lo; s < rs.lo + rs.n; ++s) M = fmaxf(M, base[s * (d + 2)]);
-  float L = 0.0f, o[kPer] = {};
-  for (int s = rs.lo; s < rs.lo + rs.n; ++s) {
-    const float* p = base + s * (d + 2);
+  for (int s = tid; s < rs.n; s += kMergeThreads) M = fmaxf(M, base[static_cast<long long>(s) * (d + 2)]);
+  for (int o = 16; o; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+  if (tid % 32 == 0) red[tid / 32] = M;
+  __syncthreads();
+  M = red[0];
+  for (int i = 1; i < kMergeThreads / 32; ++i) M = fmaxf(M, red[i]);
+  for (int s = tid; s < rs.n; s += kMergeThreads) {
+    const float* p = base + static_cast<long long>(s) * (d + 2);
     const float w = kLog2 ? exp2f(__fsub_rn(p[0], M)) : expf(__fsub_rn(p[0], M));
-    L = __fadd_rn(L, __fmul_rn(p[1], w));
-#pragma unroll
-    for (int i = 0; i < kPer; ++i)
-      if (i < per) o[i] = __fadd_rn(o[i], __fmul_rn(p[2 + lane * per + i], w));
+    wsm[s] = w;
+    wsm[a.max_splits + s] = __fmul_rn(p[1], w);
   }
+  __syncthreads();
+  if (tid == 0) {
+    float L = 0.0f;
+    for (int s = 0; s < rs.n; ++s) L = __fadd_rn(L, wsm[a.max_splits + s]);
+    total = L;
+  }
+  __syncthreads();
   float* out = a.o + static_cast<long long>(th) * d;
-#pragma unroll
-  for (int i = 0; i < kPer; ++i)
-    if (i < per) out[lane * per + i] = __fdiv_rn(o[i], L);
+  for (int e = tid; e < d; e += kMergeThreads) {
+    float o = 0.0f;
+#pragma unroll 8
+    for (int s = 0; s < rs.n; ++s)
+      o = __fadd_rn(o, __fmul_rn(base[static_cast<long long>(s) * (d + 2) + 2 + e], wsm[s]));
+    out[e] = __fdiv_rn(o, total);
+  }
+}
+
+cudaError_t launch_merge(const AttnArgs& a, bool log2, cudaStream_t s) {
+  const size_t smem = 2ull * static_cast<size_t>(a.max_splits) * 4;
+  auto kern = log2 ? attn_merge_kernel<true> : attn_merge_kernel<false>;
+  if (smem > 48 * 1024) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (e != cudaSuccess) return e;
+  }
+  return launch(kern, dim3(static_cast<unsigned>(a.T * a.nh)), dim3(kMergeThreads), smem, s, a);
 }
 
 }  // namespace
@@ -194,7 +225,7 @@ cudaError_t raw_attention(const AttnArgs& a, cudaStream_t s) {
   }();
   if (attention_tc_supported(a.d, a.nh, a.nkv)) {
     GQ_KLAUNCH(raw_attention_tc_splits(a, a.tile_warps, s));
-    GQ_KLAUNCH(launch(attn_merge_kernel<true>, dim3(a.T * a.nh), dim3(32), 0, s, a));
+    GQ_KLAUNCH(launch_merge(a, true, s));
     return cudaGetLastError();
   }
   const long long most = static_cast<long long>(a.T) * a.nh * a.max_splits;
@@ -205,7 +236,7 @@ cudaError_t raw_attention(const AttnArgs& a, cudaStream_t s) {
     GQ_KLAUNCH(launch(attn_split_kernel<64>, grid, dim3(32), 0, s, a));
   else
     GQ_KLAUNCH(launch(attn_split_kernel<0>, grid, dim3(32), 0, s, a));
-  GQ_KLAUNCH(launch(attn_merge_kernel<false>, dim3(a.T * a.nh), dim3(32), 0, s, a));
+  GQ_KLAUNCH(launch_merge(a, false, s));
   return cudaGetLastError();
 }
 

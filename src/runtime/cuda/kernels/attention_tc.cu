@@ -163,7 +163,8 @@ __global__ void __launch_bounds__(128) attn_tc_kernel(const AttnArgs a) {
         for (int hi = 0; hi < 2; ++hi) {
           const float* q = a.q + (static_cast<long long>(row_t[i]) * a.nh + row_h[i]) * D + 16 * kk + 8 * hi +
                            2 * (lane % 4);
-          qf[kk][i + 2 * hi] = live[i] ? pack2(q[0], q[1]) : 0u;
+          const float2 v = live[i] ? *reinterpret_cast<const float2*>(q) : make_float2(0.0f, 0.0f);
+          qf[kk][i + 2 * hi] = pack2(v.x, v.y);
         }
     float acc[D / 8][4];
 #pragma unroll
