@@ -1,7 +1,7 @@
 // Activation kernels: FP8 per-token quantization, FP4 group-16 QDQ and RMSNorm with both contracts fused
 // into its output (format.md §14). One block per token row.
 #include "runtime/cuda/device_util.cuh"
-#include "runtime/cuda/kernels/block_sum.cuh"
+#include "runtime/cuda/kernels/block_reduce.cuh"
 #include "runtime/cuda/kernels/forward_kernels.h"
 #include "runtime/cuda/kernels/pdl_launch.cuh"
 #include "runtime/cuda/kparams.h"
@@ -125,36 +125,84 @@ __global__ void __launch_bounds__(kActThreads)
   if (y_q) fp8_row([&](int k) { return bf16_bits_to_f32(row[k]); }, H, y_q + m * H, y_s + m, red, ired);
 }
 
-// RMSNorm of FP32 residual rows: the sum of squares in FP64 like the CPU reference (rmsnorm_rows), per-thread
-// strided partials then a fixed tree; y = bf16(w ⊙ (x · r)). The contract copies of the next matrices' input
-// (FP4 QDQ, FP8 codes) come from the BF16 row staged in shared memory, so they are bit for bit what
-// qdq_fp4 / quantize_fp8 would make of y, without their launches.
-__global__ void __launch_bounds__(kActThreads)
+// RMSNorm of FP32 residual rows, a block of kNormThreads per row, thread i holding elements i +
+// kNormThreads·j: the sum of squares in FP64 like the CPU reference (rmsnorm_rows; per-thread partials, then
+// fixed shuffle trees), y = bf16(w ⊙ (x · r)). The contract copies of the next matrices' input are made from
+// the BF16 values in registers, each FP4 group of 16 by 16 consecutive lanes and the FP8 row max by the
+// block: bit for bit what qdq_fp4 / quantize_fp8 make of y (the same element functions; max is exact in any
+// order), without their launches or a serial loop per group (one 256-thread block with them took 11–14 µs per
+// row).
+constexpr int kNormThreads = 1024, kNormPer = 16;  // H ≤ 16384
+__global__ void __launch_bounds__(kNormThreads)
     rmsnorm_f32_kernel(const float* x, const float* w, int H, float eps, uint16_t* y, float* y32,
                        uint16_t* y_fp4, uint8_t* y_q, float* y_s) {
-  extern __shared__ uint16_t row[];  // [H] when a contract is fused
-  __shared__ double dred[kActThreads];
-  __shared__ float red[kActThreads / 32];
-  __shared__ int ired[kActThreads / 32];
+  __shared__ double dred[kNormThreads / 32];
+  __shared__ float red[kNormThreads / 32];
+  __shared__ int ired[kNormThreads / 32];
   pdl_entry();
   const long long t = blockIdx.x;
+  const int tid = threadIdx.x, lane = tid % 32, nw = kNormThreads / 32;
   const float* v = x + t * H;
+  float xv[kNormPer];
   double ss = 0.0;
-  for (int i = threadIdx.x; i < H; i += kActThreads) ss += static_cast<double>(v[i]) * v[i];
-  const float var = static_cast<float>(block_sum_f64<kActThreads>(ss, dred) / static_cast<double>(H));
+#pragma unroll
+  for (int j = 0; j < kNormPer; ++j) {
+    const int i = tid + kNormThreads * j;
+    xv[j] = i < H ? v[i] : 0.0f;
+    ss += static_cast<double>(xv[j]) * xv[j];
+  }
+  for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if (lane == 0) dred[tid / 32] = ss;
+  __syncthreads();
+  if (tid < 32) {
+    double p = dred[tid];
+    for (int o = 16; o; o >>= 1) p += __shfl_xor_sync(0xffffffffu, p, o);
+    if (tid == 0) dred[0] = p;
+  }
+  __syncthreads();
+  const float var = static_cast<float>(dred[0] / static_cast<double>(H));
   const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(var, eps)));
-  const bool staged = y_fp4 != nullptr || y_q != nullptr;
-  for (int i = threadIdx.x; i < H; i += kActThreads) {
-    const float o = __fmul_rn(w[i], __fmul_rn(v[i], inv));
+  float amax = 0.0f;
+  int nan = 0;
+#pragma unroll
+  for (int j = 0; j < kNormPer; ++j) {
+    const int i = tid + kNormThreads * j;
+    if (i >= H) break;
+    const float o = __fmul_rn(w[i], __fmul_rn(xv[j], inv));
     const uint16_t b = f32_to_bf16_bits(o);
     y[t * H + i] = b;
     if (y32) y32[t * H + i] = o;
-    if (staged) row[i] = b;
+    const float yb = bf16_bits_to_f32(b);
+    xv[j] = yb;  // from here on: the BF16 value the contracts read
+    amax = fmaxf(amax, fabsf(yb));
+    nan |= isnan(yb);
   }
-  if (!staged) return;
-  __syncthreads();
-  if (y_fp4) fp4_row([&](int k) { return bf16_bits_to_f32(row[k]); }, H, y_fp4 + t * H);
-  if (y_q) fp8_row([&](int k) { return bf16_bits_to_f32(row[k]); }, H, y_q + t * H, y_s + t, red, ired);
+  if (y_fp4) {  // group g = elements 16g…16g+15 = lanes (lane & ~15) … + 15 of one warp, for every j
+#pragma unroll
+    for (int j = 0; j < kNormPer; ++j) {
+      const int i = tid + kNormThreads * j;
+      if (kNormThreads * j >= H) break;  // uniform over the block: the shuffles below need every lane
+      float a = i < H ? fabsf(xv[j]) : 0.0f;
+      int gn = i < H ? isnan(xv[j]) : 0;
+      for (int o = 8; o; o >>= 1) {
+        a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+        gn |= __shfl_xor_sync(0xffffffffu, gn, o);
+      }
+      if (i < H) y_fp4[t * H + i] = gn ? uint16_t{0x7FC0} : fp4_qdq_elem(xv[j], fp4_group_scale(a));
+    }
+  }
+  if (y_q) {
+    amax = block_max_n(amax, red, nw);
+    nan = block_or_n(nan, ired, nw);
+    const float sc = nan ? __int_as_float(0x7FC00000) : fp8_token_scale(amax);
+#pragma unroll
+    for (int j = 0; j < kNormPer; ++j) {
+      const int i = tid + kNormThreads * j;
+      if (i >= H) break;
+      y_q[t * H + i] = nan ? uint8_t{0x7F} : fp8_quant_elem(xv[j], sc);
+    }
+    if (tid == 0) y_s[t] = sc;
+  }
 }
 
 template <typename Kern, typename... Args>
@@ -173,13 +221,9 @@ cudaError_t raw_qdq_fp4(const uint16_t* x, int M, int K, uint16_t* y, cudaStream
 }
 cudaError_t raw_rmsnorm_f32_contracts(const float* x, const float* w, int T, int H, float eps, uint16_t* y,
                                       float* y32, uint16_t* y_fp4, uint8_t* y_q, float* y_s, cudaStream_t s) {
-  const size_t smem = y_fp4 || y_q ? static_cast<size_t>(H) * 2 : 0;
-  if (smem > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(
-        rmsnorm_f32_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (e != cudaSuccess) return e;
-  }
-  return launch_rows(rmsnorm_f32_kernel, T, smem, s, forward_pdl(), x, w, H, eps, y, y32, y_fp4, y_q, y_s);
+  if (H < 1 || H > kNormThreads * kNormPer || (y_fp4 && H % 16)) return cudaErrorInvalidValue;
+  return launch_pdl(forward_pdl(), rmsnorm_f32_kernel, dim3(static_cast<unsigned>(T)), dim3(kNormThreads), 0,
+                    s, x, w, H, eps, y, y32, y_fp4, y_q, y_s);
 }
 cudaError_t raw_rmsnorm_f32(const float* x, const float* w, int T, int H, float eps, uint16_t* y, float* y32,
                             cudaStream_t s) {

@@ -166,10 +166,20 @@ Status attention(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, const de
   GQ_LAUNCH(detail::raw_attention(at, c.s), "attention");
   GRIDQ_RETURN_IF_ERROR(c.timer->mark("attn core"));
   const int mode = L.gate == model::GateMode::kPerHead ? 1 : L.gate == model::GateMode::kPerElement ? 2 : 0;
-  GQ_LAUNCH(detail::raw_gate(c.w.o.as<float>(), c.w.g.as<float>(), gated ? dl.g.out_rows() : 0, mode, c.T, nh,
-                             d, c.w.ob.as<uint16_t>(), c.s),
-            "output gate");
-  rewrote(c, c.w.ob.as());
+  uint16_t* ob = c.w.ob.as<uint16_t>();
+  const long long ld_g = gated ? dl.g.out_rows() : 0;
+  rewrote(c, ob);
+  NormContracts o_in;
+  add_contract(o_in, dl.o);
+  if (o_in.fp8) {  // the gate writes o_proj's FP8 codes too
+    GQ_LAUNCH(detail::raw_gate_fp8(c.w.o.as<float>(), c.w.g.as<float>(), ld_g, mode, c.T, nh, d, ob,
+                                   c.w.xq.as<uint8_t>(), c.w.xs.as<float>(), c.s),
+              "output gate + FP8 contract");
+    c.cc.fp8_of = ob;
+  } else {
+    GQ_LAUNCH(detail::raw_gate(c.w.o.as<float>(), c.w.g.as<float>(), ld_g, mode, c.T, nh, d, ob, c.s),
+              "output gate");
+  }
   GRIDQ_RETURN_IF_ERROR(linear(c, dl.o, c.w.ob.as<uint16_t>(), c.w.y.as<float>()));
   GQ_LAUNCH(
       detail::raw_add(c.w.x.as<float>(), c.w.y.as(), false, dl.o.out_rows(), c.T, c.spec.hidden_size, c.s),

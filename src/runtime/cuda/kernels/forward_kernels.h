@@ -104,6 +104,10 @@ cudaError_t raw_attention(const AttnArgs& a, cudaStream_t s);
 // g[t·ld_g + h·d + e] (per element, mode 2); mode 0: bf16(o).
 cudaError_t raw_gate(const float* o, const float* g, long long ld_g, int mode, int T, int nh, int d,
                      uint16_t* out, cudaStream_t s);
+// The same, also writing the FP8 per-token contract of out (q E4M3 [T, nh·d], s [T]) for an FP8 o_proj: bit
+// for bit quantize_fp8 of out.
+cudaError_t raw_gate_fp8(const float* o, const float* g, long long ld_g, int mode, int T, int nh, int d,
+                         uint16_t* out, uint8_t* q, float* s, cudaStream_t st);
 
 // Router: z FP32 [T, E] (row stride ld) → top-k per row on score + bias (bias may be null; only selects),
 // score sigmoid (softmax = 0) or softmax (1); weights renormalised when renorm. The chosen experts of a row

@@ -1,5 +1,5 @@
 // MoE routing of the step's rows (laguna.md §1.4 steps 1–5, and Qwen3-MoE's softmax router): the CPU
-// reference's arithmetic in the same order (runtime/router.cpp), one warp per row, so a row's experts and
+// reference's arithmetic in the same order (runtime/router.cpp), one block per row, so a row's experts and
 // weights never depend on the other rows. Selection takes the largest score + bias, the lowest id on ties;
 // the renormalising sum runs in selection order; the result is sorted by expert id for the experts' sum.
 #include "runtime/cuda/device_util.cuh"
@@ -13,47 +13,60 @@ constexpr int kMaxE = 1024;
 constexpr int kMaxK = 32;
 constexpr unsigned kAll = 0xffffffffu;
 
-// One warp per row: the k selection rounds are warp shuffles (no block barriers), each lane scanning the
-// experts e ≡ lane (mod 32) in shared memory.
-__global__ void __launch_bounds__(32)
+// One block per row, a thread per expert. Selection by rank: expert e is chosen at place r, r = how many
+// experts come before it in the reference's order (larger score + bias first, the lower id on ties; NaN as
+// −inf), r < k. That is the reference's k rounds of strict-greater scans, without their k dependent warp
+// reductions (a single warp doing them serially cost ~15 µs per layer at batch 1).
+__global__ void __launch_bounds__(kMaxE)
     route_tokens_kernel(const float* z, long long ld, const float* bias, int E, int k, int softmax,
                         int renorm, int* ids, float* w) {
   pdl_entry();
   __shared__ float s[kMaxE], sel[kMaxE];
+  __shared__ float red[kMaxE / 32];
+  __shared__ float sum_sh;
   __shared__ int chosen[kMaxK];
   const long long t = blockIdx.x;
-  const int lane = threadIdx.x;
+  const int e = threadIdx.x, lane = e % 32;
+  const bool live = e < E;
   const float* zr = z + t * ld;
   if (!softmax) {
-    for (int e = lane; e < E; e += 32) s[e] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-zr[e])));
-  } else if (lane == 0) {  // the reference's sequential max and sum
-    float mx = zr[0];
-    for (int e = 1; e < E; ++e) mx = fmaxf(mx, zr[e]);
-    float sum = 0.0f;
-    for (int e = 0; e < E; ++e) sum = __fadd_rn(sum, s[e] = expf(__fsub_rn(zr[e], mx)));
-    for (int e = 0; e < E; ++e) s[e] = __fdiv_rn(s[e], sum);
-  }
-  __syncwarp();
-  for (int e = lane; e < E; e += 32) sel[e] = bias ? __fadd_rn(s[e], bias[e]) : s[e];
-  __syncwarp();
-  for (int j = 0; j < k; ++j) {
-    // The largest sel, the lowest id on ties (the reference's strict-greater scan).
-    float best = -INFINITY;
-    int bi = 0x7fffffff;
-    for (int e = lane; e < E; e += 32)
-      if (sel[e] > best || (sel[e] == best && e < bi)) best = sel[e], bi = e;
-    for (int o = 16; o; o >>= 1) {
-      const float ob = __shfl_xor_sync(kAll, best, o);
-      const int oi = __shfl_xor_sync(kAll, bi, o);
-      if (ob > best || (ob == best && oi < bi)) best = ob, bi = oi;
+    if (live) s[e] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-zr[e])));
+  } else {  // the reference's max (exact in any order), then its sequential sum
+    float mx = live ? zr[e] : -INFINITY;
+    for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kAll, mx, o));
+    if (lane == 0) red[e / 32] = mx;
+    __syncthreads();
+    mx = red[0];
+    for (int i = 1; i < static_cast<int>(blockDim.x / 32); ++i) mx = fmaxf(mx, red[i]);
+    if (live) s[e] = expf(__fsub_rn(zr[e], mx));
+    __syncthreads();
+    if (e == 0) {
+      float sum = 0.0f;
+      for (int i = 0; i < E; ++i) sum = __fadd_rn(sum, s[i]);
+      sum_sh = sum;
     }
-    if (lane == 0) chosen[j] = bi, sel[bi] = -INFINITY;
-    __syncwarp();
+    __syncthreads();
+    if (live) s[e] = __fdiv_rn(s[e], sum_sh);
   }
-  if (lane == 0) {
+  if (live) {
+    const float v = bias ? __fadd_rn(s[e], bias[e]) : s[e];
+    sel[e] = isnan(v) ? -INFINITY : v;
+  }
+  __syncthreads();
+  if (live) {
+    const float v = sel[e];
+    int r = 0;
+    for (int i = 0; i < E; ++i) {
+      const float u = sel[i];
+      r += (u > v) || (u == v && i < e);
+    }
+    if (r < k) chosen[r] = e;
+  }
+  __syncthreads();
+  if (e == 0) {
     float wt[kMaxK];
     float sum = 0.0f;
-    for (int j = 0; j < k; ++j) sum = __fadd_rn(sum, wt[j] = s[chosen[j]]);
+    for (int j = 0; j < k; ++j) sum = __fadd_rn(sum, wt[j] = s[chosen[j]]);  // selection order
     if (renorm)
       for (int j = 0; j < k; ++j) wt[j] = __fdiv_rn(wt[j], sum);
     // Insertion sort by expert id (k ≤ 32).
@@ -73,8 +86,9 @@ __global__ void __launch_bounds__(32)
 cudaError_t raw_route_tokens(const float* z, long long ld, const float* bias, int T, int E, int k,
                              int softmax, int renorm, int* ids, float* w, cudaStream_t s) {
   if (E < 1 || E > kMaxE || k < 1 || k > kMaxK || k > E) return cudaErrorInvalidValue;
+  const unsigned threads = static_cast<unsigned>((E + 31) / 32 * 32);
   GQ_KLAUNCH(
-      launch(route_tokens_kernel, dim3(T), dim3(32), 0, s, z, ld, bias, E, k, softmax, renorm, ids, w));
+      launch(route_tokens_kernel, dim3(T), dim3(threads), 0, s, z, ld, bias, E, k, softmax, renorm, ids, w));
   return cudaGetLastError();
 }
 
