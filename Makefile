@@ -5,6 +5,12 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 # The developer and CI build type; `make build BUILD_TYPE=Release` for the users' -O3 build.
 BUILD_TYPE ?= RelWithDebInfo
+# RelWithDebInfo with line tables (-g1) instead of full debug info: backtraces, breakpoints and sanitizer
+# reports keep file:line, and the cold build (CI's longest step) is about a third cheaper per file than with
+# -g (src/runtime/engine.cpp: 13.2 → 9.1 s). Full debug info: `make build DEBUG_INFO=-g`.
+DEBUG_INFO ?= -g1
+DEV_FLAGS = -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 $(DEBUG_INFO) -DNDEBUG" \
+            -DCMAKE_CUDA_FLAGS_RELWITHDEBINFO="-O2 -Xcompiler=$(DEBUG_INFO) -DNDEBUG"
 
 .PHONY: all build deps test test-unit test-asan test-python fuzz demo clean format test-cuda
 
@@ -15,7 +21,7 @@ deps:
 
 # Developer and CI builds treat warnings as errors; a plain `cmake` (a user's build) does not.
 build:
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DGRIDQ_WERROR=ON $(CMAKE_FLAGS)
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DGRIDQ_WERROR=ON $(DEV_FLAGS) $(CMAKE_FLAGS)
 	cmake --build $(BUILD) -j $(JOBS)
 
 test: deps build

@@ -143,12 +143,13 @@ __global__ void __launch_bounds__(kNormThreads)
   const long long t = blockIdx.x;
   const int tid = threadIdx.x, lane = tid % 32, nw = kNormThreads / 32;
   const float* v = x + t * H;
-  float xv[kNormPer];
+  float xv[kNormPer], wv[kNormPer];
   double ss = 0.0;
 #pragma unroll
-  for (int j = 0; j < kNormPer; ++j) {
+  for (int j = 0; j < kNormPer; ++j) {  // the weights' loads too, in flight with the row's
     const int i = tid + kNormThreads * j;
     xv[j] = i < H ? v[i] : 0.0f;
+    wv[j] = i < H ? w[i] : 0.0f;
     ss += static_cast<double>(xv[j]) * xv[j];
   }
   for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
@@ -168,7 +169,7 @@ __global__ void __launch_bounds__(kNormThreads)
   for (int j = 0; j < kNormPer; ++j) {
     const int i = tid + kNormThreads * j;
     if (i >= H) break;
-    const float o = __fmul_rn(w[i], __fmul_rn(xv[j], inv));
+    const float o = __fmul_rn(wv[j], __fmul_rn(xv[j], inv));
     const uint16_t b = f32_to_bf16_bits(o);
     y[t * H + i] = b;
     if (y32) y32[t * H + i] = o;

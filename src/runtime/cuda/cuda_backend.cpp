@@ -20,8 +20,8 @@ size_t round16(size_t n) { return (n + 15) / 16 * 16; }
 
 size_t CudaBackend::Work::bytes() const {
   size_t n = 0;
-  for (const DeviceBuffer* b : {&rows, &x,  &a, &a32, &xin, &xq,  &xs, &qkv, &g,  &q,      &o,      &ob,
-                                &y,    &gu, &h, &yd,  &z,   &eid, &ew, &grp, &an, &logits, &partial})
+  for (const DeviceBuffer* b : {&rows, &x,  &a, &a32, &xin, &xq, &xs,  &qkv, &g,   &q,  &o,      &ob,
+                                &y,    &gu, &h, &hs,  &yd,  &z,  &eid, &ew,  &grp, &an, &logits, &partial})
     n += b->bytes();
   return n;
 }
@@ -31,6 +31,9 @@ CudaBackend::~CudaBackend() {
   for (void* g : graphs_)
     if (g) (void)cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(g));
   if (stream_) (void)cudaStreamDestroy(stream_);
+  if (side_) (void)cudaStreamDestroy(side_);
+  if (fork_) (void)cudaEventDestroy(fork_);
+  if (join_) (void)cudaEventDestroy(join_);
 }
 
 Expected<std::unique_ptr<CudaBackend>> CudaBackend::create(const model::ModelSpec& spec,
@@ -81,6 +84,9 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
         "cuda backend: MoE with {} experts top-{} (the router kernel serves ≤ 1024 experts, top-k ≤ 32)",
         S.moe.n_experts, S.moe.top_k);
   GRIDQ_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  GRIDQ_CUDA(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+  GRIDQ_CUDA(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+  GRIDQ_CUDA(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
   graphs_on_ = opts.cuda_graphs;
   GRIDQ_ASSIGN_OR_RETURN(ws_, WorkspaceBuffers::create());
   max_len_ = opts.max_model_len > 0 ? opts.max_model_len : S.max_position_embeddings;
@@ -133,6 +139,7 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
         B{&w.y, R * Y * 4, "matrix output"},
         B{&w.gu, R * K * I2 * 4, "gate_up"},
         B{&w.h, R * K * Ih * 2, "swiglu"},
+        B{&w.hs, R * Ih * 2, "shared expert swiglu"},
         B{&w.yd, R * K * H * 4, "expert outputs"},
         B{&w.z, R * round16(static_cast<size_t>(std::max(1, S.moe.n_experts))) * 4, "router logits"},
         B{&w.eid, R * K * 4, "expert ids"},

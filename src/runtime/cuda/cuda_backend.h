@@ -113,6 +113,10 @@ class CudaBackend final : public runtime::Backend {
   runtime::KvPlan plan_;
   MemoryReport mem_;
   cudaStream_t stream_ = nullptr;
+  // The shared expert's stream: it runs beside the router and the routed experts (forward_layers.cpp moe),
+  // forked from and joined back into stream_ by the two events (graph capture records them as edges).
+  cudaStream_t side_ = nullptr;
+  cudaEvent_t fork_ = nullptr, join_ = nullptr;
   WorkspaceBuffers ws_;
   DeviceBuffer pages_, rings_, page_table_;
   int max_seqs_ = 0, max_pages_per_seq_ = 0;

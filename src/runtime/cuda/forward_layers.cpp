@@ -30,6 +30,11 @@ Status fp4_copy(Ctx& c, const uint16_t* a, int cols) {
   return {};
 }
 
+// Whether applying L writes the contract scratch (xin or xq/xs).
+bool uses_scratch(const DevLinear& L) {
+  return L.path == DevLinear::Path::kTiled && (L.tiled.m.format == WeightFormat::FP8 || L.act_bits == 4);
+}
+
 void add_contract(NormContracts& n, const DevLinear& L) {
   if (L.path != DevLinear::Path::kTiled) return;
   if (L.tiled.m.format == WeightFormat::FP8)
@@ -87,9 +92,8 @@ Status linear(Ctx& c, const DevLinear& L, const uint16_t* x, float* y) {
 
 // c.w.y [T, down.out_rows] (FP32; the rows beyond H are padding) = SwiGLU MLP of a: the dense MLP or the
 // shared expert.
-Status swiglu_mlp(Ctx& c, const DevSwiglu& m, const uint16_t* a) {
+Status swiglu_mlp(Ctx& c, const DevSwiglu& m, const uint16_t* a, uint16_t* h) {
   const int I = m.inter;
-  uint16_t* h = c.w.h.as<uint16_t>();
   if (m.fused) {
     const bool down_fp4 = m.down.path == P::kTiled && m.down.act_bits == 4;
     const uint16_t* xin = a;
@@ -191,6 +195,22 @@ Status moe(Ctx& c, const DevLayer& dl) {
   const auto& M = c.spec.moe;
   const int H = c.spec.hidden_size, E = M.n_experts, k = M.top_k, I = M.expert_intermediate;
   const uint16_t* a = c.w.a.as<uint16_t>();
+  // The shared expert runs on its own stream beside the router and the routed experts (those leave most
+  // SMs idle at small batch), when it needs no contract scratch (xin / xq, which the routed experts read)
+  // and phases are not being timed; its output stays in c.w.y (nothing else writes it) until the combine.
+  const bool has_shared = M.shared_intermediate > 0;
+  const bool beside = has_shared && !c.timer->on && c.side != nullptr && !uses_scratch(dl.shared.gate_up) &&
+                      !uses_scratch(dl.shared.down);
+  const float* shared = has_shared ? c.w.y.as<float>() : nullptr;
+  const long long ld_shared = has_shared ? dl.shared.down.out_rows() : 0;
+  if (beside) {
+    GRIDQ_CUDA(cudaEventRecord(c.fork, c.s));
+    GRIDQ_CUDA(cudaStreamWaitEvent(c.side, c.fork, 0));
+    Ctx sc = c;
+    sc.s = c.side;
+    GRIDQ_RETURN_IF_ERROR(swiglu_mlp(sc, dl.shared, a, c.w.hs.as<uint16_t>()));
+    GRIDQ_CUDA(cudaEventRecord(c.join, c.side));
+  }
   // The router reads the FP32 normed rows (laguna.md §1.4: near-ties are real; the BF16 rounding of its
   // input would flip choices the reference makes). Always the reference matvec.
   {
@@ -207,13 +227,7 @@ Status moe(Ctx& c, const DevLayer& dl) {
                                      c.w.eid.as<int>(), c.w.ew.as<float>(), c.s),
             "route");
   GRIDQ_RETURN_IF_ERROR(c.timer->mark("moe norm+router"));
-  // The shared expert's output stays in c.w.y (nothing below writes it) until the combine adds it.
-  const float* shared = nullptr;
-  long long ld_shared = 0;
-  if (M.shared_intermediate > 0) {
-    GRIDQ_RETURN_IF_ERROR(swiglu_mlp(c, dl.shared, a));
-    shared = c.w.y.as<float>(), ld_shared = dl.shared.down.out_rows();
-  }
+  if (has_shared && !beside) GRIDQ_RETURN_IF_ERROR(swiglu_mlp(c, dl.shared, a, c.w.hs.as<uint16_t>()));
   GRIDQ_RETURN_IF_ERROR(c.timer->mark("moe shared"));
   const DevExperts& ex = dl.experts;
   float* x = c.w.x.as<float>();
@@ -232,6 +246,7 @@ Status moe(Ctx& c, const DevLayer& dl) {
     g.h = c.w.h.as<uint16_t>();
     g.y = c.w.yd.as<float>();
     GRIDQ_RETURN_IF_ERROR(grouped_moe(g, c.s, detail::forward_pdl()));
+    if (beside) GRIDQ_CUDA(cudaStreamWaitEvent(c.s, c.join, 0));
     GQ_LAUNCH(detail::raw_moe_combine(c.w.yd.as<float>(), c.w.ew.as<float>(), c.T, k, H, M.routed_scaling,
                                       shared, ld_shared, true, x, c.s),
               "moe combine + residual add");
@@ -264,6 +279,7 @@ Status moe(Ctx& c, const DevLayer& dl) {
   dn.y = c.w.yd.as<float>();
   dn.ld_y = H;
   GQ_LAUNCH(detail::raw_ref_matvec(dn, c.s), "experts down");
+  if (beside) GRIDQ_CUDA(cudaStreamWaitEvent(c.s, c.join, 0));
   GQ_LAUNCH(detail::raw_moe_combine(c.w.yd.as<float>(), c.w.ew.as<float>(), c.T, k, H, M.routed_scaling,
                                     shared, ld_shared, true, x, c.s),
             "moe combine + residual add");

@@ -53,7 +53,9 @@ struct Ctx {
   int T;
   detail::RowInfo rows;
   CudaBackend::PhaseTimer* timer;
-  int attn_warps;    // AttnArgs::tile_warps for the step
+  int attn_warps;     // AttnArgs::tile_warps for the step
+  cudaStream_t side;  // the shared expert's stream, forked at fork and joined at join
+  cudaEvent_t fork, join;
   ContractCache cc;  // whose contract copies xin / xq·xs hold (linear.h)
 };
 
@@ -71,8 +73,9 @@ int attention_warps(const std::vector<int>& pos, const std::vector<int>& slot);
 Status norm(Ctx& c, const float* weight, const NormContracts& n, float* a32);
 // y = L(x) for the step's rows.
 Status linear(Ctx& c, const DevLinear& L, const uint16_t* x, float* y);
-// c.w.y [T, down.out_rows] = SwiGLU MLP of a (the dense MLP or the shared expert; rows beyond H padding).
-Status swiglu_mlp(Ctx& c, const DevSwiglu& m, const uint16_t* a);
+// c.w.y [T, down.out_rows] = SwiGLU MLP of a (the dense MLP or the shared expert; rows beyond H padding),
+// through h [T, I].
+Status swiglu_mlp(Ctx& c, const DevSwiglu& m, const uint16_t* a, uint16_t* h);
 // c.w.x += the attention block of the normed rows c.w.a.
 Status attention(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, const detail::KvView& kv);
 // c.w.x += the MoE block (shared expert, router, routed experts) of the normed rows c.w.a.

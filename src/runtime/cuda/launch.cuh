@@ -63,9 +63,6 @@ cudaError_t gemv_grid(long long max_units, long long min_warp_bytes, long long& 
   const int bps = g_blocks_per_sm_cap > 0 ? std::min(g_blocks_per_sm_cap, s.blocks_per_sm) : s.blocks_per_sm;
   blocks = static_cast<long long>(bps) * s.sms;
   blocks = std::min(blocks, (max_units + kWarpsPerBlock * min_units - 1) / (kWarpsPerBlock * min_units));
-  // More blocks than SMs: a multiple of the SM count, so that no SM streams twice the bytes of another (192
-  // blocks on 132 SMs put two on 60 of them: the BF16 shared expert ran at 16 % of copy).
-  if (blocks > s.sms)
     blocks = std::min<long long>(static_cast<long long>(bps) * s.sms, (blocks + s.sms - 1) / s.sms * s.sms);
   blocks = std::min(blocks, kMaxPartialFloats / (kWarpsPerBlock * 2LL * NO * 32));
   // The kernel's partition math is 32-bit: units · warps must stay below 2^32.

@@ -66,9 +66,14 @@ __global__ void __launch_bounds__(kRowThreads)
                     uint8_t* q, float* s) {
   __shared__ float red[kRowThreads / 32];
   __shared__ int ired[kRowThreads / 32];
+  __shared__ float head_gate[kRowThreads];  // mode 1: softplus of each head's gate, once per head
   pdl_entry();
   const long long t = blockIdx.x;
   const int n = nh * d, tid = threadIdx.x;
+  if (mode == 1) {
+    for (int h = tid; h < nh; h += kRowThreads) head_gate[h] = softplus_f32(g[t * ld_g + h]);
+    __syncthreads();
+  }
   float v[kRowPer];
   float amax = 0.0f;
   int nan = 0;
@@ -77,7 +82,7 @@ __global__ void __launch_bounds__(kRowThreads)
     const int i = tid + kRowThreads * j;
     if (i >= n) break;
     float x = o[t * n + i];
-    if (mode == 1) x = __fmul_rn(x, softplus_f32(g[t * ld_g + i / d]));
+    if (mode == 1) x = __fmul_rn(x, head_gate[i / d]);
     if (mode == 2) x = __fmul_rn(x, softplus_f32(g[t * ld_g + i]));
     const uint16_t b = f32_to_bf16_bits(x);
     out[t * n + i] = b;
@@ -147,7 +152,7 @@ cudaError_t raw_gate(const float* o, const float* g, long long ld_g, int mode, i
 }
 cudaError_t raw_gate_fp8(const float* o, const float* g, long long ld_g, int mode, int T, int nh, int d,
                          uint16_t* out, uint8_t* q, float* sc, cudaStream_t s) {
-  if (nh * d > kRowThreads * kRowPer) return cudaErrorInvalidValue;
+  if (nh * d > kRowThreads * kRowPer || nh > kRowThreads) return cudaErrorInvalidValue;
   GQ_KLAUNCH(launch(gate_fp8_kernel, dim3(static_cast<unsigned>(T)), dim3(kRowThreads), 0, s, o, g, ld_g,
                     mode, nh, d, out, q, sc));
   return cudaGetLastError();

@@ -63,21 +63,20 @@ __global__ void __launch_bounds__(kMaxE)
     if (r < k) chosen[r] = e;
   }
   __syncthreads();
+  // Weights in selection order (the reference's renormalising sum), then each choice to its place by id (the
+  // experts' accumulation order): k threads at once, no serial sort.
   if (e == 0) {
-    float wt[kMaxK];
     float sum = 0.0f;
-    for (int j = 0; j < k; ++j) sum = __fadd_rn(sum, wt[j] = s[chosen[j]]);  // selection order
-    if (renorm)
-      for (int j = 0; j < k; ++j) wt[j] = __fdiv_rn(wt[j], sum);
-    // Insertion sort by expert id (k ≤ 32).
-    for (int a = 1; a < k; ++a)
-      for (int b = a; b > 0 && chosen[b] < chosen[b - 1]; --b) {
-        const int ti = chosen[b];
-        chosen[b] = chosen[b - 1], chosen[b - 1] = ti;
-        const float tw = wt[b];
-        wt[b] = wt[b - 1], wt[b - 1] = tw;
-      }
-    for (int j = 0; j < k; ++j) ids[t * k + j] = chosen[j], w[t * k + j] = wt[j];
+    for (int j = 0; j < k; ++j) sum = __fadd_rn(sum, s[chosen[j]]);
+    sum_sh = sum;
+  }
+  __syncthreads();
+  if (e < k) {
+    const int me = chosen[e];
+    int place = 0;
+    for (int j = 0; j < k; ++j) place += chosen[j] < me;
+    ids[t * k + place] = me;
+    w[t * k + place] = renorm ? __fdiv_rn(s[me], sum_sh) : s[me];
   }
 }
 
