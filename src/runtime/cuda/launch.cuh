@@ -63,7 +63,6 @@ cudaError_t gemv_grid(long long max_units, long long min_warp_bytes, long long& 
   const int bps = g_blocks_per_sm_cap > 0 ? std::min(g_blocks_per_sm_cap, s.blocks_per_sm) : s.blocks_per_sm;
   blocks = static_cast<long long>(bps) * s.sms;
   blocks = std::min(blocks, (max_units + kWarpsPerBlock * min_units - 1) / (kWarpsPerBlock * min_units));
-    blocks = std::min<long long>(static_cast<long long>(bps) * s.sms, (blocks + s.sms - 1) / s.sms * s.sms);
   blocks = std::min(blocks, kMaxPartialFloats / (kWarpsPerBlock * 2LL * NO * 32));
   // The kernel's partition math is 32-bit: units · warps must stay below 2^32.
   blocks = std::min(blocks, 0xFFFFFFFFLL / (std::max<long long>(max_units, 1) * kWarpsPerBlock));
