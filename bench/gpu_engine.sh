@@ -39,7 +39,7 @@ export OMP_WAIT_POLICY=passive
 B=build-gpu
 if has build; then
   t0=$(date +%s)
-  if ! { cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DGRIDQ_CUDA=ON -DGRIDQ_WERROR=OFF -DGRIDQ_PCH=OFF \
+  if ! { cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DGRIDQ_CUDA=ON -DGRIDQ_WERROR=OFF \
            -DGRIDQ_CUDA_ARCHS=90a \
            -DGRIDQ_GIT_COMMIT="${GRIDQ_COMMIT:-}" > "$OUT/build.txt" 2>&1 && ninja -C $B -j16 gridq test_cuda >> "$OUT/build.txt" 2>&1; }; then
     grep -E "error|Error|FAILED" -A3 "$OUT/build.txt" | head -60
