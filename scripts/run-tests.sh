@@ -9,10 +9,10 @@ ASAN_BUILD=${ASAN_BUILD:-build-asan}
 JOBS=${JOBS:-$(nproc)}
 export GRIDQ_SOURCE_DIR=$PWD
 
-echo "== unit + CLI tests ($BUILD)"
+echo "== $(date +%T) unit + CLI tests ($BUILD)"
 ctest --test-dir "$BUILD" --output-on-failure -j "$JOBS" --timeout 900
 
-echo "== sanitizer build (ASan+UBSan) of the unit tests"
+echo "== $(date +%T) sanitizer build (ASan+UBSan) of the unit tests"
 # Only the unit-test binaries (what ctest -L unit runs), with line tables (-g1) rather than full debug info:
 # ASan reports keep file:line, and the build is the longest step of a cold CI run.
 cmake -S . -B "$ASAN_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DGRIDQ_SANITIZE=ON -DGRIDQ_CUDA=OFF -DGRIDQ_WERROR=ON \
@@ -21,7 +21,7 @@ cmake --build "$ASAN_BUILD" -j "$JOBS" --target unit_tests
 ASAN_OPTIONS=detect_leaks=1 ctest --test-dir "$ASAN_BUILD" --output-on-failure -j "$JOBS" -L unit --timeout 1800
 
 if [ -f tests/fuzz/CMakeLists.txt ]; then
-  echo "== libFuzzer: safetensors header parser (bounded)"
+  echo "== $(date +%T) libFuzzer: safetensors header parser (bounded)"
   cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DGRIDQ_FUZZ=ON \
     -DGRIDQ_TESTS=OFF -DGRIDQ_CUDA=OFF >/dev/null
   cmake --build build-fuzz -j "$JOBS" --target fuzz_safetensors_header
@@ -31,6 +31,6 @@ if [ -f tests/fuzz/CMakeLists.txt ]; then
 fi
 
 if [ -d tests/python ] && ls tests/python/test_*.py >/dev/null 2>&1; then
-  echo "== Python tests"
+  echo "== $(date +%T) Python tests"
   GRIDQ_BIN="$PWD/$BUILD/gridq" .venv/bin/python -m pytest -q tests/python
 fi
