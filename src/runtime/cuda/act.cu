@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(kNormThreads)
   __shared__ int ired[kNormThreads / 32];
   pdl_entry();
   const long long t = blockIdx.x;
-  const int tid = threadIdx.x, lane = tid % 32, nw = kNormThreads / 32;
+  const int tid = threadIdx.x, lane = tid % 32;
   const float* v = x + t * H;
   float xv[kNormPer], wv[kNormPer];
   double ss = 0.0;
@@ -192,18 +192,7 @@ __global__ void __launch_bounds__(kNormThreads)
       if (i < H) y_fp4[t * H + i] = gn ? uint16_t{0x7FC0} : fp4_qdq_elem(xv[j], fp4_group_scale(a));
     }
   }
-  if (y_q) {
-    amax = block_max_n(amax, red, nw);
-    nan = block_or_n(nan, ired, nw);
-    const float sc = nan ? __int_as_float(0x7FC00000) : fp8_token_scale(amax);
-#pragma unroll
-    for (int j = 0; j < kNormPer; ++j) {
-      const int i = tid + kNormThreads * j;
-      if (i >= H) break;
-      y_q[t * H + i] = nan ? uint8_t{0x7F} : fp8_quant_elem(xv[j], sc);
-    }
-    if (tid == 0) y_s[t] = sc;
-  }
+  if (y_q) fp8_row_from_regs(xv, amax, nan, H, y_q + t * H, y_s + t, red, ired);
 }
 
 template <typename Kern, typename... Args>

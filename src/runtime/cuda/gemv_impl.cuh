@@ -45,17 +45,6 @@ __device__ __forceinline__ uint4 ldx16(const void* p) {
     return __ldg(static_cast<const uint4*>(p));
 }
 
-// 16-byte asynchronous global -> shared copy (L2 only), and its group bookkeeping.
-__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(gmem_src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
 // ---------------------------------------------------------------------------------------------------------
 // Decoders. Each gives: kUnitK, kUnitBytes, kSmemBytes, Frag (registers of one unit), load(), XFrag/load_x()
 // (one token's activations for the unit) and mma() accumulating into acc[4] of one 8-token tile.

@@ -35,27 +35,6 @@ constexpr int smem_bytes() {
   return 2 * 2 * kKeys * pitch<D>() * 2;  // {K, V} × 2 buffers
 }
 
-__device__ __forceinline__ void cp16(void* dst, const void* src) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
-__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void* p) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   return static_cast<uint32_t>(f32_to_bf16_bits(lo)) | (static_cast<uint32_t>(f32_to_bf16_bits(hi)) << 16);
 }
@@ -103,8 +82,8 @@ __device__ __forceinline__ void load_block(const AttnArgs& a, int slot, int kvh,
     uint16_t* kd = ks + r * pitch<D>() + 8 * c;
     uint16_t* vd = vs + r * pitch<D>() + 8 * c;
     if (j >= jmin && j <= jmax) {
-      cp16(kd, kv_row(a.kv, slot, j, false) + static_cast<long long>(kvh) * D + 8 * c);
-      cp16(vd, kv_row(a.kv, slot, j, true) + static_cast<long long>(kvh) * D + 8 * c);
+      cp_async16(kd, kv_row(a.kv, slot, j, false) + static_cast<long long>(kvh) * D + 8 * c);
+      cp_async16(vd, kv_row(a.kv, slot, j, true) + static_cast<long long>(kvh) * D + 8 * c);
     } else {
       *reinterpret_cast<uint4*>(kd) = make_uint4(0, 0, 0, 0);
       *reinterpret_cast<uint4*>(vd) = make_uint4(0, 0, 0, 0);
@@ -172,13 +151,13 @@ __global__ void __launch_bounds__(128) attn_tc_kernel(const AttnArgs a) {
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     __syncthreads();  // the previous item's readers are done with the buffers
     load_block<D>(a, slot, kvh, blk0, jmin, jmax, kbuf[0], vbuf[0]);
-    cp_commit();
+    cp_async_commit();
     for (int b = 0; b < n_blk; ++b) {
       const int cur = b & 1;
       if (b + 1 < n_blk)
         load_block<D>(a, slot, kvh, blk0 + kKeys * (b + 1), jmin, jmax, kbuf[cur ^ 1], vbuf[cur ^ 1]);
-      cp_commit();
-      cp_wait<1>();
+      cp_async_commit();
+      cp_async_wait<1>();
       __syncthreads();
       const uint16_t* ks = kbuf[cur];
       const uint16_t* vs = vbuf[cur];
@@ -252,7 +231,7 @@ __global__ void __launch_bounds__(128) attn_tc_kernel(const AttnArgs a) {
       }
       __syncthreads();  // everyone is done with buffer `cur` before it is refilled
     }
-    cp_wait<0>();
+    cp_async_wait<0>();
     // The split's partial per live row: [m (log2 domain), l, O[D]].
 #pragma unroll
     for (int i = 0; i < 2; ++i) {

@@ -90,16 +90,7 @@ __global__ void __launch_bounds__(kRowThreads)
     amax = fmaxf(amax, fabsf(v[j]));
     nan |= isnan(v[j]);
   }
-  amax = block_max_n(amax, red, kRowThreads / 32);
-  nan = block_or_n(nan, ired, kRowThreads / 32);
-  const float sc = nan ? __int_as_float(0x7FC00000) : fp8_token_scale(amax);
-#pragma unroll
-  for (int j = 0; j < kRowPer; ++j) {
-    const int i = tid + kRowThreads * j;
-    if (i >= n) break;
-    q[t * n + i] = nan ? uint8_t{0x7F} : fp8_quant_elem(v[j], sc);
-  }
-  if (tid == 0) s[t] = sc;
+  fp8_row_from_regs(v, amax, nan, n, q + t * n, s + t, red, ired);
 }
 
 // The CPU reference accumulates routed[t] += y·w expert by expert (ascending id), then scale·routed + shared,
