@@ -1,0 +1,200 @@
+// The reference-order dot products (dot_kernels.h). The AVX2 kernels keep the 16 lanes as two __m256
+// accumulators per row (lo: lanes 0-7, hi: 8-15); a row's element type only changes how 8 weights become
+// 8 fp32 values (exactly) before the product.
+#include "runtime/cpu/dot_kernels.h"
+
+#include <immintrin.h>
+
+#include <bit>
+
+#include "core/numerics.h"
+
+namespace gridq::runtime::cpu {
+
+namespace {
+
+constexpr int kLanes = 16;
+
+// Scalar forms of the order, for machines without AVX2 and for tails.
+template <typename Get>
+float dot_scalar(Get w, const float* x, int64_t n) {
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) acc[j] += w(i + j) * x[i + j];
+  for (int j = 0; i < n; ++i, ++j) acc[j] += w(i) * x[i];
+  for (int s = kLanes / 2; s > 0; s /= 2)
+    for (int j = 0; j < s; ++j) acc[j] += acc[j + s];
+  return acc[0];
+}
+
+}  // namespace
+
+bool have_avx2() {
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  return ok;
+}
+
+#pragma GCC push_options
+#pragma GCC target("avx2,f16c")
+
+namespace {
+
+struct F32 {
+  using T = float;
+  static __m256 load(const float* p) { return _mm256_loadu_ps(p); }
+  static float at(const float* p, int64_t i) { return p[i]; }
+};
+struct Bf16 {
+  using T = uint16_t;
+  static __m256 load(const uint16_t* p) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  static float at(const uint16_t* p, int64_t i) { return bf16_to_f32(p[i]); }
+};
+// E4M3 as the FP16 with the same sign, exponent and mantissa bits (exponent bias 15 instead of 7, so the
+// value times 2^-8, subnormals included), widened by F16C and scaled back by 2^8: exact. Codes 0x7F/0xFF
+// are NaN in E4M3 (not 480 as in FP16).
+struct E4m3 {
+  using T = uint8_t;
+  static __m256 load(const uint8_t* p) {
+    const __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    const __m128i mag = _mm_and_si128(b, _mm_set1_epi16(0x7F));
+    const __m128i h =
+        _mm_or_si128(_mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x80)), 8), _mm_slli_epi16(mag, 7));
+    const __m256 v = _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f));
+    const __m256 nan = _mm256_castsi256_ps(_mm256_cvtepi16_epi32(_mm_cmpeq_epi16(mag, _mm_set1_epi16(0x7F))));
+    const __m256 signed_nan = _mm256_or_ps(_mm256_and_ps(v, _mm256_set1_ps(-0.0f)),
+                                           _mm256_set1_ps(std::bit_cast<float>(0x7FC00000u)));
+    return _mm256_blendv_ps(v, signed_nan, nan);
+  }
+  static float at(const uint8_t* p, int64_t i) { return e4m3_to_f32(p[i]); }
+};
+
+// The tree lane[j] += lane[j + s] for s = 8, 4, 2, 1, in registers: lane j of each step is the same sum.
+inline float tree(__m256 lo, __m256 hi) {
+  const __m256 s8 = _mm256_add_ps(lo, hi);
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  const __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+  return _mm_cvtss_f32(s1);
+}
+
+// A tail (n % 16 columns from i): lanes 0.. take it, then the tree in scalar form.
+template <typename L>
+float finish_tail(__m256 lo, __m256 hi, const typename L::T* w, const float* x, int64_t i, int64_t n) {
+  float a[kLanes];
+  _mm256_storeu_ps(a, lo);
+  _mm256_storeu_ps(a + 8, hi);
+  for (int64_t k = i, j = 0; k < n; ++k, ++j) a[j] += L::at(w, k) * x[k];
+  for (int s = kLanes / 2; s > 0; s /= 2)
+    for (int j = 0; j < s; ++j) a[j] += a[j + s];
+  return a[0];
+}
+
+template <typename L>
+float dot1_avx2(const typename L::T* w, const float* x, int64_t n) {
+  __m256 lo = _mm256_setzero_ps(), hi = lo;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    lo = _mm256_add_ps(lo, _mm256_mul_ps(L::load(w + i), _mm256_loadu_ps(x + i)));
+    hi = _mm256_add_ps(hi, _mm256_mul_ps(L::load(w + i + 8), _mm256_loadu_ps(x + i + 8)));
+  }
+  return i < n ? finish_tail<L>(lo, hi, w, x, i, n) : tree(lo, hi);
+}
+
+// Four rows: x loaded once, eight independent accumulator chains hide the add latency that bounds a
+// single dot. Named accumulators (an array of __m256 ends up on the stack).
+template <typename L>
+void dot4_avx2(const typename L::T* const* w, const float* x, int64_t n, float* y) {
+  __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00,
+         a31 = a00;
+  const typename L::T *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+    a00 = _mm256_add_ps(a00, _mm256_mul_ps(L::load(w0 + i), x0));
+    a01 = _mm256_add_ps(a01, _mm256_mul_ps(L::load(w0 + i + 8), x1));
+    a10 = _mm256_add_ps(a10, _mm256_mul_ps(L::load(w1 + i), x0));
+    a11 = _mm256_add_ps(a11, _mm256_mul_ps(L::load(w1 + i + 8), x1));
+    a20 = _mm256_add_ps(a20, _mm256_mul_ps(L::load(w2 + i), x0));
+    a21 = _mm256_add_ps(a21, _mm256_mul_ps(L::load(w2 + i + 8), x1));
+    a30 = _mm256_add_ps(a30, _mm256_mul_ps(L::load(w3 + i), x0));
+    a31 = _mm256_add_ps(a31, _mm256_mul_ps(L::load(w3 + i + 8), x1));
+  }
+  const __m256 lo[4] = {a00, a10, a20, a30}, hi[4] = {a01, a11, a21, a31};
+  for (int r = 0; r < 4; ++r) y[r] = i < n ? finish_tail<L>(lo[r], hi[r], w[r], x, i, n) : tree(lo[r], hi[r]);
+}
+
+void widen_bf16_avx2(const uint16_t* in, float* out, int64_t n) {
+  int64_t c = 0;
+  for (; c + 8 <= n; c += 8) _mm256_storeu_ps(out + c, Bf16::load(in + c));
+  for (; c < n; ++c) out[c] = bf16_to_f32(in[c]);
+}
+
+void widen_e4m3_avx2(const uint8_t* in, float* out, int64_t n) {
+  int64_t c = 0;
+  for (; c + 8 <= n; c += 8) _mm256_storeu_ps(out + c, E4m3::load(in + c));
+  for (; c < n; ++c) out[c] = e4m3_to_f32(in[c]);
+}
+
+// y += a·x elementwise: a product, then a sum, per element (no FMA), so every path rounds alike.
+void axpy_avx2(float a, const float* __restrict x, float* __restrict y, int64_t n) {
+  const __m256 va = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_mul_ps(va, _mm256_loadu_ps(x + i))));
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+
+}  // namespace
+
+#pragma GCC pop_options
+
+float dot(const float* a, const float* b, int64_t n) {
+  if (have_avx2()) return dot1_avx2<F32>(a, b, n);
+  return dot_scalar([a](int64_t i) { return a[i]; }, b, n);
+}
+
+void dot4(const float* x, const float* const* w, int64_t n, float* y) {
+  if (have_avx2()) return dot4_avx2<F32>(w, x, n, y);
+  for (int r = 0; r < 4; ++r) y[r] = dot(w[r], x, n);
+}
+
+float dot_bf16(const uint16_t* w, const float* x, int64_t n) {
+  if (have_avx2()) return dot1_avx2<Bf16>(w, x, n);
+  return dot_scalar([w](int64_t i) { return bf16_to_f32(w[i]); }, x, n);
+}
+
+void dot4_bf16(const float* x, const uint16_t* const* w, int64_t n, float* y) {
+  if (have_avx2()) return dot4_avx2<Bf16>(w, x, n, y);
+  for (int r = 0; r < 4; ++r) y[r] = dot_bf16(w[r], x, n);
+}
+
+float dot_e4m3(const uint8_t* w, const float* x, int64_t n) {
+  if (have_avx2()) return dot1_avx2<E4m3>(w, x, n);
+  return dot_scalar([w](int64_t i) { return e4m3_to_f32(w[i]); }, x, n);
+}
+
+void dot4_e4m3(const float* x, const uint8_t* const* w, int64_t n, float* y) {
+  if (have_avx2()) return dot4_avx2<E4m3>(w, x, n, y);
+  for (int r = 0; r < 4; ++r) y[r] = dot_e4m3(w[r], x, n);
+}
+
+void widen_bf16(const uint16_t* in, float* out, int64_t n) {
+  if (have_avx2()) return widen_bf16_avx2(in, out, n);
+  for (int64_t c = 0; c < n; ++c) out[c] = bf16_to_f32(in[c]);
+}
+
+void widen_e4m3(const uint8_t* in, float* out, int64_t n) {
+  if (have_avx2()) return widen_e4m3_avx2(in, out, n);
+  for (int64_t c = 0; c < n; ++c) out[c] = e4m3_to_f32(in[c]);
+}
+
+void axpy(float a, const float* x, float* y, int64_t n) {
+  if (have_avx2()) return axpy_avx2(a, x, y, n);
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+}  // namespace gridq::runtime::cpu

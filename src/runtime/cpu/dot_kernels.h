@@ -1,0 +1,33 @@
+// Dot products of the CPU reference forward, one summation order for every path (the "reference order"):
+// 16 lanes, lane j accumulating columns c ≡ j (mod 16) in ascending c, each step a product then a sum (no
+// FMA), then the tree lane[j] += lane[j + s] for s = 8, 4, 2, 1. Every variant below (fp32, BF16 or E4M3
+// rows read in place, one row or four at a time, AVX2 or scalar) gives the bits of that order, so the
+// kernel a call takes never changes a logit. Bound: weight bandwidth at decode (rows are read straight
+// from the weights, widened in registers), load ports at prefill (rows widened once per token tile).
+#pragma once
+
+#include <cstdint>
+
+namespace gridq::runtime::cpu {
+
+// Whether the AVX2 (+F16C) kernels run; otherwise scalar loops of the same order. Fixed at start-up.
+bool have_avx2();
+
+float dot(const float* a, const float* b, int64_t n);
+// y[r] = dot(x, w[r], n) for r < 4, bit-identical to four dot() calls (x is read once; faster).
+void dot4(const float* x, const float* const* w, int64_t n, float* y);
+// The same with BF16 rows (widening is exact, so the same bits as dot on the widened rows).
+float dot_bf16(const uint16_t* w, const float* x, int64_t n);
+void dot4_bf16(const float* x, const uint16_t* const* w, int64_t n, float* y);
+// The same with E4M3 rows: y[r] = Σ e4m3(w[r][c])·x[c], NaN codes included.
+void dot4_e4m3(const float* x, const uint8_t* const* w, int64_t n, float* y);
+float dot_e4m3(const uint8_t* w, const float* x, int64_t n);
+
+// Rows widened to fp32 (exact).
+void widen_bf16(const uint16_t* in, float* out, int64_t n);
+void widen_e4m3(const uint8_t* in, float* out, int64_t n);
+
+// y[i] += a * x[i] for i < n, rounded exactly as that scalar loop (vectorised, no FMA).
+void axpy(float a, const float* x, float* y, int64_t n);
+
+}  // namespace gridq::runtime::cpu
