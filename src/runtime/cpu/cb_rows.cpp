@@ -4,10 +4,12 @@
 
 #include <immintrin.h>
 
+#include <cstring>
 #include <vector>
 
 #include "core/numerics.h"
 #include "gridbook/codec.h"
+#include "gridbook/scale_coding.h"
 #include "runtime/cpu/dot_kernels.h"
 
 namespace gridq::runtime::cpu {
@@ -129,11 +131,62 @@ void cb_dot_fp4_avx2(const QMatrix& m, int64_t r0, const float* x, float* y) {
   for (int i = 0; i < N; ++i) y[i] = tree8(lo[i], hi[i]);
 }
 
+// The same for the 16-bit product rungs (NVFP4_CB_K16 v2: 8 + 8 index bits, two codes per 32-bit load,
+// the v2 scale plane read inline): the artifact's expert format, the one a decode step spends its time in.
+template <int N>
+void cb_dot_k16v2_avx2(const QMatrix& m, int64_t r0, const float* x, float* y) {
+  const gridbook::Codebook& cb = *m.codebook;
+  const int ts = m.rung->type_size();
+  const float* t0 = cb.sub[0].data();
+  const float* t1 = cb.sub[1].data();
+  const float* compose = gridbook::v2_compose_table().data();
+  const uint8_t* rows[N];
+  for (int i = 0; i < N; ++i) rows[i] = static_cast<const uint8_t*>(m.data) + (r0 + i) * m.row_bytes;
+  __m256 lo[N], hi[N];
+  for (int i = 0; i < N; ++i) lo[i] = hi[i] = _mm256_setzero_ps();
+  auto weights = [&](uint32_t code, __m256 scale) {
+    const __m128 a = _mm_loadu_ps(t0 + (code & 0xFF) * 4);
+    const __m128 b = _mm_loadu_ps(t1 + ((code >> 8) & 0xFF) * 4);
+    return _mm256_mul_ps(_mm256_insertf128_ps(_mm256_castps128_ps256(a), b, 1), scale);
+  };
+  for (int64_t s = 0; s < m.cols / kSuperblock; ++s) {
+    const float* xs = x + s * kSuperblock;
+    for (int g = 0; g < gridbook::kFp4Groups; ++g) {  // group g = codewords 2g (lanes 0-7), 2g+1 (8-15)
+      const __m256 x0 = _mm256_loadu_ps(xs + 16 * g), x1 = _mm256_loadu_ps(xs + 16 * g + 8);
+#pragma GCC unroll 4
+      for (int i = 0; i < N; ++i) {
+        const uint8_t* sb = rows[i] + s * ts;
+        const uint8_t* plane = sb + 64;  // after the 32 16-bit codes
+        const uint8_t nib = plane[1 + g / 2];
+        const __m256 scale =
+            _mm256_broadcast_ss(compose + plane[0] * 16 + (g % 2 == 0 ? (nib & 0xF) : (nib >> 4)));
+        uint32_t codes;
+        std::memcpy(&codes, sb + 4 * g, 4);  // codewords 2g (low half) and 2g+1
+        lo[i] = _mm256_add_ps(lo[i], _mm256_mul_ps(weights(codes, scale), x0));
+        hi[i] = _mm256_add_ps(hi[i], _mm256_mul_ps(weights(codes >> 16, scale), x1));
+      }
+    }
+  }
+  for (int i = 0; i < N; ++i) y[i] = tree8(lo[i], hi[i]);
+}
+
+bool k16v2(const QMatrix& m) {
+  const auto& sp = m.codebook->split;
+  return m.rung->k == 16 && m.rung->layout_version == 2 && sp.width[0] == 8 && sp.offset[1] == 8 &&
+         sp.width[1] == 8;
+}
+
 }  // namespace
 
 #pragma GCC pop_options
 
 void cb_dot_rows(const QMatrix& m, int64_t r0, int n, const float* x, float* y) {
+  if (fused_fp4(m) && k16v2(m)) {
+    int i = 0;
+    for (; i + 4 <= n; i += 4) cb_dot_k16v2_avx2<4>(m, r0 + i, x, y + i);
+    for (; i < n; ++i) cb_dot_k16v2_avx2<1>(m, r0 + i, x, y + i);
+    return;
+  }
   if (fused_fp4(m)) {
     int i = 0;
     for (; i + 4 <= n; i += 4) cb_dot_fp4_avx2<4>(m, r0 + i, x, y + i);

@@ -16,11 +16,12 @@ bool have_avx2();
 float dot(const float* a, const float* b, int64_t n);
 // y[r] = dot(x, w[r], n) for r < 4, bit-identical to four dot() calls (x is read once; faster).
 void dot4(const float* x, const float* const* w, int64_t n, float* y);
-// The same with BF16 rows (widening is exact, so the same bits as dot on the widened rows).
+// The same with BF16 rows (widening is exact, so the same bits as dot on the widened rows). pf > 0
+// prefetches the rows pf elements on (the next block of a matrix at decode: pf = 4·n).
 float dot_bf16(const uint16_t* w, const float* x, int64_t n);
-void dot4_bf16(const float* x, const uint16_t* const* w, int64_t n, float* y);
+void dot4_bf16(const float* x, const uint16_t* const* w, int64_t n, float* y, int64_t pf = 0);
 // The same with E4M3 rows: y[r] = Σ e4m3(w[r][c])·x[c], NaN codes included.
-void dot4_e4m3(const float* x, const uint8_t* const* w, int64_t n, float* y);
+void dot4_e4m3(const float* x, const uint8_t* const* w, int64_t n, float* y, int64_t pf = 0);
 float dot_e4m3(const uint8_t* w, const float* x, int64_t n);
 
 // Rows widened to fp32 (exact).

@@ -89,7 +89,7 @@ void block_in_place(const QMatrix& w, int64_t r0, int64_t nr, const float* xt, f
       const uint16_t* wb = static_cast<const uint16_t*>(w.data) + r0 * C;
       if (nr == kRowBlock) {
         const uint16_t* const rows[kRowBlock] = {wb, wb + C, wb + 2 * C, wb + 3 * C};
-        dot4_bf16(xt, rows, C, yt);
+        dot4_bf16(xt, rows, C, yt, kRowBlock * C);
       } else {
         for (int64_t i = 0; i < nr; ++i) yt[i] = dot_bf16(wb + i * C, xt, C);
       }
@@ -109,7 +109,7 @@ void block_in_place(const QMatrix& w, int64_t r0, int64_t nr, const float* xt, f
       const uint8_t* w8 = static_cast<const uint8_t*>(w.data) + r0 * C;
       if (nr == kRowBlock) {
         const uint8_t* const rows[kRowBlock] = {w8, w8 + C, w8 + 2 * C, w8 + 3 * C};
-        dot4_e4m3(xt, rows, C, yt);
+        dot4_e4m3(xt, rows, C, yt, kRowBlock * C);
       } else {
         for (int64_t i = 0; i < nr; ++i) yt[i] = dot_e4m3(w8 + i * C, xt, C);
       }
