@@ -18,6 +18,10 @@ namespace {
 
 constexpr int64_t kRowBlock = 4;        // weight rows widened to fp32 together, then reused for every token
 constexpr int64_t kFusedMaxTokens = 4;  // below this many tokens rows are read in place, not widened first
+// Decode reads BF16/E4M3 rows one at a time, front to back, prefetching this far ahead: out of cache one
+// sequential stream is read faster than the four interleaved ones of a 4-row kernel (measured here: ~30%
+// more decode tok/s with the weights in DRAM), and in cache the 2-chain dot is still ahead of the loads.
+constexpr int64_t kPrefetchBytes = 2048;
 constexpr int64_t kParallelWork = int64_t{1} << 15;  // multiply-adds below which a pool wake-up costs more
 
 enum class Contract { kNone, kW8A8, kQdq8, kQdq4 };
@@ -87,12 +91,7 @@ void block_in_place(const QMatrix& w, int64_t r0, int64_t nr, const float* xt, f
   switch (w.format) {
     case WeightFormat::kBF16: {
       const uint16_t* wb = static_cast<const uint16_t*>(w.data) + r0 * C;
-      if (nr == kRowBlock) {
-        const uint16_t* const rows[kRowBlock] = {wb, wb + C, wb + 2 * C, wb + 3 * C};
-        dot4_bf16(xt, rows, C, yt, kRowBlock * C);
-      } else {
-        for (int64_t i = 0; i < nr; ++i) yt[i] = dot_bf16(wb + i * C, xt, C);
-      }
+      for (int64_t i = 0; i < nr; ++i) yt[i] = dot_bf16(wb + i * C, xt, C, kPrefetchBytes / 2);
       return;
     }
     case WeightFormat::kF32: {
@@ -107,12 +106,7 @@ void block_in_place(const QMatrix& w, int64_t r0, int64_t nr, const float* xt, f
     }
     case WeightFormat::kFP8: {
       const uint8_t* w8 = static_cast<const uint8_t*>(w.data) + r0 * C;
-      if (nr == kRowBlock) {
-        const uint8_t* const rows[kRowBlock] = {w8, w8 + C, w8 + 2 * C, w8 + 3 * C};
-        dot4_e4m3(xt, rows, C, yt, kRowBlock * C);
-      } else {
-        for (int64_t i = 0; i < nr; ++i) yt[i] = dot_e4m3(w8 + i * C, xt, C);
-      }
+      for (int64_t i = 0; i < nr; ++i) yt[i] = dot_e4m3(w8 + i * C, xt, C, kPrefetchBytes);
       return;
     }
     case WeightFormat::kCB:
@@ -155,7 +149,16 @@ void run_blocks(const MatJob& j, const Input& in, int64_t b0, int64_t b1) {
       const int64_t r0 = rb * kRowBlock, nr = std::min(kRowBlock, R - r0);
       const float* rows[kRowBlock];
       rows_f32(w, r0, nr, wrow.data(), rows);
-      for (int64_t t = t0; t < t1; ++t) {
+      int64_t t = t0;
+      if (nr == kRowBlock)  // three tokens at a time through the 2x3 register tile
+        for (; t + 3 <= t1; t += 3) {
+          const float* const xs[3] = {xa + t * C, xa + (t + 1) * C, xa + (t + 2) * C};
+          float* yt = j.y + t * R + r0;
+          dot2x3(rows[0], rows[1], xs, C, yt, R);
+          dot2x3(rows[2], rows[3], xs, C, yt + 2, R);
+          for (int64_t u = 0; u < 3; ++u) epilogue(t + u, r0, nr, yt + u * R);
+        }
+      for (; t < t1; ++t) {
         const float* xt = xa + t * C;
         float* yt = j.y + t * R + r0;
         if (nr == kRowBlock)

@@ -23,6 +23,10 @@ constexpr int kCallerSpins = 1 << 14;
 
 thread_local bool t_in_task = false;
 
+// Jobs are cut into a few chunks per thread that the caller and the workers claim one at a time (an atomic
+// word holding the job's generation and the next chunk), so a worker that is asleep or preempted on a busy
+// machine delays nothing but the chunk it holds: the others take the rest. Who runs a chunk never matters
+// for the results.
 class Pool {
  public:
   void run(int64_t n, RangeFn fn, const int64_t* cost, int m) {
@@ -34,17 +38,17 @@ class Pool {
     fn_ = &fn;
     n_ = n;
     cost_ = cost;
-    active_ = m;
+    const int chunks = static_cast<int>(std::min<int64_t>(n, int64_t{kChunksPerThread} * m));
+    chunks_.store(chunks, std::memory_order_relaxed);
     done_.store(0, std::memory_order_relaxed);
-    gen_.fetch_add(1, std::memory_order_seq_cst);
+    const uint32_t g = ++gen_local_;
+    word_.store(static_cast<uint64_t>(g) << 32, std::memory_order_release);
+    gen_.store(g, std::memory_order_seq_cst);
     if (sleepers_.load(std::memory_order_seq_cst) > 0) gen_.notify_all();
     t_in_task = true;
-    run_range(0);
+    work(g);
     t_in_task = false;
-    // Every worker acknowledges every job (idle ones too), so none can still be reading this one's fields
-    // when the next is published.
-    const int all = static_cast<int>(workers_.size());
-    for (int spins = 0; done_.load(std::memory_order_acquire) < all;)
+    for (int spins = 0; done_.load(std::memory_order_acquire) < chunks;)
       if (++spins < kCallerSpins)
         _mm_pause();
       else
@@ -53,28 +57,41 @@ class Pool {
   }
 
  private:
-  // Range i of active_ over [0, n_): equal counts, or equal cost when cost_ is set.
+  static constexpr int kChunksPerThread = 4;
+
+  // Chunk i of chunks_ over [0, n_): equal counts, or equal cost when cost_ is set.
   int64_t cut(int i) const {
+    const int chunks = chunks_.load(std::memory_order_relaxed);
     if (i <= 0) return 0;
-    if (i >= active_) return n_;
-    if (!cost_) return n_ * i / active_;
-    const int64_t target = cost_[0] + (cost_[n_] - cost_[0]) * i / active_;
+    if (i >= chunks) return n_;
+    if (!cost_) return n_ * i / chunks;
+    const int64_t target = cost_[0] + (cost_[n_] - cost_[0]) * i / chunks;
     return std::lower_bound(cost_, cost_ + n_ + 1, target) - cost_;
   }
-  void run_range(int i) {
-    const int64_t b = cut(i), e = cut(i + 1);
-    if (b < e) (*fn_)(b, e);
+  // Claims and runs chunks of job g until none is left (or the job is no longer g).
+  void work(uint32_t g) {
+    for (;;) {
+      uint64_t w = word_.load(std::memory_order_acquire);
+      if (static_cast<uint32_t>(w >> 32) != g) return;
+      const int i = static_cast<int>(w & 0xFFFFFFFFu);
+      if (i >= chunks_.load(std::memory_order_relaxed))
+        return;  // stale (a newer job's)? the gen moved on too
+      if (!word_.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel)) continue;
+      // Job g stays published until this chunk is done, so its fields are stable here.
+      const int64_t b = cut(i), e = cut(i + 1);
+      if (b < e) (*fn_)(b, e);
+      done_.fetch_add(1, std::memory_order_release);
+    }
   }
-  // Starts workers 1..want (never stops any: a smaller thread count leaves the rest idle).
+  // Starts workers up to `want` (never stops any: a smaller thread count leaves the rest claiming less).
   void grow(int want) {
     while (static_cast<int>(workers_.size()) < want) {
-      const int id = static_cast<int>(workers_.size()) + 1;
       const uint32_t g = gen_.load(std::memory_order_relaxed);
-      workers_.emplace_back([this, id, g] { loop(id, g); });
+      workers_.emplace_back([this, g] { loop(g); });
       workers_.back().detach();  // the pool lives as long as the process
     }
   }
-  void loop(int id, uint32_t seen) {
+  void loop(uint32_t seen) {
     t_in_task = true;  // a task that calls parallel_for runs it inline
     for (;;) {
       uint32_t g;
@@ -82,7 +99,7 @@ class Pool {
       for (int spins = 0; (g = gen_.load(std::memory_order_acquire)) == seen;) {
         _mm_pause();
         if (++spins % 256 != 0 || std::chrono::steady_clock::now() - t0 < kSpin) continue;
-        // Park. The seq_cst pair (sleepers_ up, then gen_ read; the caller's gen_ bump, then sleepers_
+        // Park. The seq_cst pair (sleepers_ up, then gen_ read; the caller's gen_ store, then sleepers_
         // read) guarantees that either we see the new generation or the caller sees us and notifies.
         sleepers_.fetch_add(1, std::memory_order_seq_cst);
         if (gen_.load(std::memory_order_seq_cst) == seen) gen_.wait(seen, std::memory_order_seq_cst);
@@ -90,20 +107,21 @@ class Pool {
         t0 = std::chrono::steady_clock::now();
       }
       seen = g;
-      if (id < active_) run_range(id);
-      done_.fetch_add(1, std::memory_order_release);
+      work(g);
     }
   }
 
   std::vector<std::thread> workers_;
   std::atomic_flag busy_ = ATOMIC_FLAG_INIT;
-  // The job, written by the caller before the generation bump that publishes it.
+  uint32_t gen_local_ = 0;  // the caller's count of published jobs
+  // The job, written by the caller before the release store of word_ that publishes it.
   const RangeFn* fn_ = nullptr;
   int64_t n_ = 0;
   const int64_t* cost_ = nullptr;
-  int active_ = 0;
-  alignas(64) std::atomic<uint32_t> gen_{0};
-  alignas(64) std::atomic<int> done_{0};
+  std::atomic<int> chunks_{0};  // read before a claim, so atomic (relaxed: word_ orders the rest)
+  alignas(64) std::atomic<uint64_t> word_{0};  // generation << 32 | next unclaimed chunk
+  alignas(64) std::atomic<uint32_t> gen_{0};   // the generation workers wait on
+  alignas(64) std::atomic<int> done_{0};       // chunks finished
   alignas(64) std::atomic<int> sleepers_{0};
 };
 
