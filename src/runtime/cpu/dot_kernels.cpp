@@ -174,6 +174,51 @@ void dot2x3_avx2(const float* w0, const float* w1, const float* const* x, int64_
   y[2 * ys + 1] = tree(a12, b12);
 }
 
+// E4M3 rows against x256 = 256·x (exact): sixteen codes become FP16 in one pass — the code in the high
+// byte of a 16-bit lane, shifted right by one with the sign copied, bit 14 cleared: sign, exponent and
+// mantissa land in FP16's fields with bias 15 instead of 7, i.e. the value times 2^-8, subnormals
+// included — and F16C widens them. (w·2^-8)·(256·x) is the same real product as w·x, so every product and
+// sum rounds as in the reference. Codes 0x7F/0xFF (NaN in E4M3) are only detected: false means the row
+// holds one and y is not set (the caller takes the scalar path).
+template <int N>
+bool dot_e4m3_x256_avx2(const uint8_t* const* w, const float* x256, int64_t n, float* y, int64_t pf) {
+  __m256 lo[N], hi[N];
+  __m256i nan = _mm256_setzero_si256();
+  for (int r = 0; r < N; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
+  const __m256i m7f = _mm256_set1_epi16(0x7F), keep = _mm256_set1_epi16(static_cast<int16_t>(0xBFFF));
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const __m256 x0 = _mm256_loadu_ps(x256 + i), x1 = _mm256_loadu_ps(x256 + i + 8);
+#pragma GCC unroll 4
+    for (int r = 0; r < N; ++r) {
+      if (pf > 0 && i % 64 == 0) _mm_prefetch(reinterpret_cast<const char*>(w[r] + i + pf), _MM_HINT_T0);
+      const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[r] + i)));
+      nan = _mm256_or_si256(nan, _mm256_cmpeq_epi16(_mm256_and_si256(b, m7f), m7f));
+      const __m256i h = _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(b, 8), 1), keep);
+      lo[r] = _mm256_add_ps(lo[r], _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), x0));
+      hi[r] = _mm256_add_ps(hi[r], _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), x1));
+    }
+  }
+  if (!_mm256_testz_si256(nan, nan)) return false;
+  for (int r = 0; r < N; ++r) {
+    if (i == n) {
+      y[r] = tree(lo[r], hi[r]);
+      continue;
+    }
+    float a[kLanes];  // a tail: as finish_tail, with x = x256 / 256 (exact)
+    _mm256_storeu_ps(a, lo[r]);
+    _mm256_storeu_ps(a + 8, hi[r]);
+    for (int64_t k = i, j = 0; k < n; ++k, ++j) {
+      if ((w[r][k] & 0x7F) == 0x7F) return false;
+      a[j] += e4m3_to_f32(w[r][k]) * (x256[k] * (1.0f / 256.0f));
+    }
+    for (int s = kLanes / 2; s > 0; s /= 2)
+      for (int j = 0; j < s; ++j) a[j] += a[j + s];
+    y[r] = a[0];
+  }
+  return true;
+}
+
 void widen_bf16_avx2(const uint16_t* in, float* out, int64_t n) {
   int64_t c = 0;
   for (; c + 8 <= n; c += 8) _mm256_storeu_ps(out + c, Bf16::load(in + c));
@@ -235,6 +280,20 @@ float dot_e4m3(const uint8_t* w, const float* x, int64_t n, int64_t pf) {
 void dot4_e4m3(const float* x, const uint8_t* const* w, int64_t n, float* y, int64_t pf) {
   if (have_avx2()) return dot4_avx2<E4m3>(w, x, n, y, pf);
   for (int r = 0; r < 4; ++r) y[r] = dot_e4m3(w[r], x, n);
+}
+
+void dot_e4m3_x256(const uint8_t* const* w, int rows, const float* x, const float* x256, int64_t n, float* y,
+                   int64_t pf) {
+  if (have_avx2()) {
+    if (rows == 4 && dot_e4m3_x256_avx2<4>(w, x256, n, y, pf)) return;
+    if (rows != 4) {
+      int r = 0;
+      for (; r < rows; ++r)
+        if (!dot_e4m3_x256_avx2<1>(w + r, x256, n, y + r, pf)) break;
+      if (r == rows) return;
+    }
+  }
+  for (int r = 0; r < rows; ++r) y[r] = dot_e4m3(w[r], x, n);  // NaN codes, or no AVX2: the plain order
 }
 
 void widen_bf16(const uint16_t* in, float* out, int64_t n) {

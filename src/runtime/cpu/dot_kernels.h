@@ -26,6 +26,11 @@ void dot4_bf16(const float* x, const uint16_t* const* w, int64_t n, float* y, in
 void dot4_e4m3(const float* x, const uint8_t* const* w, int64_t n, float* y, int64_t pf = 0);
 float dot_e4m3(const uint8_t* w, const float* x, int64_t n, int64_t pf = 0);
 
+// The same for `rows` (<= 4) E4M3 rows at decode, faster: x256 = 256·x[c] exactly (the caller's copy, made
+// once per token; needs |x| < 2^100), x itself for rows with NaN codes; pf as for dot4_bf16.
+void dot_e4m3_x256(const uint8_t* const* w, int rows, const float* x, const float* x256, int64_t n, float* y,
+                   int64_t pf = 0);
+
 // Rows widened to fp32 (exact).
 void widen_bf16(const uint16_t* in, float* out, int64_t n);
 void widen_e4m3(const uint8_t* in, float* out, int64_t n);

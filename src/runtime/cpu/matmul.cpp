@@ -86,7 +86,8 @@ void rows_f32(const QMatrix& w, int64_t r0, int64_t nr, float* buf, const float*
 }
 
 // y[t, r0 .. r0+nr) for one token, the rows read in place (decode).
-void block_in_place(const QMatrix& w, int64_t r0, int64_t nr, const float* xt, float* yt) {
+// x256: 256·xt (E4M3 rows only).
+void block_in_place(const QMatrix& w, int64_t r0, int64_t nr, const float* xt, const float* x256, float* yt) {
   const int64_t C = w.cols;
   switch (w.format) {
     case WeightFormat::kBF16: {
@@ -106,7 +107,8 @@ void block_in_place(const QMatrix& w, int64_t r0, int64_t nr, const float* xt, f
     }
     case WeightFormat::kFP8: {
       const uint8_t* w8 = static_cast<const uint8_t*>(w.data) + r0 * C;
-      for (int64_t i = 0; i < nr; ++i) yt[i] = dot_e4m3(w8 + i * C, xt, C, kPrefetchBytes);
+      const uint8_t* const rows[kRowBlock] = {w8, w8 + C, w8 + 2 * C, w8 + 3 * C};
+      dot_e4m3_x256(rows, static_cast<int>(nr), xt, x256, C, yt, kRowBlock * C);
       return;
     }
     case WeightFormat::kCB:
@@ -127,11 +129,16 @@ void run_blocks(const MatJob& j, const Input& in, int64_t b0, int64_t b1) {
     for (int64_t i = 0; i < nr; ++i) yt[i] = bf16_round(ts * w.row_scale[r0 + i] * yt[i]);
   };
   if (T < kFusedMaxTokens) {
+    thread_local std::vector<float> x256;  // [T, C] 256·xa for the E4M3 kernel (exact)
+    if (w8a8) {
+      x256.resize(static_cast<size_t>(T * C));
+      for (int64_t i = 0; i < T * C; ++i) x256[static_cast<size_t>(i)] = xa[i] * 256.0f;
+    }
     for (int64_t rb = b0; rb < b1; ++rb) {
       const int64_t r0 = rb * kRowBlock, nr = std::min(kRowBlock, R - r0);
       for (int64_t t = 0; t < T; ++t) {
         float* yt = j.y + t * R + r0;
-        block_in_place(w, r0, nr, xa + t * C, yt);
+        block_in_place(w, r0, nr, xa + t * C, x256.data() + t * C, yt);
         epilogue(t, r0, nr, yt);
       }
     }
