@@ -146,6 +146,18 @@ TEST(CpuKernels, DotProductsKeepTheReferenceOrder) {
       for (int r = 0; r < 2; ++r)
         EXPECT_TRUE(same_bits(y23[t * 2 + r], ref_dot([&](int64_t i) { return rf[r][i]; }, xs[t], n)))
             << "2x3, seed " << seed << " n " << n << " t " << t << " r " << r;
+    // Attention's value sum: as fill(0) then axpy per row, in scalar code.
+    for (int64_t d : {8, 64, 128, 200}) {
+      if (d > n) continue;
+      const float a[4] = {x[0], x[n / 2], -x[n - 1], 0.25f};
+      std::vector<float> got(static_cast<size_t>(d)), want(static_cast<size_t>(d), 0.0f);
+      weighted_sum(a, rf, 4, d, got.data());
+      for (int j = 0; j < 4; ++j)
+        for (int64_t e = 0; e < d; ++e) want[static_cast<size_t>(e)] += a[j] * rf[j][e];
+      for (int64_t e = 0; e < d; ++e)
+        EXPECT_TRUE(same_bits(got[static_cast<size_t>(e)], want[static_cast<size_t>(e)]))
+            << "weighted_sum d " << d;
+    }
     // A NaN code takes the plain path: the same NaN as the reference.
     w8[3] = 0xFF;
     float yn[4];

@@ -130,7 +130,7 @@ void attention(const model::ModelSpec& spec, const LayerWeights& lw, int l, cons
     const int64_t p = lay.pos[static_cast<size_t>(t)];
     return sliding ? std::max<int64_t>(0, p - W + 1) : 0;
   };
-  auto head = [&](int64_t th, std::vector<float>& sc) {
+  auto head = [&](int64_t th, std::vector<float>& sc, std::vector<const float*>& vp) {
     const int64_t t = th / nh, h = th % nh, kvh = h / group;
     const AttnSeq& S = lay.seqs[lay.seq_of[static_cast<size_t>(t)]];
     const LayerCache& c = *S.cache;
@@ -175,8 +175,12 @@ void attention(const model::ModelSpec& spec, const LayerWeights& lw, int l, cons
     for (int64_t jj = 0; jj < nk; ++jj)
       sum += (sc[static_cast<size_t>(jj)] = std::exp(sc[static_cast<size_t>(jj)] - mx));
     float* oh = o + t * qw + h * d;
-    std::fill(oh, oh + d, 0.0f);
-    for (int64_t jj = 0; jj < nk; ++jj) axpy(sc[static_cast<size_t>(jj)] / sum, val(j0 + jj), oh, d);
+    vp.resize(static_cast<size_t>(nk));
+    for (int64_t jj = 0; jj < nk; ++jj) {
+      sc[static_cast<size_t>(jj)] /= sum;
+      vp[static_cast<size_t>(jj)] = val(j0 + jj);
+    }
+    weighted_sum(sc.data(), vp.data(), nk, d, oh);
     // Output gate: softplus in fp32, per head or per element (elementwise on the finished head).
     if (L.gate == GateMode::kPerHead) {
       const float gh = softplus(g[t * nh + h]);
@@ -193,8 +197,9 @@ void attention(const model::ModelSpec& spec, const LayerWeights& lw, int l, cons
   parallel_for(
       T * nh,
       [&](int64_t b, int64_t e) {
-        thread_local std::vector<float> sc;  // [keys] one head's scores
-        for (int64_t th = b; th < e; ++th) head(th, sc);
+        thread_local std::vector<float> sc;         // [keys] one head's scores, then weights
+        thread_local std::vector<const float*> vp;  // [keys] their value rows
+        for (int64_t th = b; th < e; ++th) head(th, sc, vp);
       },
       cost.data());
   // Sliding layers: the call's last W keys enter the ring after every query has read the old ones.

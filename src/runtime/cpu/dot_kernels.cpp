@@ -5,6 +5,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <bit>
 
 #include "core/numerics.h"
@@ -231,6 +232,40 @@ void widen_e4m3_avx2(const uint8_t* in, float* out, int64_t n) {
   for (; c < n; ++c) out[c] = e4m3_to_f32(in[c]);
 }
 
+// out = Σ_j a[j]·v[j] as axpy calls from out = 0 would compute it (j ascending, product then sum per
+// element), with 64 outputs held in registers across all j instead of re-read and re-written per j.
+void weighted_sum_avx2(const float* a, const float* const* v, int64_t nv, int64_t d, float* out) {
+  int64_t e = 0;
+  for (; e + 64 <= d; e += 64) {
+    __m256 o0 = _mm256_setzero_ps(), o1 = o0, o2 = o0, o3 = o0, o4 = o0, o5 = o0, o6 = o0, o7 = o0;
+    for (int64_t j = 0; j < nv; ++j) {
+      const __m256 aj = _mm256_set1_ps(a[j]);
+      const float* vj = v[j] + e;
+      o0 = _mm256_add_ps(o0, _mm256_mul_ps(aj, _mm256_loadu_ps(vj)));
+      o1 = _mm256_add_ps(o1, _mm256_mul_ps(aj, _mm256_loadu_ps(vj + 8)));
+      o2 = _mm256_add_ps(o2, _mm256_mul_ps(aj, _mm256_loadu_ps(vj + 16)));
+      o3 = _mm256_add_ps(o3, _mm256_mul_ps(aj, _mm256_loadu_ps(vj + 24)));
+      o4 = _mm256_add_ps(o4, _mm256_mul_ps(aj, _mm256_loadu_ps(vj + 32)));
+      o5 = _mm256_add_ps(o5, _mm256_mul_ps(aj, _mm256_loadu_ps(vj + 40)));
+      o6 = _mm256_add_ps(o6, _mm256_mul_ps(aj, _mm256_loadu_ps(vj + 48)));
+      o7 = _mm256_add_ps(o7, _mm256_mul_ps(aj, _mm256_loadu_ps(vj + 56)));
+    }
+    _mm256_storeu_ps(out + e, o0);
+    _mm256_storeu_ps(out + e + 8, o1);
+    _mm256_storeu_ps(out + e + 16, o2);
+    _mm256_storeu_ps(out + e + 24, o3);
+    _mm256_storeu_ps(out + e + 32, o4);
+    _mm256_storeu_ps(out + e + 40, o5);
+    _mm256_storeu_ps(out + e + 48, o6);
+    _mm256_storeu_ps(out + e + 56, o7);
+  }
+  for (; e < d; ++e) {
+    float o = 0.0f;
+    for (int64_t j = 0; j < nv; ++j) o += a[j] * v[j][e];
+    out[e] = o;
+  }
+}
+
 // y += a·x elementwise: a product, then a sum, per element (no FMA), so every path rounds alike.
 void axpy_avx2(float a, const float* __restrict x, float* __restrict y, int64_t n) {
   const __m256 va = _mm256_set1_ps(a);
@@ -304,6 +339,13 @@ void widen_bf16(const uint16_t* in, float* out, int64_t n) {
 void widen_e4m3(const uint8_t* in, float* out, int64_t n) {
   if (have_avx2()) return widen_e4m3_avx2(in, out, n);
   for (int64_t c = 0; c < n; ++c) out[c] = e4m3_to_f32(in[c]);
+}
+
+void weighted_sum(const float* a, const float* const* v, int64_t nv, int64_t d, float* out) {
+  if (have_avx2()) return weighted_sum_avx2(a, v, nv, d, out);
+  std::fill(out, out + d, 0.0f);
+  for (int64_t j = 0; j < nv; ++j)
+    for (int64_t e = 0; e < d; ++e) out[e] += a[j] * v[j][e];
 }
 
 void axpy(float a, const float* x, float* y, int64_t n) {

@@ -35,6 +35,9 @@ void dot_e4m3_x256(const uint8_t* const* w, int rows, const float* x, const floa
 void widen_bf16(const uint16_t* in, float* out, int64_t n);
 void widen_e4m3(const uint8_t* in, float* out, int64_t n);
 
+// out[e] = Σ_j a[j]·v[j][e] for e < d, j ascending, each step a product then a sum from out = 0: the bits of
+// fill(out, 0) and then axpy(a[j], v[j], out, d) for each j (attention's value sum).
+void weighted_sum(const float* a, const float* const* v, int64_t nv, int64_t d, float* out);
 // y[i] += a * x[i] for i < n, rounded exactly as that scalar loop (vectorised, no FMA).
 void axpy(float a, const float* x, float* y, int64_t n);
 
