@@ -141,40 +141,6 @@ void dot4_avx2(const typename L::T* const* w, const float* x, int64_t n, float* 
   for (int r = 0; r < 4; ++r) y[r] = i < n ? finish_tail<L>(lo[r], hi[r], w[r], x, i, n) : tree(lo[r], hi[r]);
 }
 
-// Two fp32 rows times three tokens: twelve accumulator chains from ten loads per 16 columns (the 4x1
-// kernel does sixteen products and sums per ten loads), so prefill runs at the FP ports' rate rather than
-// the load ports'. Each (row, token) pair keeps its own lo/hi lanes: the reference order, per output.
-void dot2x3_avx2(const float* w0, const float* w1, const float* const* x, int64_t n, float* y, int64_t ys) {
-  __m256 a00 = _mm256_setzero_ps(), b00 = a00, a01 = a00, b01 = a00, a02 = a00, b02 = a00;
-  __m256 a10 = a00, b10 = a00, a11 = a00, b11 = a00, a12 = a00, b12 = a00;
-  const float *x0 = x[0], *x1 = x[1], *x2 = x[2];
-  for (int64_t i = 0; i < n; i += kLanes) {
-    const __m256 wl0 = _mm256_loadu_ps(w0 + i), wh0 = _mm256_loadu_ps(w0 + i + 8);
-    const __m256 wl1 = _mm256_loadu_ps(w1 + i), wh1 = _mm256_loadu_ps(w1 + i + 8);
-    __m256 xl = _mm256_loadu_ps(x0 + i), xh = _mm256_loadu_ps(x0 + i + 8);
-    a00 = _mm256_add_ps(a00, _mm256_mul_ps(wl0, xl));
-    b00 = _mm256_add_ps(b00, _mm256_mul_ps(wh0, xh));
-    a10 = _mm256_add_ps(a10, _mm256_mul_ps(wl1, xl));
-    b10 = _mm256_add_ps(b10, _mm256_mul_ps(wh1, xh));
-    xl = _mm256_loadu_ps(x1 + i), xh = _mm256_loadu_ps(x1 + i + 8);
-    a01 = _mm256_add_ps(a01, _mm256_mul_ps(wl0, xl));
-    b01 = _mm256_add_ps(b01, _mm256_mul_ps(wh0, xh));
-    a11 = _mm256_add_ps(a11, _mm256_mul_ps(wl1, xl));
-    b11 = _mm256_add_ps(b11, _mm256_mul_ps(wh1, xh));
-    xl = _mm256_loadu_ps(x2 + i), xh = _mm256_loadu_ps(x2 + i + 8);
-    a02 = _mm256_add_ps(a02, _mm256_mul_ps(wl0, xl));
-    b02 = _mm256_add_ps(b02, _mm256_mul_ps(wh0, xh));
-    a12 = _mm256_add_ps(a12, _mm256_mul_ps(wl1, xl));
-    b12 = _mm256_add_ps(b12, _mm256_mul_ps(wh1, xh));
-  }
-  y[0] = tree(a00, b00);
-  y[1] = tree(a10, b10);
-  y[ys] = tree(a01, b01);
-  y[ys + 1] = tree(a11, b11);
-  y[2 * ys] = tree(a02, b02);
-  y[2 * ys + 1] = tree(a12, b12);
-}
-
 // E4M3 rows against x256 = 256·x (exact): sixteen codes become FP16 in one pass — the code in the high
 // byte of a 16-bit lane, shifted right by one with the sign copied, bit 14 cleared: sign, exponent and
 // mantissa land in FP16's fields with bias 15 instead of 7, i.e. the value times 2^-8, subnormals
@@ -287,14 +253,6 @@ float dot(const float* a, const float* b, int64_t n) {
 void dot4(const float* x, const float* const* w, int64_t n, float* y) {
   if (have_avx2()) return dot4_avx2<F32>(w, x, n, y);
   for (int r = 0; r < 4; ++r) y[r] = dot(w[r], x, n);
-}
-
-void dot2x3(const float* w0, const float* w1, const float* const* x, int64_t n, float* y, int64_t ys) {
-  if (have_avx2() && n % kLanes == 0) return dot2x3_avx2(w0, w1, x, n, y, ys);
-  for (int t = 0; t < 3; ++t) {
-    y[t * ys] = dot(w0, x[t], n);
-    y[t * ys + 1] = dot(w1, x[t], n);
-  }
 }
 
 float dot_bf16(const uint16_t* w, const float* x, int64_t n, int64_t pf) {

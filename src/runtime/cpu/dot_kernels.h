@@ -16,8 +16,6 @@ bool have_avx2();
 float dot(const float* a, const float* b, int64_t n);
 // y[r] = dot(x, w[r], n) for r < 4, bit-identical to four dot() calls (x is read once; faster).
 void dot4(const float* x, const float* const* w, int64_t n, float* y);
-// y[t·ys + r] = dot(w_r, x[t], n) for rows r < 2 and tokens t < 3 (prefill's register tile).
-void dot2x3(const float* w0, const float* w1, const float* const* x, int64_t n, float* y, int64_t ys);
 // The same with BF16 rows (widening is exact, so the same bits as dot on the widened rows). pf > 0
 // prefetches the rows pf elements on (the next block of a matrix at decode: pf = 4·n).
 float dot_bf16(const uint16_t* w, const float* x, int64_t n, int64_t pf = 0);

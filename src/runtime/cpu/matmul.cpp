@@ -156,16 +156,7 @@ void run_blocks(const MatJob& j, const Input& in, int64_t b0, int64_t b1) {
       const int64_t r0 = rb * kRowBlock, nr = std::min(kRowBlock, R - r0);
       const float* rows[kRowBlock];
       rows_f32(w, r0, nr, wrow.data(), rows);
-      int64_t t = t0;
-      if (nr == kRowBlock)  // three tokens at a time through the 2x3 register tile
-        for (; t + 3 <= t1; t += 3) {
-          const float* const xs[3] = {xa + t * C, xa + (t + 1) * C, xa + (t + 2) * C};
-          float* yt = j.y + t * R + r0;
-          dot2x3(rows[0], rows[1], xs, C, yt, R);
-          dot2x3(rows[2], rows[3], xs, C, yt + 2, R);
-          for (int64_t u = 0; u < 3; ++u) epilogue(t + u, r0, nr, yt + u * R);
-        }
-      for (; t < t1; ++t) {
+      for (int64_t t = t0; t < t1; ++t) {
         const float* xt = xa + t * C;
         float* yt = j.y + t * R + r0;
         if (nr == kRowBlock)
