@@ -10,6 +10,7 @@
 #include "runtime/cpu/act_contract.h"
 #include "runtime/cpu/cb_rows.h"
 #include "runtime/cpu/dot_kernels.h"
+#include "runtime/cpu/scratch.h"
 #include "runtime/cpu/thread_pool.h"
 
 namespace gridq::runtime::cpu {
@@ -248,6 +249,9 @@ void matmul_jobs(std::span<const MatJob> jobs) {
     parallel_for(blocks, body, cost.data());
   else
     body(0, blocks);
+  // A prompt's (or the quantizer's chunk's) contract copies are not kept: only decode-sized ones are.
+  for (size_t i = 0; i < n_buf; ++i)
+    if (buffers[i].capacity() > Scratch::kKeepFloats) std::vector<float>().swap(buffers[i]);
 }
 
 }  // namespace gridq::runtime::cpu
