@@ -19,7 +19,7 @@ namespace {
 constexpr auto kSpin = std::chrono::microseconds(200);
 // The caller, waiting for the last range, yields after this many pauses (a worker may have been preempted
 // on a busy machine; spinning on would only delay it).
-constexpr int kCallerSpins = 1 << 14;
+constexpr int kCallerSpins = 1 << 10;
 
 thread_local bool t_in_task = false;
 
@@ -98,7 +98,11 @@ class Pool {
       auto t0 = std::chrono::steady_clock::now();
       for (int spins = 0; (g = gen_.load(std::memory_order_acquire)) == seen;) {
         _mm_pause();
-        if (++spins % 256 != 0 || std::chrono::steady_clock::now() - t0 < kSpin) continue;
+        if (++spins % 256 != 0) continue;
+        // Every 256 pauses: give the core to anything else runnable (on a shared machine, often the very
+        // thread that will publish the next op; on an idle one the yield returns at once).
+        std::this_thread::yield();
+        if (std::chrono::steady_clock::now() - t0 < kSpin) continue;
         // Park. The seq_cst pair (sleepers_ up, then gen_ read; the caller's gen_ store, then sleepers_
         // read) guarantees that either we see the new generation or the caller sees us and notifies.
         sleepers_.fetch_add(1, std::memory_order_seq_cst);
