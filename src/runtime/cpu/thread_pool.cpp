@@ -40,6 +40,7 @@ class Pool {
     cost_ = cost;
     const int chunks = static_cast<int>(std::min<int64_t>(n, int64_t{kChunksPerThread} * m));
     chunks_.store(chunks, std::memory_order_relaxed);
+    active_.store(m, std::memory_order_relaxed);
     done_.store(0, std::memory_order_relaxed);
     const uint32_t g = ++gen_local_;
     word_.store(static_cast<uint64_t>(g) << 32, std::memory_order_release);
@@ -87,11 +88,12 @@ class Pool {
   void grow(int want) {
     while (static_cast<int>(workers_.size()) < want) {
       const uint32_t g = gen_.load(std::memory_order_relaxed);
-      workers_.emplace_back([this, g] { loop(g); });
+      const int id = static_cast<int>(workers_.size()) + 1;  // the caller is 0
+      workers_.emplace_back([this, id, g] { loop(id, g); });
       workers_.back().detach();  // the pool lives as long as the process
     }
   }
-  void loop(uint32_t seen) {
+  void loop(int id, uint32_t seen) {
     t_in_task = true;  // a task that calls parallel_for runs it inline
     for (;;) {
       uint32_t g;
@@ -111,7 +113,7 @@ class Pool {
         t0 = std::chrono::steady_clock::now();
       }
       seen = g;
-      work(g);
+      if (id < active_.load(std::memory_order_relaxed)) work(g);  // a lowered thread count leaves us idle
     }
   }
 
@@ -122,7 +124,9 @@ class Pool {
   const RangeFn* fn_ = nullptr;
   int64_t n_ = 0;
   const int64_t* cost_ = nullptr;
-  std::atomic<int> chunks_{0};  // read before a claim, so atomic (relaxed: word_ orders the rest)
+  // Read before a claim, so atomic (relaxed: word_ orders the rest).
+  std::atomic<int> chunks_{0};
+  std::atomic<int> active_{0};  // threads the job may use: the caller and workers 1 .. active_ - 1
   alignas(64) std::atomic<uint64_t> word_{0};  // generation << 32 | next unclaimed chunk
   alignas(64) std::atomic<uint32_t> gen_{0};   // the generation workers wait on
   alignas(64) std::atomic<int> done_{0};       // chunks finished
