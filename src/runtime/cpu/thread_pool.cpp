@@ -84,7 +84,7 @@ class Pool {
       done_.fetch_add(1, std::memory_order_release);
     }
   }
-  // Starts workers up to `want` (never stops any: a smaller thread count leaves the rest claiming less).
+  // Starts workers up to `want` (never stops any: a smaller thread count leaves the rest idle).
   void grow(int want) {
     while (static_cast<int>(workers_.size()) < want) {
       const uint32_t g = gen_.load(std::memory_order_relaxed);
