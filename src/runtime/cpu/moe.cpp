@@ -89,69 +89,95 @@ void moe(const model::ModelSpec& spec, const LayerWeights& lw, int64_t T, const 
       slot_of[static_cast<size_t>(i)] = s;
     }
   }
-  // Expert inputs: a single row is read in place (at decode every expert then shares one quantized copy
-  // of it), more are gathered. xe [N, H], hg/hu [N + T, I] (the shared expert's rows after the routed),
-  // ye [N, H].
-  Scratch xes(Slot::kXe, static_cast<size_t>(N * H)), yes(Slot::kYe, static_cast<size_t>(N * H));
-  const int64_t Iu = std::max(I, Is);
-  Scratch hgs(Slot::kGate, static_cast<size_t>((N + T) * Iu)),
-      hus(Slot::kUp, static_cast<size_t>((N + T) * Iu));
-  float *hg = hgs.data(), *hu = hus.data(), *ye = yes.data();
-  float* shg = hg + N * I;
-  float* shu = hu + N * I;
-  xe.assign(static_cast<size_t>(E), nullptr);
-  jobs.clear();
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t s0 = first[static_cast<size_t>(e)], n = first[static_cast<size_t>(e + 1)] - s0;
-    if (n == 0) continue;
-    if (n == 1) {
-      xe[static_cast<size_t>(e)] = a + rows[static_cast<size_t>(s0)] * H;
-    } else {
-      float* dst = xes.data() + s0 * H;
-      for (int64_t i = 0; i < n; ++i)
-        std::memcpy(dst + i * H, a + rows[static_cast<size_t>(s0 + i)] * H,
-                    static_cast<size_t>(H) * sizeof(float));
-      xe[static_cast<size_t>(e)] = dst;
-    }
-    jobs.push_back({&lw.expert_gate[static_cast<size_t>(e)], xe[static_cast<size_t>(e)], n, hg + s0 * I});
-    jobs.push_back({&lw.expert_up[static_cast<size_t>(e)], xe[static_cast<size_t>(e)], n, hu + s0 * I});
-  }
-  if (Is > 0) {
-    jobs.push_back({&lw.shared_gate, a, T, shg});
-    jobs.push_back({&lw.shared_up, a, T, shu});
-  }
-  matmul_jobs(jobs);
-  silu_mul(hg, hu, N * I + (Is > 0 ? T * Is : 0));
-  jobs.clear();
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t s0 = first[static_cast<size_t>(e)], n = first[static_cast<size_t>(e + 1)] - s0;
-    if (n == 0) continue;
-    if (hooks && hooks->expert)
-      hooks->expert(static_cast<int>(e), std::span<const int64_t>(rows.data() + s0, static_cast<size_t>(n)),
-                    std::span<const float>(ws.data() + s0, static_cast<size_t>(n)),
-                    xe[static_cast<size_t>(e)], hg + s0 * I);
-    jobs.push_back({&lw.expert_down[static_cast<size_t>(e)], hg + s0 * I, n, ye + s0 * H});
-  }
-  if (Is > 0) {
-    if (hooks && hooks->shared_down_in) hooks->shared_down_in(shg, T);
-    jobs.push_back({&lw.shared_down, shg, T, out});
-  }
-  matmul_jobs(jobs);
-  // out[t] = routed[t]·scale (+ shared[t]), routed[t] = Σ over t's experts, ascending, of y·weight.
-  auto combine = [&](int64_t b, int64_t e) {
-    thread_local std::vector<float> routed;  // [H]
-    thread_local std::vector<int64_t> sl;    // [K] the token's slots
-    routed.resize(static_cast<size_t>(H));
-    for (int64_t t = b; t < e; ++t) {
-      sl.assign(slot_of.begin() + t * K, slot_of.begin() + (t + 1) * K);
-      std::sort(sl.begin(), sl.end());  // slots ascend with the expert index
-      float* r = routed.data();
-      std::fill(r, r + H, 0.0f);
-      for (int64_t s : sl) {
-        const float w = ws[static_cast<size_t>(s)];
-        const float* y = ye + s * H;
-        for (int64_t c = 0; c < H; ++c) r[c] += y[c] * w;
+  // Each token's slots, ascending (= its experts in ascending order: the reference's summation order).
+  thread_local std::vector<int64_t> t_sorted;
+  auto& sorted = t_sorted;
+  sorted.assign(slot_of.begin(), slot_of.end());
+  for (int64_t t = 0; t < T; ++t) std::sort(sorted.begin() + t * K, sorted.begin() + (t + 1) * K);
+  Scratch routeds(Slot::kRouted, static_cast<size_t>(T * H));  // [T, H] Σ over experts so far of y·weight
+  float* routed = routeds.data();
+  std::fill(routed, routed + T * H, 0.0f);
+  // Experts in ascending groups of at most kGroupRows routed rows: one group at decode and for prompts up
+  // to 1k tokens (two parallel ops for all experts); a quantizer chunk of 8k tokens holds one group's
+  // inputs and outputs at a time, not [4·8k, H] of each. The shared expert runs with the last group.
+  constexpr int64_t kGroupRows = 4096;
+  for (int64_t e0 = 0; e0 < E;) {
+    int64_t e1 = e0 + 1;
+    while (e1 < E && first[static_cast<size_t>(e1 + 1)] - first[static_cast<size_t>(e0)] <= kGroupRows) ++e1;
+    const int64_t g0 = first[static_cast<size_t>(e0)], Ng = first[static_cast<size_t>(e1)] - g0;
+    const int64_t Ts = e1 == E && Is > 0 ? T : 0;  // shared-expert rows in this group
+    // xe [Ng, H] gathered inputs, ye [Ng, H] outputs, hg/hu [Ng·I + Ts·Is] (the shared rows after).
+    Scratch xes(Slot::kXe, static_cast<size_t>(Ng * H)), yes(Slot::kYe, static_cast<size_t>(Ng * H));
+    Scratch hgs(Slot::kGate, static_cast<size_t>(Ng * I + Ts * Is)),
+        hus(Slot::kUp, static_cast<size_t>(Ng * I + Ts * Is));
+    float *hg = hgs.data(), *hu = hus.data(), *ye = yes.data();
+    float* shg = hg + Ng * I;
+    float* shu = hu + Ng * I;
+    xe.assign(static_cast<size_t>(E), nullptr);
+    jobs.clear();
+    for (int64_t e = e0; e < e1; ++e) {
+      const int64_t s0 = first[static_cast<size_t>(e)], n = first[static_cast<size_t>(e + 1)] - s0,
+                    l0 = s0 - g0;
+      if (n == 0) continue;
+      // A single row is read in place (at decode every expert then shares one quantized copy of it).
+      if (n == 1) {
+        xe[static_cast<size_t>(e)] = a + rows[static_cast<size_t>(s0)] * H;
+      } else {
+        float* dst = xes.data() + l0 * H;
+        for (int64_t i = 0; i < n; ++i)
+          std::memcpy(dst + i * H, a + rows[static_cast<size_t>(s0 + i)] * H,
+                      static_cast<size_t>(H) * sizeof(float));
+        xe[static_cast<size_t>(e)] = dst;
       }
+      jobs.push_back({&lw.expert_gate[static_cast<size_t>(e)], xe[static_cast<size_t>(e)], n, hg + l0 * I});
+      jobs.push_back({&lw.expert_up[static_cast<size_t>(e)], xe[static_cast<size_t>(e)], n, hu + l0 * I});
+    }
+    if (Ts > 0) {
+      jobs.push_back({&lw.shared_gate, a, T, shg});
+      jobs.push_back({&lw.shared_up, a, T, shu});
+    }
+    matmul_jobs(jobs);
+    silu_mul(hg, hu, Ng * I + Ts * Is);
+    jobs.clear();
+    for (int64_t e = e0; e < e1; ++e) {
+      const int64_t s0 = first[static_cast<size_t>(e)], n = first[static_cast<size_t>(e + 1)] - s0,
+                    l0 = s0 - g0;
+      if (n == 0) continue;
+      if (hooks && hooks->expert)
+        hooks->expert(static_cast<int>(e), std::span<const int64_t>(rows.data() + s0, static_cast<size_t>(n)),
+                      std::span<const float>(ws.data() + s0, static_cast<size_t>(n)),
+                      xe[static_cast<size_t>(e)], hg + l0 * I);
+      jobs.push_back({&lw.expert_down[static_cast<size_t>(e)], hg + l0 * I, n, ye + l0 * H});
+    }
+    if (Ts > 0) {
+      if (hooks && hooks->shared_down_in) hooks->shared_down_in(shg, T);
+      jobs.push_back({&lw.shared_down, shg, T, out});
+    }
+    matmul_jobs(jobs);
+    // routed[t] += y·weight over t's slots in this group, ascending.
+    const int64_t s_end = g0 + Ng;
+    auto accumulate = [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) {
+        float* r = routed + t * H;
+        for (int64_t j = 0; j < K; ++j) {
+          const int64_t s = sorted[static_cast<size_t>(t * K + j)];
+          if (s < g0 || s >= s_end) continue;
+          const float w = ws[static_cast<size_t>(s)];
+          const float* y = ye + (s - g0) * H;
+          for (int64_t c = 0; c < H; ++c) r[c] += y[c] * w;
+        }
+      }
+    };
+    if (T >= 16)
+      parallel_for(T, accumulate);
+    else
+      accumulate(0, T);
+    e0 = e1;
+  }
+  // out[t] = routed[t]·scale (+ shared[t]).
+  auto finish = [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const float* r = routed + t * H;
       float* o = out + t * H;
       if (Is > 0)
         for (int64_t c = 0; c < H; ++c) o[c] = r[c] * M.routed_scaling + o[c];
@@ -160,9 +186,9 @@ void moe(const model::ModelSpec& spec, const LayerWeights& lw, int64_t T, const 
     }
   };
   if (T >= 16)
-    parallel_for(T, combine);
+    parallel_for(T, finish);
   else
-    combine(0, T);
+    finish(0, T);
 }
 
 }  // namespace gridq::runtime::cpu
