@@ -4,7 +4,9 @@
 
 #include <algorithm>
 
+#include "runtime/cpu/dot_kernels.h"
 #include "runtime/cpu/matmul.h"
+#include "runtime/cpu/thread_pool.h"
 
 namespace gridq::runtime::cpu {
 
@@ -139,8 +141,13 @@ int64_t CpuBackend::sequence_length(SeqId id) const {
 
 Status CpuBackend::forward(std::span<const BatchItem> items, std::vector<float>& logits) {
   const int64_t H = spec_.hidden_size;
-  AttnLayout lay;
-  std::vector<SeqState*> state;  // [n_items]
+  // The step's layout and buffers are members, reused: a decode step allocates nothing once warm.
+  AttnLayout& lay = step_.lay;
+  std::vector<SeqState*>& state = step_.state;  // [n_items]
+  lay.seqs.clear();
+  lay.pos.clear();
+  lay.seq_of.clear();
+  state.clear();
   int64_t T = 0;
   for (size_t i = 0; i < items.size(); ++i) {
     auto it = seqs_.find(items[i].seq);
@@ -162,17 +169,21 @@ Status CpuBackend::forward(std::span<const BatchItem> items, std::vector<float>&
   }
   if (T == 0) return {};
   GRIDQ_RETURN_IF_ERROR(grow_pages(items, state));
-  std::vector<std::vector<float*>> page_ptrs(items.size());
-  for (size_t i = 0; i < items.size(); ++i)
+  auto& page_ptrs = step_.page_ptrs;  // [n_items] each sequence's page memory
+  if (page_ptrs.size() < items.size()) page_ptrs.resize(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    page_ptrs[i].clear();
     for (int p : state[i]->pages) page_ptrs[i].push_back(page_mem_[static_cast<size_t>(p)].data());
+  }
 
-  std::vector<float> x(static_cast<size_t>(T * H));  // [T, H] residual stream
+  std::vector<float>& x = step_.x;  // [T, H] residual stream
+  x.resize(static_cast<size_t>(T * H));
   {
     int64_t t = 0;
     for (const auto& item : items)
       for (int32_t tok : item.tokens) dequantize_row(w_.embed, tok, x.data() + (t++) * H);
   }
-  std::vector<float> a;  // [T, H] normalised input of a block (scratch)
+  std::vector<float>& a = step_.a;  // [T, H] normalised input of a block (scratch)
   for (int l = 0; l < spec_.n_layers; ++l) {
     for (size_t i = 0; i < items.size(); ++i) {
       LayerCache& c = state[i]->layers[static_cast<size_t>(l)];
@@ -194,7 +205,8 @@ Status CpuBackend::forward(std::span<const BatchItem> items, std::vector<float>&
   }
 
   // Logits for the requested rows only.
-  std::vector<int64_t> rows;
+  std::vector<int64_t>& rows = step_.rows;
+  rows.clear();
   for (size_t i = 0; i < items.size(); ++i) {
     const int64_t n = static_cast<int64_t>(items[i].tokens.size());
     if (n == 0) continue;
@@ -205,7 +217,8 @@ Status CpuBackend::forward(std::span<const BatchItem> items, std::vector<float>&
   }
   if (rows.empty()) return {};
   const int64_t R = static_cast<int64_t>(rows.size());
-  std::vector<float> h(static_cast<size_t>(R * H));
+  std::vector<float>& h = step_.h;  // [R, H] the final norm of the rows with logits
+  h.resize(static_cast<size_t>(R * H));
   for (int64_t r = 0; r < R; ++r)
     rmsnorm_rows(x.data() + rows[static_cast<size_t>(r)] * H, w_.final_norm.data(), 1, H, spec_.norm_eps,
                  h.data() + r * H);
@@ -213,6 +226,13 @@ Status CpuBackend::forward(std::span<const BatchItem> items, std::vector<float>&
   logits.resize(base + static_cast<size_t>(R * spec_.vocab_size));
   matmul(w_.lm_head, h.data(), R, logits.data() + base);
   return {};
+}
+
+std::vector<std::string> CpuBackend::kernel_report() const {
+  return {
+      fmt::format("cpu: {} thread(s) in one worker pool; {} kernels, one summation order on every path "
+                  "(bit-identical across kernels, thread counts and batch sizes)",
+                  pool_threads(), have_avx2() ? "AVX2+F16C" : "scalar")};
 }
 
 }  // namespace gridq::runtime::cpu

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -36,6 +37,7 @@ class CpuBackend final : public Backend {
   int64_t sequence_length(SeqId id) const override;
   Status forward(std::span<const BatchItem> items, std::vector<float>& logits) override;
   const ModelWeights* weight_metadata() const override { return &w_; }
+  std::vector<std::string> kernel_report() const override;
   KvPageStats kv_pages() const override;
   int64_t kv_pages_needed(SeqId id, int64_t new_len) const override;
   bool supports_prefix_caching() const override { return true; }
@@ -73,6 +75,15 @@ class CpuBackend final : public Backend {
   std::vector<int64_t> k_off_;                // [layer] float offset of a full layer's K inside a page
   int64_t page_floats_ = 0;
   int64_t reach_ = 0;  // Σ over sliding layers of (window − 1): PrefixHit::resume
+  // A forward's layout and buffers, kept between calls so a decode step does not allocate.
+  struct Step {
+    AttnLayout lay;
+    std::vector<SeqState*> state;                // [n_items]
+    std::vector<std::vector<float*>> page_ptrs;  // [n_items] page memory of the sequence's pages
+    std::vector<float> x, a;                     // [T, H] residual stream; a block's normalised input
+    std::vector<float> h;                        // [R, H] final norm of the rows that want logits
+    std::vector<int64_t> rows;                   // [R] those rows
+  } step_;
 };
 
 }  // namespace gridq::runtime::cpu

@@ -1,227 +1,257 @@
+// The matmul op (matmul.h): activation contracts, then the output rows of every job in blocks of four,
+// the blocks of all jobs cut into one contiguous range per thread at equal cost.
 #include "runtime/cpu/matmul.h"
 
-#include <immintrin.h>
-#include <omp.h>
-
 #include <algorithm>
-#include <bit>
-#include <span>
+#include <cstring>
 #include <vector>
 
-#include "core/act_qdq.h"
 #include "core/numerics.h"
+#include "runtime/cpu/act_contract.h"
 #include "runtime/cpu/cb_rows.h"
+#include "runtime/cpu/dot_kernels.h"
+#include "runtime/cpu/scratch.h"
+#include "runtime/cpu/thread_pool.h"
 
 namespace gridq::runtime::cpu {
 
-// Multiversioned kernels have external linkage: ifunc resolvers and internal linkage do not mix on every
-// toolchain.
-constexpr int kLanes = 16;
-constexpr int64_t kRowBlock = 4;        // weight rows widened to fp32 together, then reused for every token
-constexpr int64_t kFusedMaxTokens = 4;  // below this many tokens BF16 rows are not widened first
-
-// Same operations in every clone (no FMA: avx2 does not imply it), so the clones give identical bits.
-__attribute__((target_clones("avx2", "default"))) float cpu_dot_impl(const float* a, const float* b,
-                                                                     int64_t n) {
-  float acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) acc[j] += a[i + j] * b[i + j];
-  for (int j = 0; i < n; ++i, ++j) acc[j] += a[i] * b[i];
-  for (int w = kLanes / 2; w > 0; w /= 2)
-    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
-  return acc[0];
-}
-
-// BF16 row times fp32 vector without the widened copy: the same products in the same order as
-// cpu_dot_impl on the widened row (widening is exact), so either path gives identical bits.
-__attribute__((target_clones("avx2", "default"))) float cpu_dot_bf16(const uint16_t* w, const float* b,
-                                                                     int64_t n) {
-  float acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j)
-      acc[j] += std::bit_cast<float>(static_cast<uint32_t>(w[i + j]) << 16) * b[i + j];
-  for (int j = 0; i < n; ++i, ++j) acc[j] += std::bit_cast<float>(static_cast<uint32_t>(w[i]) << 16) * b[i];
-  for (int k = kLanes / 2; k > 0; k /= 2)
-    for (int j = 0; j < k; ++j) acc[j] += acc[j + k];
-  return acc[0];
-}
-
-// Four cpu_dot_impl(w_i, x, n) at once (w: 4 rows of n, contiguous): the same lanes, the same products and
-// sums in the same order per row, so the same bits; x is loaded once for all four rows and the eight
-// independent accumulator chains hide the add latency that bounds a single dot (prefill is ~3x faster).
-__attribute__((target("avx2"))) void cpu_dot4_avx2(const float* const* w, const float* x, int64_t n,
-                                                   float* y) {
-  // Named accumulators (an array of __m256 ends up on the stack and serialises on store forwarding).
-  __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00,
-         a31 = a00;
-  const float *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    const __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
-    a00 = _mm256_add_ps(a00, _mm256_mul_ps(_mm256_loadu_ps(w0 + i), x0));
-    a01 = _mm256_add_ps(a01, _mm256_mul_ps(_mm256_loadu_ps(w0 + i + 8), x1));
-    a10 = _mm256_add_ps(a10, _mm256_mul_ps(_mm256_loadu_ps(w1 + i), x0));
-    a11 = _mm256_add_ps(a11, _mm256_mul_ps(_mm256_loadu_ps(w1 + i + 8), x1));
-    a20 = _mm256_add_ps(a20, _mm256_mul_ps(_mm256_loadu_ps(w2 + i), x0));
-    a21 = _mm256_add_ps(a21, _mm256_mul_ps(_mm256_loadu_ps(w2 + i + 8), x1));
-    a30 = _mm256_add_ps(a30, _mm256_mul_ps(_mm256_loadu_ps(w3 + i), x0));
-    a31 = _mm256_add_ps(a31, _mm256_mul_ps(_mm256_loadu_ps(w3 + i + 8), x1));
-  }
-  const __m256 lo[4] = {a00, a10, a20, a30}, hi[4] = {a01, a11, a21, a31};
-  for (int r = 0; r < 4; ++r) {
-    if (i < n) {  // a tail: lanes 0.. take it, then the same tree as below, in scalar form
-      float a[kLanes];
-      _mm256_storeu_ps(a, lo[r]);
-      _mm256_storeu_ps(a + 8, hi[r]);
-      const float* wr = w[r];
-      for (int64_t k = i, j = 0; k < n; ++k, ++j) a[j] += wr[k] * x[k];
-      for (int s = kLanes / 2; s > 0; s /= 2)
-        for (int j = 0; j < s; ++j) a[j] += a[j + s];
-      y[r] = a[0];
-      continue;
-    }
-    // The tree a[j] += a[j + s] for s = 8, 4, 2, 1 in registers: lane j of each step is the same sum.
-    const __m256 s8 = _mm256_add_ps(lo[r], hi[r]);
-    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    const __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
-    y[r] = _mm_cvtss_f32(s1);
-  }
-}
-
-__attribute__((target_clones("avx2", "default"))) void cpu_widen_bf16(const uint16_t* in, float* out,
-                                                                      int64_t n) {
-  for (int64_t c = 0; c < n; ++c) out[c] = std::bit_cast<float>(static_cast<uint32_t>(in[c]) << 16);
-}
-
 namespace {
 
-bool have_avx2() {
-  static const bool ok = __builtin_cpu_supports("avx2");
-  return ok;
+constexpr int64_t kRowBlock = 4;        // weight rows widened to fp32 together, then reused for every token
+constexpr int64_t kFusedMaxTokens = 4;  // below this many tokens rows are read in place, not widened first
+// Decode reads BF16/E4M3 rows one at a time, front to back, prefetching this far ahead: out of cache one
+// sequential stream is read faster than the four interleaved ones of a 4-row kernel (measured here: ~30%
+// more decode tok/s with the weights in DRAM), and in cache the 2-chain dot is still ahead of the loads.
+constexpr int64_t kPrefetchBytes = 2048;
+constexpr int64_t kParallelWork = int64_t{1} << 15;  // multiply-adds below which a pool wake-up costs more
+
+enum class Contract { kNone, kW8A8, kQdq8, kQdq4 };
+
+Contract contract_of(const QMatrix& w) {
+  if (w.format == WeightFormat::kFP8) return Contract::kW8A8;
+  if (w.act_bits == 8) return Contract::kQdq8;
+  if (w.act_bits == 4) return Contract::kQdq4;
+  return Contract::kNone;
 }
 
-// Row r as fp32 for the product; FP8 W8A8 rows stay unscaled (the scale goes into the epilogue).
-void row_f32(const QMatrix& w, int64_t r, float* out) {
-  switch (w.format) {
-    case WeightFormat::kBF16:
-      cpu_widen_bf16(static_cast<const uint16_t*>(w.data) + r * w.cols, out, w.cols);
+// One job's input after its contract: xa [T, C], and (W8A8) the per-token scales.
+struct Input {
+  const float* x = nullptr;
+  int64_t T = 0, C = 0;
+  Contract k = Contract::kNone;
+  std::vector<float>* buf = nullptr;  // [T·C values | T scales]
+  const float* xa() const { return k == Contract::kNone ? x : buf->data(); }
+  const float* scale() const { return buf->data() + T * C; }
+};
+
+void apply_contract(const Input& in, int64_t t) {
+  const float* x = in.x + t * in.C;
+  float* q = in.buf->data() + t * in.C;
+  switch (in.k) {
+    case Contract::kW8A8:
+      in.buf->data()[in.T * in.C + t] = fp8_token_values(x, in.C, q);
       return;
-    case WeightFormat::kFP8: {
-      const uint8_t* p = static_cast<const uint8_t*>(w.data) + r * w.cols;
-      for (int64_t c = 0; c < w.cols; ++c) out[c] = e4m3_to_f32(p[c]);
+    case Contract::kQdq8:
+      qdq_fp8_row(x, in.C, q);
+      return;
+    case Contract::kQdq4:
+      qdq_fp4_row(x, in.C, q);
+      return;
+    case Contract::kNone:
+      return;
+  }
+}
+
+// Rows [r0, r0 + nr) of w as fp32 into rows (kRowBlock × C); F32 rows are used in place.
+void rows_f32(const QMatrix& w, int64_t r0, int64_t nr, float* buf, const float** rows) {
+  const int64_t C = w.cols;
+  for (int64_t i = 0; i < nr; ++i) {
+    const int64_t r = r0 + i;
+    float* out = buf + i * C;
+    rows[i] = out;
+    switch (w.format) {
+      case WeightFormat::kBF16:
+        widen_bf16(static_cast<const uint16_t*>(w.data) + r * C, out, C);
+        break;
+      case WeightFormat::kF32:
+        rows[i] = static_cast<const float*>(w.data) + r * C;
+        break;
+      case WeightFormat::kFP8:  // unscaled: the scales go into the epilogue
+        widen_e4m3(static_cast<const uint8_t*>(w.data) + r * C, out, C);
+        break;
+      case WeightFormat::kCB:
+        decode_cb_row(w, r, out);
+        break;
+    }
+  }
+}
+
+// y[t, r0 .. r0+nr) for one token, the rows read in place (decode).
+// x256: 256·xt (E4M3 rows only).
+void block_in_place(const QMatrix& w, int64_t r0, int64_t nr, const float* xt, const float* x256, float* yt) {
+  const int64_t C = w.cols;
+  switch (w.format) {
+    case WeightFormat::kBF16: {
+      const uint16_t* wb = static_cast<const uint16_t*>(w.data) + r0 * C;
+      for (int64_t i = 0; i < nr; ++i) yt[i] = dot_bf16(wb + i * C, xt, C, kPrefetchBytes / 2);
       return;
     }
-    default:
-      dequantize_row(w, r, out);
+    case WeightFormat::kF32: {
+      const float* wf = static_cast<const float*>(w.data) + r0 * C;
+      if (nr == kRowBlock) {
+        const float* const rows[kRowBlock] = {wf, wf + C, wf + 2 * C, wf + 3 * C};
+        dot4(xt, rows, C, yt);
+      } else {
+        for (int64_t i = 0; i < nr; ++i) yt[i] = dot(wf + i * C, xt, C);
+      }
+      return;
+    }
+    case WeightFormat::kFP8: {
+      const uint8_t* w8 = static_cast<const uint8_t*>(w.data) + r0 * C;
+      const uint8_t* const rows[kRowBlock] = {w8, w8 + C, w8 + 2 * C, w8 + 3 * C};
+      dot_e4m3_x256(rows, static_cast<int>(nr), xt, x256, C, yt, kRowBlock * C);
+      return;
+    }
+    case WeightFormat::kCB:
+      cb_dot_rows(w, r0, static_cast<int>(nr), xt, yt);
+      return;
+  }
+}
+
+// Row blocks [b0, b1) of one job, all of its tokens.
+void run_blocks(const MatJob& j, const Input& in, int64_t b0, int64_t b1) {
+  const QMatrix& w = *j.w;
+  const int64_t R = w.rows, C = w.cols, T = j.T;
+  const float* xa = in.xa();
+  const bool w8a8 = w.format == WeightFormat::kFP8;
+  auto epilogue = [&](int64_t t, int64_t r0, int64_t nr, float* yt) {
+    if (!w8a8) return;
+    const float ts = in.scale()[t];
+    for (int64_t i = 0; i < nr; ++i) yt[i] = bf16_round(ts * w.row_scale[r0 + i] * yt[i]);
+  };
+  if (T < kFusedMaxTokens) {
+    thread_local std::vector<float> x256;  // [T, C] 256·xa for the E4M3 kernel (exact)
+    if (w8a8) {
+      x256.resize(static_cast<size_t>(T * C));
+      for (int64_t i = 0; i < T * C; ++i) x256[static_cast<size_t>(i)] = xa[i] * 256.0f;
+    }
+    for (int64_t rb = b0; rb < b1; ++rb) {
+      const int64_t r0 = rb * kRowBlock, nr = std::min(kRowBlock, R - r0);
+      for (int64_t t = 0; t < T; ++t) {
+        float* yt = j.y + t * R + r0;
+        block_in_place(w, r0, nr, xa + t * C, x256.data() + t * C, yt);
+        epilogue(t, r0, nr, yt);
+      }
+    }
+    return;
+  }
+  // Prefill walks the tokens in tiles that stay in L2 (x is re-read once per 4-row block); each thread
+  // keeps its row blocks for every tile.
+  thread_local std::vector<float> wrow;  // [kRowBlock, C] the block's rows widened
+  wrow.resize(static_cast<size_t>(kRowBlock * C));
+  const int64_t tile =
+      std::max<int64_t>(16, (int64_t{256} << 10) / (C * static_cast<int64_t>(sizeof(float))));
+  for (int64_t t0 = 0; t0 < T; t0 += tile) {
+    const int64_t t1 = std::min(T, t0 + tile);
+    for (int64_t rb = b0; rb < b1; ++rb) {
+      const int64_t r0 = rb * kRowBlock, nr = std::min(kRowBlock, R - r0);
+      const float* rows[kRowBlock];
+      rows_f32(w, r0, nr, wrow.data(), rows);
+      for (int64_t t = t0; t < t1; ++t) {
+        const float* xt = xa + t * C;
+        float* yt = j.y + t * R + r0;
+        if (nr == kRowBlock)
+          dot4(xt, rows, C, yt);
+        else
+          for (int64_t i = 0; i < nr; ++i) yt[i] = dot(rows[i], xt, C);
+        epilogue(t, r0, nr, yt);
+      }
+    }
   }
 }
 
 }  // namespace
 
-float dot(const float* a, const float* b, int64_t n) { return cpu_dot_impl(a, b, n); }
-
-void dot4(const float* x, const float* const* w, int64_t n, float* y) {
-  if (have_avx2()) {
-    cpu_dot4_avx2(w, x, n, y);
-    return;
-  }
-  for (int r = 0; r < 4; ++r) y[r] = cpu_dot_impl(w[r], x, n);
-}
-
-// y += a·x elementwise: a product, then a sum, per element (no FMA), so every path rounds alike.
-__attribute__((target("avx2"))) void cpu_axpy_avx2(float a, const float* __restrict x, float* __restrict y,
-                                                   int64_t n) {
-  const __m256 va = _mm256_set1_ps(a);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_mul_ps(va, _mm256_loadu_ps(x + i))));
-  for (; i < n; ++i) y[i] += a * x[i];
-}
-
-void axpy(float a, const float* x, float* y, int64_t n) {
-  if (have_avx2()) {
-    cpu_axpy_avx2(a, x, y, n);
-    return;
-  }
-  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
-}
-
 void matmul(const QMatrix& w, const float* x, int64_t T, float* y) {
-  const int64_t R = w.rows, C = w.cols;
-  if (T <= 0 || R <= 0) return;
-  // Activation contract, per token.
-  std::vector<float> xq;
-  std::vector<float> tok_scale;
-  const float* xa = x;
-  if (w.format == WeightFormat::kFP8) {
-    xq.resize(static_cast<size_t>(T * C));
-    tok_scale.resize(static_cast<size_t>(T));
-    std::vector<uint8_t> codes(static_cast<size_t>(C));
-    for (int64_t t = 0; t < T; ++t) {
-      tok_scale[static_cast<size_t>(t)] =
-          quantize_fp8_token_row_f32(std::span<const float>(x + t * C, static_cast<size_t>(C)), codes);
-      for (int64_t c = 0; c < C; ++c)
-        xq[static_cast<size_t>(t * C + c)] = e4m3_to_f32(codes[static_cast<size_t>(c)]);
-    }
-    xa = xq.data();
-  } else if (w.act_bits == 8 || w.act_bits == 4) {
-    xq.resize(static_cast<size_t>(T * C));
-    for (int64_t t = 0; t < T; ++t) {
-      std::span<const float> in(x + t * C, static_cast<size_t>(C));
-      std::span<float> out(xq.data() + t * C, static_cast<size_t>(C));
-      Status st = w.act_bits == 8 ? qdq_fp8_token_row_f32(in, out) : qdq_fp4_row_f32(in, out);
-      (void)st;  // sizes are equal by construction; C % 16 is checked when the matrix is built
-    }
-    xa = xq.data();
+  const MatJob j{&w, x, T, y};
+  matmul_jobs(std::span<const MatJob>(&j, 1));
+}
+
+void matmul_jobs(std::span<const MatJob> jobs) {
+  // Kept per calling thread: a decode step allocates nothing here once warm. (Named references, because a
+  // lambda run by a worker would otherwise see that worker's own thread_local instances.)
+  thread_local std::vector<Input> t_inputs;                // [jobs] each job's contract input
+  thread_local std::vector<std::vector<float>> t_buffers;  // contract outputs, one per distinct input
+  thread_local std::vector<int64_t> t_first, t_cost;       // [jobs + 1] first block; [blocks + 1] prefix cost
+  thread_local std::vector<std::pair<const Input*, int64_t>> t_todo;  // (input, token) contract tasks
+  auto& inputs = t_inputs;
+  auto& buffers = t_buffers;
+  auto& first = t_first;
+  auto& cost = t_cost;
+  auto& todo = t_todo;
+  inputs.assign(jobs.size(), Input{});
+  if (buffers.size() < jobs.size()) buffers.resize(jobs.size());  // before taking pointers into it
+  size_t n_buf = 0;
+  int64_t contract_values = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const MatJob& j = jobs[i];
+    Input& in = inputs[i];
+    in = Input{j.x, j.T, j.w->cols, contract_of(*j.w), nullptr};
+    if (in.k == Contract::kNone || j.T <= 0) continue;
+    for (size_t p = 0; p < i && !in.buf; ++p)
+      if (inputs[p].buf && inputs[p].x == in.x && inputs[p].T == in.T && inputs[p].C == in.C &&
+          inputs[p].k == in.k)
+        in.buf = inputs[p].buf;
+    if (in.buf) continue;
+    in.buf = &buffers[n_buf++];
+    in.buf->resize(static_cast<size_t>(in.T * (in.C + 1)));
+    contract_values += in.T * in.C;
   }
-  const int64_t nblocks = (R + kRowBlock - 1) / kRowBlock;
-  const bool dot4 = have_avx2();
-  const bool parallel = R * C * std::max<int64_t>(T, 1) >= (1 << 15) && nblocks > 1;
-  // Prefill walks the tokens in tiles that stay in L2 (x is re-read once per 4-row block), each thread
-  // keeping the same row blocks for every tile (static schedule), so outputs never change hands.
-  const int64_t tile =
-      std::max<int64_t>(16, (int64_t{256} << 10) / (C * static_cast<int64_t>(sizeof(float))));
-#pragma omp parallel if (parallel)
-  {
-    std::vector<float> wrow(static_cast<size_t>(kRowBlock * C));  // [kRowBlock, C]
-    const float* const rows[kRowBlock] = {wrow.data(), wrow.data() + C, wrow.data() + 2 * C,
-                                          wrow.data() + 3 * C};
-    if (w.format == WeightFormat::kBF16 && T < kFusedMaxTokens) {
-      // Decode: few tokens, so read each BF16 row straight from the weights.
-      const uint16_t* wb = static_cast<const uint16_t*>(w.data);
-#pragma omp for schedule(static)
-      for (int64_t rb = 0; rb < nblocks; ++rb) {
-        const int64_t r0 = rb * kRowBlock;
-        const int64_t nr = std::min(kRowBlock, R - r0);
-        for (int64_t t = 0; t < T; ++t)
-          for (int64_t i = 0; i < nr; ++i) y[t * R + r0 + i] = cpu_dot_bf16(wb + (r0 + i) * C, xa + t * C, C);
-      }
-    } else {
-      for (int64_t t0 = 0; t0 < T; t0 += tile) {
-        const int64_t t1 = std::min(T, t0 + tile);
-#pragma omp for schedule(static) nowait
-        for (int64_t rb = 0; rb < nblocks; ++rb) {
-          const int64_t r0 = rb * kRowBlock;
-          const int64_t nr = std::min(kRowBlock, R - r0);
-          for (int64_t i = 0; i < nr; ++i) row_f32(w, r0 + i, wrow.data() + i * C);
-          for (int64_t t = t0; t < t1; ++t) {
-            const float* xt = xa + t * C;
-            float* yt = y + t * R + r0;
-            if (dot4 && nr == kRowBlock)
-              cpu_dot4_avx2(rows, xt, C, yt);
-            else
-              for (int64_t i = 0; i < nr; ++i) yt[i] = cpu_dot_impl(wrow.data() + i * C, xt, C);
-            if (w.format == WeightFormat::kFP8)
-              for (int64_t i = 0; i < nr; ++i)
-                yt[i] = bf16_round(tok_scale[static_cast<size_t>(t)] * w.row_scale[r0 + i] * yt[i]);
-          }
-        }
-      }
+  // Contracts: one task per (distinct input, token), in parallel when there are many (prefill).
+  if (n_buf > 0) {
+    todo.clear();
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const Input& in = inputs[i];
+      if (!in.buf) continue;
+      bool owner = true;
+      for (size_t p = 0; p < i; ++p) owner = owner && inputs[p].buf != in.buf;
+      if (owner)
+        for (int64_t t = 0; t < in.T; ++t) todo.emplace_back(&in, t);
     }
+    auto body = [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i)
+        apply_contract(*todo[static_cast<size_t>(i)].first, todo[static_cast<size_t>(i)].second);
+    };
+    if (contract_values >= 16 * 1024)
+      parallel_for(static_cast<int64_t>(todo.size()), body);
+    else
+      body(0, static_cast<int64_t>(todo.size()));
   }
+  // Row blocks of all jobs, prefix-summed by multiply-adds.
+  first.assign(1, 0);
+  cost.assign(1, 0);
+  for (const MatJob& j : jobs) {
+    const int64_t R = j.T > 0 ? j.w->rows : 0;
+    const int64_t nb = (R + kRowBlock - 1) / kRowBlock;
+    for (int64_t rb = 0; rb < nb; ++rb)
+      cost.push_back(cost.back() + std::min(kRowBlock, R - rb * kRowBlock) * j.w->cols * j.T);
+    first.push_back(first.back() + nb);
+  }
+  const int64_t blocks = first.back();
+  if (blocks == 0) return;
+  auto body = [&](int64_t b, int64_t e) {
+    for (size_t i = 0; i < jobs.size() && b < e; ++i) {
+      const int64_t lo = std::max(b, first[i]), hi = std::min(e, first[i + 1]);
+      if (lo < hi) run_blocks(jobs[i], inputs[i], lo - first[i], hi - first[i]);
+    }
+  };
+  if (cost.back() >= kParallelWork && blocks > 1)
+    parallel_for(blocks, body, cost.data());
+  else
+    body(0, blocks);
+  // A prompt's (or the quantizer's chunk's) contract copies are not kept: only decode-sized ones are.
+  for (size_t i = 0; i < n_buf; ++i)
+    if (buffers[i].capacity() > Scratch::kKeepFloats) std::vector<float>().swap(buffers[i]);
 }
 
 }  // namespace gridq::runtime::cpu

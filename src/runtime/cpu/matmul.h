@@ -1,11 +1,14 @@
 // CPU matrix products for every weight format. Bound: weight bandwidth at decode (each weight row is
-// read once per call, whatever the number of tokens), FLOPs at prefill. OpenMP splits output rows.
+// read once per call, whatever the number of tokens, straight from the packed weights), FLOPs at prefill.
+// Output rows are split across the worker pool (thread_pool.h), several matrices in one parallel op.
 //
 // Batch invariance: the value of y[t, r] depends only on x[t, :] and row r, never on which other tokens
-// share the call, so batch-1 and batch-4 decodes produce identical bits.
+// or matrices share the call nor on which thread computes it (every path sums in the reference order of
+// dot_kernels.h), so batch-1 and batch-4 decodes, and 1 and 2 threads, produce identical bits.
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "runtime/qmatrix.h"
 
@@ -16,11 +19,16 @@ namespace gridq::runtime::cpu {
 // FP8 W8A8 follows format.md §12: y = bf16_rn(s_tok · weight_scale[r] · Σ q_x q_w).
 void matmul(const QMatrix& w, const float* x, int64_t T, float* y);
 
-// Fp32 dot product with a fixed summation order (16 lanes, then a fixed tree).
-float dot(const float* a, const float* b, int64_t n);
-// y[r] = dot(x, w[r], n) for r < 4, bit-identical to four dot() calls (x is read once; faster).
-void dot4(const float* x, const float* const* w, int64_t n, float* y);
-// y[i] += a * x[i] for i < n, rounded exactly as that scalar loop (vectorised, no FMA).
-void axpy(float a, const float* x, float* y, int64_t n);
+// One product of a batch of them.
+struct MatJob {
+  const QMatrix* w = nullptr;
+  const float* x = nullptr;  // [T, w->cols]
+  int64_t T = 0;
+  float* y = nullptr;  // [T, w->rows]; the jobs' outputs do not overlap
+};
+// Every job's matmul, as one parallel op (q/k/v/g of a layer; gate/up of all the experts a step routes
+// to): one wake-up of the pool instead of one per matrix. Jobs with the same x, T and activation contract
+// share one quantized copy of x.
+void matmul_jobs(std::span<const MatJob> jobs);
 
 }  // namespace gridq::runtime::cpu

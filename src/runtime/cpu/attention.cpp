@@ -1,0 +1,224 @@
+// Attention of one decoder layer (layer_ops.h, laguna.md §1.3): q/k/v/g projections in one parallel op,
+// QK norm and RoPE per token, one task per (token, head) for scores, softmax, values and the output gate,
+// then o_proj. The arithmetic is the reference's, operation for operation; only where it runs changed.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "runtime/cpu/dot_kernels.h"
+#include "runtime/cpu/layer_ops.h"
+#include "runtime/cpu/matmul.h"
+#include "runtime/cpu/scratch.h"
+#include "runtime/cpu/thread_pool.h"
+
+namespace gridq::runtime::cpu {
+
+namespace {
+
+using model::AttnKind;
+using model::GateMode;
+
+// torch.nn.functional.softplus (beta 1, threshold 20), fp32.
+inline float softplus(float g) { return g > 20.0f ? g : std::log1p(std::exp(g)); }
+
+// cos(p·inv_freq[i])·m and sin(p·inv_freq[i])·m for positions [0, n): computed once per RoPE variant (the
+// same expressions the per-call loop had, so the same values) instead of on every call.
+struct RopeTable {
+  std::vector<float> inv_freq;
+  float m = 0.0f;
+  int64_t n = 0;
+  std::vector<float> cs, sn;  // [n, half]
+};
+
+const RopeTable& rope_table(const model::RopeParams& rope, int64_t positions) {
+  thread_local std::vector<RopeTable> tables;  // one per RoPE variant the calling thread has seen
+  RopeTable* t = nullptr;
+  for (auto& c : tables)
+    if (c.m == rope.attention_factor && c.inv_freq == rope.inv_freq) t = &c;
+  if (!t) {
+    t = &tables.emplace_back();
+    t->inv_freq = rope.inv_freq;
+    t->m = rope.attention_factor;
+  }
+  const int64_t half = static_cast<int64_t>(rope.inv_freq.size());
+  if (t->n < positions) {
+    const int64_t n = std::max(positions, 2 * t->n);
+    t->cs.resize(static_cast<size_t>(n * half));
+    t->sn.resize(static_cast<size_t>(n * half));
+    for (int64_t p = t->n; p < n; ++p)
+      for (int64_t i = 0; i < half; ++i) {
+        const float ang = static_cast<float>(p) * t->inv_freq[static_cast<size_t>(i)];
+        t->cs[static_cast<size_t>(p * half + i)] = std::cos(ang) * t->m;
+        t->sn[static_cast<size_t>(p * half + i)] = std::sin(ang) * t->m;
+      }
+    t->n = n;
+  }
+  return *t;
+}
+
+}  // namespace
+
+void attention(const model::ModelSpec& spec, const LayerWeights& lw, int l, const AttnLayout& lay,
+               const float* a, float* x, const LayerHooks* hooks) {
+  const auto& L = spec.layers[static_cast<size_t>(l)];
+  const int64_t T = lay.tokens();
+  const int64_t H = spec.hidden_size, d = L.head_dim, nh = L.n_heads, nkv = L.n_kv_heads;
+  const int64_t qw = nh * d, kvw = nkv * d;
+  const bool gated = L.gate != GateMode::kNone;
+  Scratch qs(Slot::kQ, static_cast<size_t>(T * qw)), ks(Slot::kK, static_cast<size_t>(T * kvw)),
+      vs(Slot::kV, static_cast<size_t>(T * kvw)),
+      gs(Slot::kG, static_cast<size_t>(gated ? T * lw.g.rows : 0));
+  float *q = qs.data(), *k = ks.data(), *v = vs.data(), *g = gs.data();
+  const MatJob jobs[4] = {{&lw.q, a, T, q}, {&lw.k, a, T, k}, {&lw.v, a, T, v}, {&lw.g, a, T, g}};
+  matmul_jobs(std::span<const MatJob>(jobs, gated ? 4 : 3));
+  // QK norm before RoPE, then RoPE (NeoX rotate-half on the first r dims, m on cos and sin).
+  int64_t max_pos = 0;
+  for (int64_t p : lay.pos) max_pos = std::max(max_pos, p);
+  const int64_t half = L.rope.rotary_dim / 2;
+  const RopeTable& rope = rope_table(L.rope, max_pos + 1);
+  auto qk_rope = [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      if (L.qk_norm) {
+        rmsnorm_rows(q + t * qw, lw.q_norm.data(), nh, d, spec.norm_eps, q + t * qw);
+        rmsnorm_rows(k + t * kvw, lw.k_norm.data(), nkv, d, spec.norm_eps, k + t * kvw);
+      }
+      const int64_t p = lay.pos[static_cast<size_t>(t)];
+      const float* cs = rope.cs.data() + p * half;
+      const float* sn = rope.sn.data() + p * half;
+      auto rot = [&](float* u) {
+        for (int64_t i = 0; i < half; ++i) {
+          const float x1 = u[i], x2 = u[i + half];
+          u[i] = x1 * cs[i] - x2 * sn[i];
+          u[i + half] = x2 * cs[i] + x1 * sn[i];
+        }
+      };
+      for (int64_t h = 0; h < nh; ++h) rot(q + t * qw + h * d);
+      for (int64_t h = 0; h < nkv; ++h) rot(k + t * kvw + h * d);
+    }
+  };
+  if (T >= 16)
+    parallel_for(T, qk_rope);
+  else
+    qk_rope(0, T);
+  // Full layers: append this call's keys first, then every query reads the cache.
+  const bool sliding = L.attn == AttnKind::kSliding;
+  const int64_t W = L.window;
+  if (!sliding) {
+    for (const AttnSeq& s : lay.seqs) {
+      auto& c = *s.cache;
+      const int64_t p0 = s.past, n = s.n;
+      if (const PagedKv& pg = c.paged; pg.pages) {
+        for (int64_t j = std::max(p0, pg.write_floor); j < p0 + n; ++j) {
+          float* page = (*pg.pages)[static_cast<size_t>(j / pg.page_tokens)];
+          const int64_t slot = (j % pg.page_tokens) * kvw, row = (s.start + j - p0) * kvw;
+          std::memcpy(page + pg.k_off + slot, k + row, static_cast<size_t>(kvw) * sizeof(float));
+          std::memcpy(page + pg.v_off + slot, v + row, static_cast<size_t>(kvw) * sizeof(float));
+        }
+        continue;
+      }
+      c.k.resize(static_cast<size_t>((p0 + n) * kvw));
+      c.v.resize(static_cast<size_t>((p0 + n) * kvw));
+      std::memcpy(c.k.data() + p0 * kvw, k + s.start * kvw, static_cast<size_t>(n * kvw) * sizeof(float));
+      std::memcpy(c.v.data() + p0 * kvw, v + s.start * kvw, static_cast<size_t>(n * kvw) * sizeof(float));
+    }
+  }
+  Scratch os(Slot::kO, static_cast<size_t>(T * qw));  // [T, n_h*d]
+  float* o = os.data();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const int64_t group = nh / nkv;
+  auto first_key = [&](int64_t t) {
+    const int64_t p = lay.pos[static_cast<size_t>(t)];
+    return sliding ? std::max<int64_t>(0, p - W + 1) : 0;
+  };
+  auto head = [&](int64_t th, std::vector<float>& sc, std::vector<const float*>& vp) {
+    const int64_t t = th / nh, h = th % nh, kvh = h / group;
+    const AttnSeq& S = lay.seqs[lay.seq_of[static_cast<size_t>(t)]];
+    const LayerCache& c = *S.cache;
+    const int64_t p = lay.pos[static_cast<size_t>(t)], p0 = S.past, t0 = S.start;
+    const int64_t j0 = first_key(t);
+    const PagedKv& pg = c.paged;
+    auto paged = [&](int64_t j, int64_t off) -> const float* {
+      return (*pg.pages)[static_cast<size_t>(j / pg.page_tokens)] + off + (j % pg.page_tokens) * kvw +
+             kvh * d;
+    };
+    auto key = [&](int64_t j) -> const float* {
+      if (!sliding && pg.pages) return paged(j, pg.k_off);
+      if (!sliding) return c.k.data() + j * kvw + kvh * d;
+      if (j >= p0) return k + (t0 + j - p0) * kvw + kvh * d;
+      return c.k.data() + (j % W) * kvw + kvh * d;
+    };
+    auto val = [&](int64_t j) -> const float* {
+      if (!sliding && pg.pages) return paged(j, pg.v_off);
+      if (!sliding) return c.v.data() + j * kvw + kvh * d;
+      if (j >= p0) return v + (t0 + j - p0) * kvw + kvh * d;
+      return c.v.data() + (j % W) * kvw + kvh * d;
+    };
+    const float* qh = q + t * qw + h * d;
+    const int64_t nk = p - j0 + 1;
+    sc.resize(static_cast<size_t>(nk));
+    float mx = -INFINITY;
+    int64_t j = 0;
+    for (; j + 4 <= nk; j += 4) {  // four keys per pass: the same dots, x read once
+      const float* kp[4] = {key(j0 + j), key(j0 + j + 1), key(j0 + j + 2), key(j0 + j + 3)};
+      float s4[4];
+      dot4(qh, kp, d, s4);
+      for (int i = 0; i < 4; ++i) {
+        sc[static_cast<size_t>(j + i)] = s4[i] * scale;
+        mx = std::max(mx, sc[static_cast<size_t>(j + i)]);
+      }
+    }
+    for (; j < nk; ++j) {
+      sc[static_cast<size_t>(j)] = dot(qh, key(j0 + j), d) * scale;
+      mx = std::max(mx, sc[static_cast<size_t>(j)]);
+    }
+    float sum = 0.0f;
+    for (int64_t jj = 0; jj < nk; ++jj)
+      sum += (sc[static_cast<size_t>(jj)] = std::exp(sc[static_cast<size_t>(jj)] - mx));
+    float* oh = o + t * qw + h * d;
+    vp.resize(static_cast<size_t>(nk));
+    for (int64_t jj = 0; jj < nk; ++jj) {
+      sc[static_cast<size_t>(jj)] /= sum;
+      vp[static_cast<size_t>(jj)] = val(j0 + jj);
+    }
+    weighted_sum(sc.data(), vp.data(), nk, d, oh);
+    // Output gate: softplus in fp32, per head or per element (elementwise on the finished head).
+    if (L.gate == GateMode::kPerHead) {
+      const float gh = softplus(g[t * nh + h]);
+      for (int64_t e = 0; e < d; ++e) oh[e] *= gh;
+    } else if (L.gate == GateMode::kPerElement) {
+      for (int64_t e = 0; e < d; ++e) oh[e] *= softplus(g[t * qw + h * d + e]);
+    }
+  };
+  // One task per (token, head), the ranges cut at equal key counts (causal prefill is triangular).
+  thread_local std::vector<int64_t> cost;  // [T·nh + 1]
+  cost.assign(1, 0);
+  for (int64_t th = 0; th < T * nh; ++th)
+    cost.push_back(cost.back() + lay.pos[static_cast<size_t>(th / nh)] - first_key(th / nh) + 1 + 8);
+  parallel_for(
+      T * nh,
+      [&](int64_t b, int64_t e) {
+        thread_local std::vector<float> sc;         // [keys] one head's scores, then weights
+        thread_local std::vector<const float*> vp;  // [keys] their value rows
+        for (int64_t th = b; th < e; ++th) head(th, sc, vp);
+      },
+      cost.data());
+  // Sliding layers: the call's last W keys enter the ring after every query has read the old ones.
+  if (sliding) {
+    for (const AttnSeq& s : lay.seqs) {
+      auto& c = *s.cache;
+      const int64_t p0 = s.past, n = s.n;
+      for (int64_t j = std::max(p0, p0 + n - W); j < p0 + n; ++j) {
+        const int64_t row = s.start + (j - p0);
+        std::memcpy(c.k.data() + (j % W) * kvw, k + row * kvw, static_cast<size_t>(kvw) * sizeof(float));
+        std::memcpy(c.v.data() + (j % W) * kvw, v + row * kvw, static_cast<size_t>(kvw) * sizeof(float));
+      }
+    }
+  }
+  if (hooks && hooks->o_in) hooks->o_in(o, T);
+  Scratch outs(Slot::kOut, static_cast<size_t>(T * H));
+  float* out = outs.data();
+  matmul(lw.o, o, T, out);
+  for (int64_t i = 0; i < T * H; ++i) x[i] += out[i];
+}
+
+}  // namespace gridq::runtime::cpu
