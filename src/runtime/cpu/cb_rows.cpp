@@ -11,6 +11,7 @@
 #include "gridbook/codec.h"
 #include "gridbook/scale_coding.h"
 #include "runtime/cpu/dot_kernels.h"
+#include "runtime/cpu/simd_tree.h"
 
 namespace gridq::runtime::cpu {
 
@@ -83,14 +84,6 @@ void decode_cb_row(const QMatrix& m, int64_t r, float* out) {
 
 namespace {
 
-inline float tree8(__m256 lo, __m256 hi) {
-  const __m256 s8 = _mm256_add_ps(lo, hi);
-  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  const __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
-  return _mm_cvtss_f32(s1);
-}
-
 // N rows of an fp4 product rung (two sub-tables of 4 values) against x. Codeword c of superblock s covers
 // columns 256s + 8c .. +7, i.e. lanes 0-7 (c even) or 8-15 (c odd) of the reference order: even codewords
 // go to lo, odd ones to hi, superblocks and codewords ascending, as the order wants.
@@ -128,7 +121,7 @@ void cb_dot_fp4_avx2(const QMatrix& m, int64_t r0, const float* x, float* y) {
       }
     }
   }
-  for (int i = 0; i < N; ++i) y[i] = tree8(lo[i], hi[i]);
+  for (int i = 0; i < N; ++i) y[i] = tree16_avx2(lo[i], hi[i]);
 }
 
 // The same for the 16-bit product rungs (NVFP4_CB_K16 v2: 8 + 8 index bits, two codes per 32-bit load,
@@ -167,7 +160,7 @@ void cb_dot_k16v2_avx2(const QMatrix& m, int64_t r0, const float* x, float* y) {
       }
     }
   }
-  for (int i = 0; i < N; ++i) y[i] = tree8(lo[i], hi[i]);
+  for (int i = 0; i < N; ++i) y[i] = tree16_avx2(lo[i], hi[i]);
 }
 
 bool k16v2(const QMatrix& m) {

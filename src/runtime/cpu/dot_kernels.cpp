@@ -9,6 +9,7 @@
 #include <bit>
 
 #include "core/numerics.h"
+#include "runtime/cpu/simd_tree.h"
 
 namespace gridq::runtime::cpu {
 
@@ -73,15 +74,6 @@ struct E4m3 {
   static float at(const uint8_t* p, int64_t i) { return e4m3_to_f32(p[i]); }
 };
 
-// The tree lane[j] += lane[j + s] for s = 8, 4, 2, 1, in registers: lane j of each step is the same sum.
-inline float tree(__m256 lo, __m256 hi) {
-  const __m256 s8 = _mm256_add_ps(lo, hi);
-  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  const __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
-  return _mm_cvtss_f32(s1);
-}
-
 // A tail (n % 16 columns from i): lanes 0.. take it, then the tree in scalar form.
 template <typename L>
 float finish_tail(__m256 lo, __m256 hi, const typename L::T* w, const float* x, int64_t i, int64_t n) {
@@ -104,7 +96,7 @@ float dot1_avx2(const typename L::T* w, const float* x, int64_t n, int64_t pf = 
     lo = _mm256_add_ps(lo, _mm256_mul_ps(L::load(w + i), _mm256_loadu_ps(x + i)));
     hi = _mm256_add_ps(hi, _mm256_mul_ps(L::load(w + i + 8), _mm256_loadu_ps(x + i + 8)));
   }
-  return i < n ? finish_tail<L>(lo, hi, w, x, i, n) : tree(lo, hi);
+  return i < n ? finish_tail<L>(lo, hi, w, x, i, n) : tree16_avx2(lo, hi);
 }
 
 // Four rows: x loaded once, eight independent accumulator chains hide the add latency that bounds a
@@ -138,7 +130,8 @@ void dot4_avx2(const typename L::T* const* w, const float* x, int64_t n, float* 
     a31 = _mm256_add_ps(a31, _mm256_mul_ps(L::load(w3 + i + 8), x1));
   }
   const __m256 lo[4] = {a00, a10, a20, a30}, hi[4] = {a01, a11, a21, a31};
-  for (int r = 0; r < 4; ++r) y[r] = i < n ? finish_tail<L>(lo[r], hi[r], w[r], x, i, n) : tree(lo[r], hi[r]);
+  for (int r = 0; r < 4; ++r)
+    y[r] = i < n ? finish_tail<L>(lo[r], hi[r], w[r], x, i, n) : tree16_avx2(lo[r], hi[r]);
 }
 
 // E4M3 rows against x256 = 256·x (exact): sixteen codes become FP16 in one pass — the code in the high
@@ -169,7 +162,7 @@ bool dot_e4m3_x256_avx2(const uint8_t* const* w, const float* x256, int64_t n, f
   if (!_mm256_testz_si256(nan, nan)) return false;
   for (int r = 0; r < N; ++r) {
     if (i == n) {
-      y[r] = tree(lo[r], hi[r]);
+      y[r] = tree16_avx2(lo[r], hi[r]);
       continue;
     }
     float a[kLanes];  // a tail: as finish_tail, with x = x256 / 256 (exact)

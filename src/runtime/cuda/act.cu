@@ -11,24 +11,6 @@ namespace {
 
 constexpr int kActThreads = 256;
 
-__device__ float block_max(float v, float* red) {
-  for (int m = 16; m; m >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, m));
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-  __syncthreads();
-  v = red[0];
-  for (int i = 1; i < kActThreads / 32; ++i) v = fmaxf(v, red[i]);
-  __syncthreads();
-  return v;
-}
-__device__ int block_or(int v, int* red) {
-  v = __any_sync(0xffffffffu, v);
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-  __syncthreads();
-  v = 0;
-  for (int i = 0; i < kActThreads / 32; ++i) v |= red[i];
-  __syncthreads();
-  return v;
-}
 // Fixed-order sum (deterministic): per-thread strided partials, warp tree, then warps in order.
 __device__ float block_sum(float v, float* red) {
   for (int m = 16; m; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
@@ -50,8 +32,8 @@ __device__ void fp8_row(F val, int K, uint8_t* q, float* s_out, float* red, int*
     nan |= isnan(x);
     a = fmaxf(a, fabsf(x));
   }
-  a = block_max(a, red);
-  nan = block_or(nan, ired);
+  a = block_max_n(a, red, kActThreads / 32);
+  nan = block_or_n(nan, ired, kActThreads / 32);
   const float s = nan ? __int_as_float(0x7FC00000) : fp8_token_scale(a);
   for (int k = threadIdx.x; k < K; k += kActThreads) q[k] = nan ? uint8_t{0x7F} : fp8_quant_elem(val(k), s);
   if (threadIdx.x == 0) *s_out = s;

@@ -15,9 +15,6 @@ namespace {
 using detail::kMaxStepRows;
 using fwd::Ctx;
 
-#define GQ_LAUNCH(expr, what) \
-  GRIDQ_RETURN_IF_ERROR(::gridq::cuda::cuda_status((expr), what, __FILE__, __LINE__))
-
 }  // namespace
 
 Status CudaBackend::run_step(const Step& st, std::vector<float>* logits,

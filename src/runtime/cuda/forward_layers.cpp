@@ -13,9 +13,6 @@ namespace {
 using detail::kMaxStepRows;
 using P = DevLinear::Path;
 
-#define GQ_LAUNCH(expr, what) \
-  GRIDQ_RETURN_IF_ERROR(::gridq::cuda::cuda_status((expr), what, __FILE__, __LINE__))
-
 // A kernel rewrote rows p: a contract copy made from them is stale.
 void rewrote(Ctx& c, const void* p) {
   if (c.cc.fp4_of == p) c.cc.fp4_of = nullptr;

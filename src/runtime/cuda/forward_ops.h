@@ -13,6 +13,10 @@
 #include "runtime/cuda/kernels/forward_kernels.h"
 #include "runtime/cuda/linear.h"
 
+// A launcher's cudaError_t as the enclosing function's Status, naming the launch.
+#define GQ_LAUNCH(expr, what) \
+  GRIDQ_RETURN_IF_ERROR(::gridq::cuda::cuda_status((expr), what, __FILE__, __LINE__))
+
 namespace gridq::cuda {
 
 // Phase timing for `gridq bench decode`: an event at the end of each phase; the interval since the previous
