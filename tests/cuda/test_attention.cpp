@@ -35,7 +35,7 @@ struct Cache {
     k = random_bf16(static_cast<size_t>(kSeqs) * kLen * kvw, 1.0f, r);
     v = random_bf16(k.size(), 1.0f, r);
     if (c.window > 0) {
-      ring = c.window + detail::kMaxStepRows;
+      ring = c.window + detail::kMaxSliceRows;
       // ring per sequence: [K ring slots][V ring slots], each slot kvw elements; holds the last `ring`
       // positions before kLen.
       std::vector<uint16_t> host(static_cast<size_t>(kSeqs) * 2 * ring * kvw, 0);
@@ -168,7 +168,7 @@ void check_case(const Case& c) {
   Cache cache(c, r);
   // A 64-row chunk ending at the cache's last position: crosses the 768 split boundary and, for the
   // sliding layer, starts where the window is full.
-  const int n = detail::kMaxStepRows, p0 = Cache::kLen - n;
+  const int n = detail::kMaxSliceRows, p0 = Cache::kLen - n;
   std::vector<int> slot(static_cast<size_t>(n), 1), pos(static_cast<size_t>(n));
   std::iota(pos.begin(), pos.end(), p0);
   const auto q = queries(c, slot, pos);

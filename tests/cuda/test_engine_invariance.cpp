@@ -121,7 +121,7 @@ TEST(CudaInvariance, PrefillChunkingDoesNotChangeLogits) {
     }
     ASSERT_EQ(whole->size(), pieces.size());
     EXPECT_EQ(std::memcmp(whole->data(), pieces.data(), pieces.size() * 4), 0)
-        << "a prompt in 64-row steps vs chunks of " << chunk;
+        << "a prompt in one step vs chunks of " << chunk;
     b->gpu->free_sequence(s2);
   }
 }

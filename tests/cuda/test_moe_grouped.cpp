@@ -1,6 +1,7 @@
 // The grouped routed experts (kernels.h grouped_moe) against float64 references, and their batch invariance:
 // a (token, expert) pair's h and y are bit-identical whether the token is alone in the step or one of 64,
-// at any position among them (several of the expert's pairs in one item, or alone).
+// at any position among them (several of the expert's pairs in one item, or alone), and whichever item
+// shape runs it (1 tile × 8 pairs on a warp, or 8 tiles × 64 pairs on a CTA: moe_grouped_wide.cu).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,13 +15,15 @@
 namespace gridq::cuda::test {
 namespace {
 
+constexpr int kWidePairsForTest = 64;  // pairs of a wide item (kparams.h kWidePairs)
+
 struct GroupedOut {
   std::vector<uint16_t> h;  // [T·k, I]
   std::vector<float> y;     // [T·k, H]
 };
 
 GroupedOut run_grouped(const ExpertStacks& st, const std::vector<uint16_t>& x, const std::vector<int>& eid,
-                       int T, int k, int E, int I, int H) {
+                       int T, int k, int E, int I, int H, int wide = -1) {
   GroupedOut o;
   auto xd = upload_vec(x, "x");
   auto ed = upload_vec(eid, "eid");
@@ -42,6 +45,7 @@ GroupedOut run_grouped(const ExpertStacks& st, const std::vector<uint16_t>& x, c
   a.gu = gud->as<float>();
   a.h = hd->as<uint16_t>();
   a.y = yd->as<float>();
+  a.wide = wide;
   auto s = grouped_moe(a, nullptr, true);
   EXPECT_TRUE(s.ok()) << s.message();
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -146,6 +150,43 @@ TEST(CudaMoeGrouped, MatchesFloat64AndIsBatchInvariant) {
   EXPECT_EQ(std::memcmp(alone.y.data(), moved.y.data() + pos * yn, yn * 4), 0) << "y: alone vs row 37 of 64";
   GroupedOut again = run_grouped(st, x, eid, Tmax, k, E, I, H);
   EXPECT_EQ(std::memcmp(full.y.data(), again.y.data(), full.y.size() * 4), 0) << "run to run";
+}
+
+// Prefill-sized steps: the pair sort over many warps' chunks, experts with several 64-pair blocks and with
+// none, and the two item shapes giving the same bits (and both the float64 reference's values, above).
+TEST(CudaMoeGrouped, WideItemsAreBitIdenticalToNarrow) {
+  REQUIRE_GPU();
+  Rng r(2002);
+  const int E = 24, I = 256, H = 768, k = 6;
+  ExpertStacks st = make_expert_stacks(E, I, H, r);
+  for (int T : {40, 333}) {
+    std::vector<uint16_t> xr(static_cast<size_t>(T) * H), x(xr.size());
+    for (auto& v : xr) v = r.bf16(2.0f);
+    ASSERT_OK(qdq_fp4_row(xr, x));
+    // Expert 3 is never chosen; expert 5 by two tokens of three (several 64-pair blocks and a partial one).
+    std::vector<int> pool, eid;
+    for (int e = 0; e < E; ++e)
+      if (e != 3) pool.push_back(e);
+    for (int t = 0; t < T; ++t) {
+      std::shuffle(pool.begin(), pool.end(), r.g);
+      std::vector<int> c(pool.begin(), pool.begin() + k);
+      if (t % 3 != 0 && std::find(c.begin(), c.end(), 5) == c.end()) c[0] = 5;
+      std::sort(c.begin(), c.end());
+      eid.insert(eid.end(), c.begin(), c.end());
+    }
+    int n3 = 0, n5 = 0;
+    for (int e : eid) n3 += e == 3, n5 += e == 5;
+    ASSERT_EQ(n3, 0);
+    if (T > 300) {
+      ASSERT_GT(n5, 2 * kWidePairsForTest);
+    }
+    GroupedOut narrow = run_grouped(st, x, eid, T, k, E, I, H, 0);
+    GroupedOut wide = run_grouped(st, x, eid, T, k, E, I, H, 1);
+    ASSERT_EQ(narrow.y.size(), wide.y.size());
+    for (float v : wide.y) ASSERT_FALSE(std::isnan(v)) << "unwritten y (T=" << T << ")";
+    EXPECT_EQ(std::memcmp(narrow.h.data(), wide.h.data(), narrow.h.size() * 2), 0) << "h, T=" << T;
+    EXPECT_EQ(std::memcmp(narrow.y.data(), wide.y.data(), narrow.y.size() * 4), 0) << "y, T=" << T;
+  }
 }
 
 TEST(CudaMoeGrouped, RefusesBadArguments) {

@@ -299,7 +299,8 @@ Status grouped_moe(const GroupedMoeArgs& a, cudaStream_t stream, bool pdl) {
   if (a.T < 1 || a.k < 1 || a.E < 1 || a.k > a.E)
     return err("grouped_moe: T = {}, k = {}, E = {} (need T, k >= 1 and k <= E)", a.T, a.k, a.E);
   const long long P = static_cast<long long>(a.T) * a.k;
-  if (P + a.E > 40000) return err("grouped_moe: {} pairs and {} experts exceed one block's sort", P, a.E);
+  if (group_pairs_smem_bytes(P, a.E) > 227 * 1024)
+    return err("grouped_moe: {} pairs and {} experts exceed one block's sort (shared memory)", P, a.E);
   if (!a.eid || !a.grp || !a.x || !a.gu || !a.h || !a.y) return err("grouped_moe: null argument");
   if (a.E > 1024) return err("grouped_moe: {} experts exceed one block's scan (1024)", a.E);
   if (a.gate_up->rows % 32) return err("grouped_moe: gate_up rows {} is not 2·I", a.gate_up->rows);
@@ -313,15 +314,20 @@ Status grouped_moe(const GroupedMoeArgs& a, cudaStream_t stream, bool pdl) {
   gu.y = a.gu;
   dn.x = a.h;
   dn.y = a.y;
-  const int nt = 1;  // 8 pairs per item (the kernels' register budget; kparams.h)
-  GRIDQ_LAUNCHED(raw_group_pairs(a.eid, static_cast<int>(P), a.E, 8 * nt, gu.R, dn.R, a.grp, stream, pdl),
+  // Items of 8 tiles × 64 pairs on a CTA once the step has enough pairs per expert to fill them (a prefill
+  // chunk), else 1 tile × 8 pairs on a warp: the same bits either way (moe_grouped_wide.cu).
+  const bool wide = a.wide == 1 || (a.wide < 0 && P >= 16LL * a.E);
+  const int nb = wide ? kWidePairs : 8;
+  const int r_gu = wide ? (gu.R + kWideTiles - 1) / kWideTiles : gu.R;
+  const int r_dn = wide ? (dn.R + kWideTiles - 1) / kWideTiles : dn.R;
+  GRIDQ_LAUNCHED(raw_group_pairs(a.eid, static_cast<int>(P), a.E, nb, r_gu, r_dn, a.grp, stream, pdl),
                  "grouped_moe: pair sort");
-  GRIDQ_LAUNCHED(
-      raw_grouped_experts(true, nt, ExpertParams{gu, a.grp, a.E, a.k, a.gate_up->rows}, stream, pdl),
-      "grouped_moe: gate_up");
+  const ExpertParams pg{gu, a.grp, a.E, a.k, a.gate_up->rows}, pd{dn, a.grp, a.E, 1, a.down->rows};
+  GRIDQ_LAUNCHED(wide ? raw_grouped_wide(true, pg, stream, pdl) : raw_grouped_experts(true, 1, pg, stream, pdl),
+                 "grouped_moe: gate_up");
   GRIDQ_LAUNCHED(raw_swiglu_pairs(a.gu, static_cast<int>(P), a.gate_up->rows / 2, a.h, stream, pdl),
                  "grouped_moe: swiglu");
-  GRIDQ_LAUNCHED(raw_grouped_experts(false, nt, ExpertParams{dn, a.grp, a.E, 1, a.down->rows}, stream, pdl),
+  GRIDQ_LAUNCHED(wide ? raw_grouped_wide(false, pd, stream, pdl) : raw_grouped_experts(false, 1, pd, stream, pdl),
                  "grouped_moe: down");
   return {};
 }

@@ -12,6 +12,7 @@
 namespace gridq::cuda {
 namespace {
 
+using detail::kMaxSliceRows;
 using detail::kMaxStepRows;
 
 size_t round16(size_t n) { return (n + 15) / 16 * 16; }
@@ -27,7 +28,7 @@ size_t CudaBackend::Work::bytes() const {
 }
 
 CudaBackend::~CudaBackend() {
-  static_assert(kGraphRows == kMaxStepRows, "one decode graph per step row count");
+  static_assert(kGraphRows == kMaxSliceRows, "one decode graph per decode row count");
   for (void* g : graphs_)
     if (g) (void)cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(g));
   if (stream_) (void)cudaStreamDestroy(stream_);
@@ -91,7 +92,7 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
   GRIDQ_ASSIGN_OR_RETURN(ws_, WorkspaceBuffers::create());
   max_len_ = opts.max_model_len > 0 ? opts.max_model_len : S.max_position_embeddings;
   if (max_len_ < 1) return err("cuda backend: max_model_len {} < 1", max_len_);
-  GRIDQ_ASSIGN_OR_RETURN(plan_, runtime::KvPlan::from_spec(S, 16, kMaxStepRows));
+  GRIDQ_ASSIGN_OR_RETURN(plan_, runtime::KvPlan::from_spec(S, 16, kMaxSliceRows));
 
   // Step buffers: widest input, output and intermediate over every matrix of the model.
   size_t W = static_cast<size_t>(S.hidden_size), Y = static_cast<size_t>(S.hidden_size), G = 1, I2 = 1,
@@ -112,7 +113,10 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
     Ih = std::max({Ih, static_cast<size_t>(dl.mlp.inter), static_cast<size_t>(dl.shared.inter),
                    static_cast<size_t>(S.moe.expert_intermediate)});
   }
-  const size_t R = kMaxStepRows, K = static_cast<size_t>(std::max(1, S.moe.top_k)),
+  // R: rows of a step; LR: logit rows of a step (sampling's per-row scratch is vocabulary-wide); A: rows of
+  // one attention slice.
+  const size_t R = kMaxStepRows, LR = kMaxSliceRows, A = kMaxSliceRows,
+               K = static_cast<size_t>(std::max(1, S.moe.top_k)),
                H = static_cast<size_t>(S.hidden_size);
   const size_t qw = static_cast<size_t>(max_nh) * static_cast<size_t>(max_d);
   work_ = std::make_unique<Work>();
@@ -149,14 +153,14 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
               grouped_moe_grp_ints(static_cast<int>(R), static_cast<int>(K), std::max(1, S.moe.n_experts))) *
               4,
           "expert pairs"},
-        B{&w.an, R * H * 2, "final norm"},
-        B{&w.logits, R * static_cast<size_t>(dm_->lm_head.out_rows()) * 4, "logits"},
-        B{&w.sample_scratch, R * static_cast<size_t>(S.vocab_size) * 8, "sampling scores"},
-        B{&w.sample_rows, R * sizeof(detail::SampleRowArgs), "sampling rows"},
-        B{&w.sample_out, R * sizeof(detail::SampleResult), "sampling results"},
+        B{&w.an, LR * H * 2, "final norm"},
+        B{&w.logits, LR * static_cast<size_t>(dm_->lm_head.out_rows()) * 4, "logits"},
+        B{&w.sample_scratch, LR * static_cast<size_t>(S.vocab_size) * 8, "sampling scores"},
+        B{&w.sample_rows, LR * sizeof(detail::SampleRowArgs), "sampling rows"},
+        B{&w.sample_out, LR * sizeof(detail::SampleResult), "sampling results"},
         B{&w.sample_edits, 4096 * sizeof(detail::SampleEdit), "sampling edits"},
         B{&w.partial,
-          R * qw / static_cast<size_t>(max_d) * static_cast<size_t>(w.max_splits) *
+          A * qw / static_cast<size_t>(max_d) * static_cast<size_t>(w.max_splits) *
               static_cast<size_t>(max_d + 2) * 4,
           "attention splits"}}) {
     GRIDQ_ASSIGN_OR_RETURN(*b.buf, DeviceBuffer::alloc(std::max<size_t>(b.bytes, 16), b.what));
@@ -258,8 +262,8 @@ Status CudaBackend::run_items(std::span<const runtime::BatchItem> items,
     Seq& s = seqs_.at(item.seq);
     GRIDQ_RETURN_IF_ERROR(ensure_pages(item.seq, s, s.len + static_cast<int64_t>(item.tokens.size())));
   }
-  // Rows in item order, cut into steps of ≤ kMaxStepRows; a step's rows of one sequence are consecutive
-  // positions.
+  // Rows in item order, cut into steps of ≤ kMaxStepRows rows and ≤ kMaxSliceRows logit rows; a step's rows
+  // of one sequence are consecutive positions.
   Step st;
   st.sampled = sampled != nullptr;
   size_t next_plan = 0;
@@ -274,9 +278,10 @@ Status CudaBackend::run_items(std::span<const runtime::BatchItem> items,
     Seq& s = seqs_.at(item.seq);
     const int64_t n = static_cast<int64_t>(item.tokens.size());
     for (int64_t j = 0; j < n; ++j) {
-      if (st.T() == kMaxStepRows) GRIDQ_RETURN_IF_ERROR(flush());
       const bool want = item.logits == runtime::LogitsMode::kAll ||
                         (item.logits == runtime::LogitsMode::kLast && j == n - 1);
+      if (st.T() == kMaxStepRows || (want && st.logit_rows.size() == static_cast<size_t>(kMaxSliceRows)))
+        GRIDQ_RETURN_IF_ERROR(flush());
       if (want) {
         st.logit_rows.push_back(st.T());
         if (sampled) st.plans.push_back(plans[next_plan++]);

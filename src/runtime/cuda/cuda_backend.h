@@ -1,8 +1,8 @@
 // CudaBackend: the runtime::Backend on one GPU (gpu-engine.md §2). Owns the device model, the KV cache (pages
 // for full-attention layers, a ring per sequence for sliding layers, sized by kv_plan from the memory left
 // after the weights), the step workspace, and the forward (forward.cpp), which mirrors cpu/layer_ops.cpp.
-// A forward of any size runs as steps of at most kMaxStepRows rows through the decode kernels (prefill in
-// chunks of 16 tokens; the tensor-core GEMM path is the serving issue's).
+// A forward of any size runs as steps of at most kMaxStepRows rows (a prefill chunk shares every weight
+// read), attention in slices of kMaxSliceRows rows, decode steps of ≤ kMaxSliceRows rows as CUDA graphs.
 #pragma once
 
 #include <array>
@@ -129,7 +129,7 @@ class CudaBackend final : public runtime::Backend {
   std::unique_ptr<Work> work_;
   bool timing_ = false;
   bool graphs_on_ = true;
-  static constexpr int kGraphRows = 64;         // = detail::kMaxStepRows (static_assert in cuda_backend.cpp)
+  static constexpr int kGraphRows = 64;         // = detail::kMaxSliceRows (static_assert in cuda_backend.cpp)
   std::array<void*, kGraphRows + 1> graphs_{};  // cudaGraphExec_t per decode row count 1..kGraphRows
   std::array<int, kGraphRows + 1> graph_seen_{};
   std::map<std::string, double> phase_ms_;

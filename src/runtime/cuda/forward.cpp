@@ -12,7 +12,6 @@
 namespace gridq::cuda {
 namespace {
 
-using detail::kMaxStepRows;
 using fwd::Ctx;
 
 }  // namespace
@@ -21,10 +20,12 @@ Status CudaBackend::run_step(const Step& st, std::vector<float>* logits,
                              std::vector<runtime::SampledToken>* sampled) {
   const int T = st.T(), V = spec_.vocab_size;
   Work& w = *work_;
-  std::vector<int> host(4 * kMaxStepRows, 0);
+  // w.rows = [ids | pos | slot | kv_write], T ints each (the layout depends on T alone, as a decode graph's
+  // pointers do: one graph per T).
+  std::vector<int> host(4 * static_cast<size_t>(T), 0);
   for (int t = 0; t < T; ++t) {
-    host[t] = st.ids[t], host[kMaxStepRows + t] = st.pos[t], host[2 * kMaxStepRows + t] = st.slot[t];
-    host[3 * kMaxStepRows + t] = st.kv_write.empty() ? 1 : st.kv_write[static_cast<size_t>(t)];
+    host[t] = st.ids[t], host[T + t] = st.pos[t], host[2 * T + t] = st.slot[t];
+    host[3 * T + t] = st.kv_write.empty() ? 1 : st.kv_write[static_cast<size_t>(t)];
   }
   GRIDQ_CUDA(cudaMemcpyAsync(w.rows.as(), host.data(), host.size() * 4, cudaMemcpyHostToDevice, stream_));
   // A decode step (every row wants its logits) of T rows always launches the same kernels with the same
@@ -87,8 +88,7 @@ Status CudaBackend::enqueue_step(const Step& st, PhaseTimer& timer) {
         ws_,
         stream_,
         T,
-        {w.rows.as<int>() + kMaxStepRows, w.rows.as<int>() + 2 * kMaxStepRows,
-         w.rows.as<int>() + 3 * kMaxStepRows},
+        {w.rows.as<int>() + T, w.rows.as<int>() + 2 * T, w.rows.as<int>() + 3 * T},
         &timer,
         fwd::attention_warps(st.pos, st.slot),
         side_,

@@ -19,9 +19,10 @@ struct CudaBackend::Step {
   int T() const { return static_cast<int>(ids.size()); }
 };
 
-// Every activation buffer of a step, sized once from the spec for R = kMaxStepRows rows (shape per field).
+// Every activation buffer of a step, sized once from the spec for R = kMaxStepRows rows (shape per field);
+// the logit and sampling buffers for L = kMaxSliceRows rows, the attention splits for one slice of as many.
 struct CudaBackend::Work {
-  DeviceBuffer rows;    // int [4][R]: ids, pos, seq_slot, kv_write
+  DeviceBuffer rows;    // int [4][T]: ids, pos, seq_slot, kv_write (T = the step's rows)
   DeviceBuffer x;       // f32 [R, H] residual stream
   DeviceBuffer a;       // bf16 [R, H] normed input of a block
   DeviceBuffer a32;     // f32 [R, H] the same before rounding (the router's input)
@@ -38,12 +39,12 @@ struct CudaBackend::Work {
   DeviceBuffer z;       // f32 [R, E padded] router logits
   DeviceBuffer eid, ew;         // int [R, k], f32 [R, k]: each row's experts (ascending id) and weights
   DeviceBuffer grp;             // int [3·(E+1) + R·k]: the step's pairs sorted by expert (grouped_moe)
-  DeviceBuffer an;              // bf16 [R, H] final-norm rows for lm_head
-  DeviceBuffer logits;          // f32 [R, V padded]
-  DeviceBuffer partial;         // f32 attention splits [R·n_h, splits, d + 2]
-  DeviceBuffer sample_scratch;  // f64 [R, V] scores, then w (kernels/sample.cu)
-  DeviceBuffer sample_rows;     // SampleRowArgs [R]
-  DeviceBuffer sample_out;      // SampleResult [R]
+  DeviceBuffer an;              // bf16 [L, H] final-norm rows for lm_head
+  DeviceBuffer logits;          // f32 [L, V padded]
+  DeviceBuffer partial;         // f32 attention splits [L·n_h, splits, d + 2]
+  DeviceBuffer sample_scratch;  // f64 [L, V] scores, then w (kernels/sample.cu)
+  DeviceBuffer sample_rows;     // SampleRowArgs [L]
+  DeviceBuffer sample_out;      // SampleResult [L]
   DeviceBuffer sample_edits;    // SampleEdit [n], grown on demand
   int max_splits = 0;
   size_t bytes() const;

@@ -149,22 +149,35 @@ Status attention(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, const de
   r.T = c.T, r.nh = nh, r.nkv = nkv, r.d = d, r.rot = L.rope.rotary_dim;
   r.eps = c.spec.norm_eps, r.m = L.rope.attention_factor;
   r.q_norm = dl.q_norm, r.k_norm = dl.k_norm, r.inv_freq = dl.inv_freq;
-  r.q = c.w.q.as<float>();
   r.kv = kv;
-  r.rows = c.rows;
-  GQ_LAUNCH(detail::raw_qk_rope_kv(r, c.s), "qk-norm + rope + kv write");
-  GRIDQ_RETURN_IF_ERROR(c.timer->mark("attn qk-norm+rope+kv"));
   detail::AttnArgs at;
-  at.q = c.w.q.as<float>();
-  at.T = c.T, at.nh = nh, at.nkv = nkv, at.d = d;
+  at.nh = nh, at.nkv = nkv, at.d = d;
   at.window = L.attn == model::AttnKind::kSliding ? L.window : 0;
   at.max_splits = c.w.max_splits;
   at.tile_warps = c.attn_warps;
   at.kv = kv;
-  at.rows = c.rows;
   at.partial = c.w.partial.as<float>();
-  at.o = c.w.o.as<float>();
-  GQ_LAUNCH(detail::raw_attention(at, c.s), "attention");
+  // Slices of ≤ kMaxSliceRows rows in row order, each writing its K/V and then attending (a row reads only
+  // keys at positions ≤ its own: the earlier slices' and its own). The rings hold window + kMaxSliceRows
+  // slots, so a slice never overwrites a key a row of the same slice still needs.
+  for (int t0 = 0; t0 < c.T; t0 += detail::kMaxSliceRows) {
+    const int n = std::min(detail::kMaxSliceRows, c.T - t0);
+    const detail::RowInfo rows{c.rows.pos + t0, c.rows.seq_slot + t0,
+                               c.rows.kv_write ? c.rows.kv_write + t0 : nullptr};
+    detail::RopeArgs rs = r;
+    rs.q_src += t0 * r.ld_q, rs.k_src += t0 * r.ld_k, rs.v_src += t0 * r.ld_v;
+    rs.T = n;
+    rs.q = c.w.q.as<float>() + static_cast<long long>(t0) * qw;
+    rs.rows = rows;
+    GQ_LAUNCH(detail::raw_qk_rope_kv(rs, c.s), "qk-norm + rope + kv write");
+    // (A step of several slices times its RoPE inside "attn core".)
+    if (c.T <= detail::kMaxSliceRows) GRIDQ_RETURN_IF_ERROR(c.timer->mark("attn qk-norm+rope+kv"));
+    at.q = rs.q;
+    at.o = c.w.o.as<float>() + static_cast<long long>(t0) * qw;
+    at.T = n;
+    at.rows = rows;
+    GQ_LAUNCH(detail::raw_attention(at, c.s), "attention");
+  }
   GRIDQ_RETURN_IF_ERROR(c.timer->mark("attn core"));
   const int mode = L.gate == model::GateMode::kPerHead ? 1 : L.gate == model::GateMode::kPerElement ? 2 : 0;
   uint16_t* ob = c.w.ob.as<uint16_t>();

@@ -76,12 +76,18 @@ struct ExpertParams {
   int ldy;    // down: FP32 output row stride
 };
 // Sorts the P = T·k pairs of eid by expert into grp (int [3·(E+1) + P]) and counts the items of both
-// kernels (blocks of nb pairs × r_gu gate tiles / r_dn down tiles).
+// kernels (blocks of nb pairs × r_gu gate tiles / r_dn down tiles). One block: its shared memory is
+// group_pairs_smem_bytes (the caller checks it against the device's limit).
+constexpr long long group_pairs_smem_bytes(long long P, long long E) { return (32 + 32 * E + P) * 4; }
 cudaError_t raw_group_pairs(const int* eid, int P, int E, int nb, int r_gu, int r_dn, int* grp,
                             cudaStream_t s, bool pdl);
 // gate_up: gu [P, 2I] FP32 (gate rows, then up rows); down: y [P, H] FP32. nt token tiles per item (the same
 // nt as group_pairs' nb = 8·nt); built for nt = 1.
 cudaError_t raw_grouped_experts(bool gate_up, int nt, const ExpertParams& p, cudaStream_t s, bool pdl);
+// The same outputs, bit for bit, with items of 8 tiles × 64 pairs on a CTA (moe_grouped_wide.cu): group_pairs
+// with nb = 64 and r_gu / r_dn = tile groups of 8.
+cudaError_t raw_grouped_wide(bool gate_up, const ExpertParams& p, cudaStream_t s, bool pdl);
+inline constexpr int kWidePairs = 64, kWideTiles = 8;
 // h [P, I] = FP4QDQ(bf16(silu(bf16(gate))·bf16(up))) from gu [P, 2I] (the GEMV SwiGLU epilogue's arithmetic).
 cudaError_t raw_swiglu_pairs(const float* gu, int P, int I, uint16_t* h, cudaStream_t s, bool pdl);
 

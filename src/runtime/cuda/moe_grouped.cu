@@ -17,6 +17,7 @@
 #include "runtime/cuda/kernels/pdl_launch.cuh"
 #include "runtime/cuda/kparams.h"
 #include "runtime/cuda/launch.cuh"
+#include "runtime/cuda/moe_items.cuh"
 
 namespace gridq::cuda::detail {
 
@@ -24,10 +25,6 @@ namespace {
 
 using Dec = DecCB<16, 2>;  // the fused routed experts' format (device_model.cpp)
 
-// grp layout (ints): [0, E] pair offsets per expert; [E+1, 2E+1] gate_up item offsets; [2E+2, 3E+2] down
-// item offsets; [3E+3, 3E+3+P) the pairs in expert order (pair p = t·k + j).
-__device__ __forceinline__ int grp_items_off(int E, bool gate_up) { return gate_up ? E + 1 : 2 * E + 2; }
-__device__ __forceinline__ int grp_pairs_off(int E) { return 3 * E + 3; }
 
 // Exclusive prefix sum over the block's threads (blockDim.x ≤ 1024, a multiple of 32); ws: 32 ints of shared
 // memory. Returns this thread's exclusive sum; *total gets the block total.
@@ -57,56 +54,66 @@ __device__ int block_exclusive_scan(int v, int* ws, int* total) {
   return r;
 }
 
-// One block of 1024 threads, E ≤ 1024. P ≤ a few thousand pairs: the O(P²/threads) rank count is a few µs
-// and needs no atomics ordering (the sorted order is a pure function of eid).
+// One block of 1024 threads (32 warps), E ≤ 1024. Warp w owns the pairs [w·P/32, (w+1)·P/32): it counts
+// them per expert into its own row of a [32][E] histogram (__match_any_sync: lanes with the same expert),
+// the rows become each warp's first slot per expert (pair offsets + the earlier warps' counts), and the warp
+// places its pairs again in ascending order. The sorted order (by expert, then pair index) is a pure
+// function of eid, with no atomics and O(P/32 + E) steps a warp.
 __global__ void __launch_bounds__(1024)
     group_pairs_kernel(const int* eid, int P, int E, int nb, int r_gu, int r_dn, int* grp) {
   extern __shared__ int sm[];
-  int* cnt = sm;          // [E], then the pair offsets
-  int* ws = sm + E;       // [32] scan scratch
-  int* ev = sm + E + 32;  // [P]
+  int* ws = sm;             // [32] scan scratch
+  int* hist = sm + 32;      // [32][E] per-warp counts, then per-warp first slots
+  int* ev = hist + 32 * E;  // [P]
   pdl_wait();
   pdl_launch_dependents();
-  for (int i = threadIdx.x; i < E; i += blockDim.x) cnt[i] = 0;
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  for (int i = threadIdx.x; i < 32 * E; i += blockDim.x) hist[i] = 0;
   for (int p = threadIdx.x; p < P; p += blockDim.x) ev[p] = eid[p];
   __syncthreads();
-  for (int p = threadIdx.x; p < P; p += blockDim.x) atomicAdd(&cnt[ev[p]], 1);
+  const int per = (P + 31) / 32, lo = min(P, w * per), hi = min(P, lo + per);
+  int* mine = hist + w * E;
+  // Pass 1 and 2 walk the warp's pairs 32 at a time; the lowest lane of each equal-expert group updates
+  // the warp's row (one writer per expert per round).
+  for (int base = lo; base < hi; base += 32) {
+    const int p = base + lane;
+    const int e = p < hi ? ev[p] : -1 - lane;  // distinct sentinels never match a real expert
+    const unsigned same = __match_any_sync(0xffffffffu, e);
+    if (p < hi && (same & ((1u << lane) - 1)) == 0) mine[e] += __popc(same);
+    __syncwarp();
+  }
   __syncthreads();
   const int e = threadIdx.x;
-  const int c = e < E ? cnt[e] : 0, blocks = (c + nb - 1) / nb;
+  int c = 0;
+  if (e < E)
+    for (int v = 0; v < 32; ++v) c += hist[v * E + e];
+  const int blocks = (c + nb - 1) / nb;
   int tot_p = 0, tot_gu = 0, tot_dn = 0;
   const int off = block_exclusive_scan(c, ws, &tot_p);
   const int igu = block_exclusive_scan(blocks * r_gu, ws, &tot_gu);
   const int idn = block_exclusive_scan(blocks * r_dn, ws, &tot_dn);
-  if (e < E) grp[e] = off, grp[E + 1 + e] = igu, grp[2 * E + 2 + e] = idn, cnt[e] = off;
+  if (e < E) {
+    grp[e] = off, grp[E + 1 + e] = igu, grp[2 * E + 2 + e] = idn;
+    int run = off;  // warp v's first slot for expert e: after the pairs of the warps before it
+    for (int v = 0; v < 32; ++v) {
+      const int n = hist[v * E + e];
+      hist[v * E + e] = run;
+      run += n;
+    }
+  }
   if (e == 0) grp[E] = tot_p, grp[2 * E + 1] = tot_gu, grp[3 * E + 2] = tot_dn;
   __syncthreads();
   int* pairs = grp + grp_pairs_off(E);
-  for (int p = threadIdx.x; p < P; p += blockDim.x) {
-    const int pe = ev[p];
-    int rank = 0;
-    for (int q = 0; q < p; ++q) rank += ev[q] == pe;
-    pairs[cnt[pe] + rank] = p;
+  for (int base = lo; base < hi; base += 32) {
+    const int p = base + lane;
+    const int ex = p < hi ? ev[p] : -1 - lane;
+    const unsigned same = __match_any_sync(0xffffffffu, ex);
+    const unsigned before = same & ((1u << lane) - 1);
+    if (p < hi) pairs[mine[ex] + __popc(before)] = p;
+    __syncwarp();
+    if (p < hi && before == 0) mine[ex] += __popc(same);
+    __syncwarp();
   }
-}
-
-// Where an item is: expert e, tile r, pair block b (ioff in shared memory, nondecreasing, ioff[E] = items).
-struct Item {
-  int item, e, r, b;
-};
-__device__ __forceinline__ bool locate(int item, int n_items, const int* ioff, int E, int R, Item& it) {
-  if (item >= n_items) return false;
-  int lo = 0, hi = E;  // ioff[lo] <= item < ioff[hi]
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) >> 1;
-    if (ioff[mid] <= item)
-      lo = mid;
-    else
-      hi = mid;
-  }
-  const int local = item - ioff[lo];
-  it.item = item, it.e = lo, it.b = local / R, it.r = local % R;
-  return true;
 }
 
 // The token columns of an item: per 8-column tile nt, the activation row this lane loads (column 8nt + g)
@@ -300,7 +307,7 @@ cudaError_t launch_grouped(const ExpertParams& p, cudaStream_t s, bool pdl) {
 
 cudaError_t raw_group_pairs(const int* eid, int P, int E, int nb, int r_gu, int r_dn, int* grp,
                             cudaStream_t s, bool pdl) {
-  const size_t smem = static_cast<size_t>(E + 32 + P) * 4;
+  const size_t smem = group_pairs_smem_bytes(P, E);
   if (smem > 48 * 1024) {
     const cudaError_t e =
         cudaFuncSetAttribute(group_pairs_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));

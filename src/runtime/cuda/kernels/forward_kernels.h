@@ -3,7 +3,7 @@
 // the MoE combine, and the any-format reference matvec. Plain data and cudaError_t only (gpu-engine.md §1:
 // device code is a leaf); the host-side checks and messages live in forward.cpp / device_model.cpp.
 //
-// Shapes: T = rows of the step (≤ kMaxStepRows), H = hidden, d = head_dim, nh / nkv = query / KV heads.
+// Shapes: T = rows of the step (≤ kMaxStepRows; ≤ kMaxSliceRows for rope/attention), H = hidden, d = head_dim, nh / nkv = query / KV heads.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -12,7 +12,14 @@
 
 namespace gridq::cuda::detail {
 
-inline constexpr int kMaxStepRows = 64;     // rows of one forward step (GEMVs take them 16 at a time)
+// Rows of one forward step: a prefill chunk's rows share every weight read, so a long prompt reads the
+// routed experts once per kMaxStepRows rows instead of once per 64 (the GEMM and the grouped experts take
+// any row count; a row's bits never depend on the step's size).
+inline constexpr int kMaxStepRows = 1024;
+// Rows of one QK-norm/RoPE/KV-write + attention launch, of a decode graph and of one step's logit rows. A
+// step of more rows runs its attention as slices in row order, each slice writing its K/V right before
+// reading: the sliding-window rings then need only window + kMaxSliceRows slots whatever the step size.
+inline constexpr int kMaxSliceRows = 64;
 inline constexpr int kAttnSplitKeys = 256;  // keys per attention split: fixed, so the merge order is too
 inline constexpr int kMaxHeadDim = 256;
 

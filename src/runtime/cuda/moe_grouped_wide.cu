@@ -1,0 +1,149 @@
+// Routed experts for prefill-sized steps: the grouped experts (moe_grouped.cu) with an item of 8 tiles ×
+// 64 of the expert's pairs on one CTA, so a weight unit is decoded once per 64 pairs instead of once per 8.
+//
+// The same bits as moe_grouped.cu, pair for pair: each 16-row tile of a pair is one warp's mma chain over
+// the whole K, from +0, units in order, the unit's 16 sub-vector products in the GEMV's order (gemm_unit),
+// one chain per token column. mma columns are independent, so a column's value does not depend on the other
+// pairs of its block (nor on the garbage of a block's unused columns, which are never stored). Which kernel
+// runs is therefore free: grouped_moe picks it by the step's pairs per expert.
+//
+// CTA = 8 warps = 8 consecutive tiles (tile group) × 64 pairs. Per K-unit a cp.async stage holds the 8
+// tiles' weight units and the 64 pairs' activation slices (gathered by pair: x row = pair / x_div); the
+// stages run ahead across the CTA's items (item i, i + grid, …), kGemmStages - 1 in flight.
+#include "runtime/cuda/gemm_impl.cuh"
+#include "runtime/cuda/kernels/pdl_launch.cuh"
+#include "runtime/cuda/kparams.h"
+#include "runtime/cuda/launch.cuh"
+#include "runtime/cuda/moe_items.cuh"
+
+namespace gridq::cuda::detail {
+
+namespace {
+
+using Dec = DecCB<16, 2>;
+constexpr int kNT = 8, kNB = 8 * kNT;  // token tiles and pairs of an item
+using X = XSlice<Dec>;
+constexpr int kWBytes = kWarpsPerBlock * Dec::kUnitBytes;
+constexpr int kStageBytes = kWBytes + kNB * X::kPitch;
+
+constexpr int wide_smem_bytes(int E) {
+  return Dec::kSmemBytes + 2 * (E + 1) * 4 + 16 + kGemmStages * kStageBytes;
+}
+
+// y[pair, row] FP32 (gate_up: the [2I, H] stacks' rows, gate then up; down: H) for every item of the launch.
+__global__ void __launch_bounds__(kThreads, 1) grouped_wide_kernel(const ExpertParams p, int tile_groups, int gate_up) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const KParams& kp = p.kp;
+  Dec::init_smem(smem, kp);
+  int* ioff = reinterpret_cast<int*>(smem + Dec::kSmemBytes);  // [E + 1] item offsets
+  int* poff = ioff + (p.E + 1);                                // [E + 1] pair offsets
+  uint8_t* stages = reinterpret_cast<uint8_t*>(poff + (p.E + 1));
+  stages += (16 - reinterpret_cast<uintptr_t>(stages) % 16) % 16;
+  pdl_launch_dependents();
+  pdl_wait();  // the pairs, the items and the activations are the previous kernels' outputs
+  const int* gi = p.grp + grp_items_off(p.E, gate_up != 0);
+  for (int i = threadIdx.x; i <= p.E; i += blockDim.x) ioff[i] = __ldcg(gi + i), poff[i] = __ldcg(p.grp + i);
+  __syncthreads();
+  const int* pairs = p.grp + grp_pairs_off(p.E);
+  const int n_items = ioff[p.E], S = kp.S, G = static_cast<int>(gridDim.x);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+
+  // Issue side: (item, unit) in order over the CTA's items, kGemmStages - 1 ahead of the compute side.
+  Item ii;
+  bool iv = locate(blockIdx.x, n_items, ioff, p.E, tile_groups, ii);
+  if (!iv) return;
+  int is = 0;
+  unsigned issued = 0;
+  auto issue = [&]() {
+    if (iv) {
+      uint8_t* dst = stages + (issued % kGemmStages) * kStageBytes;
+      const int tile0 = ii.r * kWarpsPerBlock;
+      const uint8_t* w0 = kp.w + kp.expert_stride * ii.e;
+      for (int c = threadIdx.x; c < kWBytes / 16; c += kThreads) {
+        const int wt = c / (Dec::kUnitBytes / 16), ch = c % (Dec::kUnitBytes / 16);
+        if (tile0 + wt < kp.R)
+          cp_async16(dst + wt * Dec::kUnitBytes + 16 * ch,
+                     w0 + (static_cast<long long>(tile0 + wt) * S + is) * Dec::kUnitBytes + 16 * ch);
+      }
+      constexpr int kRowChunks = X::kXB / 16, kQ = X::kXB / 4;
+      const int n0 = poff[ii.e] + ii.b * kNB, n_here = min(kNB, poff[ii.e + 1] - n0);
+      for (int c = threadIdx.x; c < kNB * kRowChunks; c += kThreads) {
+        const int n = c / kRowChunks, b = (c % kRowChunks) * 16;
+        if (n < n_here) {
+          const int pr = __ldcg(pairs + n0 + n);
+          cp_async16(dst + kWBytes + n * X::kPitch + (b / kQ) * X::kTStride + b % kQ,
+                     static_cast<const uint8_t*>(kp.x) + static_cast<long long>(pr / p.x_div) * kp.K * 2 +
+                         static_cast<long long>(is) * X::kXB + b);
+        }
+      }
+      if (++is == S) {
+        is = 0;
+        iv = locate(ii.item + G, n_items, ioff, p.E, tile_groups, ii);
+      }
+    }
+    cp_async_commit();
+    ++issued;
+  };
+#pragma unroll
+  for (int i = 0; i < kGemmStages - 1; ++i) issue();
+
+  Item ci;
+  locate(blockIdx.x, n_items, ioff, p.E, tile_groups, ci);
+  int cs = 0;
+  float acc[kNT][4];
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
+  const int g = lane >> 2, t = lane & 3;
+  for (unsigned u = 0;; ++u) {
+    issue();
+    cp_async_wait<kGemmStages - 1>();
+    __syncthreads();
+    const int tile = ci.r * kWarpsPerBlock + warp;
+    const uint8_t* st = stages + (u % kGemmStages) * kStageBytes;
+    if (tile < kp.R) {
+      typename Dec::Frag f;
+      Dec::load(f, st + warp * Dec::kUnitBytes, lane);
+      gemm_unit<Dec, kNT>(f, st + kWBytes, acc, smem, lane);
+    }
+    bool more = true;
+    if (++cs == S) {  // the item's K-run is complete: this warp's tile of the item's pairs
+      if (tile < kp.R) {
+        const int n0 = poff[ci.e] + ci.b * kNB, end = poff[ci.e + 1];
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int n = n0 + 8 * nt + 2 * t + (i & 1), row = tile * 16 + g + 8 * (i >> 1);
+            if (n < end && row < kp.rows)
+              static_cast<float*>(kp.y)[static_cast<long long>(__ldcg(pairs + n)) * p.ldy + row] = acc[nt][i];
+            acc[nt][i] = 0.0f;
+          }
+      }
+      cs = 0;
+      more = locate(ci.item + G, n_items, ioff, p.E, tile_groups, ci);
+    }
+    __syncthreads();  // every warp is done with this stage before it is refilled
+    if (!more) break;
+  }
+  cp_async_wait<0>();
+}
+
+}  // namespace
+
+cudaError_t raw_grouped_wide(bool gate_up, const ExpertParams& p, cudaStream_t s, bool pdl) {
+  const int smem = wide_smem_bytes(p.E);
+  static int cached_e = -1, blocks = 0;
+  if (cached_e != p.E) {
+    const KernelShape sh = query_kernel_shape(grouped_wide_kernel, kThreads, smem);
+    if (sh.status != cudaSuccess) return sh.status;
+    blocks = sh.blocks_per_sm * sh.sms;
+    cached_e = p.E;
+  }
+  const int tile_groups = (p.kp.R + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  return launch_pdl(pdl, grouped_wide_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads),
+                    static_cast<size_t>(smem), s, p, tile_groups, gate_up ? 1 : 0);
+}
+
+}  // namespace gridq::cuda::detail
