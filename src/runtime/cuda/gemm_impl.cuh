@@ -59,11 +59,12 @@ struct GemmParams {
   int tile_groups;      // ceil(R / kWarpsPerBlock)
 };
 
-// One unit's products for NT token tiles of one tile: acc[nt] += W_unit · x(nt). x rows at xs (row 8nt + g,
-// quarter t). CB decodes each group of 4 sub-vectors once for all NT tiles.
+// One unit's products for NT token tiles of one tile: acc[nt] += W_unit · x(nt) for nt < live (warp-uniform;
+// the tiles past it hold no rows). x rows at xs (row 8nt + g, quarter t). CB decodes each group of 4
+// sub-vectors once for all the tiles.
 template <class Dec, int NT>
 __device__ __forceinline__ void gemm_unit(const typename Dec::Frag& f, const uint8_t* xs, float (&acc)[NT][4],
-                                          const void* tab_smem, int lane) {
+                                          const void* tab_smem, int lane, int live = NT) {
   using X = XSlice<Dec>;
   const int g = lane >> 2, t = lane & 3;
   const uint8_t* xl = xs + g * X::kPitch + t * X::kTStride;
@@ -80,6 +81,7 @@ __device__ __forceinline__ void gemm_unit(const typename Dec::Frag& f, const uin
     Dec::template decode<4 * G + 2>(f, tab, rep, s0, s1, a[2][0], a[2][1], a[2][2], a[2][3]);              \
     Dec::template decode<4 * G + 3>(f, tab, rep, s0, s1, a[3][0], a[3][1], a[3][2], a[3][3]);              \
     _Pragma("unroll") for (int nt = 0; nt < NT; ++nt) {                                                    \
+      if (nt >= live) break;                                                                               \
       const uint8_t* xr = xl + nt * 8 * X::kPitch + 32 * G;                                                \
       const uint4 x0 = *reinterpret_cast<const uint4*>(xr), x1 = *reinterpret_cast<const uint4*>(xr + 16); \
       mma_bf16(acc[nt], a[0][0], a[0][1], a[0][2], a[0][3], x0.x, x0.y);                                   \
@@ -93,6 +95,7 @@ __device__ __forceinline__ void gemm_unit(const typename Dec::Frag& f, const uin
   } else {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
+      if (nt >= live) break;
       typename Dec::XFrag xf[1];
       const uint8_t* xr = xl + nt * 8 * X::kPitch;
       if constexpr (X::kXB == 128) {

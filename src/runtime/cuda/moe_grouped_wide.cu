@@ -105,7 +105,9 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_wide_kernel(const ExpertP
     if (tile < kp.R) {
       typename Dec::Frag f;
       Dec::load(f, st + warp * Dec::kUnitBytes, lane);
-      gemm_unit<Dec, kNT>(f, st + kWBytes, acc, smem, lane);
+      // Token tiles with pairs only (an expert's last block is partial; a column's bits do not change).
+      const int live = (min(kNB, poff[ci.e + 1] - poff[ci.e] - ci.b * kNB) + 7) / 8;
+      gemm_unit<Dec, kNT>(f, st + kWBytes, acc, smem, lane, live);
     }
     bool more = true;
     if (++cs == S) {  // the item's K-run is complete: this warp's tile of the item's pairs

@@ -13,9 +13,10 @@
 namespace gridq::cuda::detail {
 
 // Rows of one forward step: a prefill chunk's rows share every weight read, so a long prompt reads the
-// routed experts once per kMaxStepRows rows instead of once per 64 (the GEMM and the grouped experts take
+// routed experts once per kMaxStepRows rows instead of once per 64 — 80 pairs per expert of
+// Laguna-S-2.1 at 2048 (the GEMM and the grouped experts take
 // any row count; a row's bits never depend on the step's size).
-inline constexpr int kMaxStepRows = 1024;
+inline constexpr int kMaxStepRows = 2048;
 // Rows of one QK-norm/RoPE/KV-write + attention launch, of a decode graph and of one step's logit rows. A
 // step of more rows runs its attention as slices in row order, each slice writing its K/V right before
 // reading: the sliding-window rings then need only window + kMaxSliceRows slots whatever the step size.
