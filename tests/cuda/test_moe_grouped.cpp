@@ -1,7 +1,7 @@
 // The grouped routed experts (kernels.h grouped_moe) against float64 references, and their batch invariance:
 // a (token, expert) pair's h and y are bit-identical whether the token is alone in the step or one of 64,
 // at any position among them (several of the expert's pairs in one item, or alone), and whichever item
-// shape runs it (1 tile × 8 pairs on a warp, or 8 tiles × 64 pairs on a CTA: moe_grouped_wide.cu).
+// shape runs it (1 tile × 8 pairs on a warp, or 16 tiles × 64 pairs on a CTA: moe_grouped_wide.cu).
 #include <gtest/gtest.h>
 
 #include <algorithm>

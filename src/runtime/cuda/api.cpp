@@ -314,7 +314,7 @@ Status grouped_moe(const GroupedMoeArgs& a, cudaStream_t stream, bool pdl) {
   gu.y = a.gu;
   dn.x = a.h;
   dn.y = a.y;
-  // Items of 8 tiles × 64 pairs on a CTA once the step has enough pairs per expert to fill them (a prefill
+  // Items of 16 tiles × 64 pairs on a CTA once the step has enough pairs per expert to fill them (a prefill
   // chunk), else 1 tile × 8 pairs on a warp: the same bits either way (moe_grouped_wide.cu).
   const bool wide = a.wide == 1 || (a.wide < 0 && P >= 16LL * a.E);
   const int nb = wide ? kWidePairs : 8;

@@ -110,8 +110,16 @@ __device__ __forceinline__ void gemm_unit(const typename Dec::Frag& f, const uin
   }
 }
 
+// CTAs an SM is built for: FP8's and BF16's stages are small, so registers decide the occupancy; two CTAs
+// (≤ 128 registers) give each scheduler 4 warps to hide the mma and load latencies (ncu at 1 CTA: over half
+// the cycles had no eligible warp). CB's decoder tables and stages fill the shared memory of one.
+template <class Dec>
+constexpr int gemm_min_blocks() {
+  return Dec::kUnitK == 256 ? 1 : 2;
+}
+
 template <class Dec, int MODE>
-__global__ void __launch_bounds__(kThreads) gemm_kernel(const GemmParams gp) {
+__global__ void __launch_bounds__(kThreads, gemm_min_blocks<Dec>()) gemm_kernel(const GemmParams gp) {
   constexpr int NT = gemm_nt<MODE>(), NB = 8 * NT;
   constexpr int NP = MODE == kSwiglu ? 2 : 1;
   constexpr int kStageBytes = gemm_stage_bytes<Dec, MODE>();

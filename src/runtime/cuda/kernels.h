@@ -177,7 +177,7 @@ struct GroupedMoeArgs {
   float* gu = nullptr;          // [T·k, 2I] scratch: gate and up sums
   uint16_t* h = nullptr;        // [T·k, I]
   float* y = nullptr;           // [T·k, H]
-  int wide = -1;  // items of 8 tiles × 64 pairs: 1 always, 0 never, -1 when the step has ≥ 16 pairs per expert
+  int wide = -1;  // items of 16 tiles × 64 pairs: 1 always, 0 never, -1 when the step has ≥ 16 pairs per expert
 };
 inline long long grouped_moe_grp_ints(int T, int k, int E) {
   return 3LL * (E + 1) + static_cast<long long>(T) * k;

@@ -84,10 +84,10 @@ cudaError_t raw_group_pairs(const int* eid, int P, int E, int nb, int r_gu, int 
 // gate_up: gu [P, 2I] FP32 (gate rows, then up rows); down: y [P, H] FP32. nt token tiles per item (the same
 // nt as group_pairs' nb = 8·nt); built for nt = 1.
 cudaError_t raw_grouped_experts(bool gate_up, int nt, const ExpertParams& p, cudaStream_t s, bool pdl);
-// The same outputs, bit for bit, with items of 8 tiles × 64 pairs on a CTA (moe_grouped_wide.cu): group_pairs
-// with nb = 64 and r_gu / r_dn = tile groups of 8.
+// The same outputs, bit for bit, with items of 16 tiles × 64 pairs on a CTA (moe_grouped_wide.cu):
+// group_pairs with nb = kWidePairs and r_gu / r_dn = tile groups of kWideTiles.
 cudaError_t raw_grouped_wide(bool gate_up, const ExpertParams& p, cudaStream_t s, bool pdl);
-inline constexpr int kWidePairs = 64, kWideTiles = 8;
+inline constexpr int kWidePairs = 64, kWideTiles = 16;
 // h [P, I] = FP4QDQ(bf16(silu(bf16(gate))·bf16(up))) from gu [P, 2I] (the GEMV SwiGLU epilogue's arithmetic).
 cudaError_t raw_swiglu_pairs(const float* gu, int P, int I, uint16_t* h, cudaStream_t s, bool pdl);
 

@@ -1,4 +1,4 @@
-// Routed experts for prefill-sized steps: the grouped experts (moe_grouped.cu) with an item of 8 tiles ×
+// Routed experts for prefill-sized steps: the grouped experts (moe_grouped.cu) with an item of 16 tiles ×
 // 64 of the expert's pairs on one CTA, so a weight unit is decoded once per 64 pairs instead of once per 8.
 //
 // The same bits as moe_grouped.cu, pair for pair: each 16-row tile of a pair is one warp's mma chain over
@@ -7,9 +7,9 @@
 // pairs of its block (nor on the garbage of a block's unused columns, which are never stored). Which kernel
 // runs is therefore free: grouped_moe picks it by the step's pairs per expert.
 //
-// CTA = 8 warps = 8 consecutive tiles (tile group) × 64 pairs. Per K-unit a cp.async stage holds the 8
+// CTA = 16 warps = 16 consecutive tiles (tile group) × 64 pairs. Per K-unit a cp.async stage holds the 16
 // tiles' weight units and the 64 pairs' activation slices (gathered by pair: x row = pair / x_div); the
-// stages run ahead across the CTA's items (item i, i + grid, …), kGemmStages - 1 in flight.
+// stages run ahead across the CTA's items (item i, i + grid, …), one in flight beside the computed one.
 #include "runtime/cuda/gemm_impl.cuh"
 #include "runtime/cuda/kernels/pdl_launch.cuh"
 #include "runtime/cuda/kparams.h"
@@ -22,16 +22,18 @@ namespace {
 
 using Dec = DecCB<16, 2>;
 constexpr int kNT = 8, kNB = 8 * kNT;  // token tiles and pairs of an item
+// 16 warps (tiles) a CTA and 2 stages: the decoder tables (65 KB) allow one CTA an SM, and the decode's
+// dependent integer chains need more than 2 warps a scheduler to hide their latency (ncu: with 8 warps and
+// 3 stages, 72 % of cycles had no eligible warp, mostly fixed-latency dependencies).
+constexpr int kWarps = kWideTiles, kThr = kWarps * 32, kStages = 2;
 using X = XSlice<Dec>;
-constexpr int kWBytes = kWarpsPerBlock * Dec::kUnitBytes;
+constexpr int kWBytes = kWarps * Dec::kUnitBytes;
 constexpr int kStageBytes = kWBytes + kNB * X::kPitch;
 
-constexpr int wide_smem_bytes(int E) {
-  return Dec::kSmemBytes + 2 * (E + 1) * 4 + 16 + kGemmStages * kStageBytes;
-}
+constexpr int wide_smem_bytes(int E) { return Dec::kSmemBytes + 2 * (E + 1) * 4 + 16 + kStages * kStageBytes; }
 
 // y[pair, row] FP32 (gate_up: the [2I, H] stacks' rows, gate then up; down: H) for every item of the launch.
-__global__ void __launch_bounds__(kThreads, 1) grouped_wide_kernel(const ExpertParams p, int tile_groups, int gate_up) {
+__global__ void __launch_bounds__(kThr, 1) grouped_wide_kernel(const ExpertParams p, int tile_groups, int gate_up) {
   extern __shared__ __align__(16) unsigned char smem[];
   const KParams& kp = p.kp;
   Dec::init_smem(smem, kp);
@@ -56,10 +58,10 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_wide_kernel(const ExpertP
   unsigned issued = 0;
   auto issue = [&]() {
     if (iv) {
-      uint8_t* dst = stages + (issued % kGemmStages) * kStageBytes;
-      const int tile0 = ii.r * kWarpsPerBlock;
+      uint8_t* dst = stages + (issued % kStages) * kStageBytes;
+      const int tile0 = ii.r * kWarps;
       const uint8_t* w0 = kp.w + kp.expert_stride * ii.e;
-      for (int c = threadIdx.x; c < kWBytes / 16; c += kThreads) {
+      for (int c = threadIdx.x; c < kWBytes / 16; c += kThr) {
         const int wt = c / (Dec::kUnitBytes / 16), ch = c % (Dec::kUnitBytes / 16);
         if (tile0 + wt < kp.R)
           cp_async16(dst + wt * Dec::kUnitBytes + 16 * ch,
@@ -67,7 +69,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_wide_kernel(const ExpertP
       }
       constexpr int kRowChunks = X::kXB / 16, kQ = X::kXB / 4;
       const int n0 = poff[ii.e] + ii.b * kNB, n_here = min(kNB, poff[ii.e + 1] - n0);
-      for (int c = threadIdx.x; c < kNB * kRowChunks; c += kThreads) {
+      for (int c = threadIdx.x; c < kNB * kRowChunks; c += kThr) {
         const int n = c / kRowChunks, b = (c % kRowChunks) * 16;
         if (n < n_here) {
           const int pr = __ldcg(pairs + n0 + n);
@@ -85,7 +87,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_wide_kernel(const ExpertP
     ++issued;
   };
 #pragma unroll
-  for (int i = 0; i < kGemmStages - 1; ++i) issue();
+  for (int i = 0; i < kStages - 1; ++i) issue();
 
   Item ci;
   locate(blockIdx.x, n_items, ioff, p.E, tile_groups, ci);
@@ -98,10 +100,10 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_wide_kernel(const ExpertP
   const int g = lane >> 2, t = lane & 3;
   for (unsigned u = 0;; ++u) {
     issue();
-    cp_async_wait<kGemmStages - 1>();
+    cp_async_wait<kStages - 1>();
     __syncthreads();
-    const int tile = ci.r * kWarpsPerBlock + warp;
-    const uint8_t* st = stages + (u % kGemmStages) * kStageBytes;
+    const int tile = ci.r * kWarps + warp;
+    const uint8_t* st = stages + (u % kStages) * kStageBytes;
     if (tile < kp.R) {
       typename Dec::Frag f;
       Dec::load(f, st + warp * Dec::kUnitBytes, lane);
@@ -138,13 +140,13 @@ cudaError_t raw_grouped_wide(bool gate_up, const ExpertParams& p, cudaStream_t s
   const int smem = wide_smem_bytes(p.E);
   static int cached_e = -1, blocks = 0;
   if (cached_e != p.E) {
-    const KernelShape sh = query_kernel_shape(grouped_wide_kernel, kThreads, smem);
+    const KernelShape sh = query_kernel_shape(grouped_wide_kernel, kThr, smem);
     if (sh.status != cudaSuccess) return sh.status;
     blocks = sh.blocks_per_sm * sh.sms;
     cached_e = p.E;
   }
-  const int tile_groups = (p.kp.R + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  return launch_pdl(pdl, grouped_wide_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads),
+  const int tile_groups = (p.kp.R + kWarps - 1) / kWarps;
+  return launch_pdl(pdl, grouped_wide_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThr),
                     static_cast<size_t>(smem), s, p, tile_groups, gate_up ? 1 : 0);
 }
 

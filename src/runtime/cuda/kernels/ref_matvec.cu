@@ -143,58 +143,76 @@ __global__ void __launch_bounds__(kWarps * 32) ref_matvec_kernel(const RefArgs a
 
 // BF16 weights with plain (act_bits 16) inputs, every column block whole and 16-byte aligned: the same sums
 // in the same order as ref_matvec_kernel (lane l: blocks 32i + l, i ascending, 8 fmas each; then the tree),
-// with the loads vectorised and kBatch rounds of them in flight at once (the router's matvec: a few µs, not
-// tens).
+// with the loads vectorised and kBatch rounds of them in flight at once. Without expert ids a warp takes NP
+// consecutive tokens of its row, loading each weight vector once for all of them (the router's matvec of a
+// prefill step: its weight traffic is what bounds it); each token's sum is still its own chain.
 constexpr int kBatch = 6;
-template <bool kXf32>
+template <bool kXf32, int NP>
 __global__ void __launch_bounds__(kWarps * 32) ref_matvec_bf16_kernel(const RefArgs a) {
   pdl_entry();
   const RefMatrix& w = a.w;
   const int lane = threadIdx.x & 31;
-  const int r = blockIdx.x * kWarps + (threadIdx.x >> 5), p = blockIdx.y;
+  const int r = blockIdx.x * kWarps + (threadIdx.x >> 5), p0 = blockIdx.y * NP;
   if (r >= w.rows) return;
-  const int e = a.ids ? a.ids[p] : 0;
+  const int e = a.ids ? a.ids[p0] : 0;  // NP == 1 when there are ids
   const uint8_t* row =
       w.data + static_cast<long long>(e) * w.expert_stride + static_cast<long long>(r) * w.row_bytes;
-  const long long xrow = static_cast<long long>(p / a.x_div) * w.cols;
+  const int np = min(NP, a.P - p0);
   const int nb = w.cols / 8, rounds = (nb + 31) / 32;
-  float acc = 0.0f;
+  float acc[NP];
+#pragma unroll
+  for (int tp = 0; tp < NP; ++tp) acc[tp] = 0.0f;
   for (int i0 = 0; i0 < rounds; i0 += kBatch) {
-    uint4 wv[kBatch], xv[kBatch][2];
+    uint4 wv[kBatch];
 #pragma unroll
     for (int q = 0; q < kBatch; ++q) {
       const int b = 32 * (i0 + q) + lane;
-      if (b >= nb) continue;
-      wv[q] = __ldg(reinterpret_cast<const uint4*>(row) + b);
-      if constexpr (kXf32) {
-        xv[q][0] = __ldg(reinterpret_cast<const uint4*>(a.x_f32 + xrow) + 2 * b);
-        xv[q][1] = __ldg(reinterpret_cast<const uint4*>(a.x_f32 + xrow) + 2 * b + 1);
-      } else {
-        xv[q][0] = __ldg(reinterpret_cast<const uint4*>(a.x + xrow) + b);
-      }
+      if (b < nb) wv[q] = __ldg(reinterpret_cast<const uint4*>(row) + b);
     }
 #pragma unroll
-    for (int q = 0; q < kBatch; ++q) {
-      if (32 * (i0 + q) + lane >= nb) continue;
-      const uint32_t ww[4] = {wv[q].x, wv[q].y, wv[q].z, wv[q].w};
+    for (int tp = 0; tp < NP; ++tp) {
+      if (tp >= np) break;
+      const long long xrow = static_cast<long long>((p0 + tp) / a.x_div) * w.cols;
+      uint4 xv[kBatch][2];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float wf = bf16_bits_to_f32(static_cast<uint16_t>(ww[j / 2] >> (16 * (j & 1))));
-        float xf;
+      for (int q = 0; q < kBatch; ++q) {
+        const int b = 32 * (i0 + q) + lane;
+        if (b >= nb) continue;
         if constexpr (kXf32) {
-          const uint4& v = xv[q][j / 4];
-          const uint32_t xs[4] = {v.x, v.y, v.z, v.w};
-          xf = __uint_as_float(xs[j % 4]);
+          xv[q][0] = __ldg(reinterpret_cast<const uint4*>(a.x_f32 + xrow) + 2 * b);
+          xv[q][1] = __ldg(reinterpret_cast<const uint4*>(a.x_f32 + xrow) + 2 * b + 1);
         } else {
-          const uint32_t xs[4] = {xv[q][0].x, xv[q][0].y, xv[q][0].z, xv[q][0].w};
-          xf = bf16_bits_to_f32(static_cast<uint16_t>(xs[j / 2] >> (16 * (j & 1))));
+          xv[q][0] = __ldg(reinterpret_cast<const uint4*>(a.x + xrow) + b);
         }
-        acc = fmaf(wf, xf, acc);
+      }
+#pragma unroll
+      for (int q = 0; q < kBatch; ++q) {
+        if (32 * (i0 + q) + lane >= nb) continue;
+        const uint32_t ww[4] = {wv[q].x, wv[q].y, wv[q].z, wv[q].w};
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const float wf = bf16_bits_to_f32(static_cast<uint16_t>(ww[j / 2] >> (16 * (j & 1))));
+          float xf;
+          if constexpr (kXf32) {
+            const uint4& v = xv[q][j / 4];
+            const uint32_t xs[4] = {v.x, v.y, v.z, v.w};
+            xf = __uint_as_float(xs[j % 4]);
+          } else {
+            const uint32_t xs[4] = {xv[q][0].x, xv[q][0].y, xv[q][0].z, xv[q][0].w};
+            xf = bf16_bits_to_f32(static_cast<uint16_t>(xs[j / 2] >> (16 * (j & 1))));
+          }
+          acc[tp] = fmaf(wf, xf, acc[tp]);
+        }
       }
     }
   }
-  for (int o = 16; o; o >>= 1) acc = __fadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, o));
-  if (lane == 0) a.y[static_cast<long long>(p) * a.ld_y + r] = acc;
+#pragma unroll
+  for (int tp = 0; tp < NP; ++tp) {
+    if (tp >= np) break;
+    float v = acc[tp];
+    for (int o = 16; o; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if (lane == 0) a.y[static_cast<long long>(p0 + tp) * a.ld_y + r] = v;
+  }
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
@@ -208,10 +226,16 @@ cudaError_t raw_ref_matvec(const RefArgs& a, cudaStream_t s) {
   const bool fast = a.w.format == kRefBF16 && a.w.act_bits == 16 && a.w.cols % 8 == 0 &&
                     a.w.row_bytes % 16 == 0 && a.w.expert_stride % 16 == 0 && aligned16(a.w.data) &&
                     (a.x_f32 ? aligned16(a.x_f32) : aligned16(a.x));
-  if (fast && a.x_f32)
-    GQ_KLAUNCH(launch(ref_matvec_bf16_kernel<true>, dim3(grid), dim3(kWarps * 32), 0, s, a));
+  constexpr int kNP = 8;  // tokens a warp of the shared-weight kernel
+  const dim3 grid_np(grid.x, static_cast<unsigned>((a.P + kNP - 1) / kNP));
+  if (fast && a.ids == nullptr && a.x_f32)
+    GQ_KLAUNCH(launch(ref_matvec_bf16_kernel<true, kNP>, dim3(grid_np), dim3(kWarps * 32), 0, s, a));
+  else if (fast && a.ids == nullptr)
+    GQ_KLAUNCH(launch(ref_matvec_bf16_kernel<false, kNP>, dim3(grid_np), dim3(kWarps * 32), 0, s, a));
+  else if (fast && a.x_f32)
+    GQ_KLAUNCH(launch(ref_matvec_bf16_kernel<true, 1>, dim3(grid), dim3(kWarps * 32), 0, s, a));
   else if (fast)
-    GQ_KLAUNCH(launch(ref_matvec_bf16_kernel<false>, dim3(grid), dim3(kWarps * 32), 0, s, a));
+    GQ_KLAUNCH(launch(ref_matvec_bf16_kernel<false, 1>, dim3(grid), dim3(kWarps * 32), 0, s, a));
   else
     GQ_KLAUNCH(launch(ref_matvec_kernel, dim3(grid), dim3(kWarps * 32), 0, s, a));
   return cudaGetLastError();
