@@ -175,6 +175,7 @@ void check_case(const Case& c) {
   const auto chunk4 = run(c, cache, slot, pos, q, 4);
   check_reference(c, cache, slot, pos, q, chunk4);
   expect_same(chunk4, run(c, cache, slot, pos, q, 1), "64-row chunk: 1-warp vs 4-warp tiles");
+  expect_same(chunk4, run(c, cache, slot, pos, q, 8), "64-row chunk: 8-warp vs 4-warp tiles");
   const size_t per = static_cast<size_t>(c.nh) * c.d;
   std::vector<float> pieces;
   for (int t0 = 0; t0 < n; t0 += 7) {  // chunks of 7, the last one shorter

@@ -8,12 +8,12 @@ namespace gridq::cuda::detail {
 
 namespace {
 
-template <class Dec, int MODE>
-cudaError_t launch_gemm(int fmt, int k, int v, const KParams& p, cudaStream_t s, bool pdl, long long mwb) {
+template <class Dec, int MODE, int MINB>
+cudaError_t launch_gemm_minb(int fmt, int k, int v, const KParams& p, cudaStream_t s, bool pdl, long long mwb) {
   constexpr int NB = 8 * gemm_nt<MODE>();
   constexpr int kSmem = gemm_smem_bytes<Dec, MODE>();
   static const cudaError_t attr =
-      cudaFuncSetAttribute(gemm_kernel<Dec, MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+      cudaFuncSetAttribute(gemm_kernel<Dec, MODE, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (attr != cudaSuccess) return attr;
   long long blocks = 0;
   // The GEMV's grid comes from the GEMV's own translation unit (gemv_cb.cuh: one device function per kernel).
@@ -26,8 +26,17 @@ cudaError_t launch_gemm(int fmt, int k, int v, const KParams& p, cudaStream_t s,
   gp.tile_groups = (p.R + kWarpsPerBlock - 1) / kWarpsPerBlock;
   const long long grid = static_cast<long long>(gp.tile_groups) * ((p.M + NB - 1) / NB);
   if (grid > 0x7FFFFFFFLL) return cudaErrorInvalidValue;
-  return launch_pdl(pdl, gemm_kernel<Dec, MODE>, dim3(static_cast<unsigned>(grid)), dim3(kThreads),
+  return launch_pdl(pdl, gemm_kernel<Dec, MODE, MINB>, dim3(static_cast<unsigned>(grid)), dim3(kThreads),
                     static_cast<size_t>(kSmem), s, gp);
+}
+
+// Two CTAs an SM for the dense formats once the rows span more than one token block (gemm_impl.cuh).
+template <class Dec, int MODE>
+cudaError_t launch_gemm(int fmt, int k, int v, const KParams& p, cudaStream_t s, bool pdl, long long mwb) {
+  if constexpr (Dec::kUnitK != 256) {
+    if (p.M > 8 * gemm_nt<MODE>()) return launch_gemm_minb<Dec, MODE, 2>(fmt, k, v, p, s, pdl, mwb);
+  }
+  return launch_gemm_minb<Dec, MODE, 1>(fmt, k, v, p, s, pdl, mwb);
 }
 
 }  // namespace

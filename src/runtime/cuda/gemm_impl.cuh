@@ -110,16 +110,14 @@ __device__ __forceinline__ void gemm_unit(const typename Dec::Frag& f, const uin
   }
 }
 
-// CTAs an SM is built for: FP8's and BF16's stages are small, so registers decide the occupancy; two CTAs
-// (≤ 128 registers) give each scheduler 4 warps to hide the mma and load latencies (ncu at 1 CTA: over half
-// the cycles had no eligible warp). CB's decoder tables and stages fill the shared memory of one.
-template <class Dec>
-constexpr int gemm_min_blocks() {
-  return Dec::kUnitK == 256 ? 1 : 2;
-}
-
-template <class Dec, int MODE>
-__global__ void __launch_bounds__(kThreads, gemm_min_blocks<Dec>()) gemm_kernel(const GemmParams gp) {
+// MINB: CTAs an SM is built for. A prefill step's GEMM is latency-bound: FP8's and BF16's stages are small,
+// so registers decide the occupancy, and two CTAs (≤ 128 registers) give each scheduler 4 warps to hide the
+// mma and load latencies (ncu at 1 CTA: over half the cycles had no eligible warp; 1.37 → 1.05 ms for a
+// 2048-row FP8 qkv). A decode-sized one (one token block) streams weights and is faster unconstrained
+// (batch 64: 48.6 → 52.9 ms a step with 2). CB's decoder tables and stages fill the shared memory of one.
+// The arithmetic is the same either way, so the choice is free.
+template <class Dec, int MODE, int MINB>
+__global__ void __launch_bounds__(kThreads, MINB) gemm_kernel(const GemmParams gp) {
   constexpr int NT = gemm_nt<MODE>(), NB = 8 * NT;
   constexpr int NP = MODE == kSwiglu ? 2 : 1;
   constexpr int kStageBytes = gemm_stage_bytes<Dec, MODE>();

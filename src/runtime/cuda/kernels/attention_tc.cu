@@ -92,7 +92,7 @@ __device__ __forceinline__ void load_block(const AttnArgs& a, int slot, int kvh,
 }
 
 template <int D>
-__global__ void __launch_bounds__(128) attn_tc_kernel(const AttnArgs a) {
+__global__ void __launch_bounds__(256) attn_tc_kernel(const AttnArgs a) {
   pdl_entry();
   extern __shared__ __align__(16) uint16_t smem[];
   __shared__ Tile tiles[kMaxTiles];
@@ -260,7 +260,7 @@ cudaError_t launch_tc(const AttnArgs& a, int warps, cudaStream_t s) {
   }();
   // The grid: as many CTAs as fit on the device at once (a function of the kernel, not of the step, so the
   // decode graphs replay it), walking the items the step's positions need.
-  static int resident[5] = {};
+  static int resident[9] = {};
   if (resident[warps] == 0) {
     int n = 0;
     const cudaError_t e =
@@ -280,7 +280,8 @@ bool attention_tc_supported(int d, int nh, int nkv) {
 }
 
 cudaError_t raw_attention_tc_splits(const AttnArgs& a, int warps, cudaStream_t s) {
-  if (!attention_tc_supported(a.d, a.nh, a.nkv) || (warps != 1 && warps != 4) || a.T > kMaxSliceRows)
+  if (!attention_tc_supported(a.d, a.nh, a.nkv) || (warps != 1 && warps != 4 && warps != 8) ||
+      a.T > kMaxSliceRows)
     return cudaErrorInvalidValue;
   if (a.d == 128) return launch_tc<128>(a, warps, s);
   if (a.d == 64) return launch_tc<64>(a, warps, s);

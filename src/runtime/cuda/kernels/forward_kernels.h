@@ -98,8 +98,8 @@ struct AttnArgs {
   const float* q = nullptr;
   int T = 0, nh = 0, nkv = 0, d = 0, window = 0;
   int max_splits = 0;  // ceil((max position + 1) / kAttnSplitKeys) over the step's rows
-  // Warps per CTA of the tensor-core path (attention_tc.h): 4 when the step holds a prefill chunk, else 1.
-  // Only the speed depends on it.
+  // Warps per CTA of the tensor-core path (attention_tc.h): 1, 4 or 8 (fwd::attention_warps). Only the
+  // speed depends on it.
   int tile_warps = 1;
   KvView kv;
   RowInfo rows;
