@@ -126,6 +126,47 @@ TEST(CudaInvariance, PrefillChunkingDoesNotChangeLogits) {
   }
 }
 
+// A long prompt asking only for its last logits runs as steps of many rows (attention in several slices,
+// each with its own split count): its last logits and the KV it leaves (the next steps' logits) are the
+// same bits as the prompt fed in chunks of 7 and 64.
+TEST(CudaInvariance, LongPrefillStepsMatchChunks) {
+  REQUIRE_GPU();
+  auto b = open_both(repo_path("models/laguna-tiny-code"), false);
+  ASSERT_TRUE(b.ok()) << b.message();
+  const auto p = prompt(6, 700, b->gpu->vocab_size());
+  auto run = [&](size_t chunk) {
+    std::vector<float> out;
+    auto s = b->gpu->create_sequence();
+    for (size_t i = 0; i < p.size(); i += chunk) {
+      const size_t n = std::min(chunk, p.size() - i);
+      const bool last = i + n == p.size();
+      auto l = b->gpu->prefill(s, std::span<const int32_t>(p.data() + i, n),
+                               last ? runtime::LogitsMode::kLast : runtime::LogitsMode::kNone);
+      EXPECT_TRUE(l.ok()) << l.message();
+      if (!l.ok()) return out;
+      if (last) out = *l;
+    }
+    for (int step = 0; step < 6; ++step) {  // decode on the KV the prompt left
+      const int32_t tok = static_cast<int32_t>(std::max_element(out.end() - b->gpu->vocab_size(), out.end()) -
+                                               (out.end() - b->gpu->vocab_size()));
+      auto l = b->gpu->prefill(s, std::span<const int32_t>(&tok, 1), runtime::LogitsMode::kLast);
+      EXPECT_TRUE(l.ok()) << l.message();
+      if (!l.ok()) return out;
+      out.insert(out.end(), l->begin(), l->end());
+    }
+    b->gpu->free_sequence(s);
+    return out;
+  };
+  const auto whole = run(p.size());
+  ASSERT_EQ(whole.size(), 7u * static_cast<size_t>(b->gpu->vocab_size()));
+  for (size_t chunk : {size_t{7}, size_t{64}}) {
+    const auto pieces = run(chunk);
+    ASSERT_EQ(whole.size(), pieces.size());
+    EXPECT_EQ(std::memcmp(whole.data(), pieces.data(), pieces.size() * 4), 0)
+        << "a 700-token prompt in one call vs chunks of " << chunk;
+  }
+}
+
 // Every row of every tiled format's GEMV (M ≤ 16) and GEMM (M > 16, token blocks of 64 and 32) has the bits
 // of the same row computed alone (M = 1): the work split depends on the matrix only. 65 tiles: the last CTA
 // of the GEMM has one active warp.

@@ -92,7 +92,7 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
   GRIDQ_ASSIGN_OR_RETURN(ws_, WorkspaceBuffers::create());
   max_len_ = opts.max_model_len > 0 ? opts.max_model_len : S.max_position_embeddings;
   if (max_len_ < 1) return err("cuda backend: max_model_len {} < 1", max_len_);
-  GRIDQ_ASSIGN_OR_RETURN(plan_, runtime::KvPlan::from_spec(S, 16, kMaxSliceRows));
+  GRIDQ_ASSIGN_OR_RETURN(plan_, runtime::KvPlan::from_spec(S, 16, detail::kAttnSliceRows));
 
   // Step buffers: widest input, output and intermediate over every matrix of the model.
   size_t W = static_cast<size_t>(S.hidden_size), Y = static_cast<size_t>(S.hidden_size), G = 1, I2 = 1,

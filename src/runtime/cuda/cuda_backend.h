@@ -2,7 +2,7 @@
 // for full-attention layers, a ring per sequence for sliding layers, sized by kv_plan from the memory left
 // after the weights), the step workspace, and the forward (forward.cpp), which mirrors cpu/layer_ops.cpp.
 // A forward of any size runs as steps of at most kMaxStepRows rows (a prefill chunk shares every weight
-// read), attention in slices of kMaxSliceRows rows, decode steps of ≤ kMaxSliceRows rows as CUDA graphs.
+// read), attention in slices of ≤ kAttnSliceRows rows, decode steps of ≤ kMaxSliceRows rows as CUDA graphs.
 #pragma once
 
 #include <array>

@@ -89,6 +89,7 @@ Status CudaBackend::enqueue_step(const Step& st, PhaseTimer& timer) {
         stream_,
         T,
         {w.rows.as<int>() + T, w.rows.as<int>() + 2 * T, w.rows.as<int>() + 3 * T},
+        st.pos.data(),
         &timer,
         fwd::attention_warps(st.pos, st.slot),
         side_,

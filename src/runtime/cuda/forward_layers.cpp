@@ -158,11 +158,22 @@ Status attention(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, const de
   at.tile_warps = c.attn_warps;
   at.kv = kv;
   at.partial = c.w.partial.as<float>();
-  // Slices of ≤ kMaxSliceRows rows in row order, each writing its K/V and then attending (a row reads only
-  // keys at positions ≤ its own: the earlier slices' and its own). The rings hold window + kMaxSliceRows
-  // slots, so a slice never overwrites a key a row of the same slice still needs.
-  for (int t0 = 0; t0 < c.T; t0 += detail::kMaxSliceRows) {
-    const int n = std::min(detail::kMaxSliceRows, c.T - t0);
+  // Slices of ≤ kAttnSliceRows rows in row order, each writing its K/V and then attending (a row reads only
+  // keys at positions ≤ its own: the earlier slices' and its own). The rings hold window + kAttnSliceRows
+  // slots, so a slice never overwrites a key a row of the same slice still needs. The split buffer holds
+  // kMaxSliceRows rows of max_splits splits: a longer slice is cut where its own splits would not fit. A
+  // step of one slice (every decode step, graphs included) keeps the position-independent max_splits.
+  auto splits_of = [&](int t0, int n) {
+    int mx = 0;
+    for (int t = t0; t < t0 + n; ++t) mx = std::max(mx, c.pos_host[t]);
+    return mx / detail::kAttnSplitKeys + 1;
+  };
+  for (int t0 = 0, n = 0; t0 < c.T; t0 += n) {
+    n = std::min(detail::kAttnSliceRows, c.T - t0);
+    const long long room = static_cast<long long>(detail::kMaxSliceRows) * c.w.max_splits;
+    while (n > detail::kMaxSliceRows && static_cast<long long>(n) * splits_of(t0, n) > room)
+      n = std::max(detail::kMaxSliceRows, n / 2);
+    at.max_splits = c.T <= detail::kMaxSliceRows ? c.w.max_splits : splits_of(t0, n);
     const detail::RowInfo rows{c.rows.pos + t0, c.rows.seq_slot + t0,
                                c.rows.kv_write ? c.rows.kv_write + t0 : nullptr};
     detail::RopeArgs rs = r;
@@ -172,7 +183,7 @@ Status attention(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, const de
     rs.rows = rows;
     GQ_LAUNCH(detail::raw_qk_rope_kv(rs, c.s), "qk-norm + rope + kv write");
     // (A step of several slices times its RoPE inside "attn core".)
-    if (c.T <= detail::kMaxSliceRows) GRIDQ_RETURN_IF_ERROR(c.timer->mark("attn qk-norm+rope+kv"));
+    if (n == c.T) GRIDQ_RETURN_IF_ERROR(c.timer->mark("attn qk-norm+rope+kv"));
     at.q = rs.q;
     at.o = c.w.o.as<float>() + static_cast<long long>(t0) * qw;
     at.T = n;

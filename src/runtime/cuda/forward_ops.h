@@ -56,6 +56,7 @@ struct Ctx {
   cudaStream_t s;
   int T;
   detail::RowInfo rows;
+  const int* pos_host;  // [T] the rows' positions (host copy of rows.pos: attention's slices)
   CudaBackend::PhaseTimer* timer;
   int attn_warps;     // AttnArgs::tile_warps for the step
   cudaStream_t side;  // the shared expert's stream, forked at fork and joined at join

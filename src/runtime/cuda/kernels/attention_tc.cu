@@ -23,7 +23,7 @@ namespace gridq::cuda::detail {
 namespace {
 
 constexpr int kKeys = 64;                         // keys per shared-memory block
-constexpr int kMaxTiles = 2 * kMaxSliceRows + 64;  // runs + pair tiles of the longest step (g ≤ 16)
+constexpr int kMaxTiles = 2 * kAttnSliceRows + 64;  // runs + pair tiles of the longest step (g ≤ 16)
 constexpr float kLog2e = 1.4426950408889634f;
 
 template <int D>
@@ -281,7 +281,7 @@ bool attention_tc_supported(int d, int nh, int nkv) {
 
 cudaError_t raw_attention_tc_splits(const AttnArgs& a, int warps, cudaStream_t s) {
   if (!attention_tc_supported(a.d, a.nh, a.nkv) || (warps != 1 && warps != 4 && warps != 8) ||
-      a.T > kMaxSliceRows)
+      a.T > kAttnSliceRows)
     return cudaErrorInvalidValue;
   if (a.d == 128) return launch_tc<128>(a, warps, s);
   if (a.d == 64) return launch_tc<64>(a, warps, s);

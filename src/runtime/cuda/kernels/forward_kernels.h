@@ -3,7 +3,8 @@
 // the MoE combine, and the any-format reference matvec. Plain data and cudaError_t only (gpu-engine.md §1:
 // device code is a leaf); the host-side checks and messages live in forward.cpp / device_model.cpp.
 //
-// Shapes: T = rows of the step (≤ kMaxStepRows; ≤ kMaxSliceRows for rope/attention), H = hidden, d = head_dim, nh / nkv = query / KV heads.
+// Shapes: T = rows of the step (≤ kMaxStepRows; ≤ kAttnSliceRows for rope/attention), H = hidden,
+// d = head_dim, nh / nkv = query / KV heads.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -17,10 +18,14 @@ namespace gridq::cuda::detail {
 // Laguna-S-2.1 at 2048 (the GEMM and the grouped experts take
 // any row count; a row's bits never depend on the step's size).
 inline constexpr int kMaxStepRows = 2048;
-// Rows of one QK-norm/RoPE/KV-write + attention launch, of a decode graph and of one step's logit rows. A
-// step of more rows runs its attention as slices in row order, each slice writing its K/V right before
-// reading: the sliding-window rings then need only window + kMaxSliceRows slots whatever the step size.
+// Rows of a decode graph and of one step's logit rows (sampling's scratch is vocabulary-wide per row); the
+// attention split buffer holds this many rows at the longest context.
 inline constexpr int kMaxSliceRows = 64;
+// Rows of one QK-norm/RoPE/KV-write + attention launch at most. A step of more rows runs its attention as
+// slices in row order, each writing its K/V right before reading: the sliding-window rings then need only
+// window + kAttnSliceRows slots whatever the step size. A slice is cut shorter where its rows' splits would
+// not fit the split buffer (fwd::attention).
+inline constexpr int kAttnSliceRows = 256;
 inline constexpr int kAttnSplitKeys = 256;  // keys per attention split: fixed, so the merge order is too
 inline constexpr int kMaxHeadDim = 256;
 
