@@ -30,11 +30,12 @@ cudaError_t launch_gemm_minb(int fmt, int k, int v, const KParams& p, cudaStream
                     static_cast<size_t>(kSmem), s, gp);
 }
 
-// Two CTAs an SM for the dense formats once the rows span more than one token block (gemm_impl.cuh).
+// Two CTAs an SM for the dense formats past a decode step's rows (gemm_impl.cuh).
+constexpr int kDecodeRows = 64;
 template <class Dec, int MODE>
 cudaError_t launch_gemm(int fmt, int k, int v, const KParams& p, cudaStream_t s, bool pdl, long long mwb) {
   if constexpr (Dec::kUnitK != 256) {
-    if (p.M > 8 * gemm_nt<MODE>()) return launch_gemm_minb<Dec, MODE, 2>(fmt, k, v, p, s, pdl, mwb);
+    if (p.M > kDecodeRows) return launch_gemm_minb<Dec, MODE, 2>(fmt, k, v, p, s, pdl, mwb);
   }
   return launch_gemm_minb<Dec, MODE, 1>(fmt, k, v, p, s, pdl, mwb);
 }

@@ -23,7 +23,10 @@ namespace gridq::cuda::detail {
 namespace {
 
 constexpr int kKeys = 64;                         // keys per shared-memory block
-constexpr int kMaxTiles = 2 * kAttnSliceRows + 64;  // runs + pair tiles of the longest step (g ≤ 16)
+// The tile table: runs + pair tiles of a slice of T rows (g ≤ 16), in dynamic shared memory after the key
+// blocks, sized for the slice class (decode: ≤ kMaxSliceRows rows) so that a decode step's CTAs stay as
+// small as the key blocks make them (a table for 256 rows cost a 1-warp CTA its third slot per SM).
+__host__ __device__ constexpr int max_tiles(int T) { return 2 * T + 64; }
 constexpr float kLog2e = 1.4426950408889634f;
 
 template <int D>
@@ -31,7 +34,7 @@ constexpr int pitch() {
   return D + 8;  // BF16 elements per shared row: 16 bytes of padding keep ldmatrix conflict-free
 }
 template <int D>
-constexpr int smem_bytes() {
+constexpr int kv_smem_bytes() {
   return 2 * 2 * kKeys * pitch<D>() * 2;  // {K, V} × 2 buffers
 }
 
@@ -49,7 +52,7 @@ __device__ __forceinline__ int j_low(const AttnArgs& a, int pos) {
   return a.window > 0 ? max(0, pos - a.window + 1) : 0;
 }
 
-// Thread 0 lists the step's tiles (≤ kMaxTiles; the host checks g ≤ 16) and their item counts.
+// Thread 0 lists the step's tiles (≤ max_tiles(T); the host checks g ≤ 16) and their item counts.
 __device__ int build_tiles(const AttnArgs& a, int g, int per_tile, Tile* tiles, int* n_tiles) {
   int n = 0, items = 0;
   for (int t = 0; t < a.T;) {
@@ -95,7 +98,7 @@ template <int D>
 __global__ void __launch_bounds__(256) attn_tc_kernel(const AttnArgs a) {
   pdl_entry();
   extern __shared__ __align__(16) uint16_t smem[];
-  __shared__ Tile tiles[kMaxTiles];
+  Tile* tiles = reinterpret_cast<Tile*>(reinterpret_cast<unsigned char*>(smem) + kv_smem_bytes<D>());
   __shared__ int total_items, n_tiles;
   const int g = a.nh / a.nkv, warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) total_items = build_tiles(a, g, 16 * warps, tiles, &n_tiles);
@@ -250,27 +253,30 @@ __global__ void __launch_bounds__(256) attn_tc_kernel(const AttnArgs a) {
 
 template <int D>
 cudaError_t launch_tc(const AttnArgs& a, int warps, cudaStream_t s) {
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(attn_tc_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<D>());
+  const int cls = a.T <= kMaxSliceRows ? 0 : 1;  // decode-sized or prefill slice
+  const int smem = kv_smem_bytes<D>() + max_tiles(cls ? kAttnSliceRows : kMaxSliceRows) * int(sizeof(Tile));
+  static const cudaError_t attr = cudaFuncSetAttribute(
+      attn_tc_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      kv_smem_bytes<D>() + max_tiles(kAttnSliceRows) * int(sizeof(Tile)));
   if (attr != cudaSuccess) return attr;
   static const int sms = [] {
     int dev = 0, n = 132;
     if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
     return n;
   }();
-  // The grid: as many CTAs as fit on the device at once (a function of the kernel, not of the step, so the
-  // decode graphs replay it), walking the items the step's positions need.
-  static int resident[9] = {};
-  if (resident[warps] == 0) {
+  // The grid: as many CTAs as fit on the device at once (a function of the kernel and the slice class, not
+  // of the step, so the decode graphs replay it), walking the items the step's positions need.
+  static int resident[2][9] = {};
+  if (resident[cls][warps] == 0) {
     int n = 0;
-    const cudaError_t e =
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attn_tc_kernel<D>, 32 * warps, smem_bytes<D>());
+    const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attn_tc_kernel<D>, 32 * warps, smem);
     if (e != cudaSuccess) return e;
-    resident[warps] = n < 1 ? 1 : n;
+    resident[cls][warps] = n < 1 ? 1 : n;
   }
-  const long long most = static_cast<long long>(a.T) * a.nh * a.max_splits, cap = 1LL * resident[warps] * sms;
+  const long long most = static_cast<long long>(a.T) * a.nh * a.max_splits,
+                  cap = 1LL * resident[cls][warps] * sms;
   const dim3 grid(static_cast<unsigned>(most < cap ? most : cap));
-  return launch(attn_tc_kernel<D>, grid, dim3(32 * warps), smem_bytes<D>(), s, a);
+  return launch(attn_tc_kernel<D>, grid, dim3(32 * warps), static_cast<size_t>(smem), s, a);
 }
 
 }  // namespace
