@@ -76,6 +76,33 @@ def test_echo_logprobs_with_generation_and_the_sdk(server):
     assert ch.text == "".join(ch.logprobs.tokens)
 
 
+def test_lm_eval_loglikelihood_batch(server):
+    """lm-evaluation-harness 0.4.13's local-completions loglikelihood path, step by step: a batch of token-id
+    prompts (context + continuation), max_tokens 1, logprobs 1, echo; parse_logprobs() sums
+    token_logprobs[ctxlen:-1] and calls the continuation greedy when each token is its top_logprobs max."""
+    def tok(t):
+        return post(server, "/tokenize", {"model": MODEL_ID, "prompt": t}).json()["tokens"]
+
+    pairs = [("def add(a, b):\n    return", " a + b"), ("The capital of France is", " Paris")]
+    prompts = [tok(c) + tok(x) for c, x in pairs]
+    ctxlens = [len(tok(c)) for c, _ in pairs]
+    body = {"model": MODEL_ID, "prompt": prompts, "temperature": 0, "max_tokens": 1, "logprobs": 1,
+            "seed": 1234, "echo": True}
+    out = post(server, "/v1/completions", body).json()
+    res = []
+    for choice, ctxlen in zip(sorted(out["choices"], key=lambda c: c["index"]), ctxlens):
+        lps = choice["logprobs"]["token_logprobs"][ctxlen:-1]
+        tops = choice["logprobs"]["top_logprobs"][ctxlen:-1]
+        res.append((sum(lps), all(t == max(top.values()) for t, top in zip(lps, tops))))
+    assert len(res) == 2 and all(ll < 0 for ll, _ in res)
+    # Each prompt alone, and scored without generating, gives the same numbers (batch invariance).
+    for p, ctxlen, (ll, greedy) in zip(prompts, ctxlens, res):
+        one = post(server, "/v1/completions", {**body, "prompt": p, "max_tokens": 0}).json()["choices"][0]
+        lps = one["logprobs"]["token_logprobs"][ctxlen:]
+        assert math.isclose(sum(lps), ll, abs_tol=1e-4)
+        assert greedy == all(t == max(top.values()) for t, top in zip(lps, one["logprobs"]["top_logprobs"][ctxlen:]))
+
+
 def test_max_tokens_zero_needs_echo(server):
     r = post(server, "/v1/completions", {"model": MODEL_ID, "prompt": "x", "max_tokens": 0})
     assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens"
