@@ -1,5 +1,5 @@
 """Real clients against a live server (issue 14 "done when"): langchain-openai's OpenAI (completions) and
-ChatOpenAI (invoke, stream, tools) with their own defaults, which send fields such as "seed": null and
+ChatOpenAI (invoke, stream, tools, with_structured_output) with their own defaults, which send fields such as "seed": null and
 "n": 1 that a strict server must accept. litellm is not here: it requires openai>=2.20, which conflicts
 with the SDK version the rest of this suite pins (see the issue 14 closing note)."""
 
@@ -63,3 +63,20 @@ def test_langchain_chat_tools(server):
     result = get_weather.invoke(msg.tool_calls[0])
     follow = chat.invoke(["What is the weather in Paris?", msg, result])
     assert isinstance(follow.content, str)
+
+
+def test_langchain_with_structured_output(server):
+    from pydantic import BaseModel
+
+    class Answer(BaseModel):  # bounded fields: the tiny model may write digits until max_tokens
+        city: Literal["Paris", "Oslo"]
+        sunny: bool
+
+    chat = ChatOpenAI(base_url=server.base + "/v1", api_key=API_KEY, model=MODEL_ID, max_tokens=200,
+                      temperature=0, max_retries=0, extra_body=NO_THINK)
+    # json_schema: response_format with the model's JSON schema (constrained decoding on the server);
+    # function_calling: a forced call to a tool named after the schema.
+    for method in ("json_schema", "function_calling"):
+        out = chat.with_structured_output(Answer, method=method).invoke("Is it sunny in Paris?")
+        assert isinstance(out, Answer), method
+        assert out.city in ("Paris", "Oslo") and isinstance(out.sunny, bool)
