@@ -368,6 +368,13 @@ struct Session : std::enable_shared_from_this<Session> {
   }
 
   void respond_error_and_close(const ApiError& e) {
+    // Refused before dispatch (431, 413, obs-fold, duplicate fields...): the client's headers are not
+    // trusted, so the id is a fresh one, and the access log still records the refusal.
+    if (!in_request) {
+      request_id = random_id("");
+      started = std::chrono::steady_clock::now();
+      log_path.clear();
+    }
     in_request = true;
     keep_alive = false;
     send_full(e.status, "application/json", error_body(e), e.headers);

@@ -216,6 +216,15 @@ def test_access_log_lines(server):
     assert ok["latency_ms"] >= 0
     bad = [x for x in lines if x["request_id"] == rid + "-bad"][-1]
     assert bad["status"] == 400
+    # A request refused by the transport before dispatch (obs-fold) is logged too, under a fresh id.
+    n = len(lines)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n  folded\r\n\r\n")
+        head = s.recv(65536)
+    assert head.startswith(b"HTTP/1.1 400") and b"X-Request-Id: " in head
+    time.sleep(0.2)
+    later = [json.loads(x) for x in server.access_log.read_text().splitlines()][n:]
+    assert any(x["status"] == 400 and x["method"] == "other" for x in later), later
 
 
 # --- item 4: non-finite logits fail the request with a 500 naming the cause ---
