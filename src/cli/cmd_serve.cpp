@@ -5,13 +5,12 @@
 #include <condition_variable>
 #include <csignal>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
 #include <optional>
-#include <sstream>
 
 #include "cli/cli_model.h"
 #include "cli/command.h"
+#include "core/file_read.h"
 #include "gridbook/quant_config.h"
 #include "io/checkpoint.h"
 #include "io/pins.h"
@@ -54,8 +53,8 @@ struct ServeOpts {
   size_t max_queue = 256;
   double queue_timeout = 0.0;
   double shutdown_timeout = 30.0;
-  bool metrics_public = false;
-  bool skip_pin_check = false;
+  bool metrics_public = false, skip_pin_check = false;
+  std::string access_log;
   int64_t max_batch_tokens = 512;
   int64_t num_gpu_blocks_override = 0;
   bool prefix_caching = true, prefix_caching_explicit = false;  // explicit: a backend without it is an error
@@ -66,13 +65,7 @@ void log(const std::string& s) {
   std::fflush(stderr);
 }
 
-Expected<std::string> read_text(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) return err("{}: cannot open", p.string());
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+Expected<std::string> read_text(const fs::path& p) { return read_file_bytes(p.string()); }
 
 // The chat template: --chat-template FILE, else chat_template.jinja, else tokenizer_config.json's
 // chat_template.
@@ -181,6 +174,7 @@ int run_serve(ServeOpts o) {
   ho.api_keys = o.api_keys;
   ho.allowed_origins = origins;
   ho.max_body_bytes = o.max_body_bytes;
+  ho.access_log = o.access_log;
   serve::HttpServer http(ho, &metrics);
   serve::ApiServer api(http, metrics);
   api.register_routes();
@@ -392,6 +386,7 @@ Registrar reg(
        auto* pc = sub.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o->prefix_caching,
                                "share KV pages of common prompt prefixes (default on)");
        sub.add_flag("--metrics-public", o->metrics_public, "serve /metrics without an API key");
+       sub.add_option("--access-log", o->access_log, "one JSON line per request to FILE ('-': stderr)");
        sub.add_flag("--skip-pin-check", o->skip_pin_check, "do not verify PINS.json (logged loudly)");
        return [o, pc] { return o->prefix_caching_explicit = pc->count() > 0, run_serve(*o); };
      }});

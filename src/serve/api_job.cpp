@@ -68,6 +68,24 @@ bool Job::on_token(int idx, const runtime::SampledToken& t) {
   return stopped;
 }
 
+void Job::start_prompt_scores(int first, int n, int32_t first_token) {
+  std::lock_guard lk(mu_);
+  for (int i = first; i < first + n; ++i) {
+    TokenLogprob lp = token_logprob(*m_.tok, first_token, 0.0f);
+    lp.unscored = true;
+    (stream_ ? choices[i].pending_lps : choices[i].logprobs).push_back(std::move(lp));
+  }
+}
+
+void Job::on_prompt_logprob(int first, int n, const runtime::SampledToken& t) {
+  std::lock_guard lk(mu_);
+  if (finished_) return;
+  TokenLogprob lp = token_logprob(*m_.tok, t.token, t.logprob);
+  for (const auto& [id, v] : t.top) lp.top.push_back(token_logprob(*m_.tok, id, v));
+  for (int i = first; i < first + n; ++i)
+    (stream_ ? choices[i].pending_lps : choices[i].logprobs).push_back(lp);
+}
+
 void Job::on_choice_done(int idx, FinishReason r) {
   std::lock_guard lk(mu_);
   if (finished_) return;
@@ -176,6 +194,7 @@ void Job::complete() {
     return fail(status_error(503, "unavailable_error", "aborted",
                              "the request was aborted (server shutting down or client gone)"));
   for (const auto& c : choices) metrics_.request_success(c.finish_reason);
+  ch_->note_usage(prompt_tokens, completion_tokens);
   if (stream_) {
     if (include_usage)
       out(sse_event(usage_chunk_json(id_, created_, model,
@@ -211,7 +230,8 @@ void Job::complete() {
       o.index = static_cast<int>(i);
       o.text = c.echo_prefix + r.content.value_or("");
       o.finish_reason = c.finish_reason;
-      if (want_logprobs) o.logprobs = completion_logprobs_json(c.logprobs, c.echo_prefix.size());
+      // With echo the logprobs start at the prompt's first token (prompt scoring), so offsets start at 0.
+      if (want_logprobs) o.logprobs = completion_logprobs_json(c.logprobs, 0);
       outs.push_back(std::move(o));
     }
     ch_->send(200, "application/json",

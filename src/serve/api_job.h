@@ -45,6 +45,10 @@ class Job : public std::enable_shared_from_this<Job> {
   bool on_token(int idx, const runtime::SampledToken& t);
   void on_choice_done(int idx, FinishReason r);
   void on_error(int status, const std::string& code, const std::string& message);
+  // Prompt scoring (echo + logprobs) of the job's choices [first, first + n): the prompt's first token,
+  // which has no logprob, then each later prompt token's (SchedRequest::on_prompt_logprob).
+  void start_prompt_scores(int first, int n, int32_t first_token);
+  void on_prompt_logprob(int first, int n, const runtime::SampledToken& t);
 
  private:
   // The request ends in an error: an HTTP error before streaming, else an error event then [DONE] (§4.8).
@@ -80,6 +84,7 @@ class Part final : public SchedRequest {
     job_->on_error(status, code, msg);
   }
   void constrain(int c, runtime::SamplePlan& plan) override;
+  void on_prompt_logprob(const runtime::SampledToken& t) override { job_->on_prompt_logprob(offset_, n, t); }
 
   // Structured outputs: one constraint per choice of this part (empty: unconstrained).
   std::vector<std::unique_ptr<ChoiceConstraint>> constraints;

@@ -272,6 +272,10 @@ void ApiServer::handle_completions(const HttpRequest& req, std::shared_ptr<Respo
   std::vector<std::shared_ptr<SchedRequest>> parts;
   for (size_t pi = 0; pi < prompts.size(); ++pi) {
     auto part = std::make_shared<Part>(job, static_cast<int>(pi) * r.gen.n);
+    if (r.echo && r.gen.logprobs) {  // the echoed prompt comes with its tokens' logprobs (issue 14 item 8)
+      job->start_prompt_scores(static_cast<int>(pi) * r.gen.n, r.gen.n, prompts[pi][0]);
+      part->prompt_logprobs = true;
+    }
     part->prompt = std::move(prompts[pi]);
     fill_sched_request(*part, r.gen, max_tokens[pi], stop_ids, static_cast<int>(pi) * r.gen.n);
     attach_constraints(*part, cg, -1);

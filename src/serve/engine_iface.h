@@ -21,6 +21,8 @@ struct StepItem {
   SeqId seq = 0;
   std::span<const int32_t> tokens;  // appended at positions length(seq) .. length(seq) + n - 1
   bool want_logits = true;          // logits of the last appended position
+  // With want_logits: a row for every appended position instead (prompt scoring, runtime::LogitsMode::kAll).
+  bool all_logits = false;
 };
 
 class EngineIface {
@@ -40,8 +42,9 @@ class EngineIface {
   }
   virtual Status add_sequence(SeqId id) = 0;
   virtual void remove_sequence(SeqId id) = 0;
-  // Runs all items in one forward; appends one row of vocab_size() floats per item with want_logits, in
-  // order. Each item's row must not depend on the other items (batch invariance, server.md §8).
+  // Runs all items in one forward; appends one row of vocab_size() floats per item with want_logits (one per
+  // position with all_logits), in order. Each item's row must not depend on the other items (batch
+  // invariance, server.md §8).
   virtual Status forward(std::span<const StepItem> items, std::vector<float>& logits) = 0;
   // forward(items), then each want_logits row r sampled by plans[r] (runtime::Sampler::plan; null: not
   // sampled, token -1): one token per row comes back instead of its logits. This default samples on the host

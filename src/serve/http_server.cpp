@@ -9,12 +9,15 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <cerrno>
 #include <deque>
 #include <mutex>
+
+#include "serve/access_log.h"
 
 namespace gridq::serve {
 
@@ -124,6 +127,7 @@ struct HttpServer::Impl {
   std::atomic<bool> stopping{false};
   // Sessions told to close at stop() whose queued output has not reached the socket yet.
   std::atomic<int> unflushed{0};
+  AccessLog access_log;
 
   Impl(HttpOptions o, Metrics* m, HttpServer* s) : opts(std::move(o)), metrics(m), owner(s) {}
   void do_accept();
@@ -157,6 +161,10 @@ struct Session : std::enable_shared_from_this<Session> {
   uint64_t generation = 0;    // request counter; stale channels are ignored
   std::function<void()> disconnect_cb;
   std::string cur_handler, cur_method;
+  // This request's X-Request-Id (echoed on every answer) and what the access log records of it.
+  std::string request_id, log_path;
+  std::chrono::steady_clock::time_point started;
+  int64_t prompt_tokens = -1, completion_tokens = -1;
 
   Session(HttpServer::Impl& s, tcp::socket sock) : srv(s), stream(std::move(sock)) {}
 
@@ -167,6 +175,7 @@ struct Session : std::enable_shared_from_this<Session> {
     // Labels of the previous request on this connection must not be counted against this one's errors.
     cur_handler.clear();
     cur_method.clear();
+    request_id.clear();
     stream.expires_after(std::chrono::milliseconds(static_cast<int64_t>(srv.opts.header_timeout_s * 1000)));
     read_head_block();
   }
@@ -311,6 +320,7 @@ struct Session : std::enable_shared_from_this<Session> {
                  const std::vector<std::pair<std::string, std::string>>& extra) {
     if (!in_request || closed) return;
     if (srv.metrics && !cur_handler.empty()) srv.metrics->inc_http(cur_handler, cur_method, status);
+    log_access(status, false);
     bool keep = keep_alive && !srv.owner->draining();
     std::string s = head(status, ct, body.size(), keep, with_cors(extra));
     if (!head_only) s += body;
@@ -318,8 +328,25 @@ struct Session : std::enable_shared_from_this<Session> {
     enqueue(std::move(s));
   }
 
+  void log_access(int status, bool gone) {
+    if (!srv.access_log.enabled() || request_id.empty()) return;
+    AccessEntry e;
+    e.request_id = request_id;
+    e.method = cur_method.empty() ? "other" : cur_method;
+    e.path = log_path;
+    e.status = status;
+    e.prompt_tokens = prompt_tokens;
+    e.completion_tokens = completion_tokens;
+    e.latency_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    e.stream = streaming;
+    e.client_gone = gone;
+    srv.access_log.write(e);
+  }
+
+  // The headers every answer to a dispatched request carries: X-Request-Id, and CORS when the origin may.
   std::vector<std::pair<std::string, std::string>> with_cors(
       std::vector<std::pair<std::string, std::string>> extra) const {
+    if (!request_id.empty()) extra.push_back({"X-Request-Id", request_id});
     if (!cors_origin.empty()) {
       extra.push_back({"Access-Control-Allow-Origin", cors_origin});
       if (cors_origin != "*") extra.push_back({"Vary", "Origin"});
@@ -341,6 +368,13 @@ struct Session : std::enable_shared_from_this<Session> {
   }
 
   void respond_error_and_close(const ApiError& e) {
+    // Refused before dispatch (431, 413, obs-fold, duplicate fields...): the client's headers are not
+    // trusted, so the id is a fresh one, and the access log still records the refusal.
+    if (!in_request) {
+      request_id = random_id("");
+      started = std::chrono::steady_clock::now();
+      log_path.clear();
+    }
     in_request = true;
     keep_alive = false;
     send_full(e.status, "application/json", error_body(e), e.headers);
@@ -356,8 +390,35 @@ struct Session : std::enable_shared_from_this<Session> {
       if (ec) return self->notify_disconnect();
       char c;
       ssize_t r = ::recv(self->stream.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-      if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) return self->notify_disconnect();
+      if (r == 0) return self->probe_peer();
+      if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return self->notify_disconnect();
       if (r < 0 && spurious < 64) self->watch_disconnect(spurious + 1);
+    });
+  }
+
+  // EOF only says the client sent a FIN: it does so when it is gone and also when it merely half-closed
+  // after its request (shutdown(SHUT_WR), issue 14 item 9), which must not cancel the request. Only a write
+  // tells the two apart, as a closed socket answers data with a reset: send bytes the client must ignore
+  // (an interim 100 before the answer, RFC 9110 §15.2; an SSE comment in a stream), then watch for the
+  // reset for up to a second. HTTP/1.0 has no interim answers, so there EOF before the answer stays "gone".
+  void probe_peer() {
+    if (!streaming && http10) return notify_disconnect();
+    if (streaming)
+      enqueue(http10 ? std::string(": probe\n\n") : std::string("9\r\n: probe\n\n\r\n"));
+    else
+      enqueue("HTTP/1.1 100 Continue\r\n\r\n");
+    check_probe(0);
+  }
+  void check_probe(int round) {
+    auto t = std::make_shared<net::steady_timer>(stream.get_executor(), std::chrono::milliseconds(50));
+    t->async_wait([self = shared_from_this(), t, gen = generation, round](beast::error_code ec) {
+      if (ec || self->closed || gen != self->generation || !self->in_request) return;
+      char c;
+      ssize_t r = ::recv(self->stream.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return self->notify_disconnect();
+      if (r == 0 && round < 20) self->check_probe(round + 1);
+      // Still only EOF after a second: a half-closed client, alive; its answer is sent when ready (a
+      // failed write still reports it gone).
     });
   }
 
@@ -389,6 +450,7 @@ struct Session : std::enable_shared_from_this<Session> {
   void close() {
     if (closed) return stop_flushed();
     closed = true;
+    if (in_request) log_access(streaming ? 200 : 499, true);  // 499: nginx's "client closed request"
     notify_disconnect();
     beast::error_code ec;
     stream.socket().shutdown(tcp::socket::shutdown_both, ec);
@@ -449,10 +511,17 @@ class Channel final : public ResponseChannel {
     run([](Session& s) {
       if (!s.streaming) return;
       if (!s.http10) s.enqueue("0\r\n\r\n");
+      s.log_access(200, false);
       s.finish_request(s.keep_alive && !s.srv.owner->draining());
       // HTTP/1.0: the close is the stream's end, and nothing more is queued to trigger it when the last
       // event has already been written: close now (write_next closes once `out` is empty).
       if (s.http10 && !s.writing) s.write_next();
+    });
+  }
+  void note_usage(int64_t prompt_tokens, int64_t completion_tokens) override {
+    run([prompt_tokens, completion_tokens](Session& s) {
+      s.prompt_tokens = prompt_tokens;
+      s.completion_tokens = completion_tokens;
     });
   }
   void on_disconnect(std::function<void()> cb) override {
@@ -499,6 +568,10 @@ void Session::dispatch(HttpRequest req) {
   in_request = true;
   cur_handler.clear();
   cur_method.clear();
+  request_id = request_id_for(req.headers);
+  log_path = req.path;
+  started = std::chrono::steady_clock::now();
+  prompt_tokens = completion_tokens = -1;
   // A method token is client data of any length: one that is not an RFC 9110 method is refused here, before
   // auth, routing or any metric sees it (vLLM's uvicorn answers unknown tokens without reaching the app).
   if (method_label(req.method) == "other") {
@@ -635,6 +708,7 @@ void HttpServer::on_signal(std::function<void(int)> cb) { impl_->signal_cb = std
 
 Expected<uint16_t> HttpServer::start() {
   auto& im = *impl_;
+  if (!im.opts.access_log.empty()) GRIDQ_RETURN_IF_ERROR(im.access_log.open(im.opts.access_log));
   beast::error_code ec;
   auto addr = net::ip::make_address(im.opts.host, ec);
   if (ec) return err("--host {}: not an IP address ({})", im.opts.host, ec.message());

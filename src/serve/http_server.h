@@ -42,6 +42,8 @@ class ResponseChannel {
   virtual void end_stream() = 0;
   // `cb` runs once (on an I/O thread) when the client disconnects before the response is complete.
   virtual void on_disconnect(std::function<void()> cb) = 0;
+  // The request's token counts, for the access log; call before the answer (send, end_stream).
+  virtual void note_usage(int64_t /*prompt_tokens*/, int64_t /*completion_tokens*/) {}
 };
 
 using Handler = std::function<void(const HttpRequest&, std::shared_ptr<ResponseChannel>)>;
@@ -69,6 +71,7 @@ struct HttpOptions {
   double body_timeout_s = 30.0;
   double write_timeout_s = 60.0;
   int io_threads = 2;
+  std::string access_log;  // --access-log: a file, "-" for stderr, "" for none (serve/access_log.h)
 };
 
 class HttpServer {

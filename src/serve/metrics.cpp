@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "serve/process_metrics.h"
+
 namespace gridq::serve {
 namespace {
 const char* kHistNames[] = {"time_to_first_token_seconds",  "inter_token_latency_seconds",
@@ -28,6 +30,41 @@ std::string esc(const std::string& s) {
   return o;
 }
 std::string num(double v) { return fmt::format("{}", v); }
+
+// vLLM's names for the families both servers export (vllm-project/vllm docs/design/metrics.md), so
+// dashboards and alerts written for vLLM work unchanged. Always on: the copy is a fixed set of families
+// with the same bounded labels (a few KB per scrape), and a flag would only be one more thing to get wrong
+// when pointing an existing dashboard at gridq.
+constexpr std::string_view kVllmFamilies[] = {
+    "num_requests_running",        "num_requests_waiting",        "kv_cache_usage_perc",
+    "prompt_tokens_total",         "generation_tokens_total",     "request_success_total",
+    "num_preemptions_total",       "prefix_cache_queries_total",  "prefix_cache_hits_total",
+    "cache_config_info",           "time_to_first_token_seconds", "inter_token_latency_seconds",
+    "e2e_request_latency_seconds", "request_queue_time_seconds",  "request_prefill_time_seconds",
+    "request_decode_time_seconds", "request_prompt_tokens",       "request_generation_tokens"};
+
+// The families of `text` (each starts at its HELP line) named in kVllmFamilies, with `vllm:` for `gridq:`.
+std::string vllm_names(const std::string& text) {
+  std::string out;
+  bool keep = false;
+  size_t p = 0;
+  while (p < text.size()) {
+    size_t e = text.find('\n', p);
+    if (e == std::string::npos) e = text.size();
+    std::string_view line(text.data() + p, e - p);
+    constexpr std::string_view kHelp = "# HELP gridq:";
+    if (line.substr(0, kHelp.size()) == kHelp) {
+      std::string_view name = line.substr(kHelp.size());
+      name = name.substr(0, name.find(' '));
+      keep = false;
+      for (auto f : kVllmFamilies) keep = keep || f == name;
+    }
+    if (const size_t at = line.find("gridq:"); keep && at != std::string_view::npos)
+      out.append(line.substr(0, at)).append("vllm:").append(line.substr(at + 6)).append("\n");
+    p = e + 1;
+  }
+  return out;
+}
 
 // RFC 9110 §9 methods; other tokens (any length) are "other". The server refuses them before counting
 // (501), so this is the second line of defence.
@@ -141,9 +178,11 @@ std::string Metrics::render() const {
     o += fmt::format("# HELP gridq:{} {}\n# TYPE gridq:{} gauge\ngridq:{}{{{}}} {}\n", name, help, name, name,
                      ml, num(v));
   };
+  // Counters are named with their `_total` on the HELP and TYPE lines too, as prometheus_client writes
+  // the 0.0.4 format: its parser types a sample only when its name is the TYPE line's name.
   auto counter = [&](const char* name, const char* help, uint64_t v) {
-    o += fmt::format("# HELP gridq:{} {}\n# TYPE gridq:{} counter\ngridq:{}_total{{{}}} {}\n", name, help,
-                     name, name, ml, v);
+    o += fmt::format("# HELP gridq:{}_total {}\n# TYPE gridq:{}_total counter\ngridq:{}_total{{{}}} {}\n",
+                     name, help, name, name, ml, v);
   };
   gauge("num_requests_running", "Requests with sequences in the running batch",
         static_cast<double>(running_));
@@ -168,15 +207,15 @@ std::string Metrics::render() const {
         "gridq:cache_config_info{{{},block_size=\"{}\",num_gpu_blocks=\"{}\",enable_prefix_caching=\"{}\"}} "
         "1\n",
         ml, cfg_page_tokens_, cfg_pages_, cfg_prefix_ ? "True" : "False");
-  o += "# HELP gridq:request_success Finished requests by finish reason\n# TYPE gridq:request_success "
-       "counter\n";
+  o += "# HELP gridq:request_success_total Finished requests by finish reason\n# TYPE "
+       "gridq:request_success_total counter\n";
   for (const char* r : {"stop", "length", "tool_calls", "other"}) {
     auto it = success_.find(r);
     o += fmt::format("gridq:request_success_total{{{},finished_reason=\"{}\"}} {}\n", ml, r,
                      it == success_.end() ? 0 : it->second);
   }
-  o += "# HELP gridq:http_requests HTTP requests by handler, method and status\n# TYPE gridq:http_requests "
-       "counter\n";
+  o += "# HELP gridq:http_requests_total HTTP requests by handler, method and status\n# TYPE "
+       "gridq:http_requests_total counter\n";
   for (const auto& [k, v] : http_) {
     const int st = std::get<2>(k);
     o += fmt::format("gridq:http_requests_total{{{},handler=\"{}\",method=\"{}\",status=\"{}\"}} {}\n", ml,
@@ -200,6 +239,8 @@ std::string Metrics::render() const {
       "# HELP gridq:model_info Served model\n# TYPE gridq:model_info gauge\n"
       "gridq:model_info{{{},artifact_sha256=\"{}\",format=\"{}\"}} 1\n",
       ml, esc(sha_), esc(format_));
+  o += vllm_names(o);
+  o += process_metrics_text();
   return o;
 }
 

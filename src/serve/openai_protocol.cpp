@@ -170,7 +170,8 @@ std::optional<ApiError> parse_gen(const ojson& b, const Limits& lim, bool chat, 
   for (const char* k : {"max_tokens", "max_completion_tokens"}) {
     if (!chat && std::string_view(k) == "max_completion_tokens") continue;
     i.reset();
-    GQ_TRY(get_int(b, k, 1, kInt32Max, i));
+    // Completions take 0 too, for prompt scoring with echo (checked with echo in parse_completion_request).
+    GQ_TRY(get_int(b, k, chat ? 1 : 0, kInt32Max, i));
     if (i) g.max_tokens = i;
   }
   GQ_TRY(get_num(b, "temperature", 0.0, 2.0, false, d));
@@ -609,6 +610,11 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(const ojson& 
   if (auto s = b.find("suffix"); s != b.end() && !s->is_null())
     return invalid("suffix", "suffix is not supported", "unsupported_parameter");
   GQ_TRY(parse_gen(b, lim, false, r.gen));
+  // max_tokens 0 asks only for the echoed prompt and its logprobs (lm-evaluation-harness's loglikelihood
+  // requests); without echo it would ask for nothing.
+  if (r.gen.max_tokens && *r.gen.max_tokens == 0 && !r.echo)
+    return invalid("max_tokens",
+                   "max_tokens must be at least 1; 0 is allowed only with echo (prompt scoring)");
   if (auto bo = b.find("best_of"); bo != b.end() && !bo->is_null()) {
     std::optional<int64_t> v;
     GQ_TRY(get_int(b, "best_of", 1, 16, v));
@@ -688,13 +694,19 @@ ojson completion_logprobs_json(const std::vector<TokenLogprob>& lps, size_t text
   size_t pos = text_offset_start;
   for (const auto& t : lps) {
     tokens.push_back(t.token);
+    off.push_back(pos);
+    // Code points: every byte that does not continue a UTF-8 sequence starts one.
+    for (unsigned char c : t.token) pos += (c & 0xC0) != 0x80;
+    if (t.unscored) {
+      tlp.push_back(nullptr);
+      top.push_back(nullptr);
+      continue;
+    }
     tlp.push_back(t.logprob);
     ojson m = ojson::object();
     for (const auto& a : t.top)
       if (!m.contains(a.token)) m[a.token] = a.logprob;
     top.push_back(std::move(m));
-    off.push_back(pos);
-    pos += t.token.size();
   }
   ojson out = ojson::object();
   out["tokens"] = std::move(tokens);

@@ -121,9 +121,11 @@ struct TokenLogprob {
   std::vector<uint8_t> bytes;
   double logprob = 0.0;
   std::vector<TokenLogprob> top;
+  bool unscored = false;  // the first prompt token of an echo: nothing precedes it, logprob and top are null
 };
 
 ojson chat_logprobs_json(const std::vector<TokenLogprob>& lps);
+// text_offset counts characters (code points) of the choice's text, as OpenAI's (Python string) offsets do.
 ojson completion_logprobs_json(const std::vector<TokenLogprob>& lps, size_t text_offset_start);
 
 struct ToolCallOut {

@@ -11,7 +11,7 @@ OutputProcessor::OutputProcessor(OutputSpec spec)
     : s_(std::move(spec)), dec_(*s_.tok, false), rp_(s_.markers, s_.initial) {
   if (s_.streaming && s_.tools != ToolParserKind::kNone) {
     auto inner = s_.tools == ToolParserKind::kPoolside ? text::make_poolside_stream_parser(s_.schemas)
-                                                       : text::make_json_stream_parser();
+                                                       : text::make_json_stream_parser(s_.schemas);
     tp_ = text::filtered(std::move(inner), s_.filter);
   }
 }
@@ -119,7 +119,7 @@ OutputDelta OutputProcessor::finish() {
   }
   if (!s_.streaming && s_.tools != ToolParserKind::kNone) {
     auto r = s_.tools == ToolParserKind::kPoolside ? text::parse_poolside_tool_calls(content_all_, s_.schemas)
-                                                   : text::parse_json_tool_calls(content_all_);
+                                                   : text::parse_json_tool_calls(content_all_, s_.schemas);
     r = text::apply_filter(std::move(r), s_.filter);
     final_calls_ = std::move(r.calls);
     content_all_ = r.content.value_or("");

@@ -56,8 +56,10 @@ Status RuntimeEngine::batch(std::span<const StepItem> items, std::vector<runtime
   for (const auto& it : items) {
     auto f = ids_.find(it.seq);
     if (f == ids_.end()) return err("serve engine: forward on unknown sequence {}", it.seq);
-    b.push_back(runtime::BatchItem{f->second, it.tokens,
-                                   it.want_logits ? runtime::LogitsMode::kLast : runtime::LogitsMode::kNone});
+    const auto mode = !it.want_logits ? runtime::LogitsMode::kNone
+                      : it.all_logits ? runtime::LogitsMode::kAll
+                                      : runtime::LogitsMode::kLast;
+    b.push_back(runtime::BatchItem{f->second, it.tokens, mode});
   }
   return {};
 }

@@ -15,7 +15,11 @@ double secs(Clock::duration d) { return std::chrono::duration<double>(d).count()
 }  // namespace
 
 Scheduler::Scheduler(EngineIface& engine, SchedulerOptions opts, Metrics* metrics)
-    : engine_(engine), opts_(opts), metrics_(metrics), kv0_(engine.kv_pages()) {}
+    : engine_(engine),
+      opts_(opts),
+      metrics_(metrics),
+      free_slots_(opts.max_num_seqs),
+      kv0_(engine.kv_pages()) {}
 
 Scheduler::~Scheduler() { stop(); }
 
@@ -65,9 +69,20 @@ std::optional<SubmitError> Scheduler::submit(std::shared_ptr<SchedRequest> req) 
     std::lock_guard lk(mu_);
     if (failed_) return SubmitError{503, "engine_failed", "the engine failed: " + failure_};
     if (stop_) return SubmitError{503, "shutting_down", "the server is shutting down"};
-    if (waiting_.size() >= opts_.max_queue)
-      return SubmitError{429, "queue_full", "the waiting queue is full; retry later"};
     if (req->n > opts_.max_num_seqs) return SubmitError{400, "invalid_value", "n exceeds --max-num-seqs"};
+    // --max-queue bounds the requests that must wait, not those arriving before the scheduler thread's next
+    // step boundary: a burst first fills the free sequence slots (issue 14 item 9), so the waiting requests
+    // that those slots will take at the next admission do not count against the queue.
+    int64_t slots = free_slots_.load();
+    size_t must_wait = 0;
+    for (const auto& w : waiting_) {
+      if (must_wait == 0 && slots >= w->n)
+        slots -= w->n;
+      else
+        ++must_wait;
+    }
+    if ((must_wait > 0 || slots < req->n) && must_wait >= opts_.max_queue)
+      return SubmitError{429, "queue_full", "the waiting queue is full; retry later"};
     const int64_t prompt = static_cast<int64_t>(req->prompt.size()), L = engine_.max_model_len();
     if (prompt + 1 > L)
       return SubmitError{
@@ -132,7 +147,7 @@ void Scheduler::admit_locked() {
     } else {
       for (int c = 0; c < req->n; ++c)
         seqs.push_back(std::make_unique<Seq>(
-            Seq{0, req, c, runtime::Sampler(req->sampling[c]), {}, 0, 0, false, {}, -1, false, {}}));
+            Seq{0, req, c, runtime::Sampler(req->sampling[c]), {}, 0, 0, false, {}, -1, false, {}, 0}));
     }
     int64_t need = 0;
     for (const auto& s : seqs) need += pages_for(static_cast<int64_t>(s->ctx().size()) + 1);
@@ -169,6 +184,7 @@ void Scheduler::admit_locked() {
     waiting_.pop_front();
   }
   waiting_reqs_ = static_cast<int64_t>(waiting_.size());
+  free_slots_ = opts_.max_num_seqs - running_seqs;
 }
 
 void Scheduler::finish_seq(Seq& s, FinishReason r) {
@@ -255,6 +271,10 @@ void Scheduler::fail_all(const std::string& message) {
 }
 
 void Scheduler::update_gauges() {
+  int64_t seqs = 0;
+  for (const auto& s : running_)
+    if (s && !s->done) ++seqs;
+  free_slots_ = opts_.max_num_seqs - seqs;
   if (!metrics_) return;
   const runtime::KvPageStats kv = engine_.kv_pages();
   metrics_->set_gauges(running_reqs_.load(), waiting_reqs_.load(),

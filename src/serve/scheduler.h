@@ -42,6 +42,10 @@ class SchedRequest {
   virtual void on_choice_done(int choice, FinishReason reason) = 0;
   // The request failed as a whole (engine error, queue timeout); no further callbacks follow.
   virtual void on_error(int http_status, const std::string& code, const std::string& message) = 0;
+  // Prompt scoring (completions echo + logprobs): with prompt_logprobs set, choice 0's prefill returns the
+  // raw logprob of each prompt token after the first, in order, here (SampledToken::token is that prompt
+  // token, `top` its alternatives). Default: unused.
+  virtual void on_prompt_logprob(const runtime::SampledToken& /*tok*/) {}
   // Structured outputs (serve/constraint.h): called on the scheduler thread with each sampled row's plan of
   // `choice` before the step runs, to restrict it (SamplePlan::allowed). Default: unconstrained.
   virtual void constrain(int /*choice*/, runtime::SamplePlan& /*plan*/) {}
@@ -53,6 +57,7 @@ class SchedRequest {
   std::vector<int32_t> stop_ids;  // EOS (unless ignore_eos), </assistant> for chat, stop_token_ids
   int64_t min_tokens = 0;
   int top_logprobs = 0;
+  bool prompt_logprobs = false;  // see on_prompt_logprob; max_tokens may then be 0 (scoring only)
   std::atomic<bool> cancelled{false};
   std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();
 };
@@ -114,11 +119,14 @@ class Scheduler {
     int32_t next_input = -1;
     bool done = false;
     std::chrono::steady_clock::time_point last_token;
+    size_t scored = 0;  // prompt scoring: prompt positions whose next token's logprob was reported
     // The tokens the KV must hold before the next sampled row.
     std::span<const int32_t> ctx() const {
       return resume.empty() ? std::span<const int32_t>(req->prompt) : std::span<const int32_t>(resume);
     }
     bool prefilling() const { return prefilled < ctx().size(); }
+    // Whether this sequence's prefill still reports prompt logprobs (choice 0 only: the prompt is shared).
+    bool scoring() const { return req->prompt_logprobs && choice == 0 && scored + 1 < req->prompt.size(); }
   };
   struct ReqState {
     std::shared_ptr<SchedRequest> req;
@@ -135,6 +143,9 @@ class Scheduler {
   // Builds the step's items; preempts the newest requests until the pages they need are free.
   void build_step(std::vector<StepItem>& items, std::vector<Seq*>& owners);
   void collect_items(std::vector<StepItem>& items, std::vector<Seq*>& owners);
+  // The plan that scores prompt position `pos` of `s` (only ctx[pos + 1] allowed, greedy), kept in `store`.
+  static const runtime::SamplePlan* score_plan(const Seq& s, size_t pos, size_t V,
+                                               std::deque<runtime::SamplePlan>& store);
   void preempt(const SchedRequest* victim);
   void finish_seq(Seq& s, FinishReason r);
   void drop_request(const std::shared_ptr<SchedRequest>& r);
@@ -160,6 +171,8 @@ class Scheduler {
   std::atomic<bool> failed_{false};
   std::string failure_;
   std::atomic<int64_t> running_reqs_{0}, waiting_reqs_{0};
+  // Sequence slots not taken by running sequences, as of the last admission or step (scheduler thread).
+  std::atomic<int64_t> free_slots_{0};
   runtime::KvPageStats kv0_;  // the pool at construction (total and page size do not change)
   SchedulerStats stats_;      // under mu_
   SeqId next_seq_ = 1;

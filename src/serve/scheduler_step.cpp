@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <deque>
 
 #include "serve/logit_check.h"
 #include "serve/scheduler.h"
@@ -16,12 +17,24 @@ namespace {
 double secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 }  // namespace
 
+const runtime::SamplePlan* Scheduler::score_plan(const Seq& s, size_t pos, size_t V,
+                                                 std::deque<runtime::SamplePlan>& store) {
+  runtime::SamplePlan p;
+  p.greedy = true;
+  p.top_logprobs = s.req->top_logprobs;
+  const auto next = static_cast<size_t>(s.ctx()[pos + 1]);
+  p.allowed.assign((V + 63) / 64, 0);
+  if (next < V) p.allowed[next >> 6] |= uint64_t{1} << (next & 63);
+  store.push_back(std::move(p));
+  return &store.back();
+}
+
 void Scheduler::collect_items(std::vector<StepItem>& items, std::vector<Seq*>& owners) {
   // Every decoding sequence contributes its last token; prefill chunks fill the rest of the budget.
   int64_t budget = opts_.max_batch_tokens;
   for (auto& s : running_) {
     if (s->done || s->prefilling()) continue;
-    items.push_back(StepItem{s->id, std::span<const int32_t>(&s->next_input, 1), true});
+    items.push_back(StepItem{s->id, std::span<const int32_t>(&s->next_input, 1), true, false});
     owners.push_back(s.get());
     --budget;
   }
@@ -37,7 +50,8 @@ void Scheduler::collect_items(std::vector<StepItem>& items, std::vector<Seq*>& o
         if (first != running_.end() && (*first)->prefilled < s->req->prompt.size()) continue;
       }
       s->attached = true;
-      if (engine_.prefix_caching()) {
+      // A scored prompt is prefilled whole: cached pages would skip the positions whose logprobs it needs.
+      if (engine_.prefix_caching() && !s->scoring()) {
         auto hit = engine_.attach_prefix(s->id, s->ctx());
         if (hit.ok()) {
           s->prefilled = static_cast<size_t>(hit->resume);
@@ -56,7 +70,9 @@ void Scheduler::collect_items(std::vector<StepItem>& items, std::vector<Seq*>& o
     const auto ctx = s->ctx();
     const size_t n =
         std::min<size_t>(ctx.size() - s->prefilled, static_cast<size_t>(std::max<int64_t>(budget, 1)));
-    items.push_back(StepItem{s->id, ctx.subspan(s->prefilled, n), s->prefilled + n == ctx.size()});
+    const bool score = s->scoring();
+    items.push_back(
+        StepItem{s->id, ctx.subspan(s->prefilled, n), score || s->prefilled + n == ctx.size(), score});
     owners.push_back(s.get());
     budget -= static_cast<int64_t>(n);
   }
@@ -179,15 +195,24 @@ void Scheduler::loop() {
     }
     // Each sampled row's plan (its uniform drawn now, in row order) before the step, so the engine can
     // sample where the logits are; rows of finished or cancelled sequences are not sampled.
-    std::vector<runtime::SamplePlan> plan_store;
-    plan_store.reserve(items.size());
+    std::deque<runtime::SamplePlan> plan_store;  // stable addresses as it grows
     std::vector<const runtime::SamplePlan*> plans;
     const size_t V = static_cast<size_t>(engine_.vocab_size());
     for (size_t k = 0; k < items.size(); ++k) {
       if (!items[k].want_logits) continue;
       Seq& s = *owners[k];
+      const size_t rows = items[k].all_logits ? items[k].tokens.size() : 1;
       if (s.done || s.req->cancelled) {
-        plans.push_back(nullptr);
+        plans.insert(plans.end(), rows, nullptr);
+        continue;
+      }
+      // Prompt scoring: the row of prompt position p is "sampled" with only prompt[p + 1] allowed, greedily,
+      // which reports that token's raw logprob and alternatives (runtime/sampler.h step 8) and leaves every
+      // sampling state untouched. The row of the prompt's last position, if in this chunk, samples as usual.
+      const size_t base = s.prefilled;
+      for (size_t j = 0; j + 1 < rows; ++j) plans.push_back(score_plan(s, base + j, V, plan_store));
+      if (items[k].all_logits && base + rows < s.ctx().size()) {
+        plans.push_back(score_plan(s, base + rows - 1, V, plan_store));
         continue;
       }
       std::span<const int32_t> banned;
@@ -220,9 +245,37 @@ void Scheduler::loop() {
         }
       }
       if (!items[k].want_logits) continue;
+      if (items[k].all_logits) {
+        // Every row but a last one that ends the prompt is a prompt token's score (see the plans above).
+        const size_t base = s.prefilled - items[k].tokens.size();
+        bool failed = false;
+        for (size_t j = 0; j < items[k].tokens.size(); ++j) {
+          const size_t pos = base + j;
+          if (pos + 1 >= s.ctx().size()) break;
+          const runtime::SampledToken& t = sampled[row];
+          if (!plans[row++] || s.done || s.req->cancelled || failed) continue;
+          if (fail_on_non_finite(t, *s.req)) {
+            failed = true;
+            continue;
+          }
+          // After a preemption the prompt is prefilled again: report each position once.
+          if (pos == s.scored) {
+            ++s.scored;
+            s.req->on_prompt_logprob(t);
+          }
+        }
+        if (failed || s.prefilling()) {
+          row += s.prefilling() ? 0 : 1;
+          continue;
+        }
+      }
       const runtime::SampledToken& tok = sampled[row];
       if (!plans[row++] || s.done || s.req->cancelled) continue;
       if (fail_on_non_finite(tok, *s.req)) continue;
+      if (s.req->max_tokens == 0) {  // scoring only (echo with max_tokens 0): no token is generated
+        finish_seq(s, FinishReason::kLength);
+        continue;
+      }
       const auto& stop_ids = s.req->stop_ids;
       ReqState* rs = state_of(s.req.get());
       if (rs) {

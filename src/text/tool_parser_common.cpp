@@ -10,6 +10,12 @@ bool ToolSchemas::is_string(std::string_view tool, std::string_view key) const {
   return it->second.count(std::string(key)) > 0;
 }
 
+bool ToolSchemas::accepts(std::string_view name) const {
+  for (std::string_view marker : {"<tool_call>", "</tool_call>", "<arg_key>", "<arg_value>"})
+    if (name.find(marker) != std::string_view::npos) return false;
+  return !closed || names.find(name) != names.end();
+}
+
 namespace {
 bool type_is_string(const nlohmann::json& t) {
   if (t.is_string()) return t.get<std::string>() == "string";
@@ -32,12 +38,14 @@ bool type_is_string(const nlohmann::json& t) {
 ToolSchemas tool_schemas_from_openai(const nlohmann::json& tools) {
   ToolSchemas out;
   if (!tools.is_array()) return out;
+  out.closed = true;
   for (const auto& t : tools) {
     if (!t.is_object()) continue;
     auto fit = t.find("function");
     if (fit == t.end() || !fit->is_object()) continue;
     auto nit = fit->find("name");
     if (nit == fit->end() || !nit->is_string()) continue;
+    out.names.insert(nit->get<std::string>());
     auto& keys = out.string_args[nit->get<std::string>()];
     auto pit = fit->find("parameters");
     if (pit == fit->end() || !pit->is_object()) continue;

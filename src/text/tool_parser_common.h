@@ -39,10 +39,19 @@ struct ToolStreamDelta {
   bool empty() const { return content.empty() && calls.empty(); }
 };
 
-// For each tool name, the argument keys whose schema type is "string" (kept byte for byte).
+// For each tool name, the argument keys whose schema type is "string" (kept byte for byte), and which names
+// a call may have at all.
 struct ToolSchemas {
   std::map<std::string, std::set<std::string>, std::less<>> string_args;
+  // The request's declared function names; `closed`: a call must name one of them (set from `tools`).
+  std::set<std::string, std::less<>> names;
+  bool closed = false;
   bool is_string(std::string_view tool, std::string_view key) const;
+  // Whether a parsed call with this name is a call (issue 14 item 3). A name the request did not declare
+  // (sampling noise such as "_"), or one holding the format's own marker text ("<tool_call><tool_call>"),
+  // would hand the client a call it never offered, so the block stays text instead (vLLM keeps such output
+  // as content).
+  bool accepts(std::string_view name) const;
 };
 
 // Reads OpenAI `tools` ([{"type":"function","function":{"name","parameters":{"properties":{K:{"type"}}}}}]).

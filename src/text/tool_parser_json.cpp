@@ -6,7 +6,7 @@ namespace {
 constexpr std::string_view kOpen = "<tool_call>";
 constexpr std::string_view kClose = "</tool_call>";
 
-std::optional<ParsedToolCall> parse_block(std::string_view body) {
+std::optional<ParsedToolCall> parse_block(std::string_view body, const ToolSchemas& schemas) {
   std::string_view t = trim_space(body);
   // Depth guard before handing model output to the parser.
   int depth = 0, max_depth = 0;
@@ -21,6 +21,7 @@ std::optional<ParsedToolCall> parse_block(std::string_view body) {
   if (j.is_discarded() || !j.is_object()) return std::nullopt;
   auto n = j.find("name");
   if (n == j.end() || !n->is_string() || n->get_ref<const std::string&>().empty()) return std::nullopt;
+  if (!schemas.accepts(n->get_ref<const std::string&>())) return std::nullopt;
   auto a = j.find("arguments");
   if (a == j.end()) a = j.find("parameters");
   if (a == j.end() || !a->is_object()) return std::nullopt;
@@ -29,7 +30,7 @@ std::optional<ParsedToolCall> parse_block(std::string_view body) {
 
 }  // namespace
 
-ToolParseResult parse_json_tool_calls(std::string_view text) {
+ToolParseResult parse_json_tool_calls(std::string_view text, const ToolSchemas& schemas) {
   ToolParseResult r;
   std::string content;
   size_t p = 0;
@@ -39,7 +40,7 @@ ToolParseResult parse_json_tool_calls(std::string_view text) {
     size_t e = text.find(kClose, s + kOpen.size());
     if (e == std::string_view::npos) break;
     content.append(text.substr(p, s - p));
-    if (auto c = parse_block(text.substr(s + kOpen.size(), e - s - kOpen.size()))) {
+    if (auto c = parse_block(text.substr(s + kOpen.size(), e - s - kOpen.size()), schemas)) {
       r.calls.push_back(std::move(*c));
     } else {
       content.append(text.substr(s, e + kClose.size() - s));
@@ -55,6 +56,7 @@ namespace {
 
 class JsonStream final : public ToolStreamParser {
  public:
+  explicit JsonStream(ToolSchemas s) : schemas_(std::move(s)) {}
   ToolStreamDelta feed(std::string_view text) override {
     buf_.append(text);
     ToolStreamDelta d;
@@ -81,7 +83,7 @@ class JsonStream final : public ToolStreamParser {
       }
       size_t e = buf_.find(kClose);
       if (e == std::string::npos) return;
-      if (auto c = parse_block(std::string_view(buf_).substr(0, e))) {
+      if (auto c = parse_block(std::string_view(buf_).substr(0, e), schemas_)) {
         d.calls.push_back(ToolCallDelta{n_calls_, true, c->name, ""});
         d.calls.push_back(ToolCallDelta{n_calls_, false, "", c->arguments});
         ++n_calls_;
@@ -93,6 +95,7 @@ class JsonStream final : public ToolStreamParser {
     }
   }
 
+  ToolSchemas schemas_;
   ContentStream content_;
   std::string buf_;
   bool in_block_ = false;
@@ -101,6 +104,8 @@ class JsonStream final : public ToolStreamParser {
 
 }  // namespace
 
-std::unique_ptr<ToolStreamParser> make_json_stream_parser() { return std::make_unique<JsonStream>(); }
+std::unique_ptr<ToolStreamParser> make_json_stream_parser(ToolSchemas schemas) {
+  return std::make_unique<JsonStream>(std::move(schemas));
+}
 
 }  // namespace gridq::text

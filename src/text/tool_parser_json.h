@@ -13,7 +13,8 @@
 
 namespace gridq::text {
 
-ToolParseResult parse_json_tool_calls(std::string_view text);
-std::unique_ptr<ToolStreamParser> make_json_stream_parser();
+// `schemas` decides which names are calls (ToolSchemas::accepts); a block naming another stays in content.
+ToolParseResult parse_json_tool_calls(std::string_view text, const ToolSchemas& schemas = {});
+std::unique_ptr<ToolStreamParser> make_json_stream_parser(ToolSchemas schemas = {});
 
 }  // namespace gridq::text

@@ -28,13 +28,20 @@ std::string open_key(bool first_pair, std::string_view key) {
   return std::string(first_pair ? "{\"" : ", \"") + json_escape(key) + "\": ";
 }
 
-std::optional<ParsedToolCall> parse_block(std::string_view body, const ToolSchemas& schemas) {
+// NAME: the text after leading whitespace up to the first <arg_key>, newline or the end of the body;
+// `end` receives where it stops.
+std::string block_name(std::string_view body, size_t& end) {
   size_t i = 0;
   while (i < body.size() && is_ws(body[i])) ++i;
-  size_t ne = std::min(body.find(kKey, i), body.find('\n', i));
-  if (ne == std::string_view::npos) ne = body.size();
-  std::string name(trim_space(body.substr(i, ne - i)));
-  if (name.empty()) return std::nullopt;
+  end = std::min(body.find(kKey, i), body.find('\n', i));
+  if (end == std::string_view::npos) end = body.size();
+  return std::string(trim_space(body.substr(i, end - i)));
+}
+
+std::optional<ParsedToolCall> parse_block(std::string_view body, const ToolSchemas& schemas) {
+  size_t ne = 0;
+  std::string name = block_name(body, ne);
+  if (name.empty() || !schemas.accepts(name)) return std::nullopt;
   std::string args;
   std::set<std::string> seen;
   size_t q = ne;
@@ -66,13 +73,10 @@ std::optional<ParsedToolCall> parse_block(std::string_view body, const ToolSchem
 
 ToolParseResult parse_poolside_tool_calls(std::string_view text, const ToolSchemas& schemas) {
   ToolParseResult r;
-  size_t first = text.find(kOpen);
-  if (first == std::string_view::npos) {
-    if (!text.empty()) r.content = std::string(text);
-    return r;
-  }
-  size_t p = first;
-  for (;;) {
+  // The first real block: one whose name is empty (dropped) or accepted. A block naming an undeclared
+  // function before it is plain text, so it stays in content; after it, it is dropped like an empty name.
+  size_t first = std::string_view::npos;
+  for (size_t p = 0;;) {
     size_t s = text.find(kOpen, p);
     if (s == std::string_view::npos) break;
     size_t e = text.find(kClose, s + kOpen.size());
@@ -81,9 +85,20 @@ ToolParseResult parse_poolside_tool_calls(std::string_view text, const ToolSchem
       whole.content = std::string(text);
       return whole;
     }
-    if (auto c = parse_block(text.substr(s + kOpen.size(), e - s - kOpen.size()), schemas))
-      r.calls.push_back(std::move(*c));
+    const std::string_view body = text.substr(s + kOpen.size(), e - s - kOpen.size());
+    size_t ne = 0;
+    const std::string name = block_name(body, ne);
+    if (first == std::string_view::npos && !name.empty() && !schemas.accepts(name)) {
+      p = e + kClose.size();
+      continue;
+    }
+    if (first == std::string_view::npos) first = s;
+    if (auto c = parse_block(body, schemas)) r.calls.push_back(std::move(*c));
     p = e + kClose.size();
+  }
+  if (first == std::string_view::npos) {
+    if (!text.empty()) r.content = std::string(text);
+    return r;
   }
   std::string_view before = text.substr(0, first);
   if (!is_all_space(before)) r.content = std::string(before);
@@ -110,7 +125,12 @@ class PoolsideStream final : public ToolStreamParser {
       case St::kContent:
         content_.emit(d.content, buf_);
         break;
-      case St::kName:
+      case St::kName:  // an unterminated first block is text, as in the non-streaming parse
+        if (!seen_block_) content_.emit(d.content, std::string(kOpen) + buf_);
+        break;
+      case St::kInvalidText:
+        content_.emit(d.content, buf_);
+        break;
       case St::kSkipBlock:
       case St::kAfterCall:
         break;
@@ -132,7 +152,7 @@ class PoolsideStream final : public ToolStreamParser {
   bool saw_calls() const override { return n_calls_ > 0; }
 
  private:
-  enum class St { kContent, kName, kSkipBlock, kScan, kKey, kAfterKey, kValue, kAfterCall };
+  enum class St { kContent, kName, kInvalidText, kSkipBlock, kScan, kKey, kAfterKey, kValue, kAfterCall };
 
   void close_value(ToolStreamDelta& d, std::string_view rest) {
     if (!val_dup_) {
@@ -163,7 +183,6 @@ class PoolsideStream final : public ToolStreamParser {
       switch (st_) {
         case St::kContent:
           if (!content_.until_open(buf_, final, d.content)) return;
-          seen_block_ = true;
           st_ = St::kName;
           break;
         case St::kAfterCall:  // text between or after calls is dropped (rule 6)
@@ -173,14 +192,23 @@ class PoolsideStream final : public ToolStreamParser {
         case St::kName: {
           size_t i = 0;
           while (i < buf_.size() && is_ws(buf_[i])) ++i;
-          if (i == buf_.size()) {  // only whitespace so far: cannot have started the name
-            buf_.clear();
-            return;
-          }
-          buf_.erase(0, i);
-          size_t ne = std::min({buf_.find(kKey), buf_.find('\n'), buf_.find(kClose)});
+          if (i == buf_.size()) return;  // only whitespace so far: cannot have started the name
+          size_t ne = std::min({buf_.find(kKey, i), buf_.find('\n', i), buf_.find(kClose, i)});
           if (ne == std::string::npos) return;  // name not complete yet
-          std::string name(trim_space(std::string_view(buf_).substr(0, ne)));
+          std::string name(trim_space(std::string_view(buf_).substr(i, ne - i)));
+          if (!name.empty() && !schemas_.accepts(name)) {
+            // Not a call (ToolSchemas::accepts): before the first real block it is content, verbatim.
+            if (seen_block_) {
+              buf_.erase(0, ne);
+              st_ = St::kSkipBlock;
+              break;
+            }
+            content_.emit(d.content, std::string(kOpen) + buf_.substr(0, ne));
+            buf_.erase(0, ne);
+            st_ = St::kInvalidText;
+            break;
+          }
+          seen_block_ = true;
           buf_.erase(0, ne);
           if (name.empty()) {
             st_ = St::kSkipBlock;
@@ -190,6 +218,16 @@ class PoolsideStream final : public ToolStreamParser {
           keys_.clear();
           d.calls.push_back(ToolCallDelta{n_calls_++, true, name_, ""});
           st_ = St::kScan;
+          break;
+        }
+        case St::kInvalidText: {  // the rest of a non-call block, up to and with its </tool_call>
+          size_t e = buf_.find(kClose);
+          size_t take =
+              e == std::string::npos ? buf_.size() - partial_tag_suffix(buf_, {kClose}) : e + kClose.size();
+          content_.emit(d.content, std::string_view(buf_).substr(0, take));
+          buf_.erase(0, take);
+          if (e == std::string::npos) return;
+          st_ = St::kContent;
           break;
         }
         case St::kSkipBlock: {

@@ -76,8 +76,12 @@ class FakeEngine final : public EngineIface {
       if (static_cast<int64_t>(f->second.size()) > L_) return err("sequence {} beyond max_model_len", it.seq);
       if (pages >= 0 && used_locked() > pages)
         return err("KV overcommitted: {} pages in use of {}", used_locked(), pages);
-      if (it.want_logits) {
-        auto row = fake_logits(f->second, V_, lo_, hi_);
+      // all_logits: one row per appended position, each over the history up to that position.
+      const size_t rows = !it.want_logits ? 0 : it.all_logits ? it.tokens.size() : 1;
+      for (size_t j = 0; j < rows; ++j) {
+        const std::vector<int32_t> hist(f->second.begin(),
+                                        f->second.end() - static_cast<ptrdiff_t>(rows - 1 - j));
+        auto row = fake_logits(hist, V_, lo_, hi_);
         logits.insert(logits.end(), row.begin(), row.end());
       }
     }

@@ -38,6 +38,10 @@ class Recorder final : public SchedRequest {
     done = n;
     cv.notify_all();
   }
+  void on_prompt_logprob(const runtime::SampledToken& t) override {
+    std::lock_guard lk(mu);
+    prompt_lps.push_back(t);
+  }
   bool wait(int ms = 20000) {
     std::unique_lock lk(mu);
     return cv.wait_for(lk, std::chrono::milliseconds(ms), [&] { return done >= n; });
@@ -46,6 +50,7 @@ class Recorder final : public SchedRequest {
   std::condition_variable cv;
   std::map<int, std::vector<int32_t>> out;
   std::map<int, FinishReason> reasons;
+  std::vector<runtime::SampledToken> prompt_lps;
   int done = 0;
   int stop_after = 0;
   int error_status = 0;

@@ -43,5 +43,22 @@ TEST(Metrics, ClientValuesDoNotGrowTheExposition) {
   EXPECT_NE(out.find("finished_reason=\"other\"} 1000"), std::string::npos);
 }
 
+// issue 14 item 10: prometheus_client's parser types a counter's samples only when the TYPE line carries
+// the `_total` name; vLLM's names repeat the common families; the process_* metrics are there.
+TEST(Metrics, CountersTypedOnTotalNamesWithVllmAndProcessFamilies) {
+  Metrics m("model");
+  m.add_prompt_tokens(7);
+  const std::string out = m.render();
+  EXPECT_NE(out.find("# TYPE gridq:prompt_tokens_total counter\ngridq:prompt_tokens_total{"),
+            std::string::npos);
+  EXPECT_EQ(out.find("# TYPE gridq:prompt_tokens counter"), std::string::npos);
+  EXPECT_NE(out.find("vllm:prompt_tokens_total{model_name=\"model\"} 7\n"), std::string::npos);
+  EXPECT_NE(out.find("# TYPE vllm:time_to_first_token_seconds histogram"), std::string::npos);
+  EXPECT_NE(out.find("# TYPE vllm:num_requests_running gauge"), std::string::npos);
+  EXPECT_EQ(out.find("vllm:http_requests"), std::string::npos) << "only the families vLLM has";
+  EXPECT_NE(out.find("\nprocess_resident_memory_bytes "), std::string::npos);
+  EXPECT_NE(out.find("# TYPE process_cpu_seconds_total counter"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace gridq::serve

@@ -96,6 +96,28 @@ TEST(OutputProcessor, ReasoningAndToolCallStreamEqualsNonStream) {
   }
 }
 
+// Issue 14 item 3 on the server's output path: a call to a function the request did not declare comes back
+// as content, byte for byte, streamed or not, and no tool call reaches the client.
+TEST(OutputProcessor, UndeclaredToolCallStaysContent) {
+  const std::string out =
+      "Ok.<tool_call>_<arg_key>city</arg_key><arg_value>x</arg_value></tool_call><tool_call><tool_call>"
+      "<tool_call>\n</tool_call>";
+  auto ids = tok().encode(out, false);
+  auto st = run_stream(chat_spec(true, text::ReasoningMode::kContent), ids);
+  OutputProcessor ns(chat_spec(false, text::ReasoningMode::kContent));
+  for (int32_t id : ids) {
+    bool stop = false;
+    (void)ns.push(id, stop);
+  }
+  (void)ns.finish();
+  auto r = ns.result();
+  EXPECT_TRUE(r.calls.empty());
+  EXPECT_TRUE(st.calls.empty());
+  EXPECT_FALSE(ns.saw_tool_calls());
+  EXPECT_EQ(r.content.value_or(""), out);
+  EXPECT_EQ(st.content, out);
+}
+
 TEST(OutputProcessor, StopStringsAcrossTokenBoundaries) {
   const std::string text = "def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1)\n";
   auto ids = tok().encode(text, false);

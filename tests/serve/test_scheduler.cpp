@@ -127,6 +127,31 @@ TEST(Scheduler, StopStringCallbackAndMinTokens) {
   s.stop();
 }
 
+// A burst fills the free sequence slots before the queue answers 429 (issue 14 item 9): requests submitted
+// before the scheduler thread's next admission are not "waiting" while slots are free for them.
+TEST(Scheduler, BurstFillsFreeSlotsBeforeQueueFull) {
+  FakeEngine eng(kV, 4096, kLo, kHi);
+  eng.step_delay_ms = 20;
+  SchedulerOptions opts;
+  opts.max_num_seqs = 4;
+  opts.max_queue = 0;  // nothing may wait: exactly the free slots are taken
+  Scheduler s(eng, opts, nullptr);
+  s.start();
+  std::vector<std::shared_ptr<Recorder>> rs;
+  for (int i = 0; i < 4; ++i) {
+    auto r = make_req({11}, 2000);
+    EXPECT_FALSE(s.submit(r).has_value()) << "request " << i << " refused with free slots";
+    rs.push_back(r);
+  }
+  auto extra = make_req({11}, 2000);
+  auto e = s.submit(extra);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->status, 429);
+  s.abort_all();
+  for (auto& r : rs) ASSERT_TRUE(r->wait(3000));
+  s.stop();
+}
+
 TEST(Scheduler, QueueFullAndAbortAll) {
   FakeEngine eng(kV, 4096, kLo, kHi);
   eng.step_delay_ms = 2;

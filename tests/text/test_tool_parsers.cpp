@@ -84,7 +84,9 @@ ToolSchemas weather_schemas() {
       "city":{"type":"string"},"days":{"type":"integer"},"metric":{"type":"boolean"},
       "opts":{"type":"object"},"note":{"type":["string","null"]}}}}},
     {"type":"function","function":{"name":"write_file","parameters":{"type":"object","properties":{
-      "path":{"type":"string"},"content":{"type":"string"}}}}}])");
+      "path":{"type":"string"},"content":{"type":"string"}}}}},
+    {"type":"function","function":{"name":"ping"}},
+    {"type":"function","function":{"name":"other","parameters":{"type":"object"}}}])");
   return tool_schemas_from_openai(tools);
 }
 
@@ -137,7 +139,7 @@ std::vector<PoolCase> poolside_cases() {
        "<arg_key>city</arg_key><arg_value>7</arg_value></tool_call>",
        std::nullopt,
        {{"get_weather", R"({"days": 5, "metric": true, "opts": {"a": null, "b": [1, 2.5]}, "city": "7"})"}}},
-      {"unknown tool parsed untyped",
+      {"tool without property types parsed untyped",
        "<tool_call>other<arg_key>x</arg_key><arg_value>[1,2]</arg_value><arg_key>y</arg_key><arg_value>hello "
        "there</arg_value><arg_key>z</arg_key><arg_value>\"q\"</arg_value></tool_call>",
        std::nullopt,
