@@ -113,7 +113,7 @@ if has pysuite; then
   GRIDQ_BIN="$PWD/$G" GRIDQ_SERVE_ARGS="--device cuda" PYTHONPATH=/tmp/gpupack/site timeout 400 \
     python3 -m pytest -q -p no:cacheprovider tests/python/test_server_api.py tests/python/test_server_lifecycle.py \
     tests/python/test_server_negative.py tests/python/test_server_hardening.py tests/python/test_server_kv.py \
-    tests/python/test_server_structured.py > "$OUT/pysuite.txt" 2>&1
+    tests/python/test_server_structured.py tests/python/test_server_compat.py > "$OUT/pysuite.txt" 2>&1
   rc=$?
   tail -25 "$OUT/pysuite.txt"
   log "python server suite (--device cuda) exit $rc ($(($(date +%s) - t0)) s)"
