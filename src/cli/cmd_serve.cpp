@@ -55,7 +55,7 @@ struct ServeOpts {
   double shutdown_timeout = 30.0;
   bool metrics_public = false, skip_pin_check = false;
   std::string access_log;
-  int64_t max_batch_tokens = 512;
+  int64_t max_batch_tokens = 0;  // 0: by device (cuda 2048: one prefill step of the engine; cpu 512)
   int64_t num_gpu_blocks_override = 0;
   bool prefix_caching = true, prefix_caching_explicit = false;  // explicit: a backend without it is an error
 };
@@ -231,6 +231,7 @@ int run_serve(ServeOpts o) {
   if (!tmpl.ok()) return fail(tmpl.message());
   auto eng = open_engine(o.dir, ro, log);
   if (!eng.ok()) return fail(eng.message());
+  const runtime::DeviceKind dev_kind = (*eng)->device();
   // The CUDA engine keeps KV in BF16 (docs/gpu.md); the CPU reference keeps FP32.
   if ((*eng)->device() == runtime::DeviceKind::kCuda && o.kv_cache_dtype == "fp32")
     return fail(
@@ -303,7 +304,11 @@ int run_serve(ServeOpts o) {
   metrics.set_info(artifact_sha, serve::format_label(rengine->weight_formats()));
   serve::SchedulerOptions so;
   so.max_num_seqs = o.max_num_seqs;
-  so.max_batch_tokens = o.max_batch_tokens;
+  // The default step budget fills one CUDA forward step (kMaxStepRows: a prefill chunk shares every weight
+  // read, so smaller chunks re-read the routed experts); the CPU's throughput is flat past 512.
+  so.max_batch_tokens = o.max_batch_tokens > 0 ? o.max_batch_tokens
+                        : (dev_kind == runtime::DeviceKind::kCuda ? 2048 : 512);
+  log(fmt::format("max_num_batched_tokens {}", so.max_batch_tokens));
   so.max_queue = o.max_queue;
   so.queue_timeout_s = o.queue_timeout;
   serve::Scheduler sched(*rengine, so, &metrics);
@@ -377,7 +382,7 @@ Registrar reg(
            ->check(finite_check(0.0, 1e7));
        sub.add_option("--shutdown-timeout", o->shutdown_timeout, "drain seconds on SIGTERM (default 30)")
            ->check(finite_check(0.0, 1e7));
-       sub.add_option("--max-num-batched-tokens", o->max_batch_tokens, "token budget per step (default 512)")
+       sub.add_option("--max-num-batched-tokens", o->max_batch_tokens, "token budget per step (default: 2048 on cuda, 512 on cpu)")
            ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
        sub.add_option("--num-gpu-blocks-override", o->num_gpu_blocks_override,
                       "KV pages of 16 tokens (cuda: at most this many; cpu: exactly; default: from memory, "
