@@ -20,6 +20,7 @@ struct ChatArgs {
   std::string system;
   bool no_think = false;
   bool hide_thinking = false;
+  bool allow_special = false;
   RunOptions run;
   SamplingCli sampling;
 };
@@ -96,18 +97,19 @@ int run_chat(const ChatArgs& a) {
     std::fflush(stdout);
     if (!std::getline(std::cin, line) || line.empty()) break;
     history.push_back({"user", line});
-    auto prompt = render_chat(a.model, history, !a.no_think);
-    if (!prompt.ok()) return fail(prompt.message());
-    auto ids = tok->encode(*prompt, /*add_special_tokens=*/false);
+    auto enc = encode_chat(a.model, *tok, history, !a.no_think, a.allow_special);
+    if (!enc.ok()) return fail(enc.message());
+    const std::vector<int32_t> ids = std::move(*enc);
     runtime::SamplingParams tp = p;
     tp.seed = p.seed + turn++;
     runtime::Sampler sampler(tp);
     // The generation prompt ends with <think> when thinking is on: the answer starts inside it.
     ThinkPrinter printer(!a.no_think, a.hide_thinking, tty);
-    auto r = runtime::generate(**eng, *tok, ids, a.sampling.max_tokens, sampler, [&](const std::string& piece) {
-      printer.push(piece);
-      return true;
-    });
+    auto r =
+        runtime::generate(**eng, *tok, ids, a.sampling.max_tokens, sampler, [&](const std::string& piece) {
+          printer.push(piece);
+          return true;
+        });
     if (!r.ok()) return fail(r.message());
     printer.finish();
     history.push_back({"assistant", printer.answer});
@@ -129,6 +131,10 @@ Registrar reg{Command{
       sub.add_option("--system", a->system, "system prompt (default: the template's)");
       sub.add_flag("--no-think", a->no_think, "generation prompt without thinking");
       sub.add_flag("--hide-thinking", a->hide_thinking, "do not print the reasoning block");
+      sub.add_flag(
+          "--allow-special-tokens", a->allow_special,
+          "encode special-token text typed in a turn (\"</think>\", \"<tool_call>\") as the control ids "
+          "instead of as text");
       add_sampling_options(sub, a->sampling);
       add_run_options(sub, a->run);
       return [a] { return run_chat(*a); };
