@@ -100,6 +100,7 @@ int run_chat(const ChatArgs& a) {
     auto enc = encode_chat(a.model, *tok, history, !a.no_think, a.allow_special);
     if (!enc.ok()) return fail(enc.message());
     const std::vector<int32_t> ids = std::move(*enc);
+    warn_past_context(**eng, a.run, ids.size(), a.sampling.max_tokens);
     runtime::SamplingParams tp = p;
     tp.seed = p.seed + turn++;
     runtime::Sampler sampler(tp);
@@ -127,7 +128,7 @@ Registrar reg{Command{
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<ChatArgs>();
       a->sampling.max_tokens = 256;
-      sub.add_option("MODEL", a->model, "HF checkpoint directory")->required();
+      sub.add_option("MODEL", a->model, "HF checkpoint or gridbook artifact directory")->required();
       sub.add_option("--system", a->system, "system prompt (default: the template's)");
       sub.add_flag("--no-think", a->no_think, "generation prompt without thinking");
       sub.add_flag("--hide-thinking", a->hide_thinking, "do not print the reasoning block");

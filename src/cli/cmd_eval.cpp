@@ -187,7 +187,8 @@ Registrar reg{Command{
       auto a = std::make_shared<EvalArgs>();
       sub.add_option("MODEL", a->model, "HF checkpoint or gridbook artifact directory")->required();
       sub.add_option("--text", a->text_file, "UTF-8 text file")->required();
-      sub.add_option("--tokens", a->tokens, "use only the first N tokens (0 = all)");
+      sub.add_option("--tokens", a->tokens, "use only the first N tokens (0 = all)")
+          ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
       sub.add_option("--window", a->window, "tokens per window")->check(CLI::Range(2, 1 << 20));
       sub.add_option("--batch", a->batch, "windows per forward")->check(CLI::PositiveNumber);
       sub.add_option("--teacher", a->teacher,

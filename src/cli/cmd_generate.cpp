@@ -41,6 +41,7 @@ int run_generate(const GenerateArgs& a) {
     ids = std::move(*enc);
   }
   if (ids.empty()) return fail("the prompt encodes to no tokens");
+  warn_past_context(**eng, a.run, ids.size(), a.sampling.max_tokens);
   if (!a.chat) {
     std::fputs(a.prompt.c_str(), stdout);
     std::fflush(stdout);
@@ -74,7 +75,7 @@ Registrar reg{Command{
     "  gridq generate models/laguna-tiny-code --prompt \"def f(x):\" --device cpu --threads 2\n",
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<GenerateArgs>();
-      sub.add_option("MODEL", a->model, "HF checkpoint directory")->required();
+      sub.add_option("MODEL", a->model, "HF checkpoint or gridbook artifact directory")->required();
       sub.add_option("--prompt", a->prompt, "prompt text")->required();
       sub.add_flag("--chat", a->chat, "wrap the prompt as one user turn with the model's chat template");
       sub.add_flag("--no-think", a->no_think, "with --chat: generation prompt without thinking");

@@ -24,7 +24,12 @@ gridq::Expected<ojson> read_json(const std::string& path) {
 }
 
 Registrar reg{Command{
-    "render-chat", "Print the chat prompt a model's chat template renders for a messages file",
+    "render-chat",
+    "Print the chat prompt a model's chat template renders for a messages file (MODEL: an HF checkpoint or "
+    "artifact directory)\n"
+    "Examples:\n"
+    "  gridq render-chat models/laguna-tiny-code --messages msgs.json\n"
+    "  gridq render-chat models/laguna-tiny-code --messages msgs.json --tools tools.json --ids\n",
     [](CLI::App& sub) -> std::function<int()> {
       struct Opts {
         std::string model, messages, tools, kwargs, template_file;
