@@ -1,4 +1,4 @@
-// gridq serve ARTIFACT: the OpenAI-compatible HTTP server (server.md). Flags mirror vLLM's. Order of start:
+// gridq serve ARTIFACT: the OpenAI-compatible HTTP server (docs/api.md). Flags mirror vLLM's. Order of start:
 // check the flags, listen (/health says 503 loading; a busy port fails in milliseconds, not after minutes of
 // hashing), verify PINS.json (before anything of the artifact is parsed), load tokenizer, template and
 // engine, log the kernel path per weight format, then serve until SIGINT/SIGTERM and drain.
@@ -99,7 +99,7 @@ Expected<bool> is_gridbook_artifact(const std::string& dir) {
   return stub.has_value();
 }
 
-// server.md §11 T33 / issue #6 item 5: a gridbook artifact is served only against its PINS.json; a plain
+// Issue #6 item 5: a gridbook artifact is served only against its PINS.json; a plain
 // Hugging Face checkpoint without one is served with a warning. Returns an error message to refuse with.
 std::optional<std::string> check_pins(const ServeOpts& o) {
   const fs::path pins = fs::path(o.dir) / io::kPinsFile;
@@ -329,7 +329,7 @@ int run_serve(ServeOpts o) {
     log("drain timeout: aborting the remaining requests");
     sched.abort_all();
     // The aborts land at the next step boundary. A step can take seconds on a loaded machine; rather than
-    // cut those streams off, end them from here (error event and [DONE], server.md §4.8, §9).
+    // cut those streams off, end them from here (error event and [DONE], api.md §4.8, §9).
     if (!sched.wait_idle(Clock::now() + std::chrono::seconds(1))) api.abort_inflight();
   }
   // stop() writes out what the requests queued (last events, [DONE]) before closing the connections.

@@ -1,4 +1,4 @@
-// OpenAI HTTP API: request parsing and validation (server.md §2, §7, §9 caps), the error shape (§3), and the
+// OpenAI HTTP API: request parsing and validation (api.md §2, §7, §9 caps), the error shape (§3), and the
 // response / SSE chunk builders (§4). Pure functions over JSON; no I/O, no model.
 #pragma once
 
