@@ -51,3 +51,15 @@ else fail "generate: warned within the context" "$out"; fi
 out="$("$GRIDQ" generate "$TMP/shortctx" --prompt hi --max-tokens 12 --threads 2 2>&1)"
 if grep -q "past the context of 8 tokens" <<<"$out"; then pass "generate: --max-tokens past the context warned"
 else fail "generate: no warning past the context" "$out"; fi
+
+# gridq eval: a progress line with the ETA on a terminal's stderr (through script(1)), nothing on a pipe, and
+# stdout stays the JSON either way.
+if command -v script >/dev/null; then
+  out="$(script -qec "'$GRIDQ' eval '$MODEL' --text '$ROOT/data/code-eval.txt' --tokens 96 --window 16 --threads 2 --json" /dev/null 2>&1)"
+  if grep -q "eval: window 1/6, .* ETA" <<<"$out"; then pass "eval: progress and ETA on a terminal"
+  else fail "eval: no progress on a terminal" "$out"; fi
+fi
+if out="$("$GRIDQ" eval "$MODEL" --text "$ROOT/data/code-eval.txt" --tokens 96 --window 16 --threads 2 --json 2>"$TMP/eval.err")" &&
+   "$PY" -c "import json,sys; json.loads(sys.argv[1])" "$out" && ! grep -q "ETA" "$TMP/eval.err"; then
+  pass "eval: no progress line off a terminal, JSON stdout"
+else fail "eval off a terminal" "$out $(cat "$TMP/eval.err")"; fi
