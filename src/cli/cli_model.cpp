@@ -7,6 +7,7 @@
 #include <string>
 
 #include "io/checkpoint.h"
+#include "runtime/sampling_limits.h"
 
 namespace gridq::cli {
 
@@ -52,6 +53,24 @@ CLI::Validator finite_check(double lo, double hi) {
       fmt::format("[{},{}]", lo, hi));
 }
 
+CLI::Validator sampling_check(const runtime::SamplingRange& r) {
+  return CLI::Validator(
+      [r](std::string& v) -> std::string {
+        try {
+          size_t used = 0;
+          const double x = std::stod(v, &used);
+          // NaN fails every comparison and is refused; fp32 must keep an open lower bound open.
+          const bool lo_ok =
+              r.lo_open ? x > r.lo && static_cast<float>(x) > static_cast<float>(r.lo) : x >= r.lo;
+          if (used == v.size() && lo_ok && x <= r.hi) return {};
+        } catch (const std::exception&) {
+        }
+        return fmt::format("{} must be a number in {}{}, {}] (got '{}')", r.name, r.lo_open ? "(" : "[", r.lo,
+                           r.hi, v);
+      },
+      fmt::format("{}{},{}]", r.lo_open ? "(" : "[", r.lo, r.hi));
+}
+
 CLI::Validator non_empty_check() {
   return CLI::Validator(
       [](std::string& v) -> std::string { return v.empty() ? "must not be empty" : std::string(); }, "TEXT");
@@ -59,8 +78,9 @@ CLI::Validator non_empty_check() {
 
 void add_run_options(CLI::App& sub, RunOptions& o) {
   sub.add_option("--threads", o.threads, "CPU threads (0 = all cores)")->check(CLI::Range(0, kMaxThreads));
-  sub.add_option("--prefill-chunk", o.prefill_chunk, "tokens per prefill forward")
-      ->check(CLI::PositiveNumber);
+  sub.add_option("--prefill-chunk", o.prefill_chunk,
+                 "tokens per prefill forward (default 0: 512 on cpu, 2048 on cuda)")
+      ->check(CLI::NonNegativeNumber);
   sub.add_option("--device", o.device, kDeviceHelp)->check(device_check());
   sub.add_option("--gpu-memory-utilization", o.gpu_memory_utilization,
                  "fraction of the GPU's memory gridq may hold, in (0, 1] (default 0.9; cuda only)")
@@ -70,16 +90,38 @@ void add_run_options(CLI::App& sub, RunOptions& o) {
 }
 
 void add_sampling_options(CLI::App& sub, SamplingCli& s) {
-  sub.add_option("--max-tokens", s.max_tokens, "tokens to generate at most")->check(CLI::NonNegativeNumber);
-  sub.add_option("--temperature", s.temperature, "sampling temperature (0 = greedy)");
-  sub.add_option("--top-k", s.top_k, "keep the k most likely tokens (0 = off)");
-  sub.add_option("--top-p", s.top_p, "nucleus sampling mass (1 = off)");
-  sub.add_option("--min-p", s.min_p, "drop tokens below min_p x the top probability (0 = off)");
-  sub.add_option("--repetition-penalty", s.repetition_penalty, "HF-style repetition penalty (1 = off)");
-  sub.add_option("--presence-penalty", s.presence_penalty, "OpenAI-style presence penalty");
-  sub.add_option("--frequency-penalty", s.frequency_penalty, "OpenAI-style frequency penalty");
+  sub.add_option("--max-tokens", s.max_tokens, "tokens to generate at most")
+      ->check(CLI::Range(0, INT32_MAX))
+      ->capture_default_str();
+  // The server's ranges (runtime/sampling_limits.h): a value a request would get a 400 for is refused here.
+  auto num = [&sub](const char* flag, float& v, const runtime::SamplingRange& r, const char* help) {
+    sub.add_option(flag, v, help)->check(sampling_check(r))->capture_default_str();
+  };
+  num("--temperature", s.temperature, runtime::kTemperatureRange, "sampling temperature (0 = greedy)");
+  sub.add_option("--top-k", s.top_k, "keep the k most likely tokens (0 or -1 = off)")
+      ->check(CLI::Range(static_cast<int>(runtime::kTopKMin), INT32_MAX))
+      ->capture_default_str();
+  num("--top-p", s.top_p, runtime::kTopPRange, "nucleus sampling mass (1 = off)");
+  num("--min-p", s.min_p, runtime::kMinPRange, "drop tokens below min_p x the top probability (0 = off)");
+  num("--repetition-penalty", s.repetition_penalty, runtime::kRepetitionPenaltyRange,
+      "HF-style repetition penalty (1 = off)");
+  num("--presence-penalty", s.presence_penalty, runtime::kPresencePenaltyRange,
+      "OpenAI-style presence penalty");
+  num("--frequency-penalty", s.frequency_penalty, runtime::kFrequencyPenaltyRange,
+      "OpenAI-style frequency penalty");
   sub.add_option("--seed", s.seed, "RNG seed (same seed -> same tokens)");
   sub.add_option("--stop", s.stop, "stop string (repeatable)");
+}
+
+void warn_past_context(const runtime::Engine& eng, const RunOptions& o, size_t prompt_tokens,
+                       int max_tokens) {
+  const int64_t ctx = o.max_model_len > 0 ? o.max_model_len : eng.spec().max_position_embeddings;
+  if (ctx <= 0 || static_cast<int64_t>(prompt_tokens) + max_tokens <= ctx) return;
+  std::fprintf(
+      stderr,
+      "gridq: warning: the prompt's %zu tokens + --max-tokens %d run past the context of %lld tokens "
+      "(positions the model was not made for)\n",
+      prompt_tokens, max_tokens, static_cast<long long>(ctx));
 }
 
 runtime::SamplingParams to_params(const SamplingCli& s) {

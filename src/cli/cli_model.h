@@ -10,13 +10,14 @@
 #include "core/status.h"
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
+#include "runtime/sampling_limits.h"
 #include "text/tokenizer.h"
 
 namespace gridq::cli {
 
 struct RunOptions {
   int threads = 0;
-  int prefill_chunk = 512;
+  int prefill_chunk = 0;                // 0: by device (EngineOptions::prefill_chunk)
   std::string device = "auto";          // --device cpu|cuda|auto
   double gpu_memory_utilization = 0.9;  // --gpu-memory-utilization (cuda only)
   int max_num_seqs = 16;                // sequences that hold KV at once (serve sets it; eval raises it)
@@ -36,6 +37,8 @@ CLI::Validator memory_fraction_check();
 // non-empty string, and the thread counts a machine can have.
 CLI::Validator finite_check(double lo, double hi);
 CLI::Validator non_empty_check();
+// A sampling value in the server's range for it (runtime/sampling_limits.h), the rule named on refusal.
+CLI::Validator sampling_check(const runtime::SamplingRange& r);
 inline constexpr int kMaxThreads = 4096;
 
 struct SamplingCli {
@@ -60,6 +63,10 @@ using LogFn = std::function<void(const std::string&)>;
 Expected<std::unique_ptr<runtime::Engine>> open_engine(const std::string& model_dir, const RunOptions& o,
                                                        const LogFn& log = {});
 Expected<text::Tokenizer> open_tokenizer(const std::string& model_dir);
+
+// Warns on stderr when prompt + max_tokens runs past the context (--max-model-len, else the model's
+// max_position_embeddings): the positions past it are outside what the model was trained for.
+void warn_past_context(const runtime::Engine& eng, const RunOptions& o, size_t prompt_tokens, int max_tokens);
 
 // EOS ids of the model: config.json's eos_token_id plus generation_config.json's, deduplicated.
 std::vector<int32_t> eos_ids(const runtime::Engine& eng);

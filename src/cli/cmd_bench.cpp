@@ -127,13 +127,15 @@ const Registrar reg{Command{
           ->check(CLI::Range(3, 1000));
       k->add_flag("--no-pdl", flags->no_pdl, "Launch without programmatic dependent launch");
       k->add_option("--min-warp-bytes", flags->min_warp_bytes,
-                    "Work-split tuning: fewest weight bytes per warp");
+                    "Work-split tuning: fewest weight bytes per warp")
+          ->check(CLI::NonNegativeNumber);
       k->add_flag("--l2-prefetch", flags->l2_prefetch,
                   "Also bulk-prefetch weight units into L2 (off by default)");
       k->add_flag("--diag", flags->diag,
                   "Also run the diagnostic rows: empty and streaming-read stacks, per-kernel timelines");
       k->add_flag("--no-chain", flags->no_chain, "Skip the persistent-chain version of each stack");
-      k->add_option("--blocks-per-sm", flags->blocks_per_sm, "GEMV blocks per SM (0 = all that fit)");
+      k->add_option("--blocks-per-sm", flags->blocks_per_sm, "GEMV blocks per SM (0 = all that fit)")
+          ->check(CLI::Range(-1, 64));
       k->add_option("--device", flags->device,
                     "cuda or auto (default); the kernels need cuda, so cpu is refused")
           ->check(device_check());
@@ -158,14 +160,19 @@ const Registrar reg{Command{
             "--no-pdl", flags->no_pdl,
             "launch the forward's kernels without programmatic dependent launch (to measure what it buys)");
         c->add_option(
-            "--min-warp-bytes", flags->min_warp_bytes,
-            "GEMV work-split tuning: fewest weight bytes per warp (default 8192; changes every matrix's "
-            "split, never batch invariance)");
+             "--min-warp-bytes", flags->min_warp_bytes,
+             "GEMV work-split tuning: fewest weight bytes per warp (default 8192; changes every matrix's "
+             "split, never batch invariance)")
+            ->check(CLI::NonNegativeNumber);
         c->add_option("--device", flags->device, "cuda or auto (default)")->check(device_check());
       };
       model_options(d);
-      d->add_option("--batches", flags->batches, "decode batch sizes (default 1,4,16)")->delimiter(',');
-      d->add_option("--contexts", flags->contexts, "context lengths (default 0,8192,32768)")->delimiter(',');
+      d->add_option("--batches", flags->batches, "decode batch sizes (default 1,4,16)")
+          ->delimiter(',')
+          ->check(CLI::Range(1, 4096));
+      d->add_option("--contexts", flags->contexts, "context lengths (default 0,8192,32768)")
+          ->delimiter(',')
+          ->check(CLI::Range(0, 1 << 26));
       d->add_option("--steps", flags->steps, "timed decode steps per cell (default 32)")
           ->check(CLI::Range(1, 10000));
       d->add_option("--warmup", flags->warmup, "untimed steps first (default 4)")->check(CLI::Range(0, 1000));
@@ -176,7 +183,9 @@ const Registrar reg{Command{
           "  gridq bench prefill --synthetic laguna-s-2.1                 # 1k and 8k prompts\n"
           "  gridq bench prefill --synthetic laguna-s-2.1 --lengths 512,4096 --out r.json");
       model_options(p);
-      p->add_option("--lengths", flags->lengths, "prompt lengths (default 1024,8192)")->delimiter(',');
+      p->add_option("--lengths", flags->lengths, "prompt lengths (default 1024,8192)")
+          ->delimiter(',')
+          ->check(CLI::Range(1, 1 << 26));
       p->add_option("--repeats", flags->repeats, "timed prefills per length, after one untimed (default 3)")
           ->check(CLI::Range(1, 100));
       auto gf = std::make_shared<BenchGrammarFlags>();

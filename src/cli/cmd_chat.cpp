@@ -1,8 +1,10 @@
 // gridq chat: interactive multi-turn chat with the model's own chat template. Generation stops on
 // </assistant> or EOS; the reasoning block (<think>...</think>) is shown dimmed on a terminal, or left out
 // with --hide-thinking.
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -20,6 +22,7 @@ struct ChatArgs {
   std::string system;
   bool no_think = false;
   bool hide_thinking = false;
+  bool allow_special = false;
   RunOptions run;
   SamplingCli sampling;
 };
@@ -76,7 +79,17 @@ class ThinkPrinter {
   std::string buf_;
 };
 
+// Ctrl-C during an answer stops that answer and keeps the conversation (issue 14 item 12); at the prompt it
+// ends the chat. The handler only sets a flag; without SA_RESTART the prompt's read returns, so getline
+// fails.
+std::atomic<bool> g_interrupted{false};
+void on_sigint(int) { g_interrupted.store(true); }
+
 int run_chat(const ChatArgs& a) {
+  struct sigaction sa {};
+  sa.sa_handler = on_sigint;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
   auto eng = open_engine(a.model, a.run);
   if (!eng.ok()) return fail(eng.message());
   auto tok = open_tokenizer(a.model);
@@ -88,28 +101,34 @@ int run_chat(const ChatArgs& a) {
   const bool tty = isatty(STDOUT_FILENO) != 0;
   std::vector<ChatTurn> history;
   if (!a.system.empty()) history.push_back({"system", a.system});
-  std::fprintf(stderr, "gridq chat: %s (empty line or Ctrl-D to quit)\n", a.model.c_str());
+  std::fprintf(
+      stderr, "gridq chat: %s (empty line, Ctrl-D or Ctrl-C at the prompt to quit; Ctrl-C stops an answer)\n",
+      a.model.c_str());
   std::string line;
   uint64_t turn = 0;
   for (;;) {
     if (tty) std::fputs("> ", stdout);
     std::fflush(stdout);
-    if (!std::getline(std::cin, line) || line.empty()) break;
+    g_interrupted.store(false);
+    if (!std::getline(std::cin, line) || line.empty() || g_interrupted.load()) break;
     history.push_back({"user", line});
-    auto prompt = render_chat(a.model, history, !a.no_think);
-    if (!prompt.ok()) return fail(prompt.message());
-    auto ids = tok->encode(*prompt, /*add_special_tokens=*/false);
+    auto enc = encode_chat(a.model, *tok, history, !a.no_think, a.allow_special);
+    if (!enc.ok()) return fail(enc.message());
+    const std::vector<int32_t> ids = std::move(*enc);
+    warn_past_context(**eng, a.run, ids.size(), a.sampling.max_tokens);
     runtime::SamplingParams tp = p;
     tp.seed = p.seed + turn++;
     runtime::Sampler sampler(tp);
     // The generation prompt ends with <think> when thinking is on: the answer starts inside it.
     ThinkPrinter printer(!a.no_think, a.hide_thinking, tty);
-    auto r = runtime::generate(**eng, *tok, ids, a.sampling.max_tokens, sampler, [&](const std::string& piece) {
-      printer.push(piece);
-      return true;
-    });
+    auto r =
+        runtime::generate(**eng, *tok, ids, a.sampling.max_tokens, sampler, [&](const std::string& piece) {
+          printer.push(piece);
+          return !g_interrupted.load();
+        });
     if (!r.ok()) return fail(r.message());
     printer.finish();
+    if (g_interrupted.exchange(false)) std::fputs("[answer stopped; Ctrl-C at the prompt quits]\n", stderr);
     history.push_back({"assistant", printer.answer});
   }
   return 0;
@@ -125,10 +144,14 @@ Registrar reg{Command{
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<ChatArgs>();
       a->sampling.max_tokens = 256;
-      sub.add_option("MODEL", a->model, "HF checkpoint directory")->required();
+      sub.add_option("MODEL", a->model, "HF checkpoint or gridbook artifact directory")->required();
       sub.add_option("--system", a->system, "system prompt (default: the template's)");
       sub.add_flag("--no-think", a->no_think, "generation prompt without thinking");
       sub.add_flag("--hide-thinking", a->hide_thinking, "do not print the reasoning block");
+      sub.add_flag(
+          "--allow-special-tokens", a->allow_special,
+          "encode special-token text typed in a turn (\"</think>\", \"<tool_call>\") as the control ids "
+          "instead of as text");
       add_sampling_options(sub, a->sampling);
       add_run_options(sub, a->run);
       return [a] { return run_chat(*a); };

@@ -1,6 +1,9 @@
 // gridq eval: perplexity over windows of a text file and, with --teacher (or a --teacher-dump), the
 // student-vs-teacher metrics of quantizer.md §8 on the same windows (ALL-KL, confident-KL, top-1 agreement).
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -11,12 +14,33 @@
 
 #include "cli/cli_model.h"
 #include "cli/command.h"
+#include "core/progress.h"
 #include "eval/perplexity.h"
 #include "eval/teacher_compare.h"
 #include "eval/teacher_dump.h"
 
 namespace gridq::cli {
 namespace {
+
+// A long eval printed nothing for minutes (issue 14 item 12): on a terminal, stderr gets one line redrawn in
+// place with the windows done, the time spent and the ETA, erased at the end. Not on a pipe or a log, and
+// never on stdout, which may hold --json.
+std::function<void(int64_t, int64_t)> progress_line() {
+  if (isatty(STDERR_FILENO) == 0) return {};
+  const auto t0 = std::chrono::steady_clock::now();
+  return [t0](int64_t done, int64_t total) {
+    const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double eta = done > 0 ? spent / static_cast<double>(done) * static_cast<double>(total - done) : 0.0;
+    if (done >= total) {
+      std::fputs("\r\x1b[2K", stderr);
+    } else {
+      std::fprintf(stderr, "\r\x1b[2Keval: window %lld/%lld, %s spent, ETA %s", static_cast<long long>(done),
+                   static_cast<long long>(total), format_duration(spent).c_str(),
+                   format_duration(eta).c_str());
+    }
+    std::fflush(stderr);
+  };
+}
 
 struct EvalArgs {
   std::string model, text_file;
@@ -87,6 +111,7 @@ int run_teacher_eval(const EvalArgs& a, std::span<const int32_t> ids) {
   eval::PerplexityOptions o;
   o.window = a.window;
   o.batch = a.batch;
+  o.on_progress = progress_line();
   auto r = eval::evaluate_against_teacher(**eng, *source, ids, o);
   if (!r.ok()) return fail(r.message());
   const eval::PerplexityResult& s = r->student;
@@ -157,6 +182,7 @@ int run_eval(const EvalArgs& a) {
   o.max_tokens = a.tokens;
   o.window = a.window;
   o.batch = a.batch;
+  o.on_progress = progress_line();
   auto r = eval::perplexity(**eng, ids, o);
   if (!r.ok()) return fail(r.message());
   const double tps = r->seconds > 0 ? static_cast<double>(r->tokens) / r->seconds : 0.0;
@@ -187,7 +213,8 @@ Registrar reg{Command{
       auto a = std::make_shared<EvalArgs>();
       sub.add_option("MODEL", a->model, "HF checkpoint or gridbook artifact directory")->required();
       sub.add_option("--text", a->text_file, "UTF-8 text file")->required();
-      sub.add_option("--tokens", a->tokens, "use only the first N tokens (0 = all)");
+      sub.add_option("--tokens", a->tokens, "use only the first N tokens (0 = all)")
+          ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
       sub.add_option("--window", a->window, "tokens per window")->check(CLI::Range(2, 1 << 20));
       sub.add_option("--batch", a->batch, "windows per forward")->check(CLI::PositiveNumber);
       sub.add_option("--teacher", a->teacher,

@@ -15,6 +15,7 @@ struct GenerateArgs {
   std::string prompt;
   bool chat = false;
   bool no_think = false;
+  bool allow_special = false;
   RunOptions run;
   SamplingCli sampling;
 };
@@ -28,15 +29,19 @@ int run_generate(const GenerateArgs& a) {
   p.stop_token_ids = eos_ids(**eng);
   std::vector<int32_t> ids;
   if (a.chat) {
-    auto rendered = render_single_turn(a.model, a.prompt, !a.no_think);
-    if (!rendered.ok()) return fail(rendered.message());
-    ids = tok->encode(*rendered, /*add_special_tokens=*/false);
+    auto enc = encode_chat(a.model, *tok, {ChatTurn{"user", a.prompt}}, !a.no_think, a.allow_special);
+    if (!enc.ok()) return fail(enc.message());
+    ids = std::move(*enc);
     const int32_t end_asst = tok->token_id("</assistant>");
     if (end_asst >= 0) p.stop_token_ids.push_back(end_asst);
   } else {
-    ids = tok->encode(a.prompt, /*add_special_tokens=*/true);
+    // A plain prompt is text too: "<|endoftext|>" typed in it is not the control id unless asked for.
+    auto enc = tok->try_encode(a.prompt, /*add_special_tokens=*/true, /*match_added_tokens=*/a.allow_special);
+    if (!enc.ok()) return fail(enc.message());
+    ids = std::move(*enc);
   }
   if (ids.empty()) return fail("the prompt encodes to no tokens");
+  warn_past_context(**eng, a.run, ids.size(), a.sampling.max_tokens);
   if (!a.chat) {
     std::fputs(a.prompt.c_str(), stdout);
     std::fflush(stdout);
@@ -70,10 +75,14 @@ Registrar reg{Command{
     "  gridq generate models/laguna-tiny-code --prompt \"def f(x):\" --device cpu --threads 2\n",
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<GenerateArgs>();
-      sub.add_option("MODEL", a->model, "HF checkpoint directory")->required();
+      sub.add_option("MODEL", a->model, "HF checkpoint or gridbook artifact directory")->required();
       sub.add_option("--prompt", a->prompt, "prompt text")->required();
       sub.add_flag("--chat", a->chat, "wrap the prompt as one user turn with the model's chat template");
       sub.add_flag("--no-think", a->no_think, "with --chat: generation prompt without thinking");
+      sub.add_flag(
+          "--allow-special-tokens", a->allow_special,
+          "encode special-token text in the prompt (\"</think>\", \"<|endoftext|>\") as the control ids "
+          "instead of as text");
       add_sampling_options(sub, a->sampling);
       add_run_options(sub, a->run);
       return [a] { return run_generate(*a); };

@@ -57,7 +57,7 @@ Registrar reg{Command{
     "--output /tmp/ours.safetensors\n",
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<LogitsArgs>();
-      sub.add_option("MODEL", a->model, "HF checkpoint directory")->required();
+      sub.add_option("MODEL", a->model, "HF checkpoint or gridbook artifact directory")->required();
       sub.add_option("--input", a->input, "safetensors file with input_ids I32 [B, T]")->required();
       sub.add_option("--output", a->output, "safetensors file to write logits F32 [B, T, V] to")->required();
       add_run_options(sub, a->run);

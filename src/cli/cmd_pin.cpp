@@ -29,7 +29,11 @@ int run_pin(const PinOpts& o) {
   return 0;
 }
 
-Registrar reg({"pin", "Write PINS.json (SHA-256 of every artifact file) so serve can verify it",
+Registrar reg({"pin",
+               "Write PINS.json (SHA-256 of every artifact file) so serve can verify it\n"
+               "Examples:\n"
+               "  gridq pin build/demo/laguna-tiny-code-gridbook\n"
+               "  gridq pin build/demo/laguna-tiny-code-gridbook --verify\n",
                [](CLI::App& sub) -> std::function<int()> {
                  auto o = std::make_shared<PinOpts>();
                  sub.add_option("ARTIFACT", o->dir, "artifact or checkpoint directory")->required();

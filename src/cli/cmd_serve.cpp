@@ -1,4 +1,4 @@
-// gridq serve ARTIFACT: the OpenAI-compatible HTTP server (server.md). Flags mirror vLLM's. Order of start:
+// gridq serve ARTIFACT: the OpenAI-compatible HTTP server (docs/api.md). Flags mirror vLLM's. Order of start:
 // check the flags, listen (/health says 503 loading; a busy port fails in milliseconds, not after minutes of
 // hashing), verify PINS.json (before anything of the artifact is parsed), load tokenizer, template and
 // engine, log the kernel path per weight format, then serve until SIGINT/SIGTERM and drain.
@@ -92,7 +92,7 @@ Expected<bool> is_gridbook_artifact(const std::string& dir) {
   return stub.has_value();
 }
 
-// server.md §11 T33 / issue #6 item 5: a gridbook artifact is served only against its PINS.json; a plain
+// Issue #6 item 5: a gridbook artifact is served only against its PINS.json; a plain
 // Hugging Face checkpoint without one is served with a warning. Returns an error message to refuse with.
 std::optional<std::string> check_pins(const ServeOpts& o) {
   const fs::path pins = fs::path(o.dir) / io::kPinsFile;
@@ -306,8 +306,8 @@ int run_serve(ServeOpts o) {
   so.max_num_seqs = o.max_num_seqs;
   // The default step budget fills one CUDA forward step (kMaxStepRows: a prefill chunk shares every weight
   // read, so smaller chunks re-read the routed experts); the CPU's throughput is flat past 512.
-  so.max_batch_tokens = o.max_batch_tokens > 0 ? o.max_batch_tokens
-                        : (dev_kind == runtime::DeviceKind::kCuda ? 2048 : 512);
+  so.max_batch_tokens =
+      o.max_batch_tokens > 0 ? o.max_batch_tokens : (dev_kind == runtime::DeviceKind::kCuda ? 2048 : 512);
   log(fmt::format("max_num_batched_tokens {}", so.max_batch_tokens));
   so.max_queue = o.max_queue;
   so.queue_timeout_s = o.queue_timeout;
@@ -328,7 +328,7 @@ int run_serve(ServeOpts o) {
     log("drain timeout: aborting the remaining requests");
     sched.abort_all();
     // The aborts land at the next step boundary. A step can take seconds on a loaded machine; rather than
-    // cut those streams off, end them from here (error event and [DONE], server.md §4.8, §9).
+    // cut those streams off, end them from here (error event and [DONE], api.md §4.8, §9).
     if (!sched.wait_idle(Clock::now() + std::chrono::seconds(1))) api.abort_inflight();
   }
   // stop() writes out what the requests queued (last events, [DONE]) before closing the connections.
@@ -382,7 +382,8 @@ Registrar reg(
            ->check(finite_check(0.0, 1e7));
        sub.add_option("--shutdown-timeout", o->shutdown_timeout, "drain seconds on SIGTERM (default 30)")
            ->check(finite_check(0.0, 1e7));
-       sub.add_option("--max-num-batched-tokens", o->max_batch_tokens, "token budget per step (default: 2048 on cuda, 512 on cpu)")
+       sub.add_option("--max-num-batched-tokens", o->max_batch_tokens,
+                      "token budget per step (default: 2048 on cuda, 512 on cpu)")
            ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
        sub.add_option("--num-gpu-blocks-override", o->num_gpu_blocks_override,
                       "KV pages of 16 tokens (cuda: at most this many; cpu: exactly; default: from memory, "

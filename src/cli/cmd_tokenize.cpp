@@ -16,7 +16,11 @@ std::string tokenizer_path(const std::string& model) {
 }
 
 Registrar reg{Command{
-    "tokenize", "Print the token ids of a text (MODEL is a model dir or a tokenizer.json)",
+    "tokenize",
+    "Print the token ids of a text (MODEL: an HF checkpoint or artifact directory, or a tokenizer.json)\n"
+    "Examples:\n"
+    "  gridq tokenize models/laguna-tiny-code --text \"def f(x):\"\n"
+    "  gridq tokenize models/laguna-tiny-code --text-file data/code-eval.txt --json\n",
     [](CLI::App& sub) -> std::function<int()> {
       struct Opts {
         std::string model, text, text_file;
@@ -27,7 +31,8 @@ Registrar reg{Command{
       auto* t = sub.add_option("--text", o->text, "text to tokenize");
       auto* f = sub.add_option("--text-file", o->text_file, "file whose bytes are tokenized");
       t->excludes(f);
-      sub.add_flag("--json", o->json, "print the ids as a JSON list (default: one line of space-separated ids)");
+      sub.add_flag("--json", o->json,
+                   "print the ids as a JSON list (default: one line of space-separated ids)");
       sub.add_flag("--add-special-tokens", o->add_special, "apply the post-processor (adds BOS etc.)");
       sub.add_flag("--no-added-tokens", o->no_added, "do not match added tokens in the text");
       sub.add_flag("--decode", o->decode, "print decode(encode(text)) instead of ids");

@@ -39,6 +39,8 @@ int main(int argc, char** argv) {
       "  gridq generate models/laguna-tiny-code --prompt \"def fibonacci(n):\"\n"};
   app.set_version_flag("--version", std::string(gridq::version_string()) + " (" + gridq::git_commit() + ")");
   app.require_subcommand(1);
+  // Every option's default shows in --help (subcommands copy these settings when they are added).
+  app.option_defaults()->always_capture_default();
   auto& cmds = registry();
   std::sort(cmds.begin(), cmds.end(), [](const Command& a, const Command& b) { return a.name < b.name; });
   std::function<int()> action;

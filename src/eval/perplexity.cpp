@@ -60,6 +60,8 @@ Expected<PerplexityResult> perplexity(runtime::Engine& engine, std::span<const i
       if (sink) GRIDQ_RETURN_IF_ERROR(sink(static_cast<int64_t>(b + i), w, p, V));
       p += w.size() * static_cast<size_t>(V);
     }
+    if (opts.on_progress)
+      opts.on_progress(static_cast<int64_t>(b + nb), static_cast<int64_t>(windows.size()));
   }
   r.windows = static_cast<int64_t>(windows.size());
   r.mean_nll = nll / static_cast<double>(r.positions);

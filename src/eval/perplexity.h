@@ -18,6 +18,8 @@ struct PerplexityOptions {
   int64_t max_tokens = 0;  // 0: all tokens
   int window = 512;        // tokens per window; a trailing window shorter than 2 tokens is dropped
   int batch = 1;           // windows per forward (logits memory: batch·window·vocab floats)
+  // Called after each forward with the windows scored so far and their total (gridq eval's progress line).
+  std::function<void(int64_t done, int64_t total)> on_progress;
 };
 
 struct PerplexityResult {

@@ -1,4 +1,4 @@
-// Tool calls in the poolside_v1 syntax (server.md §5) as a grammar (and in the JSON syntax, below), for
+// Tool calls in the poolside_v1 syntax (api.md §5) as a grammar (and in the JSON syntax, below), for
 // tool_choice "required" or a named function: `<tool_call>NAME`, then
 // `<arg_key>K</arg_key><arg_value>V</arg_value>` per argument in the schema's property order (required ones
 // always, optional ones maybe, no others), then `</tool_call>`; several calls in a row when parallel. V is

@@ -45,7 +45,8 @@ Expected<std::unique_ptr<Backend>> make_backend(DeviceKind kind, const model::Mo
 }  // namespace
 
 Expected<std::unique_ptr<Engine>> Engine::open(const std::string& model_dir, const EngineOptions& opts) {
-  if (opts.prefill_chunk <= 0) return err("engine: prefill_chunk must be > 0 (got {})", opts.prefill_chunk);
+  if (opts.prefill_chunk < 0)
+    return err("engine: prefill_chunk must be >= 0 (got {}; 0 = by device)", opts.prefill_chunk);
   GRIDQ_RETURN_IF_ERROR(check_device_options(opts.dev));
   // Before any weight is read: a refused device costs nothing.
   GRIDQ_ASSIGN_OR_RETURN(DeviceChoice choice, choose_device(opts.device));
@@ -66,6 +67,9 @@ Expected<std::unique_ptr<Engine>> Engine::open(const std::string& model_dir, con
   e->model_dir_ = model_dir;
   e->device_ = choice.kind;
   e->device_log_ = std::move(choice.log_line);
+  // The CUDA engine runs up to 2048 rows a step (cuda/kernels/forward_kernels.h kMaxStepRows): a longer chunk
+  // reads every weight once per 2048 prompt tokens instead of once per 512.
+  if (opts.prefill_chunk == 0 && choice.kind == DeviceKind::kCuda) e->opts_.prefill_chunk = 2048;
   return e;
 }
 

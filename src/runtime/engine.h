@@ -21,7 +21,7 @@ namespace gridq::runtime {
 
 struct EngineOptions {
   int threads = 0;              // CPU threads (0 = OpenMP default)
-  int prefill_chunk = 512;      // tokens per prefill forward
+  int prefill_chunk = 0;        // tokens per prefill forward; 0: by device (cpu 512, cuda 2048: one step)
   std::string device = "auto";  // cpu, cuda or auto (choose_device in device.h)
   DeviceOptions dev;            // what the CUDA backend is asked for; unused on cpu
 };

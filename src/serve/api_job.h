@@ -1,4 +1,4 @@
-// One HTTP generation request in flight (server.md §4): the scheduler's callbacks for its choices arrive
+// One HTTP generation request in flight (api.md §4): the scheduler's callbacks for its choices arrive
 // here, on the scheduler thread, and become SSE chunks or, once every choice is done, one JSON response.
 // A request's choices may span several prompts (completions with a list of prompts): each prompt is one
 // SchedRequest (a Part) whose choice c is the job's choice offset + c.

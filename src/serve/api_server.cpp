@@ -5,6 +5,7 @@
 #include "core/version.h"
 #include "serve/api_job.h"
 #include "serve/sampling.h"
+#include "text/content_escape.h"
 
 namespace gridq::serve {
 
@@ -170,12 +171,16 @@ void ApiServer::handle_chat(const HttpRequest& req, std::shared_ptr<ResponseChan
   for (auto it = r.template_kwargs.begin(); it != r.template_kwargs.end(); ++it)
     kwargs[it.key()] = it.value();
   if (r.enable_thinking) kwargs["enable_thinking"] = *r.enable_thinking;
-  auto rendered = model_.render(r.messages, r.tools, r.add_generation_prompt, kwargs);
+  // Request strings encode as text, the template's markup as control ids (content_escape.h), unless raw.
+  const bool raw = r.gen.allow_special_tokens;
+  const auto untrusted = [&](const ojson& v) { return raw ? v : text::escape_added_tokens(v, *model_.tok); };
+  auto rendered =
+      model_.render(untrusted(r.messages), untrusted(r.tools), r.add_generation_prompt, untrusted(kwargs));
   if (!rendered.ok()) return ch->send_error(invalid("messages", "chat template: " + rendered.message()));
   std::string prompt_text = std::move(*rendered);
   if (r.continue_final_message) {
     // Leave the final assistant message open: cut the rendering right after its content.
-    const std::string& last = r.messages.back()["content"].get_ref<const std::string&>();
+    const std::string last = untrusted(r.messages.back()["content"]).get<std::string>();
     size_t p = last.empty() ? std::string::npos : prompt_text.rfind(last);
     if (p != std::string::npos) {
       prompt_text.resize(p + last.size());
@@ -183,7 +188,7 @@ void ApiServer::handle_chat(const HttpRequest& req, std::shared_ptr<ResponseChan
       prompt_text.resize(e);
     }
   }
-  auto ids = model_.tok->try_encode(prompt_text, false);
+  auto ids = raw ? model_.tok->try_encode(prompt_text, false) : model_.tok->try_encode_rendered(prompt_text);
   if (!ids.ok()) return ch->send_error(invalid("messages", "tokenizer: " + ids.message()));
   std::vector<int32_t> prompt = std::move(*ids);
   auto mt =
@@ -234,7 +239,7 @@ void ApiServer::handle_completions(const HttpRequest& req, std::shared_ptr<Respo
   for (auto& p : r.prompts) {
     std::vector<int32_t> ids;
     if (auto* s = std::get_if<std::string>(&p)) {
-      auto enc = model_.tok->try_encode(*s, false);
+      auto enc = model_.tok->try_encode(*s, false, /*match_added_tokens=*/r.gen.allow_special_tokens);
       if (!enc.ok()) return ch->send_error(invalid("prompt", "tokenizer: " + enc.message()));
       ids = std::move(*enc);
       if (ids.empty()) return ch->send_error(invalid("prompt", "prompt encodes to no tokens"));

@@ -1,4 +1,4 @@
-// The OpenAI endpoints (server.md §1): /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics,
+// The OpenAI endpoints (api.md §1): /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics,
 // /tokenize, /detokenize. Validates requests (openai_protocol), renders chat prompts, submits work to the
 // scheduler and turns tokens into responses or SSE streams through per-choice OutputProcessors.
 #pragma once

@@ -44,7 +44,7 @@ class EngineIface {
   virtual void remove_sequence(SeqId id) = 0;
   // Runs all items in one forward; appends one row of vocab_size() floats per item with want_logits (one per
   // position with all_logits), in order. Each item's row must not depend on the other items (batch
-  // invariance, server.md §8).
+  // invariance, api.md §8).
   virtual Status forward(std::span<const StepItem> items, std::vector<float>& logits) = 0;
   // forward(items), then each want_logits row r sampled by plans[r] (runtime::Sampler::plan; null: not
   // sampled, token -1): one token per row comes back instead of its logits. This default samples on the host

@@ -747,7 +747,7 @@ void HttpServer::stop() {
       }
     }
   }
-  // Bounded: a client that stopped reading cannot hold the exit (server.md §9: timeout 0 exits in 4 s).
+  // Bounded: a client that stopped reading cannot hold the exit (api.md §9: timeout 0 exits in 4 s).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(1000);
   while (!im.threads.empty() && im.unflushed.load() > 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(2));

@@ -1,4 +1,4 @@
-// HTTP/1.1 transport on Boost.Beast (server.md §1, §3, §9): keep-alive, header/body size limits and read
+// HTTP/1.1 transport on Boost.Beast (api.md §1, §3, §9): keep-alive, header/body size limits and read
 // timeouts, 413/415/431 before the body is read, chunked SSE responses, one auth middleware over the route
 // table (public routes are an explicit allowlist), 404/405 in the OpenAI error shape, disconnect detection
 // while a request is in flight, and draining on shutdown (new requests 503 shutting_down, Connection: close).

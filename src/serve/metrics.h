@@ -1,4 +1,4 @@
-// Prometheus metrics (server.md §10): names follow vLLM's with the prefix `gridq:` and a model_name label.
+// Prometheus metrics (api.md §10): names follow vLLM's with the prefix `gridq:` and a model_name label.
 // Thread-safe; render() writes the text exposition format 0.0.4.
 // No label takes an unbounded value from a client (issue 14 item 1): every label set is a closed list chosen
 // here, and a value outside it is counted as `other`, so neither memory nor /metrics grows with what clients

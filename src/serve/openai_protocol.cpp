@@ -211,6 +211,7 @@ std::optional<ApiError> parse_gen(const ojson& b, const Limits& lim, bool chat, 
   GQ_TRY(get_bool(b, "ignore_eos", g.ignore_eos));
   GQ_TRY(get_bool(b, "skip_special_tokens", g.skip_special_tokens));
   GQ_TRY(get_bool(b, "include_stop_str_in_output", g.include_stop_str_in_output));
+  GQ_TRY(get_bool(b, "allow_special_tokens", g.allow_special_tokens));
 
   if (auto it = b.find("stop"); it != b.end() && !it->is_null()) {
     if (it->is_string()) {

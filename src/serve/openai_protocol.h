@@ -1,4 +1,4 @@
-// OpenAI HTTP API: request parsing and validation (server.md §2, §7, §9 caps), the error shape (§3), and the
+// OpenAI HTTP API: request parsing and validation (api.md §2, §7, §9 caps), the error shape (§3), and the
 // response / SSE chunk builders (§4). Pure functions over JSON; no I/O, no model.
 #pragma once
 
@@ -73,6 +73,9 @@ struct GenParams {
   bool ignore_eos = false;
   bool skip_special_tokens = true;
   bool include_stop_str_in_output = false;
+  // Extension (docs/api.md): special-token text in messages or a prompt string encodes as the control ids,
+  // as transformers does; by default it encodes as text so content cannot forge turns or calls.
+  bool allow_special_tokens = false;
   std::optional<GrammarSpec> grammar;  // structured outputs; nullopt: unconstrained
 };
 

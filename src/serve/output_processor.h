@@ -1,4 +1,4 @@
-// Turns one choice's generated token ids into what the client sees (server.md §4.9, §6, §8): detokenize
+// Turns one choice's generated token ids into what the client sees (api.md §4.9, §6, §8): detokenize
 // without splitting code points, route by reasoning markers (by id), match stop strings across token
 // boundaries with hold-back, and run the tool-call parser over the content channel only. The same object
 // serves streaming (deltas) and non-streaming (result()), so streamed text equals non-streamed text.

@@ -1,4 +1,4 @@
-// What a request's generation fields become for the scheduler (server.md §2, §8). Sampling itself is the
+// What a request's generation fields become for the scheduler (api.md §2, §8). Sampling itself is the
 // runtime's (runtime/sampler.h, the sampler `gridq generate` uses); this maps onto it the two things that are
 // the server's own: OpenAI/vLLM penalty semantics (presence/frequency count the completion's tokens only) and
 // one seed per choice, so choice 0 of a request with seed S samples exactly as `gridq generate --seed S`.

@@ -1,4 +1,4 @@
-// Continuous batching (server.md §8). One thread runs steps: at each step boundary it drops cancelled
+// Continuous batching (api.md §8). One thread runs steps: at each step boundary it drops cancelled
 // sequences, admits waiting requests FIFO while sequence slots and free KV pages allow, then runs one
 // forward holding every decoding sequence (one token each) plus prefill chunks under a token budget, samples
 // each sequence with its own seeded sampler, and reports tokens through the request's callbacks.

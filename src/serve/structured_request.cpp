@@ -1,7 +1,7 @@
 // Structured-output request fields (docs/serving.md "Structured outputs"): OpenAI's response_format,
 // vLLM's structured_outputs object and the older top-level guided_* fields, validated fail-closed. Inside
 // the constraint objects an unknown key is a 400 (it could change what the output must be); a top-level
-// field stays ignorable as everywhere else (server.md §2).
+// field stays ignorable as everywhere else (api.md §2).
 #include <fmt/format.h>
 
 #include <array>

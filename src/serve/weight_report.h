@@ -1,4 +1,4 @@
-// What the server says about its weights at start (issue #6 item 5, server.md §10): the formats the loaded
+// What the server says about its weights at start (issue #6 item 5, api.md §10): the formats the loaded
 // model really runs, one line per format naming the CPU kernel path that format takes, and the `format`
 // label of gridq:model_info. Read from the QMatrix objects the backend executes, not from file names, so a
 // gridbook artifact reports its FP8 / CB rungs and a plain checkpoint BF16 (or F32).

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "core/file_read.h"
+#include "text/content_escape.h"
 
 namespace gridq::text {
 
@@ -118,10 +119,18 @@ Expected<std::string> render_chat(const ChatTemplate& tmpl, const ojson& message
 
 Expected<std::vector<int32_t>> encode_chat_prompt(const Tokenizer& tok, const ChatTemplate& tmpl,
                                                   const ojson& messages, const ojson& tools,
-                                                  bool add_generation_prompt, const ojson& extra_kwargs) {
-  GRIDQ_ASSIGN_OR_RETURN(std::string prompt,
-                         render_chat(tmpl, messages, tools, add_generation_prompt, extra_kwargs));
-  return tok.try_encode(prompt, /*add_special_tokens=*/false, /*match_added_tokens=*/true);
+                                                  bool add_generation_prompt, const ojson& extra_kwargs,
+                                                  bool allow_special_tokens) {
+  if (allow_special_tokens) {
+    GRIDQ_ASSIGN_OR_RETURN(std::string prompt,
+                           render_chat(tmpl, messages, tools, add_generation_prompt, extra_kwargs));
+    return tok.try_encode(prompt, /*add_special_tokens=*/false, /*match_added_tokens=*/true);
+  }
+  GRIDQ_ASSIGN_OR_RETURN(
+      std::string prompt,
+      render_chat(tmpl, escape_added_tokens(messages, tok), escape_added_tokens(tools, tok),
+                  add_generation_prompt, escape_added_tokens(extra_kwargs, tok)));
+  return tok.try_encode_rendered(prompt);
 }
 
 }  // namespace gridq::text

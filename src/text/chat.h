@@ -5,11 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/status.h"
 #include "text/jinja/template.h"
@@ -26,7 +25,8 @@ struct ChatTemplate {
   // `model_dir` holds chat_template.jinja and/or tokenizer_config.json.
   static Expected<ChatTemplate> load(const std::string& model_dir);
   // `tokenizer_config` may be null; `name` is used in error messages.
-  static Expected<ChatTemplate> from_source(std::string_view source, const nlohmann::ordered_json& tokenizer_config,
+  static Expected<ChatTemplate> from_source(std::string_view source,
+                                            const nlohmann::ordered_json& tokenizer_config,
                                             const std::string& name = "chat_template");
 };
 
@@ -38,12 +38,16 @@ Expected<std::string> render_chat(const ChatTemplate& tmpl, const nlohmann::orde
                                   const nlohmann::ordered_json& tools, bool add_generation_prompt,
                                   const nlohmann::ordered_json& extra_kwargs);
 
-// render_chat, then encode without adding special tokens (no double BOS). Added tokens are matched in the
-// whole prompt, as transformers does, so a user who types "</think>" gets the control id.
+// render_chat, then encode without adding special tokens (no double BOS). Added tokens are matched only in
+// the template's own text: the strings of messages, tools and kwargs encode as text (content_escape.h), so a
+// user or a document that holds "</think>" or "<tool_call>" cannot forge a turn or a call (issue 14 item 2).
+// allow_special_tokens=true matches them in the whole prompt, as transformers does (the raw behaviour).
 Expected<std::vector<int32_t>> encode_chat_prompt(const Tokenizer& tok, const ChatTemplate& tmpl,
                                                   const nlohmann::ordered_json& messages,
-                                                  const nlohmann::ordered_json& tools, bool add_generation_prompt,
-                                                  const nlohmann::ordered_json& extra_kwargs);
+                                                  const nlohmann::ordered_json& tools,
+                                                  bool add_generation_prompt,
+                                                  const nlohmann::ordered_json& extra_kwargs,
+                                                  bool allow_special_tokens = false);
 
 // Copy of `messages` with string tool-call arguments parsed into JSON values.
 Expected<nlohmann::ordered_json> decode_tool_call_arguments(const nlohmann::ordered_json& messages);

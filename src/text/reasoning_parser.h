@@ -1,4 +1,4 @@
-// Splits generated output into a reasoning channel and a content channel (server.md §6). The mode is decided
+// Splits generated output into a reasoning channel and a content channel (api.md §6). The mode is decided
 // from the rendered prompt, not from request kwargs (the vLLM poolside_v1 bug, issue #49379), and markers are
 // matched by token id, so `</think>` never reaches either channel.
 #pragma once

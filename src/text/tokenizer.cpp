@@ -3,11 +3,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
 #include "text/byte_level.h"
+#include "text/content_escape.h"
 #include "text/utf8.h"
 
 namespace gridq::text {
@@ -19,10 +19,13 @@ namespace {
 Status check_normalizer(const json& j, const std::string& src) {
   if (j.is_null()) return {};
   const std::string type = j.value("type", std::string("?"));
-  if (type == "Sequence" && j.contains("normalizers") && j["normalizers"].is_array() && j["normalizers"].empty())
+  if (type == "Sequence" && j.contains("normalizers") && j["normalizers"].is_array() &&
+      j["normalizers"].empty())
     return {};
-  return err("{}: normalizer '{}' is not supported (gridq supports tokenizers without a normalizer; NFC and "
-             "others would need Unicode normalization tables)", src, type);
+  return err(
+      "{}: normalizer '{}' is not supported (gridq supports tokenizers without a normalizer; NFC and "
+      "others would need Unicode normalization tables)",
+      src, type);
 }
 
 Status check_decoder(const json& j, const std::string& src) {
@@ -41,7 +44,8 @@ Status read_post(const json& j, const std::string& src, const std::unordered_map
   const std::string type = j.value("type", std::string("?"));
   if (type == "ByteLevel") return {};  // only adjusts offsets
   if (type == "Sequence") {
-    for (const auto& p : j.value("processors", json::array())) GRIDQ_RETURN_IF_ERROR(read_post(p, src, ids, prefix, suffix));
+    for (const auto& p : j.value("processors", json::array()))
+      GRIDQ_RETURN_IF_ERROR(read_post(p, src, ids, prefix, suffix));
     return {};
   }
   if (type == "TemplateProcessing") {
@@ -55,7 +59,8 @@ Status read_post(const json& j, const std::string& src, const std::unordered_map
         seen_a = true;
       } else if (item.contains("SpecialToken")) {
         const std::string name = item["SpecialToken"].value("id", std::string());
-        if (!specials.contains(name)) return err("{}: TemplateProcessing special token '{}' is not defined", src, name);
+        if (!specials.contains(name))
+          return err("{}: TemplateProcessing special token '{}' is not defined", src, name);
         for (const auto& id : specials[name].value("ids", json::array()))
           (seen_a ? suffix : prefix).push_back(id.get<int32_t>());
       } else {
@@ -66,7 +71,8 @@ Status read_post(const json& j, const std::string& src, const std::unordered_map
   }
   if (type == "RobertaProcessing" || type == "BertProcessing") {
     auto id_of = [&](const char* k) -> Expected<int32_t> {
-      if (!j.contains(k) || !j[k].is_array() || j[k].size() != 2) return err("{}: {} has no {} pair", src, type, k);
+      if (!j.contains(k) || !j[k].is_array() || j[k].size() != 2)
+        return err("{}: {} has no {} pair", src, type, k);
       return j[k][1].get<int32_t>();
     };
     auto cls = id_of("cls");
@@ -78,8 +84,10 @@ Status read_post(const json& j, const std::string& src, const std::unordered_map
     return {};
   }
   (void)ids;
-  return err("{}: post_processor '{}' is not supported (TemplateProcessing, ByteLevel, Roberta/BertProcessing, "
-             "Sequence)", src, type);
+  return err(
+      "{}: post_processor '{}' is not supported (TemplateProcessing, ByteLevel, Roberta/BertProcessing, "
+      "Sequence)",
+      src, type);
 }
 
 }  // namespace
@@ -120,7 +128,8 @@ Expected<Tokenizer> Tokenizer::from_json_text(std::string_view text, const std::
     t.added_.push_back(std::move(at));
   }
   t.matcher_ = std::make_shared<const AddedTokenMatcher>(t.added_);
-  GRIDQ_RETURN_IF_ERROR(read_post(j.value("post_processor", json()), src, t.added_by_text_, t.post_.prefix, t.post_.suffix));
+  GRIDQ_RETURN_IF_ERROR(
+      read_post(j.value("post_processor", json()), src, t.added_by_text_, t.post_.prefix, t.post_.suffix));
   return t;
 }
 
@@ -142,6 +151,15 @@ Status Tokenizer::encode_plain(std::string_view text, std::vector<int32_t>& out,
 
 Expected<std::vector<int32_t>> Tokenizer::try_encode(std::string_view raw, bool add_special_tokens,
                                                      bool match_added_tokens) const {
+  return encode_impl(raw, add_special_tokens, match_added_tokens, /*unescape=*/false);
+}
+
+Expected<std::vector<int32_t>> Tokenizer::try_encode_rendered(std::string_view rendered) const {
+  return encode_impl(rendered, /*add_special_tokens=*/false, /*match_added_tokens=*/true, /*unescape=*/true);
+}
+
+Expected<std::vector<int32_t>> Tokenizer::encode_impl(std::string_view raw, bool add_special_tokens,
+                                                      bool match_added_tokens, bool unescape) const {
   std::string owned;
   std::string_view text = raw;
   if (!utf8_valid(raw)) {
@@ -160,6 +178,9 @@ Expected<std::vector<int32_t>> Tokenizer::try_encode(std::string_view raw, bool 
   for (const auto& s : segs) {
     if (s.added_id >= 0) {
       ids.push_back(s.added_id);
+    } else if (s.end > s.begin && unescape) {
+      const std::string piece = unescape_added_tokens(text.substr(s.begin, s.end - s.begin), *this);
+      GRIDQ_RETURN_IF_ERROR(encode_plain(piece, ids, cache));
     } else if (s.end > s.begin) {
       GRIDQ_RETURN_IF_ERROR(encode_plain(text.substr(s.begin, s.end - s.begin), ids, cache));
     }
@@ -168,7 +189,8 @@ Expected<std::vector<int32_t>> Tokenizer::try_encode(std::string_view raw, bool 
   return ids;
 }
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens, bool match_added_tokens) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens,
+                                       bool match_added_tokens) const {
   auto r = try_encode(text, add_special_tokens, match_added_tokens);
   if (!r) {
     std::fprintf(stderr, "gridq: fatal: tokenizer: %s\n", r.message().c_str());

@@ -32,17 +32,20 @@ class Tokenizer {
                               bool match_added_tokens = true) const;
   Expected<std::vector<int32_t>> try_encode(std::string_view text, bool add_special_tokens = false,
                                             bool match_added_tokens = true) const;
+  // A prompt rendered from untrusted strings escaped by escape_added_tokens (content_escape.h): added tokens
+  // are matched in the template's own text only; each plain piece is unescaped and encoded as text.
+  Expected<std::vector<int32_t>> try_encode_rendered(std::string_view rendered) const;
 
   // HF decode: unknown ids are dropped, skip_special drops added tokens marked special, bytes are joined and
   // invalid UTF-8 becomes U+FFFD.
   std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
 
   int32_t token_id(std::string_view text) const;  // added token or vocab entry; -1 if absent
-  std::string token_text(int32_t id) const;      // stored token text (byte-level form); "" if unknown
+  std::string token_text(int32_t id) const;       // stored token text (byte-level form); "" if unknown
   // Raw bytes `id` contributes to decoded text (may be a partial UTF-8 sequence); "" if unknown.
   std::string token_bytes(int32_t id) const;
   bool is_known(int32_t id) const { return !token_text(id).empty(); }
-  bool is_special(int32_t id) const;   // an added token marked special
+  bool is_special(int32_t id) const;  // an added token marked special
   bool is_added(int32_t id) const;
   size_t vocab_size() const;  // highest id + 1 over the model vocab and added tokens
   const std::vector<AddedToken>& added_tokens() const { return added_; }
@@ -51,6 +54,8 @@ class Tokenizer {
   struct PostStep {
     std::vector<int32_t> prefix, suffix;  // ids around sequence A when add_special_tokens
   };
+  Expected<std::vector<int32_t>> encode_impl(std::string_view raw, bool add_special_tokens,
+                                             bool match_added_tokens, bool unescape) const;
   Status encode_plain(std::string_view text, std::vector<int32_t>& out,
                       std::unordered_map<std::string, std::vector<int32_t>>& cache) const;
 
@@ -68,7 +73,8 @@ class Tokenizer {
 // pushes and flush() equals Tokenizer::decode of the whole sequence.
 class StreamDecoder {
  public:
-  explicit StreamDecoder(const Tokenizer& tok, bool skip_special = false) : tok_(&tok), skip_special_(skip_special) {}
+  explicit StreamDecoder(const Tokenizer& tok, bool skip_special = false)
+      : tok_(&tok), skip_special_(skip_special) {}
   std::string push(int32_t id);
   std::string flush();  // emits whatever is held back (an incomplete sequence becomes U+FFFD)
   bool has_pending() const { return !pending_.empty(); }

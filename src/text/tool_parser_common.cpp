@@ -374,11 +374,15 @@ struct PyLit {
     std::erase(tok, '_');
     if (!tok.empty() && tok[0] == '+') tok.erase(0, 1);
     if (tok.empty()) return std::nullopt;
-    // Python allows "1." and ".5"; JSON does not.
-    if (tok.back() == '.') tok += '0';
-    if (tok[0] == '.') tok.insert(0, "0");
-    if (tok.size() > 1 && tok[0] == '-' && tok[1] == '.') tok.insert(1, "0");
-    auto j = nlohmann::ordered_json::parse(tok, nullptr, false);
+    // Python allows "1." and ".5"; JSON does not. Written into a fresh string: inserting into `tok` itself
+    // trips GCC 12's false -Wrestrict at -O3 (GCC PR 105651) and broke -Werror Release builds.
+    std::string json;
+    const size_t k = tok[0] == '-' ? 1 : 0;
+    json.append(tok, 0, k);
+    if (k < tok.size() && tok[k] == '.') json += '0';
+    json.append(tok, k, std::string::npos);
+    if (json.back() == '.') json += '0';
+    auto j = nlohmann::ordered_json::parse(json, nullptr, false);
     if (j.is_discarded() || !j.is_number()) return std::nullopt;
     return j;
   }

@@ -1,4 +1,4 @@
-// Shared types of the tool-call parsers (server.md §5): the non-streaming result, streaming deltas, the
+// Shared types of the tool-call parsers (api.md §5): the non-streaming result, streaming deltas, the
 // per-tool argument types taken from the request's JSON schemas, tool_choice filtering, and the one JSON
 // writer both the streaming and non-streaming paths use (so their `arguments` strings are byte-equal).
 #pragma once

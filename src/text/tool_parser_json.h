@@ -1,4 +1,4 @@
-// Generic JSON tool-call format (Hermes/Qwen3 style), server.md §5:
+// Generic JSON tool-call format (Hermes/Qwen3 style), api.md §5:
 //   <tool_call>\n{"name": "...", "arguments": {...}}\n</tool_call>
 // A block that is not a JSON object with a string "name" and an object "arguments" (or "parameters") stays in
 // content verbatim, as does an unterminated block. Content is all text outside valid blocks; whitespace-only

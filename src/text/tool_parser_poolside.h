@@ -1,4 +1,4 @@
-// poolside_v1 (Laguna) tool-call format, server.md §5:
+// poolside_v1 (Laguna) tool-call format, api.md §5:
 //   <tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value>...</tool_call>
 // The parser never throws. Grammar details the spec leaves open, chosen so that streaming and non-streaming
 // agree for every split of the text:

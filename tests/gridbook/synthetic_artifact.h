@@ -1,4 +1,4 @@
-// A tiny synthetic gridbook artifact for tests (format.md §17.12 spirit): a Laguna-shaped config (hidden
+// A tiny synthetic gridbook artifact for tests (in the spirit of the gridbook test vectors): a Laguna-shaped config (hidden
 // 512, layer 0 dense, layers 1.. MoE with a few experts), routed experts as NVFP4_CB v2 with random legal
 // planes and random on-grid codebooks, attention q/k/v/o as compressed-tensors FP8 W8A8, everything else
 // BF16 (router bias F32), provenance digests for every codebook table. Everything is held in memory so a

@@ -1,5 +1,5 @@
 // Artifact reader end to end on the synthetic artifact (synthetic_artifact.h) and on the bundled
-// laguna-tiny-code checkpoint, plus every refusal of format.md §17.9-§17.10 by mutating one piece at a time.
+// laguna-tiny-code checkpoint, plus every refusal of format.md §15 by mutating one piece at a time.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -85,7 +85,7 @@ class Server:
     def client(self, strict=True, **kw):
         """The openai SDK, strict by default. Streamed /v1/completions need strict=False: the SDK types a
         completion choice's finish_reason as non-null, while every chunk but a choice's last carries null, as
-        the OpenAI API itself sends (openai/openai-openapi#100), vLLM too, and server.md §4 rule 6 requires.
+        the OpenAI API itself sends (openai/openai-openapi#100), vLLM too, and api.md §4 rule 6 requires.
         Strict validation therefore refuses every conforming completions stream; those tests check the chunks
         with check_completion_stream instead."""
         from openai import OpenAI

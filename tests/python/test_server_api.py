@@ -1,4 +1,4 @@
-"""gridq serve against the openai SDK with strict response validation (server.md §4, §12): chat and
+"""gridq serve against the openai SDK with strict response validation (api.md §4, §12): chat and
 completions, streaming and not, tools, thinking on/off, usage, n>1/seeds, logprobs, and 32 concurrent
 streaming clients that must each get their own greedy output."""
 
@@ -22,7 +22,7 @@ def server():
 
 
 def sse_events(server, path, body):
-    """Raw SSE read; checks the framing invariants of server.md §4 and returns the decoded chunks."""
+    """Raw SSE read; checks the framing invariants of api.md §4 and returns the decoded chunks."""
     chunks = []
     with httpx.stream("POST", server.base + path, json=body, headers=server.headers(), timeout=60) as r:
         assert r.status_code == 200
@@ -75,7 +75,7 @@ def check_chat_stream(chunks, n=1, include_usage=False):
 
 
 def check_completion_stream(chunks, n=1):
-    """server.md §4 rules 2 and 6 for text_completion chunks (what strict SDK validation cannot check, see
+    """api.md §4 rules 2 and 6 for text_completion chunks (what strict SDK validation cannot check, see
     Server.client): returns {index: (text, finish_reason)}."""
     assert len({c["id"] for c in chunks}) == 1 and len({c["created"] for c in chunks}) == 1
     assert all(c["object"] == "text_completion" for c in chunks)
@@ -163,7 +163,7 @@ def test_chat_with_tools_and_history(server):
         r = c.chat.completions.create(model=MODEL_ID, messages=messages, tools=tools, tool_choice=choice,
                                       max_tokens=16, temperature=0)
         ch = r.choices[0]
-        # The tiny model answers in prose: finish_reason stop/length with its content (server.md §5).
+        # The tiny model answers in prose: finish_reason stop/length with its content (api.md §5).
         assert ch.finish_reason in ("stop", "length", "tool_calls")
         if ch.finish_reason == "tool_calls":
             for tc in ch.message.tool_calls:

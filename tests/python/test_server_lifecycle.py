@@ -1,4 +1,4 @@
-"""Start-up and shutdown of gridq serve (server.md §9, §11 T4, T24-T27, T33): pins, signals, draining."""
+"""Start-up and shutdown of gridq serve (api.md §9, §11 T4, T24-T27, T33): pins, signals, draining."""
 
 import json
 import re

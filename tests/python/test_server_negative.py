@@ -1,4 +1,4 @@
-"""Negative and limit tests of server.md §11 against a live server with raw HTTP (httpx) and the SDK."""
+"""Negative and limit tests (docs/api.md §3, §9) against a live server with raw HTTP (httpx) and the SDK."""
 
 import json
 import socket

@@ -1,4 +1,4 @@
-// Request validation (server.md §2, §7, §11 T8/T10/T11/T12/T17/T18), the error shape (§3) and the chunk
+// Request validation (api.md §2, §7, §11 T8/T10/T11/T12/T17/T18), the error shape (§3) and the chunk
 // shapes (§4). Expected statuses and params come from the spec's tables.
 #include <fmt/format.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Reasoning parser matrix of server.md §6 (as in vLLM's reasoning tests): each case non-streaming against a
+// Reasoning parser matrix of api.md §6 (as in vLLM's reasoning tests): each case non-streaming against a
 // hand-derived expectation, and streaming (text split at every byte boundary and at random) equal to it.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// Tool-call parsers (server.md §5): every case the spec lists, checked non-streaming against expectations
+// Tool-call parsers (api.md §5): every case the spec lists, checked non-streaming against expectations
 // derived by hand from the spec's rules, and streaming against non-streaming for every two-way split at each
 // byte boundary, every one-byte-at-a-time split, and 100 seeded random multi-way splits ([V-tests]).
 #include <gtest/gtest.h>
@@ -16,7 +16,7 @@ struct Agg {
   std::vector<ParsedToolCall> calls;
 };
 
-// Feeds `pieces` and checks the streaming invariants of server.md §4.5 while accumulating.
+// Feeds `pieces` and checks the streaming invariants of api.md §4.5 while accumulating.
 Agg run_stream(ToolStreamParser& p, const std::vector<std::string>& pieces) {
   Agg a;
   auto take = [&](const ToolStreamDelta& d) {
@@ -365,5 +365,23 @@ TEST(JsonToolParser, SpecCasesAndSplits) {
   }
 }
 
+}  // namespace
+}  // namespace gridq::text
+
+namespace gridq::text {
+namespace {
+// Python number spellings JSON lacks ("1.", ".5", "-.5", "1_000", "+2"): the normalisation that is written
+// into a fresh string (GCC 12's -O3 -Wrestrict false positive on in-place inserts) keeps every value.
+TEST(PythonLiteral, NumberSpellings) {
+  const std::pair<const char*, double> cases[] = {{"1.", 1.0},   {".5", 0.5},     {"-.5", -0.5},
+                                                  {"-1.", -1.0}, {"1_000", 1000}, {"+2", 2.0}};
+  for (const auto& [text, want] : cases) {
+    auto v = parse_python_literal(text);
+    ASSERT_TRUE(v && v->is_number()) << text;
+    EXPECT_DOUBLE_EQ(v->get<double>(), want) << text;
+  }
+  for (const char* bad : {"-", "+", "-_"})
+    EXPECT_FALSE(parse_python_literal(bad) && parse_python_literal(bad)->is_number()) << bad;
+}
 }  // namespace
 }  // namespace gridq::text
