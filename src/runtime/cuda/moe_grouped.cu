@@ -25,7 +25,6 @@ namespace {
 
 using Dec = DecCB<16, 2>;  // the fused routed experts' format (device_model.cpp)
 
-
 // Exclusive prefix sum over the block's threads (blockDim.x ≤ 1024, a multiple of 32); ws: 32 ints of shared
 // memory. Returns this thread's exclusive sum; *total gets the block total.
 __device__ int block_exclusive_scan(int v, int* ws, int* total) {
@@ -156,15 +155,8 @@ __global__ void __launch_bounds__(kExpertThreads, 1) grouped_expert_kernel(const
   extern __shared__ __align__(16) unsigned char smem[];
   const KParams& kp = p.kp;
   Dec::init_smem(smem, kp);
-  int* ioff = reinterpret_cast<int*>(smem + Dec::kSmemBytes);  // [E + 1] item offsets
-  int* poff = ioff + (p.E + 1);                                // [E + 1] pair offsets
-  uint8_t* rings = reinterpret_cast<uint8_t*>(poff + (p.E + 1));
-  rings += (16 - reinterpret_cast<uintptr_t>(rings) % 16) % 16;
-  pdl_launch_dependents();
-  pdl_wait();  // the pairs, the items and the activations are the previous kernels' outputs
-  const int* gi = p.grp + grp_items_off(p.E, kGateUp);
-  for (int i = threadIdx.x; i <= p.E; i += blockDim.x) ioff[i] = __ldcg(gi + i), poff[i] = __ldcg(p.grp + i);
-  __syncthreads();
+  int *ioff, *poff;  // [E + 1] item offsets, [E + 1] pair offsets
+  uint8_t* rings = stage_offsets(p.grp, p.E, kGateUp, smem + Dec::kSmemBytes, ioff, poff);
 
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int W = static_cast<int>(gridDim.x) * kExpertWarps;

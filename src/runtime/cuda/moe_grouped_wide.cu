@@ -30,22 +30,18 @@ using X = XSlice<Dec>;
 constexpr int kWBytes = kWarps * Dec::kUnitBytes;
 constexpr int kStageBytes = kWBytes + kNB * X::kPitch;
 
-constexpr int wide_smem_bytes(int E) { return Dec::kSmemBytes + 2 * (E + 1) * 4 + 16 + kStages * kStageBytes; }
+constexpr int wide_smem_bytes(int E) {
+  return Dec::kSmemBytes + 2 * (E + 1) * 4 + 16 + kStages * kStageBytes;
+}
 
 // y[pair, row] FP32 (gate_up: the [2I, H] stacks' rows, gate then up; down: H) for every item of the launch.
-__global__ void __launch_bounds__(kThr, 1) grouped_wide_kernel(const ExpertParams p, int tile_groups, int gate_up) {
+__global__ void __launch_bounds__(kThr, 1)
+    grouped_wide_kernel(const ExpertParams p, int tile_groups, int gate_up) {
   extern __shared__ __align__(16) unsigned char smem[];
   const KParams& kp = p.kp;
   Dec::init_smem(smem, kp);
-  int* ioff = reinterpret_cast<int*>(smem + Dec::kSmemBytes);  // [E + 1] item offsets
-  int* poff = ioff + (p.E + 1);                                // [E + 1] pair offsets
-  uint8_t* stages = reinterpret_cast<uint8_t*>(poff + (p.E + 1));
-  stages += (16 - reinterpret_cast<uintptr_t>(stages) % 16) % 16;
-  pdl_launch_dependents();
-  pdl_wait();  // the pairs, the items and the activations are the previous kernels' outputs
-  const int* gi = p.grp + grp_items_off(p.E, gate_up != 0);
-  for (int i = threadIdx.x; i <= p.E; i += blockDim.x) ioff[i] = __ldcg(gi + i), poff[i] = __ldcg(p.grp + i);
-  __syncthreads();
+  int *ioff, *poff;  // [E + 1] item offsets, [E + 1] pair offsets
+  uint8_t* stages = stage_offsets(p.grp, p.E, gate_up != 0, smem + Dec::kSmemBytes, ioff, poff);
   const int* pairs = p.grp + grp_pairs_off(p.E);
   const int n_items = ioff[p.E], S = kp.S, G = static_cast<int>(gridDim.x);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
