@@ -11,6 +11,8 @@ for doc in ("api", "format"):
     heads[doc] = set(re.findall(r"^#{2,3} (\d+(?:\.\d+)?)\.? ", text, re.M))
 bad = []
 for f in files:
+    if f == "tests/cli/t_docs.sh":  # this check names what it looks for
+        continue
     try:
         text = pathlib.Path(f).read_text()
     except (UnicodeDecodeError, FileNotFoundError):
