@@ -33,6 +33,20 @@ KernelShape query_kernel_shape(Kernel kern, int threads, int smem) {
   return s;
 }
 
+// A whole-device grid of `kern` (every CTA resident at once) whose shared memory depends on a launch value
+// (the grouped experts' offset tables on E): queried again only when `key` changes. `cache` belongs to the
+// caller's kernel: {key, blocks}.
+template <class Kernel>
+cudaError_t resident_grid(Kernel kern, int threads, int smem, int key, int (&cache)[2], int& blocks) {
+  if (cache[0] != key || cache[1] == 0) {
+    const KernelShape sh = query_kernel_shape(kern, threads, smem);
+    if (sh.status != cudaSuccess) return sh.status;
+    cache[0] = key, cache[1] = sh.blocks_per_sm * sh.sms;
+  }
+  blocks = cache[1];
+  return cudaSuccess;
+}
+
 template <class Dec, int NT, int MODE>
 const KernelShape& kernel_shape() {
   static const KernelShape shape =

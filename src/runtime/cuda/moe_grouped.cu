@@ -283,14 +283,11 @@ template <int NT, bool kGateUp>
 cudaError_t launch_grouped(const ExpertParams& p, cudaStream_t s, bool pdl) {
   auto kern = grouped_expert_kernel<NT, kGateUp>;
   const int smem = grouped_smem_bytes(p.E);
-  // Occupancy depends on E (the offset tables): query per E, cached for the last one seen.
-  static int cached_e = -1, blocks = 0;
-  if (cached_e != p.E) {
-    const KernelShape sh = query_kernel_shape(kern, kExpertThreads, smem);
-    if (sh.status != cudaSuccess) return sh.status;
-    blocks = sh.blocks_per_sm * sh.sms;
-    cached_e = p.E;
-  }
+  // Occupancy depends on E (the offset tables): queried per E, cached for the last one seen.
+  static int cache[2] = {-1, 0};
+  int blocks = 0;
+  if (const cudaError_t e = resident_grid(kern, kExpertThreads, smem, p.E, cache, blocks); e != cudaSuccess)
+    return e;
   return launch_pdl(pdl, kern, dim3(static_cast<unsigned>(blocks)), dim3(kExpertThreads),
                     static_cast<size_t>(smem), s, p);
 }

@@ -134,13 +134,11 @@ __global__ void __launch_bounds__(kThr, 1)
 
 cudaError_t raw_grouped_wide(bool gate_up, const ExpertParams& p, cudaStream_t s, bool pdl) {
   const int smem = wide_smem_bytes(p.E);
-  static int cached_e = -1, blocks = 0;
-  if (cached_e != p.E) {
-    const KernelShape sh = query_kernel_shape(grouped_wide_kernel, kThr, smem);
-    if (sh.status != cudaSuccess) return sh.status;
-    blocks = sh.blocks_per_sm * sh.sms;
-    cached_e = p.E;
-  }
+  static int cache[2] = {-1, 0};
+  int blocks = 0;
+  if (const cudaError_t e = resident_grid(grouped_wide_kernel, kThr, smem, p.E, cache, blocks);
+      e != cudaSuccess)
+    return e;
   const int tile_groups = (p.kp.R + kWarps - 1) / kWarps;
   return launch_pdl(pdl, grouped_wide_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThr),
                     static_cast<size_t>(smem), s, p, tile_groups, gate_up ? 1 : 0);
