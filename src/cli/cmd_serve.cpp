@@ -32,6 +32,8 @@ using serve::ojson;
 
 struct ServeOpts {
   std::string dir;
+  std::string synthetic;  // --synthetic NAME: dir then only supplies the tokenizer side
+  uint64_t synthetic_seed = 1;
   std::string host = "127.0.0.1";
   int port = 8000;
   int64_t max_model_len = 0;
@@ -96,6 +98,13 @@ Expected<bool> is_gridbook_artifact(const std::string& dir) {
 // Hugging Face checkpoint without one is served with a warning. Returns an error message to refuse with.
 std::optional<std::string> check_pins(const ServeOpts& o) {
   const fs::path pins = fs::path(o.dir) / io::kPinsFile;
+  if (!o.synthetic.empty()) {
+    log(fmt::format(
+        "synthetic {}: random weights built on the GPU, nothing to verify; tokenizer and template "
+        "from {}",
+        o.synthetic, o.dir));
+    return std::nullopt;
+  }
   if (o.skip_pin_check) {
     log(fmt::format("WARNING: --skip-pin-check given: the files of {} are NOT verified against {}", o.dir,
                     io::kPinsFile));
@@ -164,7 +173,7 @@ int run_serve(ServeOpts o) {
   }
 
   std::vector<std::string> names = o.served_names;
-  if (names.empty()) names.push_back(fs::path(o.dir).filename().string());
+  if (names.empty()) names.push_back(o.synthetic.empty() ? fs::path(o.dir).filename().string() : o.synthetic);
 
   // 1. Listen while loading: a busy port is reported at once, before minutes of hashing pins.
   serve::Metrics metrics(names[0]);
@@ -223,6 +232,10 @@ int run_serve(ServeOpts o) {
   ro.cpu_kv_budget = true;  // the cpu pool is fixed too, so admission and preemption work the same way
   auto tok = open_tokenizer(o.dir);
   if (!tok.ok()) return fail(tok.message());
+  ro.synthetic = o.synthetic;
+  ro.synthetic_seed = o.synthetic_seed;
+  // The synthetic model takes the tokenizer's vocabulary, so every id it samples decodes.
+  if (!o.synthetic.empty()) ro.synthetic_vocab = static_cast<int>(tok->vocab_size());
   auto tmpl_text = load_template(o);
   if (!tmpl_text.ok()) return fail(tmpl_text.message());
   text::jinja::TemplateOptions topts;
@@ -344,10 +357,24 @@ int run_serve(ServeOpts o) {
 }
 
 Registrar reg(
-    {"serve", "OpenAI-compatible HTTP server (chat, completions, tools, reasoning, metrics)",
+    {"serve",
+     "OpenAI-compatible HTTP server (chat, completions, tools, reasoning, metrics)\n"
+     "Examples:\n"
+     "  gridq serve models/laguna-tiny-code --port 8000\n"
+     "  gridq serve ART --device cuda --max-num-seqs 64 --api-key-file keys.txt --served-model-name laguna\n"
+     "  gridq serve TOKENIZER_DIR --synthetic laguna-s-2.1 --device cuda   # load tests without a "
+     "checkpoint\n",
      [](CLI::App& sub) -> std::function<int()> {
        auto o = std::make_shared<ServeOpts>();
-       sub.add_option("ARTIFACT", o->dir, "gridbook artifact or BF16 checkpoint directory")->required();
+       sub.add_option("ARTIFACT", o->dir,
+                      "gridbook artifact or BF16 checkpoint directory (with --synthetic: a directory with "
+                      "tokenizer.json and a chat template)")
+           ->required();
+       sub.add_option("--synthetic", o->synthetic,
+                      "serve a full-size model of random weights built on the GPU instead (benchmarks: "
+                      "laguna-s-2.1, laguna-xs-2.1, laguna-tiny-code); its vocabulary is the tokenizer's")
+           ->check(non_empty_check());
+       sub.add_option("--synthetic-seed", o->synthetic_seed, "seed of the synthetic weights (default 1)");
        sub.add_option("--host", o->host, "address to bind (default 127.0.0.1)")->check(non_empty_check());
        sub.add_option("--port", o->port, "TCP port (0 = any free port)")->check(CLI::Range(0, 65535));
        sub.add_option("--max-model-len", o->max_model_len, "context length (default: the model's)")

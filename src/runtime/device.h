@@ -40,6 +40,11 @@ struct CudaBackendHooks {
   std::function<Expected<std::unique_ptr<Backend>>(const model::ModelSpec&, const ModelWeights&,
                                                    std::shared_ptr<void> keepalive, const DeviceOptions&)>
       create;
+  // A full-size model of random legal weights built on the device (`serve --synthetic NAME`, cuda/
+  // synthetic_model.h): `vocab` > 0 replaces the config's vocabulary size (a real tokenizer's).
+  std::function<Expected<std::unique_ptr<Backend>>(const std::string& name, uint64_t seed, int vocab,
+                                                   const DeviceOptions&)>
+      synthetic;
 };
 // Hooks without a probe or a factory clear the registration (tests restore a program without CUDA so).
 void register_cuda_backend(CudaBackendHooks hooks);

@@ -1,5 +1,7 @@
 #include "runtime/engine.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <filesystem>
 
@@ -50,6 +52,7 @@ Expected<std::unique_ptr<Engine>> Engine::open(const std::string& model_dir, con
   GRIDQ_RETURN_IF_ERROR(check_device_options(opts.dev));
   // Before any weight is read: a refused device costs nothing.
   GRIDQ_ASSIGN_OR_RETURN(DeviceChoice choice, choose_device(opts.device));
+  if (!opts.synthetic.empty()) return open_synthetic(model_dir, opts, std::move(choice));
   GRIDQ_ASSIGN_OR_RETURN(nlohmann::json cfg,
                          io::read_json_file((std::filesystem::path(model_dir) / "config.json").string()));
   std::unique_ptr<Backend> be;
@@ -63,6 +66,11 @@ Expected<std::unique_ptr<Engine>> Engine::open(const std::string& model_dir, con
     std::shared_ptr<void> keep(std::move(lm.checkpoint));
     GRIDQ_ASSIGN_OR_RETURN(be, make_backend(choice.kind, lm.spec, std::move(w), keep, opts));
   }
+  return finish_open(std::move(be), model_dir, opts, std::move(choice));
+}
+
+std::unique_ptr<Engine> Engine::finish_open(std::unique_ptr<Backend> be, const std::string& model_dir,
+                                            const EngineOptions& opts, DeviceChoice choice) {
   auto e = from_backend(std::move(be), opts);
   e->model_dir_ = model_dir;
   e->device_ = choice.kind;
@@ -71,6 +79,23 @@ Expected<std::unique_ptr<Engine>> Engine::open(const std::string& model_dir, con
   // reads every weight once per 2048 prompt tokens instead of once per 512.
   if (opts.prefill_chunk == 0 && choice.kind == DeviceKind::kCuda) e->opts_.prefill_chunk = 2048;
   return e;
+}
+
+Expected<std::unique_ptr<Engine>> Engine::open_synthetic(const std::string& tokenizer_dir,
+                                                         const EngineOptions& opts, DeviceChoice choice) {
+  const CudaBackendHooks* hooks = cuda_backend_hooks();
+  if (choice.kind != DeviceKind::kCuda || !hooks || !hooks->synthetic)
+    return err(
+        "engine: synthetic model '{}' is built on the GPU: it needs --device cuda and a CUDA build "
+        "({})",
+        opts.synthetic, choice.log_line);
+  if (opts.synthetic_vocab < 0)
+    return err("engine: synthetic_vocab must be >= 0 (got {})", opts.synthetic_vocab);
+  GRIDQ_ASSIGN_OR_RETURN(std::unique_ptr<Backend> be, hooks->synthetic(opts.synthetic, opts.synthetic_seed,
+                                                                       opts.synthetic_vocab, opts.dev));
+  choice.log_line += fmt::format("; synthetic {} (random weights, seed {}), tokenizer from {}",
+                                 opts.synthetic, opts.synthetic_seed, tokenizer_dir);
+  return finish_open(std::move(be), tokenizer_dir, opts, std::move(choice));
 }
 
 std::unique_ptr<Engine> Engine::from_backend(std::unique_ptr<Backend> backend, const EngineOptions& opts) {

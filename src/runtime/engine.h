@@ -24,6 +24,11 @@ struct EngineOptions {
   int prefill_chunk = 0;        // tokens per prefill forward; 0: by device (cpu 512, cuda 2048: one step)
   std::string device = "auto";  // cpu, cuda or auto (choose_device in device.h)
   DeviceOptions dev;            // what the CUDA backend is asked for; unused on cpu
+  // A full-size synthetic model (cuda/synthetic_model.h names) built on the GPU instead of loading one; the
+  // model_dir given to open() then only supplies the tokenizer side (tokenizer, template, generation config).
+  std::string synthetic;
+  uint64_t synthetic_seed = 1;
+  int synthetic_vocab = 0;  // > 0: the vocabulary size (the tokenizer's), else the config's
 };
 
 class Engine {
@@ -31,6 +36,8 @@ class Engine {
   // Opens an HF checkpoint directory (BF16) or a gridbook artifact on the device opts.device picks: the CPU
   // backend, or the registered CUDA backend (device.h). The device is chosen before anything is loaded, so
   // `--device cuda` without a usable GPU fails at once.
+  // With opts.synthetic set, the weights are random and built on the GPU (`gridq serve --synthetic`): CUDA
+  // only, refused on any other device.
   static Expected<std::unique_ptr<Engine>> open(const std::string& model_dir, const EngineOptions& opts);
   // Wraps an existing backend (tests with synthetic models; other backends); device_log() says so.
   static std::unique_ptr<Engine> from_backend(std::unique_ptr<Backend> backend, const EngineOptions& opts);
@@ -69,6 +76,10 @@ class Engine {
 
  private:
   Engine() = default;
+  static std::unique_ptr<Engine> finish_open(std::unique_ptr<Backend> be, const std::string& model_dir,
+                                             const EngineOptions& opts, DeviceChoice choice);
+  static Expected<std::unique_ptr<Engine>> open_synthetic(const std::string& tokenizer_dir,
+                                                          const EngineOptions& opts, DeviceChoice choice);
   // One kLast item per sequence, token i for seqs[i].
   static Expected<std::vector<BatchItem>> decode_items(std::span<const SeqId> seqs,
                                                        std::span<const int32_t> tokens);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `gridq quantize` end to end on the bundled model with a small calibration set (2048 tokens): the artifact
-# passes inspect and runs in generate; two runs are byte-identical; a run stopped after layer 1 and resumed
-# gives the same bytes as an uninterrupted one; a resume with different inputs is refused; malformed inputs
+# passes inspect and runs in generate; a run stopped after layer 1 on one thread and resumed on two
+# gives the bytes of an uninterrupted one; a resume with different inputs is refused; malformed inputs
 # (missing shard, unknown architecture, a CB target whose C is not a multiple of 256, an unmatched tensor,
 # an existing OUT) are refused with clear errors and leave nothing valid-looking behind; --budget-bpw mixes
 # rungs under the budget and records the plan; --codebooks learned ships verified learned tables.
@@ -61,21 +61,17 @@ if out="$("$GRIDQ" generate "$TMP/a" --prompt "def add(a, b):" --max-tokens 16 2
   pass "generate runs the artifact"
 else fail "generate" "$(tail -10 <<<"$out")"; fi
 
-# --- determinism ---
-if "$GRIDQ" quantize "$MODEL" "$TMP/b" "${Q[@]}" --threads 1 >/dev/null 2>"$TMP/b.err" &&
-  [ "$(digests "$TMP/a")" == "$(digests "$TMP/b")" ]; then
-  pass "two runs (2 threads vs 1) are byte-identical"
-else fail "determinism" "$(diff <(digests "$TMP/a") <(digests "$TMP/b") 2>&1 | head; tail -5 "$TMP/b.err")"; fi
-
-# --- resume ---
-if "$GRIDQ" quantize "$MODEL" "$TMP/c" "${Q[@]}" --stop-after-layer 1 >/dev/null 2>"$TMP/c1.err" &&
+# --- resume and determinism in one: layers 1-2 (the dense layer and the first MoE layer) on 1 thread, the
+# rest resumed on 2; the bytes must equal the uninterrupted 2-thread run's. (A whole second run at 1 thread
+# was the longest step of CI; the pipeline's unit tests compare whole runs across thread counts.)
+if "$GRIDQ" quantize "$MODEL" "$TMP/c" "${Q[@]}" --threads 1 --stop-after-layer 1 >/dev/null 2>"$TMP/c1.err" &&
   [ ! -e "$TMP/c" ] && [ -d "$TMP/c.partial" ] && [ ! -e "$TMP/c.partial/config.json" ]; then
   pass "stop after layer 2: only OUT.partial, nothing valid-looking"
 else fail "stop after layer" "$(tail -5 "$TMP/c1.err"; ls "$TMP")"; fi
-if "$GRIDQ" quantize "$MODEL" "$TMP/c" "${Q[@]}" >/dev/null 2>"$TMP/c2.err" && grep -q "resuming" "$TMP/c2.err" &&
+if "$GRIDQ" quantize "$MODEL" "$TMP/c" "${Q[@]}" --threads 2 >/dev/null 2>"$TMP/c2.err" && grep -q "resuming" "$TMP/c2.err" &&
   [ "$(digests "$TMP/a")" == "$(digests "$TMP/c")" ]; then
-  pass "resumed run gives the same bytes as an uninterrupted one"
-else fail "resume" "$(tail -5 "$TMP/c2.err"; diff <(digests "$TMP/a") <(digests "$TMP/c") 2>&1 | head)"; fi
+  pass "resumed run (layers 1-2 on 1 thread, 3-4 on 2) gives the bytes of an uninterrupted 2-thread run"
+else fail "resume / determinism" "$(tail -5 "$TMP/c2.err"; diff <(digests "$TMP/a") <(digests "$TMP/c") 2>&1 | head)"; fi
 
 # --- allocation: --budget-bpw picks one rung per routed-expert stack (one unit per MoE layer) from real
 # encodings. K12 (1.78125) and K16 (2.28125) over 3 equal stacks: the best plan under 2.0 bpw is one K16 and

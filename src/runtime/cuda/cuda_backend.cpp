@@ -8,6 +8,7 @@
 #include "runtime/cuda/forward.h"
 #include "runtime/cuda/kernels/sample_kernels.h"
 #include "runtime/cuda/register.h"
+#include "runtime/cuda/synthetic_model.h"
 
 namespace gridq::cuda {
 namespace {
@@ -90,6 +91,7 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
   GRIDQ_CUDA(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
   graphs_on_ = opts.cuda_graphs;
   GRIDQ_ASSIGN_OR_RETURN(ws_, WorkspaceBuffers::create());
+  GRIDQ_ASSIGN_OR_RETURN(ws_side_, WorkspaceBuffers::create());
   max_len_ = opts.max_model_len > 0 ? opts.max_model_len : S.max_position_embeddings;
   if (max_len_ < 1) return err("cuda backend: max_model_len {} < 1", max_len_);
   GRIDQ_ASSIGN_OR_RETURN(plan_, runtime::KvPlan::from_spec(S, 16, detail::kAttnSliceRows));
@@ -116,8 +118,7 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
   // R: rows of a step; LR: logit rows of a step (sampling's per-row scratch is vocabulary-wide); A: rows of
   // one attention slice.
   const size_t R = kMaxStepRows, LR = kMaxSliceRows, A = kMaxSliceRows,
-               K = static_cast<size_t>(std::max(1, S.moe.top_k)),
-               H = static_cast<size_t>(S.hidden_size);
+               K = static_cast<size_t>(std::max(1, S.moe.top_k)), H = static_cast<size_t>(S.hidden_size);
   const size_t qw = static_cast<size_t>(max_nh) * static_cast<size_t>(max_d);
   work_ = std::make_unique<Work>();
   Work& w = *work_;
@@ -210,7 +211,9 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
   mem_.packed = dm_->packed_bytes;
   mem_.kv_pages = static_cast<size_t>(cap.page_pool_bytes);
   mem_.kv_rings = static_cast<size_t>(cap.ring_pool_bytes);
-  mem_.workspace = w.bytes() + ws_.counters.bytes() + ws_.partials.bytes() + ws_.barrier.bytes();
+  mem_.workspace = w.bytes();
+  for (const WorkspaceBuffers* b : {&ws_, &ws_side_})
+    mem_.workspace += b->counters.bytes() + b->partials.bytes() + b->barrier.bytes();
   mem_.kv_tokens = cap.tokens;
   mem_.max_seqs = max_seqs_;
   mem_.device = prop.name;
@@ -364,6 +367,14 @@ void register_backend() {
   h.create = [](const model::ModelSpec& spec, const runtime::ModelWeights& w, std::shared_ptr<void>,
                 const runtime::DeviceOptions& o) -> Expected<std::unique_ptr<runtime::Backend>> {
     GRIDQ_ASSIGN_OR_RETURN(auto b, CudaBackend::create(spec, w, o));
+    return std::unique_ptr<runtime::Backend>(std::move(b));
+  };
+  h.synthetic = [](const std::string& name, uint64_t seed, int vocab,
+                   const runtime::DeviceOptions& o) -> Expected<std::unique_ptr<runtime::Backend>> {
+    GRIDQ_ASSIGN_OR_RETURN(model::ModelSpec spec, synthetic_spec(name));
+    if (vocab > 0) spec.vocab_size = vocab;
+    GRIDQ_ASSIGN_OR_RETURN(std::unique_ptr<DeviceModel> dm, synthetic_device_model(spec, seed));
+    GRIDQ_ASSIGN_OR_RETURN(auto b, CudaBackend::from_device_model(spec, std::move(dm), o));
     return std::unique_ptr<runtime::Backend>(std::move(b));
   };
   runtime::register_cuda_backend(std::move(h));

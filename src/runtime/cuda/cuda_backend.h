@@ -117,7 +117,7 @@ class CudaBackend final : public runtime::Backend {
   // forked from and joined back into stream_ by the two events (graph capture records them as edges).
   cudaStream_t side_ = nullptr;
   cudaEvent_t fork_ = nullptr, join_ = nullptr;
-  WorkspaceBuffers ws_;
+  WorkspaceBuffers ws_, ws_side_;  // the main stream's and the side stream's split-K workspaces
   DeviceBuffer pages_, rings_, page_table_;
   int max_seqs_ = 0, max_pages_per_seq_ = 0;
   int64_t max_len_ = 0;

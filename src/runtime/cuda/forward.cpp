@@ -95,6 +95,7 @@ Status CudaBackend::enqueue_step(const Step& st, PhaseTimer& timer) {
         side_,
         fork_,
         join_,
+        &ws_side_,
         {}};
   GRIDQ_RETURN_IF_ERROR(timer.mark("start"));
   GQ_LAUNCH(detail::raw_embed(dm_->embed.as<uint16_t>(), w.rows.as<int>(), T, H, w.x.as<float>(), stream_),

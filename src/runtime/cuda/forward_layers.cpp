@@ -144,8 +144,20 @@ Status attention(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, const de
     r.q_src = qb, r.k_src = kb, r.v_src = vb;
     r.ld_q = dl.q.out_rows(), r.ld_k = dl.k.out_rows(), r.ld_v = dl.v.out_rows();
   }
+  // g_proj (a small BF16 matrix: its GEMV is mostly fixed cost) runs on the side stream beside RoPE and
+  // attention, which leave most SMs idle at decode batch sizes; forked after q/k/v so that it does not
+  // compete with their GEMV. Not when it would write the contract scratch or phases are timed.
   const bool gated = L.gate != model::GateMode::kNone;
-  if (gated) GRIDQ_RETURN_IF_ERROR(linear(c, dl.g, a, c.w.g.as<float>()));
+  const bool g_beside =
+      gated && !c.timer->on && c.side != nullptr && c.side_ws != nullptr && !uses_scratch(dl.g);
+  if (g_beside) {
+    GRIDQ_CUDA(cudaEventRecord(c.fork, c.s));
+    GRIDQ_CUDA(cudaStreamWaitEvent(c.side, c.fork, 0));
+    GRIDQ_RETURN_IF_ERROR(apply_linear(dl.g, a, c.T, c.w.g.as<float>(), {}, c.side_ws->ws, c.side));
+    GRIDQ_CUDA(cudaEventRecord(c.join, c.side));
+  } else if (gated) {
+    GRIDQ_RETURN_IF_ERROR(linear(c, dl.g, a, c.w.g.as<float>()));
+  }
   GRIDQ_RETURN_IF_ERROR(c.timer->mark("attn norm+qkv+g"));
   r.T = c.T, r.nh = nh, r.nkv = nkv, r.d = d, r.rot = L.rope.rotary_dim;
   r.eps = c.spec.norm_eps, r.m = L.rope.attention_factor;
@@ -191,6 +203,7 @@ Status attention(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, const de
     GQ_LAUNCH(detail::raw_attention(at, c.s), "attention");
   }
   GRIDQ_RETURN_IF_ERROR(c.timer->mark("attn core"));
+  if (g_beside) GRIDQ_CUDA(cudaStreamWaitEvent(c.s, c.join, 0));
   const int mode = L.gate == model::GateMode::kPerHead ? 1 : L.gate == model::GateMode::kPerElement ? 2 : 0;
   uint16_t* ob = c.w.ob.as<uint16_t>();
   const long long ld_g = gated ? dl.g.out_rows() : 0;

@@ -58,10 +58,11 @@ struct Ctx {
   detail::RowInfo rows;
   const int* pos_host;  // [T] the rows' positions (host copy of rows.pos: attention's slices)
   CudaBackend::PhaseTimer* timer;
-  int attn_warps;     // AttnArgs::tile_warps for the step
-  cudaStream_t side;  // the shared expert's stream, forked at fork and joined at join
-  cudaEvent_t fork, join;
-  ContractCache cc;  // whose contract copies xin / xq·xs hold (linear.h)
+  int attn_warps;          // AttnArgs::tile_warps for the step
+  cudaStream_t side;       // the side stream (g_proj beside attention, the shared expert beside the router),
+  cudaEvent_t fork, join;  // forked at fork and joined at join
+  const WorkspaceBuffers* side_ws;  // the split-K workspace of GEMVs on the side stream
+  ContractCache cc;                 // whose contract copies xin / xq·xs hold (linear.h)
 };
 
 // Which contract copies of its input the first matrices of a block read: the norm before them writes those.

@@ -50,33 +50,47 @@ __global__ void __launch_bounds__(kThr, 1)
   Item ii;
   bool iv = locate(blockIdx.x, n_items, ioff, p.E, tile_groups, ii);
   if (!iv) return;
+  // A thread copies 16-byte chunk `lane` of every activation row n = warp + 16·j of the item's pairs, and
+  // chunks lane, lane + 32, lane + 64 of its warp's tile's weight unit: no divisions in the issue loop, and
+  // the pairs' activation rows are looked up once per item (xrow), not once per unit.
+  constexpr int kRowChunks = X::kXB / 16, kQ = X::kXB / 4, kRowsPerThread = kNB / kWarps;
+  static_assert(kRowChunks == 32 && kNB % kWarps == 0, "one 16-byte chunk of each row per lane");
+  constexpr int kUnitChunks = Dec::kUnitBytes / 16;
+  const uint8_t* xrow[kRowsPerThread];
+  auto item_rows = [&]() {
+    const int n0 = poff[ii.e] + ii.b * kNB, n_here = min(kNB, poff[ii.e + 1] - n0);
+#pragma unroll
+    for (int j = 0; j < kRowsPerThread; ++j) {
+      const int n = warp + kWarps * j;
+      xrow[j] = n < n_here
+                    ? static_cast<const uint8_t*>(kp.x) +
+                          static_cast<long long>(__ldcg(pairs + n0 + n) / p.x_div) * kp.K * 2 + 16 * lane
+                    : nullptr;
+    }
+  };
+  item_rows();
   int is = 0;
   unsigned issued = 0;
   auto issue = [&]() {
     if (iv) {
       uint8_t* dst = stages + (issued % kStages) * kStageBytes;
-      const int tile0 = ii.r * kWarps;
-      const uint8_t* w0 = kp.w + kp.expert_stride * ii.e;
-      for (int c = threadIdx.x; c < kWBytes / 16; c += kThr) {
-        const int wt = c / (Dec::kUnitBytes / 16), ch = c % (Dec::kUnitBytes / 16);
-        if (tile0 + wt < kp.R)
-          cp_async16(dst + wt * Dec::kUnitBytes + 16 * ch,
-                     w0 + (static_cast<long long>(tile0 + wt) * S + is) * Dec::kUnitBytes + 16 * ch);
+      const int tile = ii.r * kWarps + warp;
+      if (tile < kp.R) {
+        const uint8_t* src =
+            kp.w + kp.expert_stride * ii.e + (static_cast<long long>(tile) * S + is) * Dec::kUnitBytes;
+        for (int ch = lane; ch < kUnitChunks; ch += 32)
+          cp_async16(dst + warp * Dec::kUnitBytes + 16 * ch, src + 16 * ch);
       }
-      constexpr int kRowChunks = X::kXB / 16, kQ = X::kXB / 4;
-      const int n0 = poff[ii.e] + ii.b * kNB, n_here = min(kNB, poff[ii.e + 1] - n0);
-      for (int c = threadIdx.x; c < kNB * kRowChunks; c += kThr) {
-        const int n = c / kRowChunks, b = (c % kRowChunks) * 16;
-        if (n < n_here) {
-          const int pr = __ldcg(pairs + n0 + n);
-          cp_async16(dst + kWBytes + n * X::kPitch + (b / kQ) * X::kTStride + b % kQ,
-                     static_cast<const uint8_t*>(kp.x) + static_cast<long long>(pr / p.x_div) * kp.K * 2 +
-                         static_cast<long long>(is) * X::kXB + b);
-        }
-      }
+      const int b = 16 * lane;
+#pragma unroll
+      for (int j = 0; j < kRowsPerThread; ++j)
+        if (xrow[j] != nullptr)
+          cp_async16(dst + kWBytes + (warp + kWarps * j) * X::kPitch + (b / kQ) * X::kTStride + b % kQ,
+                     xrow[j] + static_cast<long long>(is) * X::kXB);
       if (++is == S) {
         is = 0;
         iv = locate(ii.item + G, n_items, ioff, p.E, tile_groups, ii);
+        if (iv) item_rows();
       }
     }
     cp_async_commit();

@@ -144,38 +144,45 @@ __global__ void __launch_bounds__(kWarps * 32) ref_matvec_kernel(const RefArgs a
 // BF16 weights with plain (act_bits 16) inputs, every column block whole and 16-byte aligned: the same sums
 // in the same order as ref_matvec_kernel (lane l: blocks 32i + l, i ascending, 8 fmas each; then the tree),
 // with the loads vectorised and kBatch rounds of them in flight at once. Without expert ids a warp takes NP
-// consecutive tokens of its row, loading each weight vector once for all of them (the router's matvec of a
-// prefill step: its weight traffic is what bounds it); each token's sum is still its own chain.
+// consecutive tokens × NR consecutive rows, loading each weight vector once for its NP tokens and each
+// activation vector once for its NR rows (the router's matvec of a prefill step: 8192 tokens × 256 rows,
+// bound by those loads); each (token, row) sum is still its own chain, so NP and NR change no bits.
 constexpr int kBatch = 6;
-template <bool kXf32, int NP>
+template <bool kXf32, int NP, int NR>
 __global__ void __launch_bounds__(kWarps * 32) ref_matvec_bf16_kernel(const RefArgs a) {
   pdl_entry();
+  constexpr int kB = NR == 1 ? kBatch : 2;  // rounds in flight (registers: NR weight vectors a round)
   const RefMatrix& w = a.w;
   const int lane = threadIdx.x & 31;
-  const int r = blockIdx.x * kWarps + (threadIdx.x >> 5), p0 = blockIdx.y * NP;
-  if (r >= w.rows) return;
-  const int e = a.ids ? a.ids[p0] : 0;  // NP == 1 when there are ids
-  const uint8_t* row =
-      w.data + static_cast<long long>(e) * w.expert_stride + static_cast<long long>(r) * w.row_bytes;
-  const int np = min(NP, a.P - p0);
+  const int r0 = (blockIdx.x * kWarps + (threadIdx.x >> 5)) * NR, p0 = blockIdx.y * NP;
+  if (r0 >= w.rows) return;
+  const int e = a.ids ? a.ids[p0] : 0;  // NP == NR == 1 when there are ids
+  const uint8_t* rows = w.data + static_cast<long long>(e) * w.expert_stride;
+  const int np = min(NP, a.P - p0), nr = min(NR, w.rows - r0);
   const int nb = w.cols / 8, rounds = (nb + 31) / 32;
-  float acc[NP];
+  float acc[NR][NP];
 #pragma unroll
-  for (int tp = 0; tp < NP; ++tp) acc[tp] = 0.0f;
-  for (int i0 = 0; i0 < rounds; i0 += kBatch) {
-    uint4 wv[kBatch];
+  for (int rr = 0; rr < NR; ++rr)
 #pragma unroll
-    for (int q = 0; q < kBatch; ++q) {
+    for (int tp = 0; tp < NP; ++tp) acc[rr][tp] = 0.0f;
+  for (int i0 = 0; i0 < rounds; i0 += kB) {
+    uint4 wv[kB][NR];
+#pragma unroll
+    for (int q = 0; q < kB; ++q) {
       const int b = 32 * (i0 + q) + lane;
-      if (b < nb) wv[q] = __ldg(reinterpret_cast<const uint4*>(row) + b);
+#pragma unroll
+      for (int rr = 0; rr < NR; ++rr)
+        if (b < nb && rr < nr)
+          wv[q][rr] =
+              __ldg(reinterpret_cast<const uint4*>(rows + static_cast<long long>(r0 + rr) * w.row_bytes) + b);
     }
 #pragma unroll
     for (int tp = 0; tp < NP; ++tp) {
       if (tp >= np) break;
       const long long xrow = static_cast<long long>((p0 + tp) / a.x_div) * w.cols;
-      uint4 xv[kBatch][2];
+      uint4 xv[kB][2];
 #pragma unroll
-      for (int q = 0; q < kBatch; ++q) {
+      for (int q = 0; q < kB; ++q) {
         const int b = 32 * (i0 + q) + lane;
         if (b >= nb) continue;
         if constexpr (kXf32) {
@@ -186,12 +193,10 @@ __global__ void __launch_bounds__(kWarps * 32) ref_matvec_bf16_kernel(const RefA
         }
       }
 #pragma unroll
-      for (int q = 0; q < kBatch; ++q) {
+      for (int q = 0; q < kB; ++q) {
         if (32 * (i0 + q) + lane >= nb) continue;
-        const uint32_t ww[4] = {wv[q].x, wv[q].y, wv[q].z, wv[q].w};
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
-          const float wf = bf16_bits_to_f32(static_cast<uint16_t>(ww[j / 2] >> (16 * (j & 1))));
           float xf;
           if constexpr (kXf32) {
             const uint4& v = xv[q][j / 4];
@@ -201,17 +206,27 @@ __global__ void __launch_bounds__(kWarps * 32) ref_matvec_bf16_kernel(const RefA
             const uint32_t xs[4] = {xv[q][0].x, xv[q][0].y, xv[q][0].z, xv[q][0].w};
             xf = bf16_bits_to_f32(static_cast<uint16_t>(xs[j / 2] >> (16 * (j & 1))));
           }
-          acc[tp] = fmaf(wf, xf, acc[tp]);
+#pragma unroll
+          for (int rr = 0; rr < NR; ++rr) {
+            if (rr >= nr) break;
+            const uint32_t ww[4] = {wv[q][rr].x, wv[q][rr].y, wv[q][rr].z, wv[q][rr].w};
+            const float wf = bf16_bits_to_f32(static_cast<uint16_t>(ww[j / 2] >> (16 * (j & 1))));
+            acc[rr][tp] = fmaf(wf, xf, acc[rr][tp]);
+          }
         }
       }
     }
   }
 #pragma unroll
-  for (int tp = 0; tp < NP; ++tp) {
-    if (tp >= np) break;
-    float v = acc[tp];
-    for (int o = 16; o; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
-    if (lane == 0) a.y[static_cast<long long>(p0 + tp) * a.ld_y + r] = v;
+  for (int rr = 0; rr < NR; ++rr) {
+    if (rr >= nr) break;
+#pragma unroll
+    for (int tp = 0; tp < NP; ++tp) {
+      if (tp >= np) break;
+      float v = acc[rr][tp];
+      for (int o = 16; o; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
+      if (lane == 0) a.y[static_cast<long long>(p0 + tp) * a.ld_y + r0 + rr] = v;
+    }
   }
 }
 
@@ -226,16 +241,26 @@ cudaError_t raw_ref_matvec(const RefArgs& a, cudaStream_t s) {
   const bool fast = a.w.format == kRefBF16 && a.w.act_bits == 16 && a.w.cols % 8 == 0 &&
                     a.w.row_bytes % 16 == 0 && a.w.expert_stride % 16 == 0 && aligned16(a.w.data) &&
                     (a.x_f32 ? aligned16(a.x_f32) : aligned16(a.x));
-  constexpr int kNP = 8;  // tokens a warp of the shared-weight kernel
+  // Without ids a warp takes kNP tokens of its row; past kWideP tokens (prefill steps) also kNR rows: fewer
+  // warps, each reusing its activation loads over kNR rows (no bits change: the sums are the same chains).
+  // Measured at an 8k prompt (router + its norm, 48 layers): kNR 1 / 2 / 4 / 8 → 135 / 101 / 115 / 156 ms
+  // (more rows a warp cost registers: 75 → 186, one CTA an SM at 8).
+  constexpr int kNP = 8, kNR = 2, kWideP = 64;
   const dim3 grid_np(grid.x, static_cast<unsigned>((a.P + kNP - 1) / kNP));
-  if (fast && a.ids == nullptr && a.x_f32)
-    GQ_KLAUNCH(launch(ref_matvec_bf16_kernel<true, kNP>, dim3(grid_np), dim3(kWarps * 32), 0, s, a));
+  const dim3 grid_wide(static_cast<unsigned>((a.w.rows + kWarps * kNR - 1) / (kWarps * kNR)), grid_np.y);
+  const bool wide = a.P > kWideP;
+  if (fast && a.ids == nullptr && a.x_f32 && wide)
+    GQ_KLAUNCH(launch(ref_matvec_bf16_kernel<true, kNP, kNR>, grid_wide, dim3(kWarps * 32), 0, s, a));
+  else if (fast && a.ids == nullptr && wide)
+    GQ_KLAUNCH(launch(ref_matvec_bf16_kernel<false, kNP, kNR>, grid_wide, dim3(kWarps * 32), 0, s, a));
+  else if (fast && a.ids == nullptr && a.x_f32)
+    GQ_KLAUNCH(launch(ref_matvec_bf16_kernel<true, kNP, 1>, dim3(grid_np), dim3(kWarps * 32), 0, s, a));
   else if (fast && a.ids == nullptr)
-    GQ_KLAUNCH(launch(ref_matvec_bf16_kernel<false, kNP>, dim3(grid_np), dim3(kWarps * 32), 0, s, a));
+    GQ_KLAUNCH(launch(ref_matvec_bf16_kernel<false, kNP, 1>, dim3(grid_np), dim3(kWarps * 32), 0, s, a));
   else if (fast && a.x_f32)
-    GQ_KLAUNCH(launch(ref_matvec_bf16_kernel<true, 1>, dim3(grid), dim3(kWarps * 32), 0, s, a));
+    GQ_KLAUNCH(launch(ref_matvec_bf16_kernel<true, 1, 1>, dim3(grid), dim3(kWarps * 32), 0, s, a));
   else if (fast)
-    GQ_KLAUNCH(launch(ref_matvec_bf16_kernel<false, 1>, dim3(grid), dim3(kWarps * 32), 0, s, a));
+    GQ_KLAUNCH(launch(ref_matvec_bf16_kernel<false, 1, 1>, dim3(grid), dim3(kWarps * 32), 0, s, a));
   else
     GQ_KLAUNCH(launch(ref_matvec_kernel, dim3(grid), dim3(kWarps * 32), 0, s, a));
   return cudaGetLastError();
