@@ -24,11 +24,8 @@ import asyncio
 import datetime
 import json
 import os
-import platform
 import random
-import shlex
 import signal
-import subprocess
 import sys
 import time
 
@@ -36,7 +33,8 @@ import httpx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from loadgen_client import Result, ServerInfo, metrics_delta, stream_request  # noqa: E402
-from loadgen_report import by_turn, format_table, summarize  # noqa: E402
+from loadgen_report import (by_turn, format_table, git_commit, machine_info, masked_command,  # noqa: E402
+                            summarize)
 from loadgen_workloads import AgentWorkload, TextSizer, random_chat_messages, random_ids  # noqa: E402
 
 WARMUP_SEED_OFFSET = 1_000_000
@@ -98,44 +96,6 @@ def parse_args(argv=None):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
     return args
-
-
-def machine_info():
-    info = {"hostname": platform.node(), "platform": platform.platform(), "cpus": os.cpu_count(),
-            "python": platform.python_version()}
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10)
-        if out.returncode == 0 and out.stdout.strip():
-            info["gpus"] = [g.strip() for g in out.stdout.strip().splitlines()]
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return info
-
-
-def git_commit():
-    try:
-        out = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse", "HEAD"],
-                             capture_output=True, text=True, timeout=10)
-        return out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def masked_command(argv):
-    out, hide = [], False
-    for x in argv:
-        if hide:
-            out.append("***")
-            hide = False
-        elif x == "--api-key":
-            out.append(x)
-            hide = True
-        elif x.startswith("--api-key="):
-            out.append("--api-key=***")
-        else:
-            out.append(x)
-    return shlex.join(out)
 
 
 class Run:
@@ -312,6 +272,10 @@ async def main_async(args):
         args.vocab_size = server.vocab_size()
         if args.vocab_size is None:
             raise SystemExit("cannot find the vocabulary size from the server: pass --vocab-size")
+    mml = next((m.get("max_model_len") for m in models if m.get("id") == model), None)
+    if mml and args.workload == "random" and args.prompt_tokens + args.output_tokens > mml:
+        print(f"loadgen: warning: prompt {args.prompt_tokens} + output {args.output_tokens} tokens exceed the "
+              f"server's max_model_len {mml}: the requests will fail", file=sys.stderr)
     run = Run(args, server, model)
     sizer = TextSizer(server) if args.endpoint == "chat" else None
     wl = None

@@ -12,6 +12,11 @@ Percentiles interpolate linearly between order statistics (numpy's default).
 
 from __future__ import annotations
 
+import os
+import platform
+import shlex
+import subprocess
+
 
 def percentile(xs, q):
     if not xs:
@@ -189,3 +194,43 @@ def format_table(rep) -> str:
         for e in s["errors"]:
             lines.append(f"    {e['count']} x {e['error']}")
     return "\n".join(lines)
+
+
+# ---- what the report records about the run ----
+
+def machine_info():
+    info = {"hostname": platform.node(), "platform": platform.platform(), "cpus": os.cpu_count(),
+            "python": platform.python_version()}
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)
+        if out.returncode == 0 and out.stdout.strip():
+            info["gpus"] = [g.strip() for g in out.stdout.strip().splitlines()]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return info
+
+
+def git_commit():
+    try:
+        out = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(__file__)), "rev-parse", "HEAD"],
+                             capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def masked_command(argv):
+    out, hide = [], False
+    for x in argv:
+        if hide:
+            out.append("***")
+            hide = False
+        elif x == "--api-key":
+            out.append(x)
+            hide = True
+        elif x.startswith("--api-key="):
+            out.append("--api-key=***")
+        else:
+            out.append(x)
+    return shlex.join(out)

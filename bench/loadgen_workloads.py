@@ -79,6 +79,15 @@ class TextSizer:
         n = server.count_tokens(sample) if server else None
         self.measured = n is not None
         self.per_word = (n / 1000) if n else 1.3
+        self._overhead = None
+
+    def chat_overhead(self, tag: str) -> int:
+        """Tokens of the system tag plus about 12 of chat markup (a template's own count is not measurable
+        through /tokenize, which takes a plain prompt)."""
+        if self._overhead is None:
+            n = self.server.count_tokens(tag) if self.measured else None
+            self._overhead = (n if n is not None else len(tag) // 3) + 12
+        return self._overhead
 
     def words_for(self, tokens: int) -> int:
         return max(1, round(tokens / self.per_word))
@@ -111,9 +120,10 @@ def random_chat_messages(sizer: TextSizer, seed: int, index: int, tokens: int) -
     """A system message unique to the request (so even the template's markup plus a default system prompt is no
     shared page) and a user message of about `tokens` tokens of seeded words."""
     rng = random.Random(seed * 1_000_003 + index)
-    tag = f"Session {seed}-{index}-{rng.getrandbits(48):012x}."
+    tag = f"Session {rng.getrandbits(40):010x}."
+    # Approximately `tokens` in all: the report gives the prompt lengths the server counted.
     return [{"role": "system", "content": tag},
-            {"role": "user", "content": sizer.text_of_tokens(rng, max(tokens - 16, 1))}]
+            {"role": "user", "content": sizer.text_of_tokens(rng, max(tokens - sizer.chat_overhead(tag), 1))}]
 
 
 class AgentWorkload:
