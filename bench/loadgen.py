@@ -15,6 +15,7 @@ bench/loadgen_client.py; the statistics: bench/loadgen_report.py. The report (ta
 records the machine, date, server version, the server's cache configuration and the command line; the server's
 /metrics counters are read before and after the measured phase (prefix-cache hit rate, generation tokens,
 preemptions). Exit status: 0, 1 if a request failed, 130 if interrupted (Ctrl-C prints what was measured).
+Python 3.9 or later.
 """
 
 from __future__ import annotations
