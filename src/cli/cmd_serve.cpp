@@ -143,7 +143,11 @@ int run_serve(ServeOpts o) {
   // Ranges are checked by the flags' validators at parse time (issue 14 item 5); what is left needs a file.
   // Before listening: `--device cuda` on a machine that cannot run it is refused at once, not after /health
   // has said "loading". The engine chooses again at open (the probe is cheap) and logs the choice.
-  if (auto pick = runtime::choose_device(o.device); !pick.ok()) return fail(pick.message());
+  auto pick = runtime::choose_device(o.device);
+  if (!pick.ok()) return fail(pick.message());
+  if (!o.synthetic.empty() && pick->kind != runtime::DeviceKind::kCuda)
+    return fail(fmt::format("--synthetic {}: the synthetic models are built on the GPU; {}", o.synthetic,
+                            pick->log_line));
   if (o.kv_cache_dtype != "auto" && o.kv_cache_dtype != "bf16" && o.kv_cache_dtype != "fp32")
     return fail(fmt::format("--kv-cache-dtype {}: the cpu backend supports auto, bf16 or fp32 only",
                             o.kv_cache_dtype));
