@@ -175,7 +175,13 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
   const int64_t table_bytes = static_cast<int64_t>(max_seqs_) * max_pages_per_seq_ * 4;
   const int64_t budget = static_cast<int64_t>(opts.gpu_memory_utilization * static_cast<double>(total_b)) -
                          static_cast<int64_t>(total_b - free_b) - table_bytes - (int64_t{256} << 20);
-  GRIDQ_ASSIGN_OR_RETURN(auto cap, plan_.capacity(budget, max_seqs_));
+  // Ring snapshots for prefix hits (cuda_snapshots.cpp): one per sequence slot, at most 32, at most an
+  // eighth of the KV budget; none without both kinds of layer (no pages to share, or no rings to rebuild).
+  const int64_t snap_b = snapshot_bytes();
+  int n_snaps = 0;
+  if (snap_b > 0 && plan_.n_full > 0 && budget > 0)
+    n_snaps = static_cast<int>(std::min<int64_t>({std::min(max_seqs_, 32), budget / 8 / snap_b}));
+  GRIDQ_ASSIGN_OR_RETURN(auto cap, plan_.capacity(budget - n_snaps * snap_b, max_seqs_));
   // --num-gpu-blocks-override: at most that many pages (never more than the memory holds).
   if (opts.num_gpu_blocks_override > 0 && cap.pages > opts.num_gpu_blocks_override) {
     cap.pages = opts.num_gpu_blocks_override;
@@ -199,6 +205,10 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
   // Zeroed: a page is only read at positions its sequence wrote, but freed device memory can hold NaN bytes.
   GRIDQ_RETURN_IF_ERROR(pages_.zero());
   GRIDQ_RETURN_IF_ERROR(rings_.zero());
+  GRIDQ_ASSIGN_OR_RETURN(
+      snaps_,
+      DeviceBuffer::alloc(static_cast<size_t>(std::max<int64_t>(n_snaps * snap_b, 16)), "ring snapshots"));
+  snap_.assign(static_cast<size_t>(n_snaps), RingSnapshot{});
   GRIDQ_ASSIGN_OR_RETURN(page_table_, DeviceBuffer::alloc(static_cast<size_t>(table_bytes), "KV page table"));
   GRIDQ_RETURN_IF_ERROR(page_table_.zero());
   pool_ = runtime::PagePool(cap.pages, plan_.page_tokens, 0);
@@ -211,6 +221,8 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
   mem_.packed = dm_->packed_bytes;
   mem_.kv_pages = static_cast<size_t>(cap.page_pool_bytes);
   mem_.kv_rings = static_cast<size_t>(cap.ring_pool_bytes);
+  mem_.kv_snapshots = static_cast<size_t>(n_snaps * snap_b);
+  mem_.snapshots = n_snaps;
   mem_.workspace = w.bytes();
   for (const WorkspaceBuffers* b : {&ws_, &ws_side_})
     mem_.workspace += b->counters.bytes() + b->partials.bytes() + b->barrier.bytes();
@@ -302,6 +314,9 @@ Status CudaBackend::run_items(std::span<const runtime::BatchItem> items,
     if (!s.no_history) {
       s.hist.insert(s.hist.end(), item.tokens.begin(), item.tokens.end());
       commit_pages(s);
+      // The end of a prompt: where the next turn of a conversation is likely to hit.
+      if (item.logits == runtime::LogitsMode::kLast && item.tokens.size() > 1)
+        GRIDQ_RETURN_IF_ERROR(save_snapshot(s));
     }
   }
   return {};
@@ -311,12 +326,13 @@ std::string CudaBackend::memory_report() const {
   auto gb = [](size_t b) { return fmt::format("{:.3f} GB", static_cast<double>(b) / 1e9); };
   return fmt::format(
       "{}: weights {} resident ({} packed, {:+.2f}%), KV pages {} ({} tokens of full-layer KV), "
-      "KV rings {} ({} sequences × {:.1f} MiB), step workspace {}",
+      "KV rings {} ({} sequences × {:.1f} MiB), ring snapshots {} ({}), step workspace {}",
       mem_.device, gb(mem_.weights), gb(mem_.packed),
       mem_.packed ? 100.0 * (static_cast<double>(mem_.weights) / static_cast<double>(mem_.packed) - 1.0)
                   : 0.0,
       gb(mem_.kv_pages), mem_.kv_tokens, gb(mem_.kv_rings), mem_.max_seqs,
-      static_cast<double>(plan_.ring_bytes_per_seq) / (1 << 20), gb(mem_.workspace));
+      static_cast<double>(plan_.ring_bytes_per_seq) / (1 << 20), gb(mem_.kv_snapshots), mem_.snapshots,
+      gb(mem_.workspace));
 }
 
 std::vector<std::string> CudaBackend::kernel_report() const {

@@ -6,9 +6,11 @@
 #pragma once
 
 #include <array>
+#include <list>
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "runtime/backend.h"
@@ -23,8 +25,9 @@ namespace gridq::cuda {
 
 // Bytes the backend holds, reported by `gridq serve` at start.
 struct MemoryReport {
-  size_t weights = 0, packed = 0, kv_pages = 0, kv_rings = 0, workspace = 0;
+  size_t weights = 0, packed = 0, kv_pages = 0, kv_rings = 0, kv_snapshots = 0, workspace = 0;
   int64_t kv_tokens = 0;  // full-layer KV tokens that fit (over all sequences)
+  int snapshots = 0;      // ring snapshots of the prefix cache (cuda_snapshots.cpp)
   int max_seqs = 0;
   std::string device;
 };
@@ -107,6 +110,28 @@ class CudaBackend final : public runtime::Backend {
   // Registers s's pages that its history has filled since the last call.
   void commit_pages(Seq& s);
   int64_t reach_ = 0;  // Σ over sliding layers of (window − 1): the stacked windows' receptive field
+
+  // Ring snapshots (cuda_snapshots.cpp, docs/serving.md "KV cache"): every sliding layer's K/V of the
+  // window − 1 positions before a page boundary of a committed prefix, in a small LRU pool on the device, so
+  // that a prefix hit at that boundary restores the rings instead of recomputing the stacked windows' reach.
+  struct RingSnapshot {
+    int64_t boundary = 0;         // the prefix is positions [0, boundary), whole pages; 0: slot empty
+    uint64_t hash = 0;            // chain hash of the prefix's last page: the lookup key
+    std::vector<int32_t> tokens;  // the prefix's ids: a hit is checked against them, the hash never trusted
+  };
+  int64_t snapshot_bytes() const;  // one snapshot
+  // Taken at the end of a prompt and when a sequence is removed, at s's last committed page boundary.
+  Status save_snapshot(const Seq& s);
+  // The longest boundary ≤ pages · page_tokens of `tokens` that has a snapshot, restored into s's rings;
+  // 0 when none.
+  // Only boundaries past `above` are looked for (below it the hit's own recompute starts earlier anyway).
+  Expected<int64_t> restore_snapshot(const Seq& s, std::span<const int32_t> tokens, size_t pages,
+                                     int64_t above);
+  Status copy_rings(int slot, int snap, int64_t boundary, bool to_snapshot);
+  DeviceBuffer snaps_;
+  std::vector<RingSnapshot> snap_;                  // [snapshots]
+  std::unordered_map<uint64_t, int> snap_of_hash_;  // hash → index into snap_
+  std::list<int> snap_lru_;                         // the filled snapshots, least recently used first
 
   model::ModelSpec spec_;
   std::unique_ptr<DeviceModel> dm_;

@@ -2,7 +2,8 @@
 // free list, runtime/kv_pages.h), each slot's row of the device page table, and the page accounting the
 // scheduler admits and preempts by, and prefix caching: a hit shares the matched pages (their ids copied into
 // the slot's page-table row) and the forward skips the full-layer KV writes of the rows below the floor
-// (RowInfo::kv_write), which it recomputes only to rebuild the sliding-layer rings (docs/serving.md).
+// (RowInfo::kv_write), which it recomputes only to rebuild the sliding-layer rings (docs/serving.md), from a
+// ring snapshot's boundary when one matches (cuda_snapshots.cpp).
 #include <algorithm>
 
 #include "runtime/cuda/cuda_backend.h"
@@ -39,6 +40,9 @@ Status CudaBackend::add_sequence(runtime::SeqId id) {
 void CudaBackend::remove_sequence(runtime::SeqId id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return;
+  // The end of an answer (or of a preempted sequence): a snapshot for the next turn. Best effort: a failed
+  // copy only costs a later hit its recompute, and a sticky CUDA error fails the next step anyway.
+  (void)save_snapshot(it->second);
   // Last page first (the prefix cache's LRU order, once the backend has one).
   for (auto p = it->second.pages.rbegin(); p != it->second.pages.rend(); ++p) pool_.unref(*p);
   free_slots_.push_back(it->second.slot);
@@ -98,6 +102,11 @@ Expected<runtime::PrefixHit> CudaBackend::attach_prefix(runtime::SeqId id, std::
   s.pages = pool_.match(tokens, max_pages, &s.chain);
   s.committed = s.pages.size();
   hit = runtime::prefix_hit(s.pages.size(), P, reach_);
+  // A ring snapshot at a boundary past the recompute's start lets the sequence start there instead.
+  if (hit.resume < hit.cached) {
+    GRIDQ_ASSIGN_OR_RETURN(const int64_t restored, restore_snapshot(s, tokens, s.pages.size(), hit.resume));
+    if (restored > 0) hit.resume = restored;
+  }
   s.floor = hit.cached;
   s.len = hit.resume;
   s.hist.assign(tokens.begin(), tokens.begin() + hit.resume);
