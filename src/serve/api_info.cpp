@@ -5,6 +5,7 @@
 #include "core/version.h"
 #include "serve/api_job.h"
 #include "serve/api_server.h"
+#include "serve/openai_fields.h"
 
 namespace gridq::serve {
 
@@ -84,20 +85,35 @@ void ApiServer::handle_metrics(const HttpRequest&, std::shared_ptr<ResponseChann
   ch->send(200, "text/plain; version=0.0.4; charset=utf-8", metrics_.render());
 }
 
+// A prompt string becomes the ids /v1/completions would send for it, so a count taken here holds there:
+// special-token text is text unless "allow_special_tokens" (api.md §2). vLLM's fields are taken too:
+// "add_special_tokens" adds the tokenizer's post-processor tokens (a BOS, where the tokenizer has one), off
+// by default because /v1/completions adds none; "return_token_strs" lists each id's token text.
 void ApiServer::handle_tokenize(const HttpRequest& req, std::shared_ptr<ResponseChannel> ch) {
   ojson body;
   if (!prepare(req, *ch, body)) return;
   if (!body.is_object() || !body.contains("prompt") || !body["prompt"].is_string())
     return ch->send_error(invalid("prompt", "prompt must be a string"));
-  if (body.contains("model") &&
-      (!body["model"].is_string() || !check_model(body["model"].get<std::string>(), *ch)))
-    return;
-  auto ids = model_.tok->try_encode(body["prompt"].get_ref<const std::string&>(), false);
+  if (auto m = body.find("model"); m != body.end() && !m->is_null()) {
+    if (!m->is_string()) return ch->send_error(invalid("model", "model must be a string"));
+    if (!check_model(m->get<std::string>(), *ch)) return;
+  }
+  bool allow_special = false, add_special = false, token_strs = false;
+  for (auto [key, out] : {std::pair<const char*, bool*>{"allow_special_tokens", &allow_special},
+                          {"add_special_tokens", &add_special},
+                          {"return_token_strs", &token_strs}})
+    if (auto e = fields::get_bool(body, key, *out)) return ch->send_error(*e);
+  auto ids = model_.tok->try_encode(body["prompt"].get_ref<const std::string&>(), add_special, allow_special);
   if (!ids.ok()) return ch->send_error(invalid("prompt", ids.message()));
   ojson out = ojson::object();
-  out["tokens"] = *ids;
   out["count"] = ids->size();
   out["max_model_len"] = model_.max_model_len;
+  out["tokens"] = *ids;
+  if (token_strs) {
+    ojson strs = ojson::array();
+    for (int32_t id : *ids) strs.push_back(model_.tok->token_text(id));
+    out["token_strs"] = std::move(strs);
+  }
   ch->send(200, "application/json", dump(out));
 }
 
