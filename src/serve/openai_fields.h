@@ -7,6 +7,7 @@
 #include <limits>
 #include <optional>
 
+#include "runtime/sampling_limits.h"
 #include "serve/openai_protocol.h"
 
 namespace gridq::serve::fields {
@@ -23,6 +24,11 @@ std::optional<ApiError> get_int(const ojson& b, const char* key, int64_t lo, int
 // Number fields accept int or float; null means absent.
 std::optional<ApiError> get_num(const ojson& b, const char* key, double lo, double hi, bool lo_open,
                                 std::optional<double>& out);
+// A sampling field in its runtime::SamplingRange (the request field is the range's name).
+inline std::optional<ApiError> get_num(const ojson& b, const runtime::SamplingRange& r,
+                                       std::optional<double>& out) {
+  return get_num(b, r.name, r.lo, r.hi, r.lo_open, out);
+}
 std::optional<ApiError> get_bool(const ojson& b, const char* key, bool& out);
 std::optional<ApiError> get_model(const ojson& b, std::string& model);
 

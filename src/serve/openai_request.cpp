@@ -8,6 +8,8 @@ namespace gridq::serve {
 
 namespace fields {
 
+// The sampling ranges are runtime/sampling_limits.h's, the table `gridq generate`/`chat` check their flags
+// against, so the CLI and the server refuse the same values.
 std::optional<ApiError> parse_gen(const ojson& b, const Limits& lim, bool chat, GenParams& g) {
   std::optional<int64_t> i;
   std::optional<double> d;
@@ -19,28 +21,28 @@ std::optional<ApiError> parse_gen(const ojson& b, const Limits& lim, bool chat, 
     GQ_TRY(get_int(b, k, chat ? 1 : 0, kInt32Max, i));
     if (i) g.max_tokens = i;
   }
-  GQ_TRY(get_num(b, "temperature", 0.0, 2.0, false, d));
+  GQ_TRY(get_num(b, runtime::kTemperatureRange, d));
   if (d) g.sampling.temperature = static_cast<float>(*d);
   d.reset();
-  GQ_TRY(get_num(b, "top_p", 0.0, 1.0, true, d));
+  GQ_TRY(get_num(b, runtime::kTopPRange, d));
   if (d) g.sampling.top_p = static_cast<float>(*d);
   i.reset();
-  GQ_TRY(get_int(b, "top_k", -1, kInt32Max, i));
+  GQ_TRY(get_int(b, "top_k", runtime::kTopKMin, kInt32Max, i));
   if (i) g.sampling.top_k = static_cast<int32_t>(*i);
   d.reset();
-  GQ_TRY(get_num(b, "min_p", 0.0, 1.0, false, d));
+  GQ_TRY(get_num(b, runtime::kMinPRange, d));
   if (d) g.sampling.min_p = static_cast<float>(*d);
   i.reset();
   GQ_TRY(get_int(b, "n", 1, 16, i));
   if (i) g.n = static_cast<int>(*i);
   d.reset();
-  GQ_TRY(get_num(b, "presence_penalty", -2.0, 2.0, false, d));
+  GQ_TRY(get_num(b, runtime::kPresencePenaltyRange, d));
   if (d) g.sampling.presence_penalty = static_cast<float>(*d);
   d.reset();
-  GQ_TRY(get_num(b, "frequency_penalty", -2.0, 2.0, false, d));
+  GQ_TRY(get_num(b, runtime::kFrequencyPenaltyRange, d));
   if (d) g.sampling.frequency_penalty = static_cast<float>(*d);
   d.reset();
-  GQ_TRY(get_num(b, "repetition_penalty", 0.0, 100.0, true, d));
+  GQ_TRY(get_num(b, runtime::kRepetitionPenaltyRange, d));
   if (d) g.sampling.repetition_penalty = static_cast<float>(*d);
   // The sampler takes fp32: a positive value that narrows to 0 would divide by zero.
   if (d && g.sampling.repetition_penalty <= 0.0f)
