@@ -86,23 +86,21 @@ struct Session : std::enable_shared_from_this<Session> {
 
   void start() { read_header(); }
 
+  // ---- reading (http_session.cpp) ----
   void read_header();
-
   // Buffers the whole header block before Beast parses it: Beast silently unfolds obs-fold lines into
   // spaces, and RFC 9112 §5.2 lets a server do that only outside requests it acts on, so the raw bytes are
   // checked here and a folded request is refused with 400 (as are whitespace-led lines after the start line).
   void read_head_block();
-
   void parse_head();
-
   void fail_transport(const beast::error_code& ec);
-
   void on_header(beast::error_code ec);
 
+  // ---- answering (http_dispatch.cpp) ----
   void on_request();
   void dispatch(HttpRequest req);
 
-  // ---- writing ----
+  // ---- writing (http_session.cpp) ----
   void enqueue(std::string data);
   void write_next();
 
@@ -113,7 +111,6 @@ struct Session : std::enable_shared_from_this<Session> {
 
   void send_full(int status, const std::string& ct, std::string body,
                  const std::vector<std::pair<std::string, std::string>>& extra);
-
   void log_access(int status, bool gone);
 
   // The headers every answer to a dispatched request carries: X-Request-Id, and CORS when the origin may.
@@ -121,9 +118,9 @@ struct Session : std::enable_shared_from_this<Session> {
       std::vector<std::pair<std::string, std::string>> extra) const;
 
   void finish_request(bool keep);
-
   void respond_error_and_close(const ApiError& e);
 
+  // ---- the client going away, closing ----
   void watch_disconnect(int spurious = 0);
 
   // EOF only says the client sent a FIN: it does so when it is gone and also when it merely half-closed
@@ -133,14 +130,12 @@ struct Session : std::enable_shared_from_this<Session> {
   // reset for up to a second. HTTP/1.0 has no interim answers, so there EOF before the answer stays "gone".
   void probe_peer();
   void check_probe(int round);
-
   void notify_disconnect();
 
   // Half-closes and drains what the client still sends (e.g. a refused body) before closing, so the kernel
   // does not answer unread bytes with a reset that destroys our response before the client has read it.
   void graceful_close();
   void drain();
-
   void close();
 
   // Server stop: what is already queued (the last SSE events, [DONE], an abort's 503) is written first,
