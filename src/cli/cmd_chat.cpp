@@ -1,6 +1,6 @@
 // gridq chat: interactive multi-turn chat with the model's own chat template. Generation stops on
-// </assistant> or EOS; the reasoning block (<think>...</think>) is shown dimmed on a terminal, or left out
-// with --hide-thinking.
+// </assistant> or EOS; the reasoning block is dimmed on a terminal, kept between <think> and </think>
+// elsewhere (cli/think_printer.h), or left out with --hide-thinking.
 #include <signal.h>
 #include <unistd.h>
 
@@ -12,7 +12,9 @@
 #include "cli/cli_model.h"
 #include "cli/command.h"
 #include "cli/prompt_format.h"
+#include "cli/think_printer.h"
 #include "runtime/generate.h"
+#include "text/reasoning_parser.h"
 
 namespace gridq::cli {
 namespace {
@@ -25,58 +27,6 @@ struct ChatArgs {
   bool allow_special = false;
   RunOptions run;
   SamplingCli sampling;
-};
-
-// Splits the streamed answer into reasoning and visible text as it arrives.
-class ThinkPrinter {
- public:
-  ThinkPrinter(bool in_think, bool hide, bool tty) : in_think_(in_think), hide_(hide), tty_(tty) {}
-  void push(const std::string& piece) {
-    buf_ += piece;
-    for (;;) {
-      const std::string tag = in_think_ ? "</think>" : "<think>";
-      const size_t p = buf_.find(tag);
-      if (p == std::string::npos) {
-        // Keep a possible partial tag back.
-        const size_t keep = std::min(buf_.size(), tag.size() - 1);
-        emit(buf_.substr(0, buf_.size() - keep));
-        buf_.erase(0, buf_.size() - keep);
-        return;
-      }
-      emit(buf_.substr(0, p));
-      buf_.erase(0, p + tag.size());
-      in_think_ = !in_think_;
-      if (!in_think_) answer_started_ = true;
-    }
-  }
-  void finish() {
-    emit(buf_);
-    buf_.clear();
-    if (tty_) std::fputs("\x1b[0m", stdout);
-    std::fputc('\n', stdout);
-    std::fflush(stdout);
-  }
-  std::string answer;  // visible text (for the history)
-
- private:
-  void emit(const std::string& s) {
-    if (s.empty()) return;
-    if (in_think_) {
-      if (hide_) return;
-      if (tty_) std::fputs("\x1b[2m", stdout);
-      std::fputs(s.c_str(), stdout);
-      if (tty_) std::fputs("\x1b[0m", stdout);
-    } else {
-      answer += s;
-      std::fputs(s.c_str(), stdout);
-    }
-    std::fflush(stdout);
-  }
-  bool in_think_;
-  bool hide_;
-  bool tty_;
-  bool answer_started_ = false;
-  std::string buf_;
 };
 
 // Ctrl-C during an answer stops that answer and keeps the conversation (issue 14 item 12); at the prompt it
@@ -99,6 +49,8 @@ int run_chat(const ChatArgs& a) {
   const int32_t end_asst = tok->token_id("</assistant>");
   if (end_asst >= 0) p.stop_token_ids.push_back(end_asst);
   const bool tty = isatty(STDOUT_FILENO) != 0;
+  const text::ReasoningMarkers markers{tok->token_id("<think>"), tok->token_id("</think>"),
+                                       tok->token_id("<assistant>")};
   std::vector<ChatTurn> history;
   if (!a.system.empty()) history.push_back({"system", a.system});
   std::fprintf(
@@ -120,7 +72,8 @@ int run_chat(const ChatArgs& a) {
     tp.seed = p.seed + turn++;
     runtime::Sampler sampler(tp);
     // The generation prompt ends with <think> when thinking is on: the answer starts inside it.
-    ThinkPrinter printer(!a.no_think, a.hide_thinking, tty);
+    ThinkPrinter printer(text::initial_reasoning_mode(ids, markers) == text::ReasoningMode::kReasoning,
+                         a.hide_thinking, tty);
     auto r =
         runtime::generate(**eng, *tok, ids, a.sampling.max_tokens, sampler, [&](const std::string& piece) {
           printer.push(piece);
@@ -136,7 +89,10 @@ int run_chat(const ChatArgs& a) {
 
 Registrar reg{Command{
     "chat",
-    "Interactive chat with a model using its chat template (stops on </assistant> and EOS)\n"
+    "Interactive chat with a model using its chat template (stops on </assistant> and EOS). The reasoning\n"
+    "block is dimmed on a terminal; when stdout is not a terminal it is printed between <think> and "
+    "</think>\n"
+    "before the answer (--hide-thinking leaves it out; docs/cli.md)\n"
     "Examples:\n"
     "  gridq chat models/laguna-tiny-code\n"
     "  gridq chat models/laguna-tiny-code --no-think --temperature 0.7 --seed 1\n"

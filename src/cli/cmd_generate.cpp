@@ -1,11 +1,17 @@
-// gridq generate: stream a continuation of a prompt, then one speed line on stderr.
+// gridq generate: stream a continuation of a prompt, then one speed line on stderr. With --chat the answer's
+// reasoning block is shown as `gridq chat` shows it (cli/think_printer.h).
+#include <unistd.h>
+
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "cli/cli_model.h"
 #include "cli/command.h"
 #include "cli/prompt_format.h"
+#include "cli/think_printer.h"
 #include "runtime/generate.h"
+#include "text/reasoning_parser.h"
 
 namespace gridq::cli {
 namespace {
@@ -15,6 +21,7 @@ struct GenerateArgs {
   std::string prompt;
   bool chat = false;
   bool no_think = false;
+  bool hide_thinking = false;
   bool allow_special = false;
   RunOptions run;
   SamplingCli sampling;
@@ -47,14 +54,30 @@ int run_generate(const GenerateArgs& a) {
     std::fflush(stdout);
   }
   runtime::Sampler sampler(p);
-  auto r = runtime::generate(**eng, *tok, ids, a.sampling.max_tokens, sampler, [](const std::string& piece) {
+  // A plain continuation is printed as decoded; a chat answer splits its reasoning block from the answer.
+  std::optional<ThinkPrinter> printer;
+  if (a.chat) {
+    const text::ReasoningMarkers markers{tok->token_id("<think>"), tok->token_id("</think>"),
+                                         tok->token_id("<assistant>")};
+    printer.emplace(text::initial_reasoning_mode(ids, markers) == text::ReasoningMode::kReasoning,
+                    a.hide_thinking, isatty(STDOUT_FILENO) != 0);
+  }
+  auto r = runtime::generate(**eng, *tok, ids, a.sampling.max_tokens, sampler, [&](const std::string& piece) {
+    if (printer) {
+      printer->push(piece);
+      return true;
+    }
     std::fputs(piece.c_str(), stdout);
     std::fflush(stdout);
     return true;
   });
   if (!r.ok()) return fail(r.message());
-  std::fputc('\n', stdout);
-  std::fflush(stdout);
+  if (printer) {
+    printer->finish();
+  } else {
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+  }
   const double pf = r->prefill_seconds > 0 ? static_cast<double>(r->prompt_tokens) / r->prefill_seconds : 0.0;
   const double dc = r->decode_seconds > 0 ? static_cast<double>(r->tokens.size()) / r->decode_seconds : 0.0;
   std::fprintf(
@@ -66,7 +89,9 @@ int run_generate(const GenerateArgs& a) {
 
 Registrar reg{Command{
     "generate",
-    "Continue a prompt, streaming text to stdout (--device picks cpu or cuda; the chosen device is logged)\n"
+    "Continue a prompt, streaming text to stdout (--device picks cpu or cuda; the chosen device is logged).\n"
+    "With --chat the reasoning block is dimmed on a terminal; when stdout is not a terminal it is printed\n"
+    "between <think> and </think> before the answer (--hide-thinking leaves it out; docs/cli.md)\n"
     "Examples:\n"
     "  gridq generate models/laguna-tiny-code --prompt \"def fibonacci(n):\"\n"
     "  gridq generate models/laguna-tiny-code --prompt \"import os\" --temperature 0.8 --top-p 0.95 --seed "
@@ -79,6 +104,7 @@ Registrar reg{Command{
       sub.add_option("--prompt", a->prompt, "prompt text")->required();
       sub.add_flag("--chat", a->chat, "wrap the prompt as one user turn with the model's chat template");
       sub.add_flag("--no-think", a->no_think, "with --chat: generation prompt without thinking");
+      sub.add_flag("--hide-thinking", a->hide_thinking, "with --chat: do not print the reasoning block");
       sub.add_flag(
           "--allow-special-tokens", a->allow_special,
           "encode special-token text in the prompt (\"</think>\", \"<|endoftext|>\") as the control ids "

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include "core/version.h"
 #include "serve/api_job.h"
 #include "serve/sampling.h"
 #include "text/content_escape.h"
@@ -287,118 +286,6 @@ void ApiServer::handle_completions(const HttpRequest& req, std::shared_ptr<Respo
     parts.push_back(std::move(part));
   }
   if (submit_parts(*sched_, *ch, *job, parts)) track(parts);
-}
-
-namespace {
-
-// %XX escapes of a path segment (clients escape a '/' inside a model id as %2F).
-std::string percent_decode(std::string_view s) {
-  std::string out;
-  auto hex = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
-      out += static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2]));
-      i += 2;
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
-ojson ApiServer::model_json(const std::string& name) const {
-  ojson m = ojson::object();
-  m["id"] = name;
-  m["object"] = "model";
-  m["created"] = created_;
-  m["owned_by"] = "gridq";
-  m["max_model_len"] = model_.max_model_len;
-  return m;
-}
-
-void ApiServer::handle_model(const HttpRequest& req, std::shared_ptr<ResponseChannel> ch) {
-  if (state_ == State::kLoading)
-    return ch->send_error(status_error(503, "unavailable_error", "loading", "the model is still loading"));
-  const std::string id =
-      percent_decode(std::string_view(req.path).substr(std::string_view("/v1/models/").size()));
-  for (const auto& n : model_.served_names)
-    if (n == id) return ch->send(200, "application/json", dump(model_json(n)));
-  check_model(id, *ch);  // answers 404 model_not_found
-}
-
-void ApiServer::handle_version(const HttpRequest&, std::shared_ptr<ResponseChannel> ch) {
-  ojson out = ojson::object();
-  out["version"] = version_string();
-  ch->send(200, "application/json", dump(out));
-}
-
-void ApiServer::handle_models(const HttpRequest&, std::shared_ptr<ResponseChannel> ch) {
-  if (state_ == State::kLoading)
-    return ch->send_error(status_error(503, "unavailable_error", "loading", "the model is still loading"));
-  ojson data = ojson::array();
-  for (const auto& n : model_.served_names) data.push_back(model_json(n));
-  ojson out = ojson::object();
-  out["object"] = "list";
-  out["data"] = std::move(data);
-  ch->send(200, "application/json", dump(out));
-}
-
-void ApiServer::handle_health(const HttpRequest&, std::shared_ptr<ResponseChannel> ch) {
-  State s = state_;
-  if (s == State::kReady && (http_.draining())) s = State::kDraining;
-  if (s == State::kReady && sched_ && sched_->failed()) s = State::kFailed;
-  if (s == State::kReady) return ch->send(200, "application/json", "{\"status\":\"ok\"}");
-  const char* code = s == State::kLoading    ? "loading"
-                     : s == State::kDraining ? "shutting_down"
-                                             : "engine_failed";
-  ch->send_error(status_error(503, "unavailable_error", code, std::string("not ready: ") + code));
-}
-
-void ApiServer::handle_metrics(const HttpRequest&, std::shared_ptr<ResponseChannel> ch) {
-  ch->send(200, "text/plain; version=0.0.4; charset=utf-8", metrics_.render());
-}
-
-void ApiServer::handle_tokenize(const HttpRequest& req, std::shared_ptr<ResponseChannel> ch) {
-  ojson body;
-  if (!prepare(req, *ch, body)) return;
-  if (!body.is_object() || !body.contains("prompt") || !body["prompt"].is_string())
-    return ch->send_error(invalid("prompt", "prompt must be a string"));
-  if (body.contains("model") &&
-      (!body["model"].is_string() || !check_model(body["model"].get<std::string>(), *ch)))
-    return;
-  auto ids = model_.tok->try_encode(body["prompt"].get_ref<const std::string&>(), false);
-  if (!ids.ok()) return ch->send_error(invalid("prompt", ids.message()));
-  ojson out = ojson::object();
-  out["tokens"] = *ids;
-  out["count"] = ids->size();
-  out["max_model_len"] = model_.max_model_len;
-  ch->send(200, "application/json", dump(out));
-}
-
-void ApiServer::handle_detokenize(const HttpRequest& req, std::shared_ptr<ResponseChannel> ch) {
-  ojson body;
-  if (!prepare(req, *ch, body)) return;
-  if (!body.is_object() || !body.contains("tokens") || !body["tokens"].is_array())
-    return ch->send_error(invalid("tokens", "tokens must be a list of token ids"));
-  std::vector<int32_t> ids;
-  const int64_t V = static_cast<int64_t>(model_.tok->vocab_size());
-  for (const auto& t : body["tokens"]) {
-    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= V ||
-        (t.is_number_unsigned() && t.get<uint64_t>() >= static_cast<uint64_t>(V)))
-      return ch->send_error(
-          invalid("tokens", fmt::format("token id {} is out of vocabulary [0, {})", t.dump(), V)));
-    ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
-  }
-  ojson out = ojson::object();
-  out["prompt"] = model_.tok->decode(ids, false);
-  ch->send(200, "application/json", dump(out));
 }
 
 }  // namespace gridq::serve

@@ -1,6 +1,7 @@
 // The OpenAI endpoints (api.md §1): /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics,
 // /tokenize, /detokenize. Validates requests (openai_protocol), renders chat prompts, submits work to the
-// scheduler and turns tokens into responses or SSE streams through per-choice OutputProcessors.
+// scheduler and turns tokens into responses or SSE streams through per-choice OutputProcessors. The routes
+// that need no scheduler are in api_info.cpp, structured outputs in api_structured.cpp.
 #pragma once
 
 #include <atomic>

@@ -2,7 +2,8 @@
 // timeouts, 413/415/431 before the body is read, chunked SSE responses, one auth middleware over the route
 // table (public routes are an explicit allowlist), 404/405 in the OpenAI error shape, disconnect detection
 // while a request is in flight, and draining on shutdown (new requests 503 shutting_down, Connection: close).
-// Handlers run on the connection's strand and answer through a thread-safe ResponseChannel.
+// Handlers run on the connection's strand and answer through a thread-safe ResponseChannel. The connection
+// (http_session.*) and the routing (http_dispatch.cpp) are private to the transport.
 #pragma once
 
 #include <atomic>

@@ -1,5 +1,7 @@
 // OpenAI HTTP API: request parsing and validation (api.md §2, §7, §9 caps), the error shape (§3), and the
-// response / SSE chunk builders (§4). Pure functions over JSON; no I/O, no model.
+// response / SSE chunk builders (§4). Pure functions over JSON; no I/O, no model. Defined in
+// openai_protocol.cpp (errors, the body, field readers), openai_request.cpp (shared generation fields,
+// completions), openai_chat_request.cpp (messages, tools) and openai_response.cpp (bodies, chunks).
 #pragma once
 
 #include <cstdint>

@@ -66,7 +66,12 @@ ojson escape_json(const ojson& v, const Index& ix, size_t literal_open) {
   }
   if (v.is_object()) {
     ojson out = ojson::object();
-    for (auto it = v.begin(); it != v.end(); ++it) out[it.key()] = escape_json(it.value(), ix, literal_open);
+    // Keys are client text too (a tool's parameter names, a call's argument names) and templates write them
+    // out (`tool | tojson`, `<arg_key>` + key). Escaping changes only keys holding added-token text or
+    // U+FDD0, never the names a template looks up (role, content, ...), and is injective, so no two keys
+    // merge.
+    for (auto it = v.begin(); it != v.end(); ++it)
+      out[escape_with(it.key(), ix, literal_open)] = escape_json(it.value(), ix, literal_open);
     return out;
   }
   return v;

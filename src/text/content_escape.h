@@ -17,7 +17,7 @@
 
 namespace gridq::text {
 
-// Every string value in `v` (recursively; object keys are kept) with added-token texts escaped.
+// Every string in `v` (recursively, object keys included) with added-token texts escaped.
 nlohmann::ordered_json escape_added_tokens(const nlohmann::ordered_json& v, const Tokenizer& tok);
 std::string escape_added_token_text(std::string_view s, const Tokenizer& tok);
 

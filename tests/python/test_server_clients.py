@@ -1,7 +1,6 @@
 """Real clients against a live server (issue 14 "done when"): langchain-openai's OpenAI (completions) and
 ChatOpenAI (invoke, stream, tools, with_structured_output) with their own defaults, which send fields such
-as "seed": null and "n": 1 that a strict server must accept. litellm is not here: it requires openai>=2.20, which conflicts
-with the SDK version the rest of this suite pins (see the issue 14 closing note)."""
+as "seed": null and "n": 1 that a strict server must accept. litellm has its own file, test_server_litellm.py."""
 
 from typing import Literal
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "runtime/sampling_limits.h"
 #include "serve/openai_protocol.h"
 
 namespace gridq::serve {
@@ -185,6 +186,37 @@ TEST(Protocol, RangeAndCapChecks) {
 
 // Issue 14 item 7: every field the OpenAI schema marks nullable takes null as "the default", as OpenAI and
 // vLLM do; LangChain's completions client sends "seed": null on every call.
+// The server's sampling bounds are runtime/sampling_limits.h's, the table the CLI checks its flags against:
+// each range's ends are accepted or refused as the table says, for chat and completions alike.
+TEST(Protocol, SamplingRangesAreTheRuntimeTable) {
+  using namespace runtime;
+  for (const SamplingRange& r : {kTemperatureRange, kTopPRange, kMinPRange, kPresencePenaltyRange,
+                                 kFrequencyPenaltyRange, kRepetitionPenaltyRange}) {
+    const double step = 1e-3;
+    const std::pair<double, bool> probes[] = {
+        {r.lo, !r.lo_open}, {r.lo - step, false}, {r.hi, true}, {r.hi + step, false}, {r.lo + step, true}};
+    for (const auto& [v, ok] : probes) {
+      ojson chat = base_chat();
+      chat[r.name] = v;
+      ojson completion = ojson::parse(R"({"model":"m","prompt":"x"})");
+      completion[r.name] = v;
+      auto ce = chat_err(chat);
+      const auto parsed = parse_completion_request(completion, kLim);
+      EXPECT_EQ(!ce.has_value(), ok) << r.name << " = " << v;
+      EXPECT_EQ(std::holds_alternative<CompletionRequest>(parsed), ok) << r.name << " = " << v;
+      if (ce) {
+        EXPECT_EQ(ce->param, r.name);
+      }
+    }
+  }
+  ojson b = base_chat();
+  b["top_k"] = kTopKMin;
+  EXPECT_FALSE(chat_err(b).has_value());
+  b["top_k"] = kTopKMin - 1;
+  ASSERT_TRUE(chat_err(b).has_value());
+  EXPECT_EQ(chat_err(b)->param, "top_k");
+}
+
 TEST(Protocol, NullableFieldsMeanDefault) {
   const char* nullable[] = {"seed",
                             "n",
