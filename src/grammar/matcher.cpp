@@ -176,6 +176,21 @@ uint32_t Matcher::free_string_room(bool* exclusive, bool* below_min) const {
   return room;
 }
 
+const Rule* Matcher::char_loop() const {
+  const Rule* best = nullptr;
+  for (size_t i = set_begin_.back(); i < items_.size(); ++i) {
+    const FlatAlt& fa = g_->flat_alts[items_[i].alt];
+    if (!fa.repeat) continue;
+    const Rule& r = g_->rules[fa.rule];
+    // Unbounded, so the item survives every character (its count clamps at the minimum).
+    if (r.max != kUnbounded || !r.body.is_rule()) continue;
+    const Rule& body = g_->rules[r.body.index()];
+    if (!body.char_class) continue;
+    if (!best || body.char_ascii.count() > best->char_ascii.count()) best = &body;
+  }
+  return best;
+}
+
 uint32_t Matcher::key_visit(uint32_t set, uint32_t rule, std::vector<std::vector<uint32_t>>& blocks,
                             std::vector<std::pair<uint64_t, uint32_t>>& memo) const {
   const uint64_t k = (uint64_t{set} << 32) | rule;

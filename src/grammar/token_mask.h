@@ -7,12 +7,18 @@
 //    character language (derived from the same grammar) instead of the Earley matcher; only a byte the DFA
 //    refuses (the closing quote, mostly) is replayed through the matcher, so the result is exact;
 //  - per grammar, a cache from the matcher's canonical state to its mask, since a JSON walk revisits the
-//    same states (every character of a string, every element of an array).
+//    same states (every character of a string, every element of an array);
+//  - per trie node, which bytes its subtree's tokens hold (from the node's edge byte on) and whether they
+//    read as well-formed UTF-8 from a character boundary: in a state inside an unbounded loop of a
+//    character class (a `pattern`'s `[^@]+`, a `format`), a subtree of only that class's characters is
+//    allowed whole, at any depth, without walking it (Matcher::char_loop says the loop is there).
+// compute_reference() is the plain walk with none of these, for tests: both must give the same mask.
 // Special tokens are never allowed by the grammar; the end-of-sequence tokens only when it accepts.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -51,9 +57,16 @@ class TokenVocab {
     // string at a character boundary the whole subtree is allowed without walking it.
     bool pure_below = false;
   };
+  // What a node's subtree reads from the node's edge byte to the end of each of its tokens.
+  struct Below {
+    uint64_t ascii[2] = {0, 0};  // one-byte characters (bytes < 0x80) that occur
+    bool multi = false;          // some byte >= 0x80 occurs
+    bool utf8 = false;  // each is well-formed UTF-8 from a character boundary (may stop mid-character)
+  };
   struct Trie {
     std::vector<Node> nodes;  // [0] is the root
     std::vector<int32_t> ids;
+    std::vector<Below> below;  // [nodes], for trie_all only (empty for the others)
   };
   const Trie& trie_all() const { return all_; }
   const Trie& trie_not_free() const { return not_free_; }
@@ -73,6 +86,7 @@ class TokenVocab {
  private:
   static Trie build(const std::vector<std::string>& bytes, const std::vector<int32_t>& ids);
   void mark_pure(Trie& t) const;
+  static void mark_below(Trie& t);
   std::vector<std::string> bytes_;
   std::vector<int32_t> eos_;
   Trie all_, not_free_, not_viable_;
@@ -90,6 +104,9 @@ class TokenMasker {
   TokenMasker(std::shared_ptr<const TokenVocab> vocab, size_t max_cache_entries = 512);
   // mask[w] bit b: token 64*w+b allowed after the matcher's bytes. The matcher is walked and restored.
   void compute(Matcher& m, std::vector<uint64_t>& mask);
+  // The same mask by the plain trie walk against the matcher (no precomputed sets, no cache): the reference
+  // the fast paths are tested against.
+  void compute_reference(Matcher& m, std::vector<uint64_t>& mask) const;
   size_t cache_hits() const { return hits_; }
   size_t cache_misses() const { return misses_; }
   const TokenVocab& vocab() const { return *vocab_; }
@@ -98,23 +115,40 @@ class TokenMasker {
   struct KeyHash {
     size_t operator()(const std::vector<uint32_t>& k) const;
   };
-  void walk(const TokenVocab::Trie& t, uint32_t node, Matcher& m, std::vector<uint64_t>& mask) const;
+  void walk(const TokenVocab::Trie& t, uint32_t node, Matcher& m, std::vector<uint64_t>& mask);
   // The subtree under `node` while the matcher (at the subtree root, plus `pending` bytes not yet fed to
   // it) is inside a free string, `state` being the DFA state after `pending`.
   // `chars`: characters completed since the subtree root; `room`: how many the string may still take.
   void walk_free(const TokenVocab::Trie& t, uint32_t node, int state, uint32_t chars, uint32_t room,
-                 Matcher& m, std::string& pending, std::vector<uint64_t>& mask, const ByteSet& exits) const;
+                 Matcher& m, std::string& pending, std::vector<uint64_t>& mask, const ByteSet& exits,
+                 std::vector<int32_t>* at_chars);
+  // at_chars (null: not used): when the string is exclusive at the subtree root (Matcher::free_string_room),
+  // other items die at its first character, so the state after k whole characters depends on k alone:
+  // at_chars[k] is that state's id (filled lazily), and bytes leaving the string are memoized transitions.
   // Bytes worth asking the matcher about where the string DFA refuses one (all: ask always).
   static ByteSet exits_of(const Matcher& m);
   // Memoized matcher transitions over canonical states, kept across masks: after the first visit a trie
   // walk is table lookups. next_[state][byte]: the next state, -1 refused, -2 not yet known.
-  int32_t intern(std::vector<uint32_t> key, uint32_t room, const ByteSet& exits);
+  // The matcher is at the state `key` describes (its char loop is read from it).
+  int32_t intern(const Matcher& m, std::vector<uint32_t> key, uint32_t room, const ByteSet& exits);
   void walk_cached(const TokenVocab::Trie& t, uint32_t node, int32_t state, Matcher& m, std::string& pending,
                    std::vector<uint64_t>& mask);
+  // walk_cached, or walk_free when `state` is inside a JSON string.
+  void walk_from(const TokenVocab::Trie& t, uint32_t node, int32_t state, Matcher& m, std::string& pending,
+                 std::vector<uint64_t>& mask);
+  // next_[state][b] (and its byte class) from the matcher, which is at `state` now.
+  int32_t step_at(int32_t state, uint8_t b, Matcher& m);
   std::unordered_map<std::vector<uint32_t>, int32_t, KeyHash> state_ids_;
   std::vector<std::array<int32_t, 256>> next_;
   std::vector<uint32_t> room_;  // [states]: Matcher::free_string_room there
   std::vector<ByteSet> exits_;  // [states]: exits_of there
+  std::vector<bool> excl_;      // [states]: the JSON string there is exclusive (free_string_room)
+  std::deque<std::vector<int32_t>> at_chars_;  // [states]: walk_free's at_chars from there (stable addresses)
+  struct Loop {
+    bool on = false, all_multi = false;
+    uint64_t ascii[2] = {0, 0};
+  };
+  std::vector<Loop> loop_;  // [states]: Matcher::char_loop there
   std::shared_ptr<const TokenVocab> vocab_;
   size_t max_cache_;
   std::unordered_map<std::vector<uint32_t>, std::vector<uint64_t>, KeyHash> cache_;
