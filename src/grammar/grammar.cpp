@@ -177,32 +177,6 @@ Expected<std::shared_ptr<const Grammar>> Builder::finish(Sym root) {
     }
   }
   g_->rule_first_alt.push_back(static_cast<uint32_t>(g_->flat_alts.size()));
-  // Byte equivalence classes: bytes in the same terminal classes. Refined one terminal class at a time:
-  // (class so far, member of this one) -> the next class id, so it costs terminal classes x 256.
-  {
-    std::array<uint16_t, 256> id{};
-    for (const ByteSet& c : g_->classes) {
-      std::array<int16_t, 512> remap;
-      remap.fill(-1);
-      int16_t n = 0;
-      for (int b = 0; b < 256; ++b) {
-        int16_t& r = remap[id[b] * 2 + (c.test(b) ? 1 : 0)];
-        if (r < 0) r = n++;
-        id[b] = static_cast<uint16_t>(r);
-      }
-    }
-    // Renumber in order of first byte, so class ids (and eq_rep) do not depend on refinement order.
-    std::array<int16_t, 256> order;
-    order.fill(-1);
-    for (int b = 0; b < 256; ++b) {
-      int16_t& o = order[id[b]];
-      if (o < 0) {
-        o = static_cast<int16_t>(g_->eq_rep.size());
-        g_->eq_rep.push_back(static_cast<uint8_t>(b));
-      }
-      g_->byte_eq[b] = static_cast<uint8_t>(o);
-    }
-  }
   return std::shared_ptr<const Grammar>(std::move(g_));
 }
 

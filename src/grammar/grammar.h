@@ -49,8 +49,8 @@ struct Rule {
   bool free_char = false;  // the JSON string character rule those repeat (its alternatives start a character)
   // Set on a rule whose every alternative reads one character (lower_utf8, lower_json_char): it accepts each
   // one-byte character in char_ascii and, when char_all_multi, every multi-byte UTF-8 character (strict
-  // encoding). A subset of its language, enough for the token masker to accept a whole subtree read by an
-  // unbounded repetition of this rule without walking it (token_mask.h).
+  // encoding). A subset of its language, enough for the token masker to accept a whole subtree read by a
+  // repetition of this rule without walking it (token_mask.h).
   bool char_class = false;
   bool char_all_multi = false;
   ByteSet char_ascii;
@@ -78,10 +78,6 @@ class Grammar {
   std::vector<FlatAlt> flat_alts;        // [all alts]
   std::vector<Sym> flat_syms;            // [all symbols]
   std::vector<uint32_t> rule_first_alt;  // [rules + 1]: rule r's alts are [first[r], first[r+1])
-  // Bytes that every terminal class holds or lacks together move the matcher identically: byte_eq[b] is b's
-  // equivalence class, eq_rep[k] one byte of class k (so a state's 256 transitions cost one advance a class).
-  std::array<uint8_t, 256> byte_eq{};
-  std::vector<uint8_t> eq_rep;
   GrammarStats stats() const;
 };
 

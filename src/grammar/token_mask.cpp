@@ -59,11 +59,18 @@ void TokenMasker::walk_free(const TokenVocab::Trie& t, uint32_t node, int state,
     const bool whole = next >= 0 && vocab_->free_boundary(next);
     const uint32_t done = chars + (whole ? 1 : 0);
     if (whole && room == kUnbounded && child.pure_below) {
-      for (uint32_t k = child.tok_begin; k < child.span_end; ++k) {
-        int32_t id = t.ids[k];
-        mask[id >> 6] |= uint64_t{1} << (id & 63);
-      }
+      allow_span(t, child.tok_begin, child.span_end, mask);
       continue;
+    }
+    if (vocab_->free_boundary(state)) {
+      // Raw string characters only, whole or (at the end) in progress, within the room: the subtree whole.
+      const TokenVocab::Below& b = t.below[c];
+      const uint64_t* fa = vocab_->free_ascii();
+      if (b.utf8 && (b.ascii[0] & ~fa[0]) == 0 && (b.ascii[1] & ~fa[1]) == 0 &&
+          (!b.multi || vocab_->free_multi()) && (room == kUnbounded || chars + b.max_bytes <= room)) {
+        allow_span(t, child.tok_begin, child.span_end, mask);
+        continue;
+      }
     }
     if (next >= 0 && done + (whole ? 0 : 1) <= room) {
       for (uint32_t k = child.tok_begin; k < child.tok_end; ++k) {
@@ -143,7 +150,7 @@ int32_t TokenMasker::intern(const Matcher& m, std::vector<uint32_t> key, uint32_
     excl_.push_back(exclusive);
     at_chars_.emplace_back();
     Loop lp;
-    if (const Rule* r = m.char_loop()) {
+    if (const Rule* r = m.char_loop(&lp.room)) {
       lp.on = true;
       lp.all_multi = r->char_all_multi;
       for (int b = 0; b < 128; ++b)
@@ -166,11 +173,8 @@ void TokenMasker::walk_cached(const TokenVocab::Trie& t, uint32_t node, int32_t 
       // Inside a character loop: a subtree of only its characters is allowed whole (see Matcher::char_loop).
       const TokenVocab::Below& b = t.below[c];
       if (b.utf8 && (b.ascii[0] & ~lp.ascii[0]) == 0 && (b.ascii[1] & ~lp.ascii[1]) == 0 &&
-          (!b.multi || lp.all_multi)) {
-        for (uint32_t k = child.tok_begin; k < child.span_end; ++k) {
-          int32_t id = t.ids[k];
-          mask[id >> 6] |= uint64_t{1} << (id & 63);
-        }
+          (!b.multi || lp.all_multi) && (lp.room == kUnbounded || b.max_bytes <= lp.room)) {
+        allow_span(t, child.tok_begin, child.span_end, mask);
         continue;
       }
     }
@@ -182,6 +186,30 @@ void TokenMasker::walk_cached(const TokenVocab::Trie& t, uint32_t node, int32_t 
       next = replayed == pending.size() ? step_at(state, child.byte, m) : -1;
     }
     if (next < 0) continue;
+    if (room_[next] == kUnbounded && t.below[c].text_after) {
+      // Into an unbounded JSON string at a character boundary, and only string text follows in the subtree.
+      allow_span(t, child.tok_begin, child.span_end, mask);
+      continue;
+    }
+    if (node == 0 && &t == &vocab_->trie_all() && child.byte < 0x80 && room_[next] == kUnbounded &&
+        vocab_->free_boundary(vocab_->free_next(0, child.byte))) {
+      // A one-byte character into an unbounded JSON string (an extra property's key, say): every token
+      // starting with it that reads as string text is allowed (a bit range); the others are walked.
+      allow_viable(child.tok_begin, child.span_end);
+      if (uint32_t nc = vocab_->not_viable_child(child.byte)) {
+        const TokenVocab::Trie& nv = vocab_->trie_not_viable();
+        for (uint32_t k = nv.nodes[nc].tok_begin; k < nv.nodes[nc].tok_end; ++k) {
+          int32_t id = nv.ids[k];
+          mask[id >> 6] |= uint64_t{1} << (id & 63);
+        }
+        m.rollback(replayed);
+        replayed = 0;
+        pending.push_back(static_cast<char>(child.byte));
+        walk_from(nv, nc, next, m, pending, mask);
+        pending.pop_back();
+      }
+      continue;
+    }
     for (uint32_t k = child.tok_begin; k < child.tok_end; ++k) {
       int32_t id = t.ids[k];
       mask[id >> 6] |= uint64_t{1} << (id & 63);
@@ -198,7 +226,10 @@ void TokenMasker::walk_cached(const TokenVocab::Trie& t, uint32_t node, int32_t 
 
 void TokenMasker::walk_from(const TokenVocab::Trie& t, uint32_t node, int32_t state, Matcher& m,
                             std::string& pending, std::vector<uint64_t>& mask) {
-  if (room_[state] == 0) return walk_cached(t, node, state, m, pending, mask);
+  // Memoized transitions outside strings, and inside unbounded ones that other items read too (the string
+  // DFA would hand most bytes back to the matcher there).
+  if (room_[state] == 0 || (room_[state] == kUnbounded && !excl_[state]))
+    return walk_cached(t, node, state, m, pending, mask);
   // Inside a JSON string: the string DFA walks from here (it replays `pending` when it needs to).
   // A copy: the walk interns states, which moves exits_.
   const ByteSet exits = exits_[state];
@@ -206,18 +237,75 @@ void TokenMasker::walk_from(const TokenVocab::Trie& t, uint32_t node, int32_t st
 }
 
 int32_t TokenMasker::step_at(int32_t state, uint8_t b, Matcher& m) {
+  const ByteSet same = m.same_as(b);  // they all move the matcher as b does
   int32_t next = -1;
   if (m.advance(b)) {
     next = intern(m, m.canonical_key(), m.free_string_room(), exits_of(m));
     m.rollback(1);
   }
-  // Every byte of b's class moves the matcher the same way (Grammar::byte_eq).
-  const Grammar& g = m.grammar();
   std::array<int32_t, 256>& row = next_[state];
-  const uint8_t k = g.byte_eq[b];
   for (int x = 0; x < 256; ++x)
-    if (g.byte_eq[x] == k) row[x] = next;
+    if (same.test(x)) row[x] = next;
   return next;
+}
+
+void TokenMasker::allow_span(const TokenVocab::Trie& t, uint32_t begin, uint32_t end,
+                             std::vector<uint64_t>& mask) {
+  if (&t != &vocab_->trie_all()) {
+    for (uint32_t k = begin; k < end; ++k) {
+      int32_t id = t.ids[k];
+      mask[id >> 6] |= uint64_t{1} << (id & 63);
+    }
+    return;
+  }
+  auto bits = [](uint32_t from, uint32_t to) {  // bits [from, to) of one word, 0 <= from < to <= 64
+    return (to == 64 ? ~uint64_t{0} : (uint64_t{1} << to) - 1) & ~((uint64_t{1} << from) - 1);
+  };
+  const uint32_t w0 = begin >> 6, w1 = (end - 1) >> 6;
+  if (w0 == w1) {
+    spans_[w0] |= bits(begin & 63, ((end - 1) & 63) + 1);
+    return;
+  }
+  spans_[w0] |= bits(begin & 63, 64);
+  for (uint32_t w = w0 + 1; w < w1; ++w) spans_[w] = ~uint64_t{0};
+  spans_[w1] |= bits(0, ((end - 1) & 63) + 1);
+}
+
+void TokenMasker::allow_viable(uint32_t begin, uint32_t end) {
+  const std::vector<uint64_t>& v = vocab_->viable_by_position();
+  for (uint32_t k = begin; k < end;) {
+    const uint32_t w = k >> 6, lo = k & 63, hi = std::min<uint32_t>(64, lo + (end - k));
+    const uint64_t bits = (hi == 64 ? ~uint64_t{0} : (uint64_t{1} << hi) - 1) & ~((uint64_t{1} << lo) - 1);
+    spans_[w] |= v[w] & bits;
+    k += hi - lo;
+  }
+}
+
+void TokenMasker::flush_spans(std::vector<uint64_t>& mask) {
+  const std::vector<int32_t>& ids = vocab_->trie_all().ids;
+  const size_t n = ids.size();
+  size_t set = 0;
+  for (uint64_t w : spans_) set += static_cast<size_t>(__builtin_popcountll(w));
+  if (set == 0) return;
+  if (set * 2 < n) {
+    for (size_t w = 0; w < spans_.size(); ++w)
+      for (uint64_t x = spans_[w]; x; x &= x - 1) {
+        int32_t id = ids[w * 64 + static_cast<size_t>(__builtin_ctzll(x))];
+        mask[id >> 6] |= uint64_t{1} << (id & 63);
+      }
+    return;
+  }
+  // Most positions set: every token, less those left out.
+  std::vector<uint64_t> on = vocab_->all_bits();
+  for (size_t w = 0; w < spans_.size(); ++w) {
+    uint64_t x = ~spans_[w];
+    if (w + 1 == spans_.size() && n % 64) x &= (uint64_t{1} << (n % 64)) - 1;
+    for (; x; x &= x - 1) {
+      int32_t id = ids[w * 64 + static_cast<size_t>(__builtin_ctzll(x))];
+      on[id >> 6] &= ~(uint64_t{1} << (id & 63));
+    }
+  }
+  for (size_t w = 0; w < mask.size(); ++w) mask[w] |= on[w];
 }
 
 namespace {
@@ -269,12 +357,18 @@ void TokenMasker::compute(Matcher& m, std::vector<uint64_t>& mask) {
     return;
   }
   ++misses_;
+  spans_.assign((vocab_->trie_all().ids.size() + 63) / 64, 0);
   bool exclusive = false;
   const uint32_t room = m.free_string_room(&exclusive);
   // Inside an exclusive string: its states after k characters, kept with the root state's other tables.
   std::vector<int32_t>* ak = nullptr;
   if (room > 0 && exclusive) ak = &at_chars_[intern(m, key, room, exits_of(m))];
-  if (room == kUnbounded) {
+  if (room == kUnbounded && !exclusive) {
+    // Every token that reads as string text is allowed; the rest on memoized transitions (walk_from).
+    mask = vocab_->viable_bits();
+    std::string pending;
+    walk_cached(vocab_->trie_not_viable(), 0, intern(m, key, room, exits_of(m)), m, pending, mask);
+  } else if (room == kUnbounded) {
     // Every token that reads as string text (ending mid-character included) is allowed; walk the rest.
     mask = vocab_->viable_bits();
     std::string pending;
@@ -291,7 +385,7 @@ void TokenMasker::compute(Matcher& m, std::vector<uint64_t>& mask) {
     walk_free(vocab_->trie_all(), 0, 0, 0, room, m, pending, mask, exits_of(m), ak);
   } else {
     mask.assign(vocab_->words(), 0);
-    if (m.allowed().count() > 32 || m.char_loop()) {
+    if (m.allowed().count() > 32 || m.char_loop() != nullptr) {
       // Many bytes allowed (a pattern's characters, say): most of the trie will be visited, so memoize.
       std::string pending;
       walk_cached(vocab_->trie_all(), 0, intern(m, key, 0, ByteSet().set()), m, pending, mask);
@@ -299,6 +393,7 @@ void TokenMasker::compute(Matcher& m, std::vector<uint64_t>& mask) {
       walk(vocab_->trie_all(), 0, m, mask);  // a few bytes allowed: the walk is short, the matcher is enough
     }
   }
+  flush_spans(mask);
   add_eos(*vocab_, m, mask);
   if (cache_.size() >= max_cache_) cache_.clear();
   cache_.emplace(std::move(key), mask);

@@ -61,12 +61,16 @@ class TokenVocab {
   struct Below {
     uint64_t ascii[2] = {0, 0};  // one-byte characters (bytes < 0x80) that occur
     bool multi = false;          // some byte >= 0x80 occurs
-    bool utf8 = false;  // each is well-formed UTF-8 from a character boundary (may stop mid-character)
+    bool utf8 = false;       // each is well-formed UTF-8 from a character boundary (may stop mid-character)
+    uint32_t max_bytes = 0;  // the longest of them
+    // What follows the edge byte, in every token, is raw JSON string text (free_ascii, free_multi) from a
+    // character boundary: allowed whole where the edge byte leads into an unbounded string.
+    bool text_after = false;
   };
   struct Trie {
     std::vector<Node> nodes;  // [0] is the root
     std::vector<int32_t> ids;
-    std::vector<Below> below;  // [nodes], for trie_all only (empty for the others)
+    std::vector<Below> below;  // [nodes]
   };
   const Trie& trie_all() const { return all_; }
   const Trie& trie_not_free() const { return not_free_; }
@@ -74,6 +78,12 @@ class TokenVocab {
   // Tokens that read as JSON string text, possibly ending inside a character.
   const std::vector<uint64_t>& viable_bits() const { return viable_bits_; }
   const std::vector<uint64_t>& free_bits() const { return free_bits_; }
+  // Every token of trie_all (all but special and empty ones).
+  const std::vector<uint64_t>& all_bits() const { return all_bits_; }
+  // viable_bits over trie_all positions (bit k: token trie_all().ids[k] is viable), and the node of
+  // trie_not_viable for each first byte (0: none), so a first byte's viable tokens are one bit range.
+  const std::vector<uint64_t>& viable_by_position() const { return viable_pos_; }
+  uint32_t not_viable_child(uint8_t b) const { return not_viable_child_[b]; }
   // The free tokens of at most `chars` characters (all of them past the longest).
   const std::vector<uint64_t>& free_bits_up_to(uint32_t chars) const {
     return chars >= free_le_.size() ? free_bits_ : free_le_[chars];
@@ -82,20 +92,29 @@ class TokenVocab {
   // is a character boundary.
   int free_next(int state, uint8_t b) const { return free_dfa_[static_cast<size_t>(state) * 256 + b]; }
   bool free_boundary(int state) const { return free_boundary_[state]; }  // a whole number of characters
+  // Subtrees made only of such characters, raw (no escapes): Below::ascii within free_ascii()[0..1], and
+  // multi-byte characters when free_multi().
+  const uint64_t* free_ascii() const { return free_ascii_; }
+  bool free_multi() const { return free_multi_; }
 
  private:
   static Trie build(const std::vector<std::string>& bytes, const std::vector<int32_t>& ids);
   void mark_pure(Trie& t) const;
-  static void mark_below(Trie& t);
+  void mark_below(Trie& t) const;
   std::vector<std::string> bytes_;
   std::vector<int32_t> eos_;
   Trie all_, not_free_, not_viable_;
-  std::vector<uint64_t> viable_bits_;           // [words]
+  std::vector<uint64_t> viable_bits_;  // [words]
+  std::vector<uint64_t> all_bits_;     // [words]
+  std::vector<uint64_t> viable_pos_;   // [trie_all positions / 64]
+  std::array<uint32_t, 256> not_viable_child_{};
   std::vector<uint64_t> free_bits_;             // [words]
   std::vector<int16_t> free_dfa_;               // [states * 256]
   std::vector<bool> free_boundary_;             // [states]
   std::vector<std::vector<uint64_t>> free_le_;  // [longest free token in characters + 1][words]
   size_t n_free_ = 0;
+  uint64_t free_ascii_[2] = {0, 0};
+  bool free_multi_ = false;
 };
 
 // Masks for one grammar over one vocabulary, with the state cache. Not thread-safe: one per user thread.
@@ -147,8 +166,16 @@ class TokenMasker {
   struct Loop {
     bool on = false, all_multi = false;
     uint64_t ascii[2] = {0, 0};
+    uint32_t room = 0;  // characters the loop may still take (kUnbounded: any number)
   };
   std::vector<Loop> loop_;  // [states]: Matcher::char_loop there
+  // Whole subtrees of trie_all allowed during a walk, as ranges of trie positions (trie_all.ids order, where
+  // a subtree is contiguous): one bit range each instead of a bit per token, turned into token ids once at
+  // the end of compute() (through the complement when most are set).
+  void allow_span(const TokenVocab::Trie& t, uint32_t begin, uint32_t end, std::vector<uint64_t>& mask);
+  void allow_viable(uint32_t begin, uint32_t end);  // the viable ones of trie_all positions [begin, end)
+  void flush_spans(std::vector<uint64_t>& mask);
+  std::vector<uint64_t> spans_;  // [trie_all positions / 64]
   std::shared_ptr<const TokenVocab> vocab_;
   size_t max_cache_;
   std::unordered_map<std::vector<uint32_t>, std::vector<uint64_t>, KeyHash> cache_;

@@ -57,6 +57,12 @@ TokenVocab::TokenVocab(std::vector<std::string> token_bytes, std::vector<bool> s
   Builder b;
   auto g = b.finish(json_free_chars(b));
   Matcher m(*g);
+  for (const Rule& r : (*g)->rules)
+    if (r.free_char && r.char_class) {
+      for (int c = 0; c < 128; ++c)
+        if (r.char_ascii.test(c)) free_ascii_[c >> 6] |= uint64_t{1} << (c & 63);
+      free_multi_ = r.char_all_multi;
+    }
   std::vector<int32_t> all, not_free;
   for (size_t id = 0; id < bytes_.size(); ++id) {
     const std::string& s = bytes_[id];
@@ -113,15 +119,27 @@ TokenVocab::TokenVocab(std::vector<std::string> token_bytes, std::vector<bool> s
     if ((free_bits_[id >> 6] >> (id & 63)) & 1)
       for (uint32_t k = chars[id]; k <= longest; ++k) free_le_[k][id >> 6] |= uint64_t{1} << (id & 63);
   all_ = build(bytes_, all);
+  all_bits_.assign(words(), 0);
+  for (int32_t i : all) all_bits_[i >> 6] |= uint64_t{1} << (i & 63);
   not_free_ = build(bytes_, not_free);
   std::vector<int32_t> not_viable;
   for (int32_t i : all)
     if (!((viable_bits_[i >> 6] >> (i & 63)) & 1)) not_viable.push_back(i);
   not_viable_ = build(bytes_, not_viable);
+  viable_pos_.assign((all_.ids.size() + 63) / 64, 0);
+  for (size_t k = 0; k < all_.ids.size(); ++k) {
+    const int32_t i = all_.ids[k];
+    if ((viable_bits_[i >> 6] >> (i & 63)) & 1) viable_pos_[k >> 6] |= uint64_t{1} << (k & 63);
+  }
+  for (uint32_t c = not_viable_.nodes[0].first_child;
+       c < not_viable_.nodes[0].first_child + not_viable_.nodes[0].n_children; ++c)
+    not_viable_child_[not_viable_.nodes[c].byte] = c;
   mark_pure(all_);
   mark_below(all_);
   mark_pure(not_free_);
+  mark_below(not_free_);
   mark_pure(not_viable_);
+  mark_below(not_viable_);
 }
 
 void TokenVocab::mark_pure(Trie& t) const {
@@ -174,7 +192,7 @@ int utf8_step(int u, uint8_t b) {
 
 }  // namespace
 
-void TokenVocab::mark_below(Trie& t) {
+void TokenVocab::mark_below(Trie& t) const {
   t.below.assign(t.nodes.size(), Below{});
   // ok[i] bit u: node i's edge byte and every token suffix below decode, entered in UTF-8 state u. Nodes are
   // breadth-first, so children come after their parent: one backward pass.
@@ -187,12 +205,16 @@ void TokenVocab::mark_below(Trie& t) {
     else
       bl.multi = true;
     uint8_t kids_ok = 0xFF;  // bit v: every child is fine entered in state v
+    bool text = true;
     for (uint32_t c = n.first_child; c < n.first_child + n.n_children; ++c) {
       const Below& cb = t.below[c];
       bl.ascii[0] |= cb.ascii[0];
       bl.ascii[1] |= cb.ascii[1];
       bl.multi = bl.multi || cb.multi;
+      bl.max_bytes = std::max(bl.max_bytes, cb.max_bytes);
       kids_ok &= ok[c];
+      text = text && cb.utf8 && (cb.ascii[0] & ~free_ascii_[0]) == 0 &&
+             (cb.ascii[1] & ~free_ascii_[1]) == 0 && (!cb.multi || free_multi_);
     }
     uint8_t bits = 0;
     for (int u = 0; u < 8; ++u) {
@@ -201,6 +223,8 @@ void TokenVocab::mark_below(Trie& t) {
     }
     ok[i] = bits;
     bl.utf8 = bits & 1;
+    bl.max_bytes += 1;  // this node's edge byte
+    bl.text_after = text;
   }
 }
 
