@@ -226,9 +226,9 @@ void TokenMasker::walk_cached(const TokenVocab::Trie& t, uint32_t node, int32_t 
 
 void TokenMasker::walk_from(const TokenVocab::Trie& t, uint32_t node, int32_t state, Matcher& m,
                             std::string& pending, std::vector<uint64_t>& mask) {
-  // Memoized transitions outside strings, and inside unbounded ones that other items read too (the string
-  // DFA would hand most bytes back to the matcher there).
-  if (room_[state] == 0 || (room_[state] == kUnbounded && !excl_[state]))
+  // Memoized transitions outside strings, and inside unbounded ones that other items read too or that are
+  // below their minimum length (exits_of: the string DFA would hand most bytes back to the matcher there).
+  if (room_[state] == 0 || (room_[state] == kUnbounded && exits_[state].all()))
     return walk_cached(t, node, state, m, pending, mask);
   // Inside a JSON string: the string DFA walks from here (it replays `pending` when it needs to).
   // A copy: the walk interns states, which moves exits_.
@@ -258,6 +258,7 @@ void TokenMasker::allow_span(const TokenVocab::Trie& t, uint32_t begin, uint32_t
     }
     return;
   }
+  spans_used_ = true;
   auto bits = [](uint32_t from, uint32_t to) {  // bits [from, to) of one word, 0 <= from < to <= 64
     return (to == 64 ? ~uint64_t{0} : (uint64_t{1} << to) - 1) & ~((uint64_t{1} << from) - 1);
   };
@@ -272,6 +273,7 @@ void TokenMasker::allow_span(const TokenVocab::Trie& t, uint32_t begin, uint32_t
 }
 
 void TokenMasker::allow_viable(uint32_t begin, uint32_t end) {
+  spans_used_ = true;
   const std::vector<uint64_t>& v = vocab_->viable_by_position();
   for (uint32_t k = begin; k < end;) {
     const uint32_t w = k >> 6, lo = k & 63, hi = std::min<uint32_t>(64, lo + (end - k));
@@ -284,9 +286,14 @@ void TokenMasker::allow_viable(uint32_t begin, uint32_t end) {
 void TokenMasker::flush_spans(std::vector<uint64_t>& mask) {
   const std::vector<int32_t>& ids = vocab_->trie_all().ids;
   const size_t n = ids.size();
+  if (!spans_used_) return;
+  spans_used_ = false;
   size_t set = 0;
   for (uint64_t w : spans_) set += static_cast<size_t>(__builtin_popcountll(w));
-  if (set == 0) return;
+  struct Clear {  // left all zero for the next mask
+    std::vector<uint64_t>& s;
+    ~Clear() { std::fill(s.begin(), s.end(), 0); }
+  } clear{spans_};
   if (set * 2 < n) {
     for (size_t w = 0; w < spans_.size(); ++w)
       for (uint64_t x = spans_[w]; x; x &= x - 1) {
@@ -357,13 +364,13 @@ void TokenMasker::compute(Matcher& m, std::vector<uint64_t>& mask) {
     return;
   }
   ++misses_;
-  spans_.assign((vocab_->trie_all().ids.size() + 63) / 64, 0);
+  spans_.resize((vocab_->trie_all().ids.size() + 63) / 64);  // all zero between masks (flush_spans)
   bool exclusive = false;
   const uint32_t room = m.free_string_room(&exclusive);
   // Inside an exclusive string: its states after k characters, kept with the root state's other tables.
   std::vector<int32_t>* ak = nullptr;
   if (room > 0 && exclusive) ak = &at_chars_[intern(m, key, room, exits_of(m))];
-  if (room == kUnbounded && !exclusive) {
+  if (room == kUnbounded && exits_of(m).all()) {
     // Every token that reads as string text is allowed; the rest on memoized transitions (walk_from).
     mask = vocab_->viable_bits();
     std::string pending;

@@ -176,6 +176,7 @@ class TokenMasker {
   void allow_viable(uint32_t begin, uint32_t end);  // the viable ones of trie_all positions [begin, end)
   void flush_spans(std::vector<uint64_t>& mask);
   std::vector<uint64_t> spans_;  // [trie_all positions / 64]
+  bool spans_used_ = false;
   std::shared_ptr<const TokenVocab> vocab_;
   size_t max_cache_;
   std::unordered_map<std::vector<uint32_t>, std::vector<uint64_t>, KeyHash> cache_;
