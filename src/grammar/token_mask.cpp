@@ -101,7 +101,7 @@ void TokenMasker::walk_free(const TokenVocab::Trie& t, uint32_t node, int state,
       }
       return true;
     };
-    if (at_chars && chars > 0 && vocab_->free_boundary(state)) {
+    if (at_chars && vocab_->free_boundary(state)) {
       // An exclusive string (see at_chars): the matcher's state here is the one after any `chars` whole
       // characters, so its transitions are memoized like walk_cached's and the subtree walks on them.
       if (at_chars->size() <= chars) at_chars->resize(chars + 1, -1);

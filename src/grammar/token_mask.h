@@ -143,7 +143,8 @@ class TokenMasker {
                  std::vector<int32_t>* at_chars);
   // at_chars (null: not used): when the string is exclusive at the subtree root (Matcher::free_string_room),
   // other items die at its first character, so the state after k whole characters depends on k alone:
-  // at_chars[k] is that state's id (filled lazily), and bytes leaving the string are memoized transitions.
+  // at_chars[k] is that state's id (filled lazily; k = 0 is the subtree root itself), and bytes leaving the
+  // string are memoized transitions, the subtree after them walked on memoized transitions too.
   // Bytes worth asking the matcher about where the string DFA refuses one (all: ask always).
   static ByteSet exits_of(const Matcher& m);
   // Memoized matcher transitions over canonical states, kept across masks: after the first visit a trie
