@@ -199,9 +199,25 @@ CodepointSet must_escape() {
   return s;
 }
 
+// Flags `sym` (a rule of one-character alternatives) with what it accepts of `chars` (its characters read
+// raw, as one UTF-8 sequence each): the one-byte ones and whether every multi-byte one is there.
+Sym mark_char_class(Builder& b, Sym sym, const CodepointSet& chars) {
+  if (!sym.is_rule()) return sym;
+  Rule& r = b.rule(sym.index());
+  r.char_class = true;
+  for (const auto& [lo, hi] : chars.ranges())
+    for (uint32_t cp = lo; cp <= std::min<uint32_t>(hi, 0x7F); ++cp) r.char_ascii.set(cp);
+  auto holds = [&](uint32_t lo, uint32_t hi) {
+    const CodepointSet in = chars.intersect(CodepointSet::range(lo, hi));
+    return in.ranges().size() == 1 && in.ranges()[0] == std::make_pair(lo, hi);
+  };
+  r.char_all_multi = holds(0x80, 0xD7FF) && holds(0xE000, CodepointSet::kMax);
+  return sym;
+}
+
 }  // namespace
 
-Sym lower_utf8(Builder& b, const CodepointSet& s) { return b.alt(utf8_alts(b, s)); }
+Sym lower_utf8(Builder& b, const CodepointSet& s) { return mark_char_class(b, b.alt(utf8_alts(b, s)), s); }
 
 Sym lower_json_char(Builder& b, const CodepointSet& s) {
   const CodepointSet esc = must_escape();
@@ -221,7 +237,7 @@ Sym lower_json_char(Builder& b, const CodepointSet& s) {
   if (short_forms.any()) alts.push_back(b.lit("\\") + b.cls(short_forms));
   for (int h = 0; h < 2; ++h)
     if (low[h].any()) alts.push_back(b.lit(h == 0 ? "\\u000" : "\\u001") + b.cls(low[h]));
-  return b.alt(std::move(alts));
+  return mark_char_class(b, b.alt(std::move(alts)), s.minus(esc));
 }
 
 std::string json_escape_body(std::string_view text) {
@@ -250,7 +266,7 @@ Sym json_free_char(Builder& b) {
   Sym u4 = b.alt({Seq{b.cls(not_d), h, h, h}, Seq{b.cls(d), b.cls(byte_range('0', '7')), h, h}});
   alts.push_back(b.lit("\\") + b.cls(simple));
   alts.push_back(b.lit("\\u") + u4);
-  Sym c = b.alt(std::move(alts));
+  Sym c = mark_char_class(b, b.alt(std::move(alts)), must_escape().complement());
   b.rule(c.index()).free_char = true;
   return c;
 }

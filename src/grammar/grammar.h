@@ -47,6 +47,13 @@ struct Rule {
   // masker then accepts every token made only of such characters without walking it (token_mask.h).
   bool free_string_chars = false;
   bool free_char = false;  // the JSON string character rule those repeat (its alternatives start a character)
+  // Set on a rule whose every alternative reads one character (lower_utf8, lower_json_char): it accepts each
+  // one-byte character in char_ascii and, when char_all_multi, every multi-byte UTF-8 character (strict
+  // encoding). A subset of its language, enough for the token masker to accept a whole subtree read by a
+  // repetition of this rule without walking it (token_mask.h).
+  bool char_class = false;
+  bool char_all_multi = false;
+  ByteSet char_ascii;
 };
 
 struct GrammarStats {

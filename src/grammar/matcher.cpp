@@ -176,6 +176,41 @@ uint32_t Matcher::free_string_room(bool* exclusive, bool* below_min) const {
   return room;
 }
 
+const Rule* Matcher::char_loop(uint32_t* room) const {
+  const Rule* best = nullptr;
+  uint32_t best_room = 0;
+  for (size_t i = set_begin_.back(); i < items_.size(); ++i) {
+    const Item& it = items_[i];
+    const FlatAlt& fa = g_->flat_alts[it.alt];
+    if (!fa.repeat) continue;
+    const Rule& r = g_->rules[fa.rule];
+    // Each character advances the count (clamped at the minimum when unbounded) while it is below max.
+    if (it.dot >= r.max || !r.body.is_rule()) continue;
+    const Rule& body = g_->rules[r.body.index()];
+    if (!body.char_class) continue;
+    const uint32_t left = r.max == kUnbounded ? kUnbounded : r.max - it.dot;
+    const size_t n = body.char_ascii.count(), best_n = best ? best->char_ascii.count() : 0;
+    if (!best || n > best_n || (n == best_n && left > best_room)) {
+      best = &body;
+      best_room = left;
+    }
+  }
+  if (room) *room = best_room;
+  return best;
+}
+
+ByteSet Matcher::same_as(uint8_t b) const {
+  ByteSet out;
+  out.set();
+  for (size_t i = set_begin_.back(); i < items_.size(); ++i) {
+    Sym s;
+    if (!next_sym(items_[i], s) || s.is_rule()) continue;
+    const ByteSet& c = g_->classes[s.index()];
+    out &= c.test(b) ? c : ~c;
+  }
+  return out;
+}
+
 uint32_t Matcher::key_visit(uint32_t set, uint32_t rule, std::vector<std::vector<uint32_t>>& blocks,
                             std::vector<std::pair<uint64_t, uint32_t>>& memo) const {
   const uint64_t k = (uint64_t{set} << 32) | rule;

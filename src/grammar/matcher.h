@@ -32,6 +32,12 @@ class Matcher {
   // below_min: such a string has not reached its minimum length yet.
   uint32_t free_string_room(bool* exclusive = nullptr, bool* below_min = nullptr) const;
   bool in_free_string() const { return free_string_room() > 0; }
+  // A repetition of a Rule::char_class rule waiting for its next character here: every string of its
+  // characters, up to *room of them (kUnbounded: any number), is accepted from this state. Returns the one
+  // with the most one-byte characters, then the most room (nullptr: none).
+  const Rule* char_loop(uint32_t* room = nullptr) const;
+  // The bytes that every terminal readable now holds or lacks together with b: advance() treats them as b.
+  ByteSet same_as(uint8_t b) const;
   // The state with absolute positions replaced by structure: equal keys accept the same futures.
   std::vector<uint32_t> canonical_key() const;
   size_t items_in_state() const { return items_.size() - set_begin_.back(); }

@@ -268,6 +268,10 @@ void Part::constrain(int c, runtime::SamplePlan& plan) {
   if (static_cast<size_t>(c) < constraints.size() && constraints[c]) constraints[c]->constrain(plan);
 }
 
+void Part::prepare_constraint(int c) {
+  if (static_cast<size_t>(c) < constraints.size() && constraints[c]) constraints[c]->prepare();
+}
+
 void attach_constraints(Part& part, const std::shared_ptr<CompiledGrammar>& g, int32_t wait_for) {
   if (!g) return;
   part.constraints.clear();

@@ -84,6 +84,7 @@ class Part final : public SchedRequest {
     job_->on_error(status, code, msg);
   }
   void constrain(int c, runtime::SamplePlan& plan) override;
+  void prepare_constraint(int c) override;
   void on_prompt_logprob(const runtime::SampledToken& t) override { job_->on_prompt_logprob(offset_, n, t); }
 
   // Structured outputs: one constraint per choice of this part (empty: unconstrained).

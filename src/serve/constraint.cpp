@@ -3,8 +3,65 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <thread>
 
 namespace gridq::serve {
+namespace {
+
+// The mask workers: a few threads for the whole process (masks of choices sharing a grammar serialize on its
+// masker's mutex anyway), started on first use.
+class MaskPool {
+ public:
+  static MaskPool& get() {
+    static MaskPool pool(std::clamp<unsigned>(std::thread::hardware_concurrency(), 2, 8));
+    return pool;
+  }
+  std::future<void> submit(std::function<void()> fn) {
+    std::packaged_task<void()> task(std::move(fn));
+    std::future<void> f = task.get_future();
+    {
+      std::lock_guard lk(mu_);
+      jobs_.push_back(std::move(task));
+    }
+    cv_.notify_one();
+    return f;
+  }
+  ~MaskPool() {
+    {
+      std::lock_guard lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
+ private:
+  explicit MaskPool(unsigned n) {
+    for (unsigned i = 0; i < n; ++i) threads_.emplace_back([this] { run(); });
+  }
+  void run() {
+    for (;;) {
+      std::packaged_task<void()> task;
+      {
+        std::unique_lock lk(mu_);
+        cv_.wait(lk, [&] { return stop_ || !jobs_.empty(); });
+        if (jobs_.empty()) return;
+        task = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      task();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::packaged_task<void()>> jobs_;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace
 
 GrammarCache::GrammarCache(std::shared_ptr<const grammar::TokenVocab> vocab, size_t capacity,
                            size_t mask_cache_entries)
@@ -68,15 +125,41 @@ ChoiceConstraint::ChoiceConstraint(std::shared_ptr<CompiledGrammar> g, std::vect
       wait_for_(wait_for),
       active_(wait_for < 0) {}
 
+ChoiceConstraint::~ChoiceConstraint() {
+  if (job_.valid()) job_.wait();
+}
+
+void ChoiceConstraint::compute_mask() {
+  try {
+    std::lock_guard lk(g_->mu);
+    g_->masker.compute(m_, mask_);
+    mask_error_.clear();
+  } catch (const std::exception& e) {  // out of memory, say: this choice fails, the server keeps serving
+    mask_.assign(g_->masker.vocab().words(), 0);
+    mask_error_ = e.what();
+  }
+}
+
+void ChoiceConstraint::prepare() {
+  if (!active_ || job_.valid()) return;
+  job_ = MaskPool::get().submit([this] { compute_mask(); });
+}
+
 void ChoiceConstraint::constrain(runtime::SamplePlan& plan) {
   if (!active_) {  // reasoning: free text, but the answer after it must still come
     ban_ids(plan, stop_ids_);
     have_mask_ = false;
     return;
   }
-  {
-    std::lock_guard lk(g_->mu);
-    g_->masker.compute(m_, mask_);
+  if (job_.valid()) {
+    job_.get();
+  } else {
+    compute_mask();
+  }
+  if (!mask_error_.empty()) {
+    plan.allowed = mask_;  // nothing
+    have_mask_ = true;
+    return;
   }
   const grammar::TokenVocab& v = g_->masker.vocab();
   const size_t V = v.size();
@@ -96,11 +179,16 @@ void ChoiceConstraint::constrain(runtime::SamplePlan& plan) {
 }
 
 ChoiceConstraint::Verdict ChoiceConstraint::accept(int32_t token) {
+  if (job_.valid()) job_.get();  // a mask never collected by constrain(): the token was not sampled under it
   if (!active_) {
     if (token == wait_for_) active_ = true;
     return Verdict::kContinue;
   }
   const grammar::TokenVocab& v = g_->masker.vocab();
+  if (have_mask_ && !mask_error_.empty()) {
+    error_ = "structured output: the token mask could not be computed: " + mask_error_;
+    return Verdict::kRejected;
+  }
   if (!have_mask_ || token < 0 || static_cast<size_t>(token) >= v.size() ||
       !grammar::mask_test(mask_, token)) {
     const bool none = std::none_of(mask_.begin(), mask_.end(), [](uint64_t w) { return w != 0; });

@@ -5,6 +5,11 @@
 // the step's allowed-token mask (runtime::SamplePlan::allowed: the sampler bans every other id, so the
 // sampled token is always allowed), and feeds every sampled token.
 //
+// Masks run on a small pool of worker threads: the scheduler calls prepare() for every constrained row before
+// the step and constrain() after the model's forward (when the engine samples on the host; before it
+// otherwise), so a mask is computed while the model runs and costs the step no time. A mask depends only on
+// the matcher's state, so where it is computed changes nothing in the output.
+//
 // Stop and end-of-sequence ids are allowed exactly when the grammar accepts; once the grammar can take no
 // further byte the choice ends (finish_reason "stop") without waiting for an end-of-sequence token. With
 // reasoning on, the constraint starts after the reasoning block's end marker; until then the output is
@@ -13,6 +18,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -68,8 +74,16 @@ class ChoiceConstraint {
   // stop_ids: the request's stop and end-of-sequence ids. wait_for: an id (the reasoning end marker) that
   // must be sampled before the constraint starts; -1: constrained from the first token.
   ChoiceConstraint(std::shared_ptr<CompiledGrammar> g, std::vector<int32_t> stop_ids, int32_t wait_for = -1);
+  ~ChoiceConstraint();  // waits for a mask still being computed (it walks this choice's matcher)
+  ChoiceConstraint(const ChoiceConstraint&) = delete;
+  ChoiceConstraint& operator=(const ChoiceConstraint&) = delete;
 
-  // Before a sampled step: sets plan.allowed (or, while waiting for the reasoning end, bans the stop ids).
+  // Starts computing the next step's mask on a worker thread (nothing while waiting for the reasoning end,
+  // or when one is already under way). The matcher is the worker's until constrain() collects the mask.
+  void prepare();
+  // Before a sampled step's sampling: sets plan.allowed from the prepared mask (waiting for it), or computes
+  // it now; while waiting for the reasoning end, bans the stop ids instead. A mask that failed to compute
+  // allows nothing, and the next accept() is kRejected with the reason (fail closed).
   void constrain(runtime::SamplePlan& plan);
 
   enum class Verdict { kContinue, kComplete, kRejected };
@@ -86,8 +100,11 @@ class ChoiceConstraint {
   std::vector<int32_t> stop_ids_;
   int32_t wait_for_;
   bool active_;
+  void compute_mask();          // on a worker (prepare) or inline; fills mask_ or mask_error_
   std::vector<uint64_t> mask_;  // the last step's mask, to check the sampled token against
   bool have_mask_ = false;
+  std::future<void> job_;   // prepare()'s mask, until constrain() collects it
+  std::string mask_error_;  // why the last mask could not be computed (empty: it was)
   std::string error_;
 };
 

@@ -62,6 +62,9 @@ class EngineIface {
     out.insert(out.end(), std::make_move_iterator(toks.begin()), std::make_move_iterator(toks.end()));
     return {};
   }
+  // Whether forward_sampled() is forward() then runtime::sample_rows on the host (this default): the
+  // scheduler may then run the two itself, with structured-output masks computed during the forward.
+  virtual bool samples_on_host() const { return true; }
   // One line per weight format naming the kernel path in use (logged at start).
   virtual std::vector<std::string> describe_kernels() const { return {}; }
 };

@@ -82,6 +82,8 @@ Status RuntimeEngine::forward_sampled(std::span<const StepItem> items,
   return {};
 }
 
+bool RuntimeEngine::samples_on_host() const { return !eng_->backend().samples_on_device(); }
+
 std::vector<WeightFormatUse> RuntimeEngine::weight_formats() const {
   const runtime::ModelWeights* m = eng_->backend().weight_metadata();
   return m ? weight_format_uses(*m) : std::vector<WeightFormatUse>{};

@@ -28,6 +28,7 @@ class RuntimeEngine final : public EngineIface {
   Status forward(std::span<const StepItem> items, std::vector<float>& logits) override;
   Status forward_sampled(std::span<const StepItem> items, std::span<const runtime::SamplePlan* const> plans,
                          std::vector<runtime::SampledToken>& out) override;
+  bool samples_on_host() const override;
   std::vector<std::string> describe_kernels() const override;
   // The formats of the matrices the backend runs (empty for a backend that does not expose them).
   std::vector<WeightFormatUse> weight_formats() const;

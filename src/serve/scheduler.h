@@ -49,6 +49,10 @@ class SchedRequest {
   // Structured outputs (serve/constraint.h): called on the scheduler thread with each sampled row's plan of
   // `choice` before the step runs, to restrict it (SamplePlan::allowed). Default: unconstrained.
   virtual void constrain(int /*choice*/, runtime::SamplePlan& /*plan*/) {}
+  // Called for each such row before constrain() and before the step's forward: may start computing the
+  // row's restriction on another thread (ChoiceConstraint::prepare), which constrain() then waits for; the
+  // scheduler calls constrain() after the forward when the engine samples on the host, so the two overlap.
+  virtual void prepare_constraint(int /*choice*/) {}
 
   std::vector<int32_t> prompt;
   int n = 1;

@@ -126,6 +126,7 @@ void Scheduler::build_step(std::vector<StepItem>& items, std::vector<Seq*>& owne
 
 void Scheduler::loop() {
   std::vector<runtime::SampledToken> sampled;
+  std::vector<float> logits;
   for (;;) {
     std::vector<std::shared_ptr<SchedRequest>> aborted, timed_out;
     bool abort_running = false;
@@ -197,6 +198,7 @@ void Scheduler::loop() {
     // sample where the logits are; rows of finished or cancelled sequences are not sampled.
     std::deque<runtime::SamplePlan> plan_store;  // stable addresses as it grows
     std::vector<const runtime::SamplePlan*> plans;
+    std::vector<std::pair<Seq*, runtime::SamplePlan*>> sampled_rows;  // rows constrain() is called for
     const size_t V = static_cast<size_t>(engine_.vocab_size());
     for (size_t k = 0; k < items.size(); ++k) {
       if (!items[k].want_logits) continue;
@@ -218,11 +220,25 @@ void Scheduler::loop() {
       std::span<const int32_t> banned;
       if (static_cast<int64_t>(s.generated.size()) < s.req->min_tokens) banned = s.req->stop_ids;
       plan_store.push_back(s.sampler.plan(V, s.req->prompt, s.generated, banned, s.req->top_logprobs));
-      s.req->constrain(s.choice, plan_store.back());
+      s.req->prepare_constraint(s.choice);
+      sampled_rows.emplace_back(&s, &plan_store.back());
       plans.push_back(&plan_store.back());
     }
     sampled.clear();
-    Status st = engine_.forward_sampled(items, plans, sampled);
+    Status st;
+    if (engine_.samples_on_host()) {
+      // The forward runs while the workers compute the rows' masks (prepare_constraint); the rows are then
+      // restricted and sampled here exactly as the engine's forward_sampled would (engine_iface.h).
+      logits.clear();
+      st = engine_.forward(items, logits);
+      for (auto& [s, plan] : sampled_rows) s->req->constrain(s->choice, *plan);
+      if (st.ok() && logits.size() != plans.size() * V)
+        st = err("engine returned {} logits for {} rows of vocab {}", logits.size(), plans.size(), V);
+      if (st.ok()) sampled = runtime::sample_rows(logits, V, plans);
+    } else {
+      for (auto& [s, plan] : sampled_rows) s->req->constrain(s->choice, *plan);
+      st = engine_.forward_sampled(items, plans, sampled);
+    }
     if (st.ok() && sampled.size() != plans.size())
       st = err("engine returned {} tokens for {} rows", sampled.size(), plans.size());
     if (!st.ok()) {
