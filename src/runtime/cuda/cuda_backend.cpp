@@ -175,13 +175,13 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
   const int64_t table_bytes = static_cast<int64_t>(max_seqs_) * max_pages_per_seq_ * 4;
   const int64_t budget = static_cast<int64_t>(opts.gpu_memory_utilization * static_cast<double>(total_b)) -
                          static_cast<int64_t>(total_b - free_b) - table_bytes - (int64_t{256} << 20);
-  // Ring snapshots for prefix hits (cuda_snapshots.cpp): two per sequence slot (a sequence leaves one at its
-  // prompt's end and one at its answer's end), at most 64, at most an eighth of the KV budget; none without
-  // both kinds of layer (no pages to share, or no rings to rebuild).
+  // Ring snapshots (cuda_snapshots.cpp): four per sequence slot (two a turn: prompt end, answer end; a turn's
+  // must not push out those of users not yet readmitted), at most an eighth of the KV budget; none without
+  // both kinds of layer (no pages to share or no rings to rebuild).
   const int64_t snap_b = snapshot_bytes();
   int n_snaps = 0;
   if (snap_b > 0 && plan_.n_full > 0 && budget > 0)
-    n_snaps = static_cast<int>(std::min<int64_t>(std::min(2 * max_seqs_, 64), budget / 8 / snap_b));
+    n_snaps = static_cast<int>(std::min<int64_t>(4LL * max_seqs_, budget / 8 / snap_b));
   GRIDQ_ASSIGN_OR_RETURN(auto cap, plan_.capacity(budget - n_snaps * snap_b, max_seqs_));
   // --num-gpu-blocks-override: at most that many pages (never more than the memory holds).
   if (opts.num_gpu_blocks_override > 0 && cap.pages > opts.num_gpu_blocks_override) {
