@@ -161,6 +161,25 @@ if has synth; then
   log "synthetic serve + loadgen ($(($(date +%s) - t0)) s)"
 fi
 
+if has bench; then
+  t0=$(date +%s)
+  timeout 400 $G bench decode ${GRIDQ_BENCH:---synthetic laguna-s-2.1} --out "$OUT/bench_decode.json" \
+    > "$OUT/bench_decode.txt" 2>&1
+  rc=$?
+  cat "$OUT/bench_decode.txt" | tail -60
+  log "bench decode exit $rc ($(($(date +%s) - t0)) s)"
+  if [ -n "${GRIDQ_BENCH_NOPDL:-}" ]; then  # the same cells without programmatic dependent launch
+    timeout 300 $G bench decode ${GRIDQ_BENCH:---synthetic laguna-s-2.1} --no-pdl --out "$OUT/bench_decode_nopdl.json" \
+      > "$OUT/bench_decode_nopdl.txt" 2>&1
+    echo "bench decode --no-pdl exit $?"; tail -12 "$OUT/bench_decode_nopdl.txt"
+  fi
+  if [ -f $ART/laguna/config.json ]; then
+    timeout 60 $G bench decode $ART/laguna --batches 1,16 --contexts 0,1000 --steps 8 --out "$OUT/bench_decode_tiny.json" \
+      > "$OUT/bench_decode_tiny.txt" 2>&1
+    echo "tiny artifact bench exit $?"; tail -8 "$OUT/bench_decode_tiny.txt"
+  fi
+fi
+
 if has sweep; then  # A/B of an environment-switched experiment: `bench prefill` once per VAR=value in GRIDQ_SWEEP_ENV
   n=0
   for kv in ${GRIDQ_SWEEP_ENV:-}; do
