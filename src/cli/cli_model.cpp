@@ -150,6 +150,7 @@ Expected<std::unique_ptr<runtime::Engine>> open_engine(const std::string& model_
   eo.dev.cuda_graphs = !o.enforce_eager;
   eo.dev.num_gpu_blocks_override = o.num_gpu_blocks_override;
   eo.dev.cpu_kv_budget = o.cpu_kv_budget;
+  eo.dev.prefix_caching = o.prefix_caching;
   eo.synthetic = o.synthetic;
   eo.synthetic_seed = o.synthetic_seed;
   eo.synthetic_vocab = o.synthetic_vocab;

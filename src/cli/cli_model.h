@@ -25,6 +25,7 @@ struct RunOptions {
   int64_t max_model_len = 0;            // 0 = the model's (serve sets it)
   int64_t num_gpu_blocks_override = 0;  // KV pages (serve's --num-gpu-blocks-override; 0 = default)
   bool cpu_kv_budget = false;           // serve: the cpu KV is a fixed pool too (runtime::DeviceOptions)
+  bool prefix_caching = false;          // serve: prefix caching will be on (runtime::DeviceOptions)
   std::string synthetic;                // serve --synthetic NAME: random full-size weights on the GPU
   uint64_t synthetic_seed = 1;
   int synthetic_vocab = 0;  // the tokenizer's vocabulary size for a synthetic model

@@ -233,6 +233,7 @@ int run_serve(ServeOpts o) {
   ro.max_model_len = o.max_model_len;
   ro.enforce_eager = o.enforce_eager;
   ro.num_gpu_blocks_override = o.num_gpu_blocks_override;
+  ro.prefix_caching = o.prefix_caching;
   ro.cpu_kv_budget = true;  // the cpu pool is fixed too, so admission and preemption work the same way
   auto tok = open_tokenizer(o.dir);
   if (!tok.ok()) return fail(tok.message());

@@ -27,6 +27,9 @@ struct DeviceOptions {
   // cpu without an override: false = KV grows on demand (no page accounting: generate, eval); true = a
   // pool of max_num_seqs × max_model_len worth of pages, as `gridq serve` admits against.
   bool cpu_kv_budget = false;
+  // Prefix caching will be turned on (serve): the cuda backend reserves its ring snapshots
+  // (cuda_snapshots.cpp) only then, so generate, eval and bench keep that memory for KV.
+  bool prefix_caching = false;
 };
 
 // The CUDA backend as seen from runtime/: a probe (is there a GPU this build can run?) and a factory.

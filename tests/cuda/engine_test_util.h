@@ -32,6 +32,7 @@ inline runtime::DeviceOptions test_device_options(int max_seqs = 16, bool graphs
   o.gpu_memory_utilization = 0.5;
   o.max_model_len = 4096;
   o.max_num_seqs = max_seqs;
+  o.prefix_caching = true;  // ring snapshots reserved (tests that turn caching on use them)
   return o;
 }
 

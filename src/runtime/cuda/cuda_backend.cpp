@@ -180,7 +180,7 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
   // both kinds of layer (no pages to share or no rings to rebuild).
   const int64_t snap_b = snapshot_bytes();
   int n_snaps = 0;
-  if (snap_b > 0 && plan_.n_full > 0 && budget > 0)
+  if (opts.prefix_caching && snap_b > 0 && plan_.n_full > 0 && budget > 0)
     n_snaps = static_cast<int>(std::min<int64_t>(4LL * max_seqs_, budget / 8 / snap_b));
   GRIDQ_ASSIGN_OR_RETURN(auto cap, plan_.capacity(budget - n_snaps * snap_b, max_seqs_));
   // --num-gpu-blocks-override: at most that many pages (never more than the memory holds).
