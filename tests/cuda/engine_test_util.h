@@ -6,6 +6,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -65,6 +66,14 @@ inline Expected<Both> open_both(const std::string& dir, bool with_cpu = true, in
     b.cpu = runtime::Engine::from_backend(std::move(cpu), eo);
   }
   return b;
+}
+
+// n token ids drawn from a seeded generator over [0, vocab).
+inline std::vector<int32_t> random_prompt(int seed, int n, int vocab) {
+  std::mt19937 r(static_cast<uint32_t>(seed));
+  std::vector<int32_t> p(static_cast<size_t>(n));
+  for (auto& t : p) t = static_cast<int32_t>(r() % static_cast<uint32_t>(vocab));
+  return p;
 }
 
 // The first n tokens of a text file under the model's tokenizer.

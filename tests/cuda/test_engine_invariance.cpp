@@ -17,12 +17,7 @@ namespace {
 
 using testing::repo_path;
 
-std::vector<int32_t> prompt(int seed, int n, int vocab) {
-  std::mt19937 r(static_cast<uint32_t>(seed));
-  std::vector<int32_t> p(static_cast<size_t>(n));
-  for (auto& t : p) t = static_cast<int32_t>(r() % static_cast<uint32_t>(vocab));
-  return p;
-}
+std::vector<int32_t> prompt(int seed, int n, int vocab) { return random_prompt(seed, n, vocab); }
 
 // Greedy generation of `steps` tokens for sequence 0 of `prompts`, all sequences decoding together.
 std::vector<std::vector<int32_t>> greedy(runtime::Engine& e, const std::vector<std::vector<int32_t>>& prompts,

@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <random>
 
 #include "../runtime/parity_util.h"
 #include "cuda_test_util.h"
@@ -17,13 +16,6 @@ namespace {
 
 using testing::repo_path;
 
-std::vector<int32_t> random_prompt(uint32_t seed, int n, int vocab) {
-  std::mt19937 r(seed);
-  std::vector<int32_t> p(static_cast<size_t>(n));
-  for (auto& t : p) t = static_cast<int32_t>(r() % static_cast<uint32_t>(vocab));
-  return p;
-}
-
 // The last logits of `tail` appended after a prefix hit (or from empty), then `steps` greedy decode steps'
 // logits, all concatenated.
 std::vector<float> run(runtime::Engine& e, runtime::SeqId s, std::span<const int32_t> tail, int steps) {
@@ -33,8 +25,8 @@ std::vector<float> run(runtime::Engine& e, runtime::SeqId s, std::span<const int
   if (!l.ok()) return out;
   out = *l;
   for (int i = 0; i < steps; ++i) {
-    const int32_t next = static_cast<int32_t>(
-        std::max_element(out.end() - e.vocab_size(), out.end()) - (out.end() - e.vocab_size()));
+    const int32_t next = static_cast<int32_t>(std::max_element(out.end() - e.vocab_size(), out.end()) -
+                                              (out.end() - e.vocab_size()));
     const runtime::SeqId ids[1] = {s};
     const int32_t toks[1] = {next};
     auto d = e.decode(ids, toks);

@@ -178,7 +178,7 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
   // Ring snapshots (cuda_snapshots.cpp): four per sequence slot (two a turn: prompt end, answer end; a turn's
   // must not push out those of users not yet readmitted), at most an eighth of the KV budget; none without
   // both kinds of layer (no pages to share or no rings to rebuild).
-  const int64_t snap_b = snapshot_bytes();
+  const int64_t snap_b = init_ring_layers();
   int n_snaps = 0;
   if (opts.prefix_caching && snap_b > 0 && plan_.n_full > 0 && budget > 0)
     n_snaps = static_cast<int>(std::min<int64_t>(4LL * max_seqs_, budget / 8 / snap_b));

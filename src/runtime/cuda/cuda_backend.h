@@ -119,7 +119,14 @@ class CudaBackend final : public runtime::Backend {
     uint64_t hash = 0;            // chain hash of the prefix's last page: the lookup key
     std::vector<int32_t> tokens;  // the prefix's ids: a hit is checked against them, the hash never trusted
   };
-  int64_t snapshot_bytes() const;  // one snapshot
+  struct RingLayer {  // sliding layer ri's K/V row bytes and the positions a later query can still read
+    int ri = 0;
+    int64_t row_bytes = 0;
+    int keep = 0;  // window − 1
+  };
+  std::vector<RingLayer> ring_layers_;  // the sliding layers in order (set at init)
+  int64_t snap_bytes_ = 0;              // one snapshot
+  int64_t init_ring_layers();  // sets ring_layers_ and snap_bytes_ from spec_ and plan_; returns the latter
   // Taken at the end of a prompt and when a sequence is removed, at s's last committed page boundary.
   Status save_snapshot(const Seq& s);
   // The longest boundary ≤ pages · page_tokens of `tokens` that has a snapshot, restored into s's rings;

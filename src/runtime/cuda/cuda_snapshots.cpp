@@ -16,41 +16,26 @@
 
 namespace gridq::cuda {
 
-namespace {
-
-// K/V row bytes and window of sliding layer ri (the layers in order, plan.ring_index).
-struct RingLayer {
-  int ri = 0;
-  int64_t row_bytes = 0;
-  int keep = 0;  // window − 1: the positions a later query can still read
-};
-
-std::vector<RingLayer> ring_layers(const model::ModelSpec& spec, const runtime::KvPlan& plan) {
-  std::vector<RingLayer> out;
-  for (size_t l = 0; l < spec.layers.size(); ++l) {
-    const int ri = plan.ring_index[l];
+int64_t CudaBackend::init_ring_layers() {
+  ring_layers_.clear();
+  snap_bytes_ = 0;
+  for (size_t l = 0; l < spec_.layers.size(); ++l) {
+    const int ri = plan_.ring_index[l];
     if (ri < 0) continue;
-    const auto& L = spec.layers[l];
-    out.push_back({ri, static_cast<int64_t>(L.n_kv_heads) * L.head_dim * plan.kv_elem_bytes,
-                   std::max(0, L.window - 1)});
+    const auto& L = spec_.layers[l];
+    ring_layers_.push_back({ri, static_cast<int64_t>(L.n_kv_heads) * L.head_dim * plan_.kv_elem_bytes,
+                            std::max(0, L.window - 1)});
+    snap_bytes_ += 2 * ring_layers_.back().keep * ring_layers_.back().row_bytes;
   }
-  return out;
-}
-
-}  // namespace
-
-int64_t CudaBackend::snapshot_bytes() const {
-  int64_t b = 0;
-  for (const RingLayer& r : ring_layers(spec_, plan_)) b += 2 * r.keep * r.row_bytes;
-  return b;
+  return snap_bytes_;
 }
 
 // Rows [boundary − n, boundary) of every sliding layer (n = min(keep, boundary)), ring slot p % slots, to or
 // from snapshot `snap` (per layer: K rows then V rows, keep rows each, position order).
 Status CudaBackend::copy_rings(int slot, int snap, int64_t boundary, bool to_snapshot) {
   uint8_t* rings = rings_.as<uint8_t>() + static_cast<int64_t>(slot) * plan_.ring_bytes_per_seq;
-  uint8_t* sn = snaps_.as<uint8_t>() + static_cast<int64_t>(snap) * snapshot_bytes();
-  for (const RingLayer& r : ring_layers(spec_, plan_)) {
+  uint8_t* sn = snaps_.as<uint8_t>() + static_cast<int64_t>(snap) * snap_bytes_;
+  for (const RingLayer& r : ring_layers_) {
     const int64_t slots = plan_.ring_slots[static_cast<size_t>(r.ri)];
     const int64_t n = std::min<int64_t>(r.keep, boundary), first = boundary - n;
     for (int kv = 0; kv < 2; ++kv) {
@@ -79,7 +64,7 @@ Status CudaBackend::save_snapshot(const Seq& s) {
   const int64_t boundary = static_cast<int64_t>(s.committed) * P;
   if (boundary > s.len) return {};
   // Every position the snapshot holds must still be in the rings (a ring keeps window + chunk positions).
-  for (const RingLayer& r : ring_layers(spec_, plan_))
+  for (const RingLayer& r : ring_layers_)
     if (s.len - boundary + r.keep > plan_.ring_slots[static_cast<size_t>(r.ri)]) return {};
   if (auto it = snap_of_hash_.find(s.chain); it != snap_of_hash_.end()) {
     const RingSnapshot& have = snap_[static_cast<size_t>(it->second)];
