@@ -1,7 +1,8 @@
 // Prefix caching with ring snapshots on the GPU (cuda_snapshots.cpp): a prefix hit at a page boundary where
 // a snapshot was taken restores the sliding layers' rings and starts there (nothing recomputed), and its
-// logits and the decode steps after it are bit-identical to the same prompt run without the cache. The
-// bundled model has 2 sliding layers of window 64: without a snapshot a hit recomputes 126 positions.
+// logits and the decode steps after it are bit-identical to the same prompt run without the cache; a hit
+// without one recomputes and leaves one at its boundary for the next. The bundled model has 2 sliding layers
+// of window 64: without a snapshot a hit recomputes 126 positions.
 // Skips without a GPU.
 #include <gtest/gtest.h>
 
@@ -78,15 +79,37 @@ TEST(CudaPrefixSnapshots, HitAtASnapshotRecomputesNothingAndMatchesUncached) {
   EXPECT_EQ(hit3->resume, 192 - 126);
   const auto got3 = run(e, s3, std::span<const int32_t>(q).subspan(static_cast<size_t>(hit3->resume)), 4);
   e.free_sequence(s3);
+
+  // That recompute passed its hit's boundary (192) and left a snapshot there: a third prompt sharing the
+  // same 200 tokens starts at 192.
+  auto r = p;
+  for (size_t i = 200; i < r.size(); ++i) r[i] = (r[i] + 2) % e.vocab_size();
+  auto s5 = e.create_sequence();
+  auto hit5 = e.backend().attach_prefix(s5, r);
+  ASSERT_TRUE(hit5.ok()) << hit5.message();
+  EXPECT_EQ(hit5->cached, 192);
+  EXPECT_EQ(hit5->resume, 192) << "the recompute of the previous hit left no snapshot at its boundary";
+  const auto got5 = run(e, s5, std::span<const int32_t>(r).subspan(static_cast<size_t>(hit5->resume)), 4);
+  e.free_sequence(s5);
+
   ASSERT_TRUE(b->cuda->set_prefix_caching(false).ok());
   auto s4 = e.create_sequence();
   const auto want3 = run(e, s4, q, 4);
   e.free_sequence(s4);
   ASSERT_EQ(got3.size(), want3.size());
   EXPECT_EQ(std::memcmp(got3.data(), want3.data(), want3.size() * 4), 0);
-  std::printf("[gpu prefix] snapshot hit: cached %lld resume %lld; plain hit: cached %lld resume %lld\n",
-              static_cast<long long>(hit->cached), static_cast<long long>(hit->resume),
-              static_cast<long long>(hit3->cached), static_cast<long long>(hit3->resume));
+  auto s6 = e.create_sequence();
+  const auto want5 = run(e, s6, r, 4);
+  e.free_sequence(s6);
+  ASSERT_EQ(got5.size(), want5.size());
+  EXPECT_EQ(std::memcmp(got5.data(), want5.data(), want5.size() * 4), 0)
+      << "logits after restoring a snapshot saved mid-recompute differ from the uncached run";
+  std::printf(
+      "[gpu prefix] snapshot hit: cached %lld resume %lld; plain hit: cached %lld resume %lld; hit after "
+      "it: cached %lld resume %lld\n",
+      static_cast<long long>(hit->cached), static_cast<long long>(hit->resume),
+      static_cast<long long>(hit3->cached), static_cast<long long>(hit3->resume),
+      static_cast<long long>(hit5->cached), static_cast<long long>(hit5->resume));
 }
 
 }  // namespace

@@ -106,6 +106,10 @@ class CudaBackend final : public runtime::Backend {
     uint64_t chain = 0;
     std::vector<int32_t> hist;
     bool no_history = false;
+    // A prefix hit that found no ring snapshot recomputes from below its boundary; when the recompute
+    // reaches snap_at (the boundary, > 0 until then) the rings are saved under snap_hash (its chain hash).
+    int64_t snap_at = 0;
+    uint64_t snap_hash = 0;
   };
   // Registers s's pages that its history has filled since the last call.
   void commit_pages(Seq& s);
@@ -129,6 +133,9 @@ class CudaBackend final : public runtime::Backend {
   int64_t init_ring_layers();  // sets ring_layers_ and snap_bytes_ from spec_ and plan_; returns the latter
   // Taken at the end of a prompt and when a sequence is removed, at s's last committed page boundary.
   Status save_snapshot(const Seq& s);
+  // The rings of `slot`, which hold positions up to boundary − 1, saved as the snapshot of `prefix` (its
+  // first boundary ids; hash: the chain hash of its last page). A prefix already saved is only refreshed.
+  Status save_snapshot_at(int slot, int64_t boundary, uint64_t hash, std::span<const int32_t> prefix);
   // The longest boundary ≤ pages · page_tokens of `tokens` that has a snapshot, restored into s's rings;
   // 0 when none.
   // Only boundaries past `above` are looked for (below it the hit's own recompute starts earlier anyway).

@@ -105,7 +105,12 @@ Expected<runtime::PrefixHit> CudaBackend::attach_prefix(runtime::SeqId id, std::
   // A ring snapshot at a boundary past the recompute's start lets the sequence start there instead.
   if (hit.resume < hit.cached) {
     GRIDQ_ASSIGN_OR_RETURN(const int64_t restored, restore_snapshot(s, tokens, s.pages.size(), hit.resume));
-    if (restored > 0) hit.resume = restored;
+    if (restored > 0) {
+      hit.resume = restored;
+    } else if (!snap_.empty()) {
+      s.snap_at = hit.cached;  // run_items saves one when the recompute gets there
+      s.snap_hash = s.chain;
+    }
   }
   s.floor = hit.cached;
   s.len = hit.resume;

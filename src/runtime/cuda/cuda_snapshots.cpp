@@ -6,9 +6,13 @@
 // out of a sequence's rings at a page boundary of its committed prefix; a later sequence whose match reaches
 // that boundary gets them copied into its own rings and starts there. The rows are the ones the forward
 // wrote for the same tokens at the same positions, so the continuation is the uncached one bit for bit (the
-// forward is batch-invariant). Snapshots are taken at the end of a prompt and when a sequence is removed
-// (after its answer), kept in an LRU pool of whole snapshots, and looked up by the chain hash of the
-// prefix's last page with the prefix's token ids compared before use.
+// forward is batch-invariant). Snapshots are taken at the end of a prompt, when a sequence is removed (after
+// its answer), and where a prefix hit without one has recomputed up to its boundary (the shared system
+// prompt of many conversations: the first hit pays the recompute, the later ones start at the boundary);
+// kept in an LRU pool of whole snapshots, and looked up by the chain hash of the prefix's last page with
+// the prefix's token ids compared before use. Why the recomputed rows are exact: the recompute starts
+// Σ (window − 1) before the boundary, so sliding layer l's K/V are exact from Σ over the sliding layers
+// before l of (window − 1) past that start, which is at or before boundary − (window_l − 1).
 #include <algorithm>
 
 #include "runtime/cuda/cuda_backend.h"
@@ -59,17 +63,22 @@ Status CudaBackend::copy_rings(int slot, int snap, int64_t boundary, bool to_sna
 }
 
 Status CudaBackend::save_snapshot(const Seq& s) {
-  if (snap_.empty() || !pool_.caching() || s.no_history || s.committed == 0) return {};
-  const int P = plan_.page_tokens;
-  const int64_t boundary = static_cast<int64_t>(s.committed) * P;
+  if (s.no_history || s.committed == 0) return {};
+  const int64_t boundary = static_cast<int64_t>(s.committed) * plan_.page_tokens;
   if (boundary > s.len) return {};
   // Every position the snapshot holds must still be in the rings (a ring keeps window + chunk positions).
   for (const RingLayer& r : ring_layers_)
     if (s.len - boundary + r.keep > plan_.ring_slots[static_cast<size_t>(r.ri)]) return {};
-  if (auto it = snap_of_hash_.find(s.chain); it != snap_of_hash_.end()) {
+  return save_snapshot_at(s.slot, boundary, s.chain,
+                          std::span<const int32_t>(s.hist).first(static_cast<size_t>(boundary)));
+}
+
+Status CudaBackend::save_snapshot_at(int slot, int64_t boundary, uint64_t hash,
+                                     std::span<const int32_t> prefix) {
+  if (snap_.empty() || !pool_.caching() || boundary <= 0) return {};
+  if (auto it = snap_of_hash_.find(hash); it != snap_of_hash_.end()) {
     const RingSnapshot& have = snap_[static_cast<size_t>(it->second)];
-    if (have.boundary == boundary &&
-        std::equal(have.tokens.begin(), have.tokens.end(), s.hist.begin(), s.hist.begin() + boundary)) {
+    if (have.boundary == boundary && std::equal(have.tokens.begin(), have.tokens.end(), prefix.begin())) {
       snap_lru_.remove(it->second);  // the same prefix: only refresh its place
       snap_lru_.push_back(it->second);
       return {};
@@ -83,11 +92,11 @@ Status CudaBackend::save_snapshot(const Seq& s) {
     snap_lru_.pop_front();
     snap_of_hash_.erase(snap_[static_cast<size_t>(idx)].hash);
   }
-  GRIDQ_RETURN_IF_ERROR(copy_rings(s.slot, idx, boundary, true));
+  GRIDQ_RETURN_IF_ERROR(copy_rings(slot, idx, boundary, true));
   RingSnapshot& sn = snap_[static_cast<size_t>(idx)];
   sn.boundary = boundary;
-  sn.hash = s.chain;
-  sn.tokens.assign(s.hist.begin(), s.hist.begin() + boundary);
+  sn.hash = hash;
+  sn.tokens.assign(prefix.begin(), prefix.end());
   snap_of_hash_[sn.hash] = idx;
   snap_lru_.push_back(idx);
   return {};
