@@ -143,4 +143,11 @@ cudaError_t raw_fill_e4m3(uint8_t* p, size_t n, uint64_t seed, cudaStream_t s);
 cudaError_t raw_fill_f32(float* p, size_t n, float lo, float hi, uint64_t seed, cudaStream_t s);
 cudaError_t raw_fill_cb_tiles(uint8_t* p, int k, int v, long long units, uint64_t seed, cudaStream_t s);
 
+// The quantizer's second moments (hessian.cu, hessian.h): H's upper-triangle tiles += the 256-row block sums
+// of x [rows, cols]; dst = x · scale (per row).
+inline constexpr long long kHessianBlockRows = 256;
+cudaError_t raw_hessian_tiles(const float* x, long long rows, int cols, float* H, cudaStream_t s);
+cudaError_t raw_scale_rows(const float* x, const float* scale, long long n, int cols, float* dst,
+                           cudaStream_t s);
+
 }  // namespace gridq::cuda::detail
