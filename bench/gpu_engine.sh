@@ -190,6 +190,26 @@ if has sweep; then  # A/B of an environment-switched experiment: `bench prefill`
   done
 fi
 
+if has quantgpu; then  # issue 12: `quantize --device cuda` (Hessians on the GPU) against --device cpu, bytes compared
+  t0=$(date +%s)
+  digests() { (cd "$1" && find . -type f ! -name '*.log' | sort | xargs sha256sum); }
+  for dev in cpu cuda; do
+    s0=$(date +%s.%N)
+    $G quantize models/laguna-tiny-code /tmp/q-$dev --recipe laguna --calib data/code-calib.txt \
+      --calib-tokens ${GRIDQ_QUANT_TOKENS:-16384} --threads 16 --device $dev --overwrite --no-resume --json \
+      > "$OUT/quant_$dev.json" 2> "$OUT/quant_$dev.err"
+    echo "quantize --device $dev: exit $? in $(echo "$(date +%s.%N) - $s0" | bc) s" | tee -a "$OUT/quantgpu.txt"
+  done
+  if cmp -s <(digests /tmp/q-cpu) <(digests /tmp/q-cuda) && [ -s /tmp/q-cpu/config.json ]; then
+    echo "quantize --device cuda: every file byte-identical to --device cpu ($(digests /tmp/q-cpu | wc -l) files)" | tee -a "$OUT/quantgpu.txt"
+  else
+    echo "quantize --device cuda: files DIFFER from --device cpu" | tee -a "$OUT/quantgpu.txt"
+    diff <(digests /tmp/q-cpu) <(digests /tmp/q-cuda) | head -20 | tee -a "$OUT/quantgpu.txt"
+  fi
+  grep -h "device:" "$OUT"/quant_*.err | head -2 | tee -a "$OUT/quantgpu.txt"
+  log "quantize cpu vs cuda ($(($(date +%s) - t0)) s)"
+fi
+
 if has prefill; then
   t0=$(date +%s)
   timeout 300 $G bench prefill ${GRIDQ_PREFILL:---synthetic laguna-s-2.1} --out "$OUT/bench_prefill.json" \

@@ -58,7 +58,9 @@ Registrar reg{Command{
     "\\\n"
     "      --calib-tokens 16384 --json\n"
     "  gridq quantize models/laguna-tiny-code /tmp/q-2.5 --recipe laguna --calib data/code-calib.txt "
-    "--budget-bpw 2.5\n",
+    "--budget-bpw 2.5\n"
+    "  gridq quantize models/laguna-tiny-code /tmp/q-gpu --recipe laguna --calib data/code-calib.txt "
+    "--device cuda\n",
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<QuantizeArgs>();
       sub.add_option("SRC", a->o.src, "BF16 Hugging Face checkpoint directory")->required();
@@ -85,6 +87,9 @@ Registrar reg{Command{
           ->check(CLI::IsMember({"lattice", "learned"}));
       sub.add_option("--threads", a->o.threads, "CPU threads (0 = all); the output does not depend on it")
           ->check(CLI::NonNegativeNumber);
+      sub.add_option("--device", a->o.device,
+                     "cpu, or cuda: the calibration Hessians on the GPU (same bytes; default cpu)")
+          ->check(CLI::IsMember({"cpu", "cuda"}));
       sub.add_flag("--strict", a->o.strict, "a recipe rule that matches no tensor is an error");
       sub.add_flag("--overwrite", a->o.overwrite, "replace OUT if it exists");
       sub.add_flag("--no-resume", a->no_resume, "discard OUT.partial from an earlier run and start over");

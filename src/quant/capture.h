@@ -107,6 +107,7 @@ struct StreamerOptions {
   bool router_weighted_hessian = false;  // H_e = Σ g_te² x xᵀ (quantizer.md §2 S3)
   double identity_threshold = 0.05;
   double recompute_threshold = 1e-2;
+  bool device_hessians = false;  // H on the GPU (`quantize --device cuda`): the same bits, another engine
 };
 
 // The layer-streamed teacher forward. Only the current layer's weights are touched; the carry h [n_tok, H]

@@ -70,6 +70,20 @@ HessianAccumulator::HessianAccumulator(int cols) : cols_(cols) {
   h_.assign(static_cast<size_t>(cols) * static_cast<size_t>(cols), 0.0f);
 }
 
+Expected<HessianAccumulator> HessianAccumulator::on_device(int cols) {
+  const runtime::CudaBackendHooks* hooks = runtime::cuda_backend_hooks();
+  if (!hooks || !hooks->hessian) return err("device Hessians: this gridq was built without the CUDA backend");
+  HessianAccumulator a(0);
+  a.cols_ = cols;
+  GRIDQ_ASSIGN_OR_RETURN(auto store, hooks->hessian(cols));
+  a.dev_ = std::move(store);
+  return a;
+}
+
+void HessianAccumulator::add_device(const float* x, int64_t n) {
+  if (dev_status_.ok() && n > 0) dev_status_ = dev_->add_blocks(x, n);
+}
+
 void HessianAccumulator::add_rows(const float* x, int64_t n, const float* scale) {
   const int64_t C = cols_;
   if (n <= 0 || C == 0) return;
@@ -89,7 +103,11 @@ void HessianAccumulator::add_rows(const float* x, int64_t n, const float* scale)
 void HessianAccumulator::absorb() {
   const int64_t C = cols_, full = n_pending_ / kBlockRows * kBlockRows;
   if (full == 0) return;
-  for (int64_t r = 0; r < full; r += kBlockRows) add_block(pending_.data() + r * C, kBlockRows);
+  if (dev_) {
+    add_device(pending_.data(), full);
+  } else {
+    for (int64_t r = 0; r < full; r += kBlockRows) add_block(pending_.data() + r * C, kBlockRows);
+  }
   std::memmove(pending_.data(), pending_.data() + full * C,
                static_cast<size_t>((n_pending_ - full) * C) * sizeof(float));
   n_pending_ -= full;
@@ -142,9 +160,23 @@ void HessianAccumulator::add_block(const float* x, int64_t B) {
 
 std::vector<float> HessianAccumulator::finish() {
   absorb();
-  if (n_pending_ > 0) add_block(pending_.data(), n_pending_);
+  if (n_pending_ > 0) {
+    if (dev_)
+      add_device(pending_.data(), n_pending_);
+    else
+      add_block(pending_.data(), n_pending_);
+  }
   n_pending_ = 0;
   pending_ = {};
+  if (dev_) {
+    auto up = dev_status_.ok() ? dev_->upper() : Expected<std::vector<float>>(dev_status_);
+    dev_.reset();
+    if (!up.ok()) {
+      dev_status_ = up.status();
+      return {};
+    }
+    h_ = std::move(*up);
+  }
   const int64_t C = cols_;
   for (int64_t i = 0; i < C; ++i)
     for (int64_t j = i + 1; j < C; ++j)

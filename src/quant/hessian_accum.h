@@ -13,7 +13,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
+
+#include "core/status.h"
+#include "runtime/device.h"
 
 namespace gridq::quant {
 
@@ -22,6 +26,13 @@ class HessianAccumulator {
   static constexpr int64_t kBlockRows = 256;
 
   explicit HessianAccumulator(int cols = 0);
+  // H on the GPU (`gridq quantize --device cuda`): the blocks absorb() and finish() hand over go to a
+  // runtime::DeviceHessianStore instead of the CPU tiles, with the same bits (cuda/hessian.h). Fails when
+  // this program has no CUDA backend or the device allocation fails.
+  static Expected<HessianAccumulator> on_device(int cols);
+  // The first device error of add_rows/absorb/finish (always ok on the CPU path); finish() of a failed
+  // accumulator returns an empty H.
+  const Status& status() const { return dev_status_; }
   int cols() const { return cols_; }
   int64_t rows() const { return n_; }
 
@@ -40,8 +51,11 @@ class HessianAccumulator {
   static constexpr int64_t kMaxPendingRows = 16384;
 
  private:
-  void add_block(const float* x, int64_t B);  // x [B, cols], B ≤ kBlockRows
+  void add_block(const float* x, int64_t B);   // x [B, cols], B ≤ kBlockRows
+  void add_device(const float* x, int64_t n);  // x [n, cols], whole blocks (or the final partial one)
   int cols_ = 0;
+  std::shared_ptr<runtime::DeviceHessianStore> dev_;  // set: H lives on the device, h_ stays empty
+  Status dev_status_;
   int64_t n_ = 0;
   std::vector<float> h_;        // [cols, cols]; the upper triangle (j >= i) is accumulated
   std::vector<float> pending_;  // [n_pending_, cols] rows not yet added

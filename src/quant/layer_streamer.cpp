@@ -197,6 +197,18 @@ Expected<LayerCapture> LayerStreamer::Impl::run(int l) {
     ex_down.push_back(
         std::make_unique<Capture>(fmt::format("{}experts.{}.down_in", pre, e), M.expert_intermediate));
   }
+  std::vector<Capture*> all = {&attn_in, &o_in, &mlp_in};
+  if (dense_down) all.push_back(dense_down.get());
+  if (shared_down) all.push_back(shared_down.get());
+  for (int64_t e = 0; e < E; ++e) {
+    all.push_back(ex_in[static_cast<size_t>(e)].get());
+    all.push_back(ex_down[static_cast<size_t>(e)].get());
+  }
+  if (opts.device_hessians) {  // the same bits on the GPU (hessian_accum.h)
+    for (Capture* c : all) {
+      GRIDQ_ASSIGN_OR_RETURN(c->acc, HessianAccumulator::on_device(c->acc.cols()));
+    }
+  }
   RmsIdentity id_attn(lw.input_norm.data(), H, spec.norm_eps), id_mlp(lw.post_norm.data(), H, spec.norm_eps);
   std::vector<RmsIdentity> id_ex(static_cast<size_t>(E), RmsIdentity(lw.post_norm.data(), H, spec.norm_eps));
   std::vector<int64_t> counts(static_cast<size_t>(E), 0);     // non-holdout routing counts
@@ -423,6 +435,8 @@ Expected<LayerCapture> LayerStreamer::Impl::run(int l) {
     out.expert_in.push_back(ex_in[static_cast<size_t>(e)]->finish());
     out.expert_down_in.push_back(ex_down[static_cast<size_t>(e)]->finish());
   }
+  for (const Capture* c : all)
+    if (!c->acc.status().ok()) return err("layer {}: {}: {}", l, c->name, c->acc.status().message());
   out.expert_counts = counts;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   for (const IdentityCheck& c : out.checks)

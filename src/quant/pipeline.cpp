@@ -16,6 +16,7 @@
 #include "quant/lattice_codebook.h"
 #include "quant/learned_codebook.h"
 #include "quant/manifest.h"
+#include "runtime/device.h"
 #include "text/tokenizer.h"
 
 namespace gridq::quant {
@@ -78,6 +79,7 @@ struct Driver {
   int n_layers = 0;
   int64_t T = 0;  // tokens that entered H (non-holdout), the D(u, f) denominator
   std::unique_ptr<Progress> progress;
+  std::string device_line;  // --device cuda: which GPU, logged once the progress output exists
 
   explicit Driver(const QuantizeOptions& opts) : o(opts) {}
 
@@ -116,6 +118,12 @@ Status Driver::prepare() {
     return err("--codebooks '{}': expected lattice or learned", o.codebooks);
   if (o.budget_bpw < 0.0 || !std::isfinite(o.budget_bpw))
     return err("--budget-bpw must be a positive number");
+  if (o.device != "cpu" && o.device != "cuda") return err("--device '{}': expected cpu or cuda", o.device);
+  if (o.device == "cuda") {  // refused here, before any work, when there is no usable GPU
+    GRIDQ_ASSIGN_OR_RETURN(runtime::DeviceChoice dc, runtime::choose_device("cuda"));
+    device_line =
+        dc.log_line + " (quantize: the Hessians on the GPU; the forward and the encoders on the CPU)";
+  }
 
   GRIDQ_ASSIGN_OR_RETURN(recipe, load_recipe(o.recipe, o.repo_root));
   auto loaded = model::load_model(o.src);
@@ -302,6 +310,7 @@ Status Driver::build_codebooks(int start_layer) {
   StreamerOptions so;
   so.threads = o.threads;
   so.router_weighted_hessian = recipe.router_weighted_hessian;
+  so.device_hessians = o.device == "cuda";
   GRIDQ_ASSIGN_OR_RETURN(auto st, LayerStreamer::create(o.src, calib, so));
   for (int l = 0; l < n_layers; ++l) {
     progress->update(fmt::format("books: layer {}/{}", l + 1, n_layers), "capture");
@@ -436,6 +445,7 @@ Status Driver::run_layers(int start, QuantizeSummary& s) {
   StreamerOptions so;
   so.threads = o.threads;
   so.router_weighted_hessian = recipe.router_weighted_hessian;
+  so.device_hessians = o.device == "cuda";
   GRIDQ_ASSIGN_OR_RETURN(auto st, LayerStreamer::create(o.src, calib, so));
   // Resume at the latest layer whose carry verifies (the last two are kept); layer 0 needs none.
   while (start > 0) {
@@ -666,6 +676,7 @@ Expected<QuantizeSummary> quantize(const QuantizeOptions& o) {
   if (d.T <= 0) return err("--calib {}: every sequence is held out; nothing enters H", o.calib);
 
   GRIDQ_ASSIGN_OR_RETURN(int start, d.open_partial());
+  if (!d.device_line.empty()) d.progress->log(d.device_line);
   d.progress->log(
       fmt::format("quantize {} -> {}: recipe '{}', {} layers, {} calibration tokens ({} x {}), "
                   "codebooks {}{}",

@@ -43,8 +43,11 @@ struct QuantizeOptions {
   bool budget_attention = false;  // with budget_bpw: attention q/k/v and o also choose FP8_DYNAMIC or BF16
   // with budget_bpw: the candidates of every routed-expert stack, cheapest first
   std::vector<std::string> budget_formats = {"NVFP4_CB_K12", "NVFP4_CB_K16", "NVFP4_CB_K20", "NVFP4_CB_K24"};
-  std::string codebooks;      // "" = the recipe's; "lattice" or "learned" replaces it
-  int threads = 0;            // 0 = OpenMP default; the bytes do not depend on it
+  std::string codebooks;  // "" = the recipe's; "lattice" or "learned" replaces it
+  int threads = 0;        // 0 = OpenMP default; the bytes do not depend on it
+  // "cpu" or "cuda": where the capture's Hessians are accumulated (the bytes do not depend on it; the
+  // teacher forward and the encoders run on the CPU either way, for now)
+  std::string device = "cpu";
   bool strict = false;        // a recipe rule that matches nothing is an error
   bool overwrite = false;     // replace an existing OUT at the end
   bool resume = true;         // continue a matching OUT.partial; false: start over

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "model/model_spec.h"
@@ -37,6 +38,16 @@ struct CudaProbe {
   bool usable = false;
   std::string description;  // usable: "NVIDIA H200 (sm_90, 139.8 GiB)"; else why not, naming the rule
 };
+// A device-held H = Σ xᵀx for the quantizer's accumulators (quant/hessian_accum.h): host rows in, in
+// whole 256-row blocks (the last call may hold the final partial block), the same bits as the CPU
+// accumulator (cuda/hessian.h says why).
+class DeviceHessianStore {
+ public:
+  virtual ~DeviceHessianStore() = default;
+  virtual Status add_blocks(const float* rows, int64_t n) = 0;  // rows [n, cols], host memory
+  virtual Expected<std::vector<float>> upper() = 0;  // H [cols, cols]: the upper triangle (j ≥ i) valid
+};
+
 struct CudaBackendHooks {
   std::function<CudaProbe()> probe;
   // `keepalive` owns what the host weights point into (mmaps); the backend may drop it after upload.
@@ -48,6 +59,8 @@ struct CudaBackendHooks {
   std::function<Expected<std::unique_ptr<Backend>>(const std::string& name, uint64_t seed, int vocab,
                                                    const DeviceOptions&)>
       synthetic;
+  // `gridq quantize --device cuda`: the Hessians of the layer-streamed capture on the GPU.
+  std::function<Expected<std::unique_ptr<DeviceHessianStore>>(int cols)> hessian;
 };
 // Hooks without a probe or a factory clear the registration (tests restore a program without CUDA so).
 void register_cuda_backend(CudaBackendHooks hooks);

@@ -36,6 +36,14 @@ else
     pass "serve --device cuda without a GPU is refused before listening"
   else fail "serve --device cuda refusal" "$out"; fi
 
+  # quantize --device cuda: refused before any work (no OUT.partial), naming the flag and why.
+  if out="$("$GRIDQ" quantize "$MODEL" "$TMP/qdev" --recipe laguna --calib "$ROOT/data/code-calib.txt" \
+      --calib-tokens 1024 --device cuda --quiet 2>&1)"; then
+    fail "quantize --device cuda without a GPU exits non-zero" "$out"
+  elif grep -q -- "--device cuda: " <<<"$out" && [ ! -e "$TMP/qdev.partial" ] && [ ! -e "$TMP/qdev" ]; then
+    pass "quantize --device cuda without a GPU is refused before any work: $(head -1 <<<"$out")"
+  else fail "quantize --device cuda refusal" "$out"; fi
+
   # --- auto (the default): cpu, and the line says why not cuda ---
   if out="$("$GRIDQ" generate "$MODEL" --prompt "$DEV_PROMPT" --max-tokens 2 2>"$TMP/auto.err")" &&
      grep -q "^def add(a, b):" <<<"$out" && grep -q "device: cpu (--device auto: .\+)" "$TMP/auto.err"; then

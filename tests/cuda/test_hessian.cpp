@@ -10,6 +10,7 @@
 #include "cuda_test_util.h"
 #include "quant/hessian_accum.h"
 #include "runtime/cuda/hessian.h"
+#include "runtime/cuda/register.h"
 
 namespace gridq::cuda::test {
 namespace {
@@ -96,6 +97,34 @@ TEST(CudaHessian, StagingPastItsCapacityKeepsTheBlockOrder) {
   auto got = gpu->finish();
   ASSERT_OK(got);
   expect_same_bits(*got, want, "past the staging capacity");
+}
+
+// The quantizer's accumulator with its H on the device (`quantize --device cuda`): rows delivered as the
+// streamer delivers them (one at a time, chunks, absorb() between) give the CPU accumulator's bits.
+TEST(CudaHessian, QuantizerAccumulatorOnTheDeviceSameBits) {
+  REQUIRE_GPU();
+  register_backend();
+  Rng rng(44);
+  const int C = 320;
+  const int64_t n = 5 * 256 + 19;
+  const auto x = random_rows(rng, n, C);
+  std::vector<float> scale(static_cast<size_t>(n));
+  for (auto& v : scale) v = rng.uniform(0.0f, 2.0f);
+  quant::HessianAccumulator cpu(C);
+  cpu.add_rows(x.data(), n, scale.data());
+  const auto want = cpu.finish();
+  auto dev = quant::HessianAccumulator::on_device(C);
+  ASSERT_OK(dev);
+  int64_t at = 0;
+  for (const int64_t chunk : {1, 1, 300, 7, 600}) {
+    dev->add_rows(x.data() + at * C, chunk, scale.data() + at);
+    dev->absorb();
+    at += chunk;
+  }
+  dev->add_rows(x.data() + at * C, n - at, scale.data() + at);
+  const auto got = dev->finish();
+  ASSERT_OK(dev->status());
+  expect_same_bits(got, want, "quantizer accumulator on the device");
 }
 
 TEST(CudaHessian, RefusesBadShapes) {

@@ -6,6 +6,7 @@
 
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/forward.h"
+#include "runtime/cuda/hessian.h"
 #include "runtime/cuda/kernels/sample_kernels.h"
 #include "runtime/cuda/register.h"
 #include "runtime/cuda/synthetic_model.h"
@@ -314,6 +315,7 @@ void register_backend() {
     GRIDQ_ASSIGN_OR_RETURN(auto b, CudaBackend::from_device_model(spec, std::move(dm), o));
     return std::unique_ptr<runtime::Backend>(std::move(b));
   };
+  h.hessian = make_host_rows_hessian;
   runtime::register_cuda_backend(std::move(h));
 }
 

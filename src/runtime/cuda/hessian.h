@@ -20,6 +20,7 @@
 #include "core/status.h"
 #include "runtime/cuda/device_buffer.h"
 #include "runtime/cuda/kparams.h"
+#include "runtime/device.h"
 
 namespace gridq::cuda {
 
@@ -55,5 +56,10 @@ class DeviceHessian {
   DeviceBuffer h_;      // [cols, cols] fp32, upper triangle valid until finish()
   DeviceBuffer stage_;  // [kStageRows, cols] fp32
 };
+
+// The quantizer's hook (runtime::CudaBackendHooks::hessian): an H on the device fed with host rows through
+// one process-wide pinned transfer buffer (the streamer absorbs its accumulators from several threads; the
+// uploads take turns). Only H lives on the device per input: [cols, cols] fp32.
+Expected<std::unique_ptr<runtime::DeviceHessianStore>> make_host_rows_hessian(int cols);
 
 }  // namespace gridq::cuda
