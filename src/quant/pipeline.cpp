@@ -16,6 +16,7 @@
 #include "quant/lattice_codebook.h"
 #include "quant/learned_codebook.h"
 #include "quant/manifest.h"
+#include "quant/rotate.h"
 #include "text/tokenizer.h"
 
 namespace gridq::quant {
@@ -78,6 +79,7 @@ struct Driver {
   int n_layers = 0;
   int64_t T = 0;  // tokens that entered H (non-holdout), the D(u, f) denominator
   std::unique_ptr<Progress> progress;
+  json rotation;  // --rotate: what was folded in (provenance)
 
   explicit Driver(const QuantizeOptions& opts) : o(opts) {}
 
@@ -200,6 +202,8 @@ Status Driver::prepare() {
                       {"budget_attention", o.budget_attention},
                       {"codebooks", codebook_source},
                       {"strict", o.strict},
+                      {"rotate", o.rotate},
+                      {"rotate_seed", o.rotate_seed},
                       {"gridq_version", version_string()},
                       {"gridq_commit", git_commit()}};
   const std::string od = opt_j.dump();
@@ -616,6 +620,7 @@ Status Driver::finish(QuantizeSummary& s) {
       {"linear_stats", stats},
       {"identity_checks", checks}};
   if (!alloc_j.is_null()) info.provenance["allocation"] = alloc_j;
+  if (!rotation.is_null()) info.provenance["rotation"] = rotation;
 
   progress->update("finish", "metadata");
   GRIDQ_RETURN_IF_ERROR(write_artifact_metadata(partial, info));
@@ -646,10 +651,41 @@ Status Driver::finish(QuantizeSummary& s) {
 
 }  // namespace
 
-Expected<QuantizeSummary> quantize(const QuantizeOptions& o) {
+namespace {
+
+// --rotate: writes the rotated BF16 copy of o.src (quant/rotate.h) beside OUT and returns the options that
+// quantize it instead; the source's own path stays in the provenance. The copy is rebuilt on every run (it is
+// deterministic, so a resumed run sees the same bytes) and removed once the artifact is written.
+Expected<QuantizeOptions> rotated_options(const QuantizeOptions& o, json& record) {
+  if (o.rotate != "hadamard") return err("--rotate '{}': expected hadamard", o.rotate);
+  if (o.out.empty() || o.src.empty()) return err("quantize: SRC and OUT are required");
+  std::error_code ec;
+  if (fs::exists(o.out, ec) && !o.overwrite)
+    return err("{}: already exists; refusing to replace it (pass --overwrite)", o.out);
+  QuantizeOptions r = o;
+  r.src = o.out + ".rotated-src";
+  fs::remove_all(r.src, ec);
+  if (ec) return err("{}: cannot remove: {}", r.src, ec.message());
+  RotateOptions ro;
+  ro.seed = o.rotate_seed;
+  ro.threads = o.threads;
+  auto s = rotate_checkpoint(o.src, r.src, ro);
+  if (!s.ok()) return err("--rotate: {}", s.message());
+  record = {{"kind", o.rotate},
+            {"seed", o.rotate_seed},
+            {"construction", s->construction},
+            {"source", o.src},
+            {"input_side_matrices", s->input_side},
+            {"output_side_matrices", s->output_side},
+            {"norms_set_to_one", s->norms}};
+  return r;
+}
+
+// The run proper (o.src: the checkpoint to quantize, after --rotate the rotated copy).
+Expected<QuantizeSummary> quantize_impl(const QuantizeOptions& o, const json& rotation) {
   const double t0 = now_seconds();
-  if (o.threads > 0) omp_set_num_threads(o.threads);
   Driver d(o);
+  d.rotation = rotation;
   GRIDQ_RETURN_IF_ERROR(d.prepare());
   d.progress = std::make_unique<Progress>(d.n_layers + 1, stderr, o.progress);
 
@@ -671,6 +707,10 @@ Expected<QuantizeSummary> quantize(const QuantizeOptions& o) {
                   "codebooks {}{}",
                   o.src, o.out, d.recipe.name, d.n_layers, d.calib.tokens(), d.calib.n_seq, d.calib.seq_len,
                   d.codebook_source, o.method.empty() ? "" : ", method " + o.method));
+  if (!rotation.is_null())
+    d.progress->log(fmt::format("residual stream rotated ({}) from {}",
+                                rotation.at("construction").get<std::string>(),
+                                rotation.at("source").get<std::string>()));
   GRIDQ_RETURN_IF_ERROR(d.build_codebooks(start));
 
   QuantizeSummary s;
@@ -697,6 +737,21 @@ Expected<QuantizeSummary> quantize(const QuantizeOptions& o) {
                     o.stop_after_layer + 1, d.partial));
   }
   return s;
+}
+
+}  // namespace
+
+Expected<QuantizeSummary> quantize(const QuantizeOptions& o) {
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  if (!o.rotate.empty()) {
+    json record;
+    GRIDQ_ASSIGN_OR_RETURN(QuantizeOptions ro, rotated_options(o, record));
+    auto s = quantize_impl(ro, record);  // ro.rotate stays set: it is part of the resume inputs
+    std::error_code ec;
+    if (s.ok() && s->finished) fs::remove_all(ro.src, ec);
+    return s;
+  }
+  return quantize_impl(o, json());
 }
 
 }  // namespace gridq::quant
