@@ -240,7 +240,7 @@ Expected<RotateSummary> rotate_checkpoint(const std::string& src, const std::str
       st.shape = ti.shape;
       auto it = by_tensor.find(ti.name);
       if (it == by_tensor.end()) {
-        if (ti.name.ends_with("rotary_emb.inv_freq")) {  // ignored by every adapter (laguna.md §4)
+        if (ti.name.ends_with("rotary_emb.inv_freq")) {  // RoPE buffers: no adapter reads them
           st.view = ti.bytes();
           ++sum.copied;
           out.push_back(std::move(st));

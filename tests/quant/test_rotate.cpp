@@ -180,10 +180,12 @@ TEST_P(RotateCheckpoint, SameLogitsAsTheOriginal) {
   ASSERT_EQ(a.size(), b.size());
   ASSERT_FALSE(a.empty());
   const LogitDiff d = diff_logits(a, b, o.vocab);
-  // BF16 re-rounding of every rotated weight (relative 2^-9) and of the folded activations: a few 1e-3 of
+  // BF16 re-rounding of every rotated weight (relative 2^-9) and of the folded activations: about 1e-2 of
   // the logit scale; an error in the algebra (a missed norm, Q instead of Qᵀ) is O(logit scale).
-  EXPECT_LT(d.max_abs, 0.05 * d.logit_rms + 1e-3) << "max |Δ| " << d.max_abs << ", logit rms " << d.logit_rms;
+  EXPECT_LT(d.max_abs, 0.02 * d.logit_rms + 1e-3) << "max |Δ| " << d.max_abs << ", logit rms " << d.logit_rms;
   EXPECT_GE(d.top1_same, d.rows - 1);
+  std::fprintf(stderr, "hidden %d: max |Δlogit| %.3g (logit rms %.3g), top-1 same %d/%d\n", hidden, d.max_abs,
+               d.logit_rms, d.top1_same, d.rows);
   fs::remove_all(src);
   fs::remove_all(dst);
 }
@@ -214,7 +216,7 @@ TEST(RotateBundled, SameLogitsAndDeterministicAcrossThreads) {
   const auto x = cpu_logits(src, ids), y = cpu_logits(a, ids);
   ASSERT_EQ(x.size(), y.size());
   const LogitDiff d = diff_logits(x, y, 4096);
-  EXPECT_LT(d.max_abs, 0.05 * d.logit_rms + 1e-3) << "max |Δ| " << d.max_abs << ", logit rms " << d.logit_rms;
+  EXPECT_LT(d.max_abs, 0.02 * d.logit_rms + 1e-3) << "max |Δ| " << d.max_abs << ", logit rms " << d.logit_rms;
   EXPECT_GE(d.top1_same, d.rows - 2);
   std::fprintf(stderr, "bundled: max |Δlogit| %.4g (logit rms %.3g), top-1 same %d/%d\n", d.max_abs,
                d.logit_rms, d.top1_same, d.rows);
@@ -222,7 +224,7 @@ TEST(RotateBundled, SameLogitsAndDeterministicAcrossThreads) {
   fs::remove_all(b);
 }
 
-TEST(RotateCheckpoint, RefusesTiedEmbeddingsAndExistingOutput) {
+TEST(RotateRefusals, TiedEmbeddingsAndExistingOutput) {
   const std::string src = tmp_dir("tied"), dst = tmp_dir("tied_out");
   testing::TinyLaguna o;
   nlohmann::json cfg = testing::write_tiny_laguna(src, o);
@@ -231,6 +233,7 @@ TEST(RotateCheckpoint, RefusesTiedEmbeddingsAndExistingOutput) {
   fs::remove_all(dst);
   auto s = rotate_checkpoint(src, dst, {});
   EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("tie"), std::string::npos) << s.message();
   cfg["tie_word_embeddings"] = false;
   std::ofstream(fs::path(src) / "config.json") << cfg.dump(2) << "\n";
   fs::create_directories(dst);

@@ -71,8 +71,11 @@ TEST_F(ActivationContract, OnlyFp4CbMatricesChange) {
   EXPECT_GT(*n, 0);
   for (const LayerWeights& l : w.layers)
     for (const auto* v : {&l.expert_gate, &l.expert_up, &l.expert_down})
-      for (const QMatrix& m : *v)
-        if (m.format == WeightFormat::kCB) EXPECT_EQ(m.act_bits, 16);
+      for (const QMatrix& m : *v) {
+        if (m.format == WeightFormat::kCB) {
+          EXPECT_EQ(m.act_bits, 16);
+        }
+      }
   EXPECT_EQ(w.layers[1].q.act_bits, fp8_bits);  // FP8 W8A8 attention keeps its contract
   auto back = set_activation_contract(w, "w4a4");
   ASSERT_TRUE(back.ok());
