@@ -110,6 +110,11 @@ Expected<std::unique_ptr<Engine>> Engine::open_synthetic(const std::string& toke
         "engine: synthetic model '{}' is built on the GPU: it needs --device cuda and a CUDA build "
         "({})",
         opts.synthetic, choice.log_line);
+  if (opts.activation_contract == "w4a16")
+    return err(
+        "engine: synthetic model '{}' is built with the FP4 activation contract; --activation-contract "
+        "w4a16 applies to loaded artifacts only",
+        opts.synthetic);
   if (opts.synthetic_vocab < 0)
     return err("engine: synthetic_vocab must be >= 0 (got {})", opts.synthetic_vocab);
   GRIDQ_ASSIGN_OR_RETURN(std::unique_ptr<Backend> be, hooks->synthetic(opts.synthetic, opts.synthetic_seed,
