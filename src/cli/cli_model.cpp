@@ -87,7 +87,13 @@ void add_run_options(CLI::App& sub, RunOptions& o) {
       ->check(memory_fraction_check());
   sub.add_flag("--enforce-eager", o.enforce_eager,
                "cuda: launch every kernel, no CUDA graph replay (debugging)");
+  sub.add_option("--activation-contract", o.activation_contract, kActivationContractHelp)
+      ->check(CLI::IsMember({"w4a4", "w4a16"}));
 }
+
+const char* const kActivationContractHelp =
+    "inputs of the NVFP4-CB layers: w4a4 = FP4 group-16 QDQ (the artifact's contract), w4a16 = unquantized "
+    "BF16 (default: the artifact's own; e.g. --activation-contract w4a16)";
 
 void add_sampling_options(CLI::App& sub, SamplingCli& s) {
   sub.add_option("--max-tokens", s.max_tokens, "tokens to generate at most")
@@ -154,6 +160,7 @@ Expected<std::unique_ptr<runtime::Engine>> open_engine(const std::string& model_
   eo.synthetic = o.synthetic;
   eo.synthetic_seed = o.synthetic_seed;
   eo.synthetic_vocab = o.synthetic_vocab;
+  eo.activation_contract = o.activation_contract;
   GRIDQ_ASSIGN_OR_RETURN(auto eng, runtime::Engine::open(model_dir, eo));
   if (log) {
     log(eng->device_log());

@@ -29,9 +29,13 @@ struct RunOptions {
   std::string synthetic;                // serve --synthetic NAME: random full-size weights on the GPU
   uint64_t synthetic_seed = 1;
   int synthetic_vocab = 0;  // the tokenizer's vocabulary size for a synthetic model
+  // --activation-contract w4a4|w4a16 ("" = the artifact's own; runtime::EngineOptions::activation_contract)
+  std::string activation_contract;
 };
 
 void add_run_options(CLI::App& sub, RunOptions& o);
+// --activation-contract, as every run command and serve declare it.
+extern const char* const kActivationContractHelp;
 // --device and --gpu-memory-utilization as serve and bench declare them too, so every command spells and
 // checks them the same way: --device is one of cpu, cuda, auto; the fraction is in (0, 1].
 extern const char* const kDeviceHelp;

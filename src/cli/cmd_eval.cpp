@@ -93,7 +93,10 @@ int run_teacher_eval(const EvalArgs& a, std::span<const int32_t> ids) {
     reader = std::move(*r);
     source = reader.get();
   } else {
-    auto te = open_engine(a.teacher, a.run, [](const std::string& line) {
+    RunOptions teacher_run = a.run;
+    teacher_run.activation_contract
+        .clear();  // --activation-contract is the student's; the teacher runs as is
+    auto te = open_engine(a.teacher, teacher_run, [](const std::string& line) {
       std::fprintf(stderr, "gridq: teacher %s\n", line.c_str());
     });
     if (!te.ok()) return fail(te.message());
@@ -147,6 +150,8 @@ int run_teacher_eval(const EvalArgs& a, std::span<const int32_t> ids) {
     j["teacher"] = teacher_name;
     j["teacher_dump"] =
         a.teacher_dump.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(a.teacher_dump);
+    j["activation_contract"] =
+        a.run.activation_contract.empty() ? std::string("artifact") : a.run.activation_contract;
     j["seconds"] = s.seconds;
     j["tokens_per_second"] = tps;
     std::printf("%s\n", j.dump().c_str());
@@ -208,7 +213,9 @@ Registrar reg{Command{
     "  gridq eval models/laguna-tiny-code --text data/code-eval.txt --window 512 --json\n"
     "  gridq eval OUT --teacher models/laguna-tiny-code --text data/code-eval.txt --tokens 8192 --json\n"
     "  gridq eval OUT --teacher models/laguna-tiny-code --teacher-dump teacher.st --text "
-    "data/code-eval.txt\n",
+    "data/code-eval.txt\n"
+    "  gridq eval OUT --teacher models/laguna-tiny-code --text data/code-eval.txt --activation-contract "
+    "w4a16\n",
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<EvalArgs>();
       sub.add_option("MODEL", a->model, "HF checkpoint or gridbook artifact directory")->required();

@@ -60,7 +60,9 @@ Registrar reg{Command{
     "  gridq quantize models/laguna-tiny-code /tmp/q-2.5 --recipe laguna --calib data/code-calib.txt "
     "--budget-bpw 2.5\n"
     "  gridq quantize models/laguna-tiny-code /tmp/q-gpu --recipe laguna --calib data/code-calib.txt "
-    "--device cuda\n",
+    "--device cuda\n"
+    "  gridq quantize models/laguna-tiny-code /tmp/q-rot --recipe laguna --calib data/code-calib.txt "
+    "--rotate hadamard\n",
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<QuantizeArgs>();
       sub.add_option("SRC", a->o.src, "BF16 Hugging Face checkpoint directory")->required();
@@ -85,6 +87,11 @@ Registrar reg{Command{
                    "with --budget-bpw: attention q/k/v and o also choose FP8_DYNAMIC or BF16");
       sub.add_option("--codebooks", a->o.codebooks, "codebook tables (default: the recipe's)")
           ->check(CLI::IsMember({"lattice", "learned"}));
+      sub.add_option("--rotate", a->o.rotate,
+                     "rotate the residual stream by a randomized Hadamard matrix folded into the weights "
+                     "before quantizing (same BF16 model, an ordinary artifact; default off)")
+          ->check(CLI::IsMember({"hadamard"}));
+      sub.add_option("--rotate-seed", a->o.rotate_seed, "with --rotate: the seed of the ±1 signs");
       sub.add_option("--threads", a->o.threads, "CPU threads (0 = all); the output does not depend on it")
           ->check(CLI::NonNegativeNumber);
       sub.add_option("--device", a->o.device,

@@ -16,6 +16,7 @@
 #include "quant/lattice_codebook.h"
 #include "quant/learned_codebook.h"
 #include "quant/manifest.h"
+#include "quant/rotate_options.h"
 #include "runtime/device.h"
 #include "text/tokenizer.h"
 
@@ -80,6 +81,7 @@ struct Driver {
   int64_t T = 0;  // tokens that entered H (non-holdout), the D(u, f) denominator
   std::unique_ptr<Progress> progress;
   std::string device_line;  // --device cuda: which GPU, logged once the progress output exists
+  json rotation;            // --rotate: what was folded in (provenance)
 
   explicit Driver(const QuantizeOptions& opts) : o(opts) {}
 
@@ -208,6 +210,8 @@ Status Driver::prepare() {
                       {"budget_attention", o.budget_attention},
                       {"codebooks", codebook_source},
                       {"strict", o.strict},
+                      {"rotate", o.rotate},
+                      {"rotate_seed", o.rotate_seed},
                       {"gridq_version", version_string()},
                       {"gridq_commit", git_commit()}};
   const std::string od = opt_j.dump();
@@ -626,6 +630,7 @@ Status Driver::finish(QuantizeSummary& s) {
       {"linear_stats", stats},
       {"identity_checks", checks}};
   if (!alloc_j.is_null()) info.provenance["allocation"] = alloc_j;
+  if (!rotation.is_null()) info.provenance["rotation"] = rotation;
 
   progress->update("finish", "metadata");
   GRIDQ_RETURN_IF_ERROR(write_artifact_metadata(partial, info));
@@ -654,12 +659,11 @@ Status Driver::finish(QuantizeSummary& s) {
   return Status();
 }
 
-}  // namespace
-
-Expected<QuantizeSummary> quantize(const QuantizeOptions& o) {
+// The run proper (o.src: the checkpoint to quantize, after --rotate the rotated copy).
+Expected<QuantizeSummary> quantize_impl(const QuantizeOptions& o, const json& rotation) {
   const double t0 = now_seconds();
-  if (o.threads > 0) omp_set_num_threads(o.threads);
   Driver d(o);
+  d.rotation = rotation;
   GRIDQ_RETURN_IF_ERROR(d.prepare());
   d.progress = std::make_unique<Progress>(d.n_layers + 1, stderr, o.progress);
 
@@ -682,6 +686,10 @@ Expected<QuantizeSummary> quantize(const QuantizeOptions& o) {
                   "codebooks {}{}",
                   o.src, o.out, d.recipe.name, d.n_layers, d.calib.tokens(), d.calib.n_seq, d.calib.seq_len,
                   d.codebook_source, o.method.empty() ? "" : ", method " + o.method));
+  if (!rotation.is_null())
+    d.progress->log(fmt::format("residual stream rotated ({}) from {}",
+                                rotation.at("construction").get<std::string>(),
+                                rotation.at("source").get<std::string>()));
   GRIDQ_RETURN_IF_ERROR(d.build_codebooks(start));
 
   QuantizeSummary s;
@@ -708,6 +716,21 @@ Expected<QuantizeSummary> quantize(const QuantizeOptions& o) {
                     o.stop_after_layer + 1, d.partial));
   }
   return s;
+}
+
+}  // namespace
+
+Expected<QuantizeSummary> quantize(const QuantizeOptions& o) {
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  if (!o.rotate.empty()) {
+    json record;
+    GRIDQ_ASSIGN_OR_RETURN(QuantizeOptions ro, rotated_options(o, record));
+    auto s = quantize_impl(ro, record);  // ro.rotate stays set: it is part of the resume inputs
+    std::error_code ec;
+    if (s.ok() && s->finished) fs::remove_all(ro.src, ec);
+    return s;
+  }
+  return quantize_impl(o, json());
 }
 
 }  // namespace gridq::quant

@@ -53,6 +53,10 @@ struct QuantizeOptions {
   bool resume = true;         // continue a matching OUT.partial; false: start over
   int stop_after_layer = -1;  // test hook: stop (resumable) after finishing this layer
   Progress::Mode progress = Progress::Mode::kAuto;
+  // "" = off; "hadamard": the residual stream is rotated first (quant/rotate.h; a BF16 copy of SRC with the
+  // rotation folded in is written to OUT.rotated-src and removed at the end) and the rotated model quantized.
+  std::string rotate;
+  uint64_t rotate_seed = 0x6772696471524f54ull;  // quant/rotate.h kDefaultRotationSeed
 };
 
 // One source tensor resolved against the recipe, the options and the model.

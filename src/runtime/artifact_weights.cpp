@@ -24,7 +24,8 @@ Expected<std::shared_ptr<ArtifactModel>> load_artifact_model(const std::string& 
   model::TensorTable table = model::tensor_table(art.checkpoint());
   std::map<std::string, const gridbook::ModuleInfo*, std::less<>> quantized;  // stand-in name -> module
   for (const auto& m : art.modules()) {
-    if (m.format != gridbook::WeightFormat::kFP8W8A8 && m.format != gridbook::WeightFormat::kCodebook) continue;
+    if (m.format != gridbook::WeightFormat::kFP8W8A8 && m.format != gridbook::WeightFormat::kCodebook)
+      continue;
     table.erase(m.weight_tensor);
     if (!m.scale_tensor.empty()) table.erase(m.scale_tensor);
     const std::string name = m.shape.size() == 3 ? m.name : m.name + ".weight";  // fused stacks are bare
@@ -61,7 +62,8 @@ Expected<std::shared_ptr<ArtifactModel>> load_artifact_model(const std::string& 
     q.cols = ref.cols;
     if (!m.scale_tensor.empty()) {
       const io::TensorInfo* st = art.tensor(m.scale_tensor);
-      if (!st || st->dtype != io::DType::F32) return err("artifact: module '{}' needs F32 '{}'", m.name, m.scale_tensor);
+      if (!st || st->dtype != io::DType::F32)
+        return err("artifact: module '{}' needs F32 '{}'", m.name, m.scale_tensor);
       auto& s = raw->scales.emplace_back(static_cast<size_t>(ref.rows));
       std::memcpy(s.data(), st->data + first_row * 4, s.size() * sizeof(float));
       q.row_scale = s.data();
@@ -75,7 +77,8 @@ Expected<std::shared_ptr<ArtifactModel>> load_artifact_model(const std::string& 
     }
     if (!m.rung || !art.codebook(m)) return err("artifact: CB module '{}' has no rung or codebook", m.name);
     const auto* qc = art.quant_config();
-    if (!qc || m.group < 0 || static_cast<size_t>(m.group) >= qc->groups.size() || !qc->groups[static_cast<size_t>(m.group)].scheme)
+    if (!qc || m.group < 0 || static_cast<size_t>(m.group) >= qc->groups.size() ||
+        !qc->groups[static_cast<size_t>(m.group)].scheme)
       return err("artifact: CB module '{}' has no scheme", m.name);
     q.format = WeightFormat::kCB;
     q.rung = &*m.rung;
@@ -88,6 +91,28 @@ Expected<std::shared_ptr<ArtifactModel>> load_artifact_model(const std::string& 
   GRIDQ_ASSIGN_OR_RETURN(am->weights, build_model_weights(a.spec, a.weights, resolve));
   am->spec = std::move(a.spec);
   return am;
+}
+
+Expected<int64_t> set_activation_contract(ModelWeights& w, const std::string& contract) {
+  if (!contract.empty() && contract != "w4a4" && contract != "w4a16")
+    return err("activation contract '{}': expected w4a4 or w4a16", contract);
+  const int bits = contract == "w4a16" ? 16 : 4;
+  int64_t n = 0;
+  auto set = [&](QMatrix& m) {
+    if (m.format != WeightFormat::kCB || !m.rung || m.rung->grid != gridbook::Grid::FP4) return;
+    ++n;
+    if (!contract.empty()) m.act_bits = bits;
+  };
+  set(w.embed);
+  set(w.lm_head);
+  for (LayerWeights& l : w.layers) {
+    for (QMatrix* m : {&l.q, &l.k, &l.v, &l.o, &l.g, &l.mlp_gate, &l.mlp_up, &l.mlp_down, &l.router,
+                       &l.shared_gate, &l.shared_up, &l.shared_down})
+      set(*m);
+    for (auto* v : {&l.expert_gate, &l.expert_up, &l.expert_down})
+      for (QMatrix& m : *v) set(m);
+  }
+  return n;
 }
 
 }  // namespace gridq::runtime

@@ -29,4 +29,9 @@ struct ArtifactModel {
 
 Expected<std::shared_ptr<ArtifactModel>> load_artifact_model(const std::string& dir);
 
+// Sets the activation contract of every FP4-grid CB matrix of `w`: "w4a4" act_bits 4 (FP4 group-16 QDQ, the
+// format's contract), "w4a16" act_bits 16 (no QDQ), "" leaves them as loaded. Returns how many matrices it
+// applies to; an unknown contract is an error naming it.
+Expected<int64_t> set_activation_contract(ModelWeights& w, const std::string& contract);
+
 }  // namespace gridq::runtime

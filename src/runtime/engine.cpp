@@ -44,6 +44,21 @@ Expected<std::unique_ptr<Backend>> make_backend(DeviceKind kind, const model::Mo
   return std::unique_ptr<Backend>(std::move(be));
 }
 
+// "; activation contract w4a16 (override; the artifact's is w4a4) on 36 FP4-CB matrices", as the start-up
+// line reports it.
+std::string contract_log(const std::string& contract, int64_t n_fp4) {
+  if (n_fp4 == 0)
+    return contract.empty()
+               ? std::string()
+               : fmt::format("; activation contract {}: no FP4-CB layers, nothing changes", contract);
+  const std::string c = contract.empty() ? "w4a4" : contract;
+  return fmt::format("; activation contract {} ({}) on {} FP4-CB matrices", c,
+                     contract.empty()
+                         ? "the artifact's"
+                         : (c == "w4a4" ? "the artifact's, as asked" : "override; the artifact's is w4a4"),
+                     n_fp4);
+}
+
 }  // namespace
 
 Expected<std::unique_ptr<Engine>> Engine::open(const std::string& model_dir, const EngineOptions& opts) {
@@ -56,13 +71,19 @@ Expected<std::unique_ptr<Engine>> Engine::open(const std::string& model_dir, con
   GRIDQ_ASSIGN_OR_RETURN(nlohmann::json cfg,
                          io::read_json_file((std::filesystem::path(model_dir) / "config.json").string()));
   std::unique_ptr<Backend> be;
+  const std::string& contract = opts.activation_contract;
+  if (!contract.empty() && contract != "w4a4" && contract != "w4a16")
+    return err("engine: activation contract '{}': expected w4a4 or w4a16", contract);
   if (cfg.contains("quantization_config")) {
     // A gridbook artifact: FP8 / CB weights straight from the mmapped files.
     GRIDQ_ASSIGN_OR_RETURN(std::shared_ptr<ArtifactModel> am, load_artifact_model(model_dir));
+    GRIDQ_ASSIGN_OR_RETURN(int64_t n_fp4, set_activation_contract(am->weights, contract));
+    choice.log_line += contract_log(contract, n_fp4);
     GRIDQ_ASSIGN_OR_RETURN(be, make_backend(choice.kind, am->spec, am->weights, am, opts));
   } else {
     GRIDQ_ASSIGN_OR_RETURN(model::LoadedModel lm, model::load_model(model_dir));
     GRIDQ_ASSIGN_OR_RETURN(ModelWeights w, build_model_weights(lm.spec, lm.weights));
+    choice.log_line += contract_log(contract, 0);
     std::shared_ptr<void> keep(std::move(lm.checkpoint));
     GRIDQ_ASSIGN_OR_RETURN(be, make_backend(choice.kind, lm.spec, std::move(w), keep, opts));
   }
@@ -89,6 +110,11 @@ Expected<std::unique_ptr<Engine>> Engine::open_synthetic(const std::string& toke
         "engine: synthetic model '{}' is built on the GPU: it needs --device cuda and a CUDA build "
         "({})",
         opts.synthetic, choice.log_line);
+  if (opts.activation_contract == "w4a16")
+    return err(
+        "engine: synthetic model '{}' is built with the FP4 activation contract; --activation-contract "
+        "w4a16 applies to loaded artifacts only",
+        opts.synthetic);
   if (opts.synthetic_vocab < 0)
     return err("engine: synthetic_vocab must be >= 0 (got {})", opts.synthetic_vocab);
   GRIDQ_ASSIGN_OR_RETURN(std::unique_ptr<Backend> be, hooks->synthetic(opts.synthetic, opts.synthetic_seed,

@@ -24,6 +24,10 @@ struct EngineOptions {
   int prefill_chunk = 0;        // tokens per prefill forward; 0: by device (cpu 512, cuda 2048: one step)
   std::string device = "auto";  // cpu, cuda or auto (choose_device in device.h)
   DeviceOptions dev;            // what the CUDA backend is asked for; unused on cpu
+  // The activation contract of the FP4-CB layers (issue 15 item 4): "" = the artifact's own (format.md §14.1:
+  // act_bits 4, FP4 group-16 QDQ of their inputs), "w4a4" the same said explicitly, "w4a16" their inputs
+  // unquantized (BF16). Other layers (FP8 W8A8, FP8-CB, BF16) keep their contracts. Named in device_log().
+  std::string activation_contract;
   // A full-size synthetic model (cuda/synthetic_model.h names) built on the GPU instead of loading one; the
   // model_dir given to open() then only supplies the tokenizer side (tokenizer, template, generation config).
   std::string synthetic;

@@ -23,7 +23,7 @@ struct GroupedOut {
 };
 
 GroupedOut run_grouped(const ExpertStacks& st, const std::vector<uint16_t>& x, const std::vector<int>& eid,
-                       int T, int k, int E, int I, int H, int wide = -1) {
+                       int T, int k, int E, int I, int H, int wide = -1, bool qdq_fp4 = true) {
   GroupedOut o;
   auto xd = upload_vec(x, "x");
   auto ed = upload_vec(eid, "eid");
@@ -46,6 +46,7 @@ GroupedOut run_grouped(const ExpertStacks& st, const std::vector<uint16_t>& x, c
   a.h = hd->as<uint16_t>();
   a.y = yd->as<float>();
   a.wide = wide;
+  a.qdq_fp4 = qdq_fp4;
   auto s = grouped_moe(a, nullptr, true);
   EXPECT_TRUE(s.ok()) << s.message();
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -187,6 +188,61 @@ TEST(CudaMoeGrouped, WideItemsAreBitIdenticalToNarrow) {
     EXPECT_EQ(std::memcmp(narrow.h.data(), wide.h.data(), narrow.h.size() * 2), 0) << "h, T=" << T;
     EXPECT_EQ(std::memcmp(narrow.y.data(), wide.y.data(), narrow.y.size() * 4), 0) << "y, T=" << T;
   }
+}
+
+// The w4a16 contract (qdq_fp4 false, --activation-contract w4a16): h is the BF16 SiLU·up product itself, no
+// FP4 QDQ, on unquantized x; it differs from the w4a4 h, and y is down on that h.
+TEST(CudaMoeGrouped, W4A16SkipsTheFp4Qdq) {
+  REQUIRE_GPU();
+  Rng r(2003);
+  const int E = 8, I = 256, H = 512, k = 2, T = 5;
+  ExpertStacks st = make_expert_stacks(E, I, H, r);
+  std::vector<uint16_t> x(static_cast<size_t>(T) * H);
+  for (auto& v : x) v = r.bf16(2.0f);
+  const std::vector<int> eid = random_choices(T, k, E, r);
+  GroupedOut a16 = run_grouped(st, x, eid, T, k, E, I, H, -1, false);
+  GroupedOut a4 = run_grouped(st, x, eid, T, k, E, I, H, -1, true);
+  ASSERT_EQ(a16.h.size(), static_cast<size_t>(T) * k * I);
+  size_t agree = 0, same_as_a4 = 0;
+  double num = 0, den = 0;
+  std::vector<double> ref(static_cast<size_t>(T) * k * H), absref(ref.size());
+  for (int t = 0; t < T; ++t) {
+    std::vector<uint16_t> xm(x.begin() + static_cast<long>(t) * H, x.begin() + static_cast<long>(t + 1) * H);
+    for (int j = 0; j < k; ++j) {
+      const size_t p = static_cast<size_t>(t) * k + j;
+      const int e = eid[p];
+      std::vector<double> h, ha;
+      swiglu_ref(st.gu_dense[static_cast<size_t>(e)], xm, I, H, h, ha);
+      for (int i = 0; i < I; ++i) {
+        const uint16_t want = f32_to_bf16(static_cast<float>(h[static_cast<size_t>(i)]));
+        const uint16_t got = a16.h[p * I + static_cast<size_t>(i)];
+        agree += got == want;
+        same_as_a4 += got == a4.h[p * I + static_cast<size_t>(i)];
+        const double dv = bf16_to_f32(got) - h[static_cast<size_t>(i)];
+        num += dv * dv;
+        den += h[static_cast<size_t>(i)] * h[static_cast<size_t>(i)];
+      }
+      const auto& dw = st.dn_dense[static_cast<size_t>(e)];
+      for (int row = 0; row < H; ++row) {
+        double d = 0, da = 0;
+        for (int c = 0; c < I; ++c) {
+          const double v = static_cast<double>(bf16_to_f32(dw[static_cast<size_t>(row) * I + c])) *
+                           bf16_to_f32(a16.h[p * I + static_cast<size_t>(c)]);
+          d += v, da += std::fabs(v);
+        }
+        ref[p * H + static_cast<size_t>(row)] = d;
+        absref[p * H + static_cast<size_t>(row)] = da;
+      }
+    }
+  }
+  const double total = static_cast<double>(a16.h.size());
+  std::printf(
+      "[grouped moe w4a16] h: %zu of %.0f equal to bf16(float64 h), %zu equal to the w4a4 h, rel L2 %.3g\n",
+      agree, total, same_as_a4, std::sqrt(num / den));
+  EXPECT_GE(static_cast<double>(agree), 0.90 * total);  // misses: a flipped BF16 rounding of g or u
+  EXPECT_LT(std::sqrt(num / den), 0.01);
+  EXPECT_LT(static_cast<double>(same_as_a4), 0.5 * total) << "w4a16 h looks FP4-QDQ'd";
+  expect_close(a16.y, ref, absref, Tol{1e-6, 1.0 / 65536}, "grouped moe w4a16 down");
 }
 
 TEST(CudaMoeGrouped, RefusesBadArguments) {

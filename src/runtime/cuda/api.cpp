@@ -325,7 +325,7 @@ Status grouped_moe(const GroupedMoeArgs& a, cudaStream_t stream, bool pdl) {
   const ExpertParams pg{gu, a.grp, a.E, a.k, a.gate_up->rows}, pd{dn, a.grp, a.E, 1, a.down->rows};
   GRIDQ_LAUNCHED(wide ? raw_grouped_wide(true, pg, stream, pdl) : raw_grouped_experts(true, 1, pg, stream, pdl),
                  "grouped_moe: gate_up");
-  GRIDQ_LAUNCHED(raw_swiglu_pairs(a.gu, static_cast<int>(P), a.gate_up->rows / 2, a.h, stream, pdl),
+  GRIDQ_LAUNCHED(raw_swiglu_pairs(a.gu, static_cast<int>(P), a.gate_up->rows / 2, a.h, a.qdq_fp4, stream, pdl),
                  "grouped_moe: swiglu");
   GRIDQ_LAUNCHED(wide ? raw_grouped_wide(false, pd, stream, pdl) : raw_grouped_experts(false, 1, pd, stream, pdl),
                  "grouped_moe: down");

@@ -106,9 +106,10 @@ Expected<DevLinear> upload(const std::vector<std::vector<const QMatrix*>>& exper
   d.act_bits = m0.format == RF::kFP8 ? 8 : m0.act_bits;
   const int E = d.experts, R = d.rows, C = d.cols;
   const int rows16 = (R + 15) / 16 * 16;
-  const bool tiled = allow_tiled && ((m0.format == RF::kBF16 && C % 64 == 0) ||
-                                     (m0.format == RF::kFP8 && C % 64 == 0 && m0.act_bits == 8) ||
-                                     (m0.format == RF::kCB && tiled_cb(m0) && m0.act_bits == 4));
+  const bool tiled =
+      allow_tiled && ((m0.format == RF::kBF16 && C % 64 == 0) ||
+                      (m0.format == RF::kFP8 && C % 64 == 0 && m0.act_bits == 8) ||
+                      (m0.format == RF::kCB && tiled_cb(m0) && (m0.act_bits == 4 || m0.act_bits == 16)));
   if (tiled) {
     Stacked s = stack_rows(experts, rows16);
     d.path = DevLinear::Path::kTiled;
@@ -127,7 +128,8 @@ Expected<DevLinear> upload(const std::vector<std::vector<const QMatrix*>>& exper
         for (float v : t) f16.push_back(f32_to_f16(v));
       GRIDQ_ASSIGN_OR_RETURN(d.tiled, upload_cb(m0.rung->k, m0.rung->layout_version, rows16, C, E, s.bytes,
                                                 f16, gridbook::kV2Table));
-      d.kernel = "tiled " + m0.rung->name() + (m0.rung->layout_version == 2 ? " v2" : " v1");
+      d.kernel = "tiled " + m0.rung->name() + (m0.rung->layout_version == 2 ? " v2" : " v1") +
+                 (m0.act_bits == 16 ? " w4a16" : "");
     }
     return d;
   }
@@ -200,7 +202,9 @@ std::map<std::string, int> kernel_counts(const DeviceModel& dm) {
          {&dl.qkv, &dl.q, &dl.k, &dl.v, &dl.g, &dl.o, &dl.mlp.gate_up, &dl.mlp.down, &dl.router,
           &dl.shared.gate_up, &dl.shared.down, &dl.experts.gate, &dl.experts.up, &dl.experts.down_ref})
       add(*l);
-    if (dl.experts.fused) ++n["fused MoE gate_up+down (tiled NVFP4_CB_K16 v2)"];
+    if (dl.experts.fused)
+      ++n[dl.experts.fp4 ? "fused MoE gate_up+down (tiled NVFP4_CB_K16 v2)"
+                         : "fused MoE gate_up+down (tiled NVFP4_CB_K16 v2, w4a16: BF16 activations)"];
   }
   return n;
 }
@@ -284,7 +288,7 @@ Expected<std::unique_ptr<DeviceModel>> upload_model(const model::ModelSpec& spec
       auto k16v2 = [](const QMatrix& m) {
         return m.format == RF::kCB && m.rung && m.rung->grid == gridbook::Grid::FP4 &&
                m.rung->mode == gridbook::Mode::Product && m.rung->k == 16 && m.rung->layout_version == 2 &&
-               m.act_bits == 4;
+               (m.act_bits == 4 || m.act_bits == 16);  // 16: the w4a16 contract (EngineOptions)
       };
       // The fused MoE kernels: NVFP4-CB K16 v2 stacks whose rows fill 16-row tiles exactly.
       const bool k16 = k16v2(lw.expert_gate[0]) && k16v2(lw.expert_down[0]) &&
@@ -301,6 +305,7 @@ Expected<std::unique_ptr<DeviceModel>> upload_model(const model::ModelSpec& spec
         GRIDQ_ASSIGN_OR_RETURN(DevLinear a, upload(gu, p + "experts gate_up", true));
         GRIDQ_ASSIGN_OR_RETURN(DevLinear b, upload(dn, p + "experts down", true));
         dl.experts.fused = a.path == DevLinear::Path::kTiled && b.path == DevLinear::Path::kTiled;
+        dl.experts.fp4 = lw.expert_gate[0].act_bits == 4;
         dl.experts.gate_up = std::move(a.tiled);
         dl.experts.down = std::move(b.tiled);
       }

@@ -37,7 +37,8 @@ struct DevLinear {
 
 // The routed experts of one MoE layer.
 struct DevExperts {
-  bool fused = false;  // NVFP4-CB K16 v2 with the FP4 contract: the one-launch MoE kernels (kernels.h)
+  bool fused = false;  // NVFP4-CB K16 v2: the one-launch MoE kernels (kernels.h)
+  bool fp4 = true;     // the experts' activation contract: FP4 group-16 QDQ (act_bits 4); false: w4a16
   DeviceWeights gate_up, down;   // fused: stacks [E][2I, H] and [E][H, I], tiled
   DevLinear gate, up, down_ref;  // otherwise: reference stacks [E][I, H], [E][I, H], [E][H, I]
   size_t resident_bytes() const;

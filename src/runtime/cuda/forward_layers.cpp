@@ -50,7 +50,8 @@ NormContracts attention_contracts(const DevLayer& dl) {
 NormContracts mlp_contracts(const DevLayer& dl, bool moe, bool shared) {
   NormContracts n;
   if (moe) {
-    if (dl.experts.fused) n.fp4 = true;  // the grouped experts read the FP4 QDQ of the normed rows
+    // The grouped experts read the FP4 QDQ of the normed rows (w4a4), or the rows themselves (w4a16).
+    if (dl.experts.fused && dl.experts.fp4) n.fp4 = true;
     if (shared) add_contract(n, dl.shared.gate_up);
   } else {
     add_contract(n, dl.mlp.gate_up);
@@ -269,14 +270,15 @@ Status moe(Ctx& c, const DevLayer& dl) {
   if (ex.fused) {
     // Grouped by expert for the whole step (kernels.h grouped_moe: a pair's bits do not depend on the rest
     // of the step), then the reference combine: FP32, a token's experts in ascending id order.
-    GRIDQ_RETURN_IF_ERROR(fp4_copy(c, a, H));
+    if (ex.fp4) GRIDQ_RETURN_IF_ERROR(fp4_copy(c, a, H));
     GroupedMoeArgs g;
     g.gate_up = &ex.gate_up.m;
     g.down = &ex.down.m;
     g.T = c.T, g.k = k, g.E = E;
     g.eid = c.w.eid.as<int>();
     g.grp = c.w.grp.as<int>();
-    g.x = c.w.xin.as<uint16_t>();
+    g.x = ex.fp4 ? c.w.xin.as<uint16_t>() : a;
+    g.qdq_fp4 = ex.fp4;
     g.gu = c.w.gu.as<float>();
     g.h = c.w.h.as<uint16_t>();
     g.y = c.w.yd.as<float>();

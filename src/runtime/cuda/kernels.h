@@ -163,6 +163,7 @@ Status moe_down(const MoeArgs& a, const Workspace& ws, cudaStream_t stream, bool
 // a step (eid [T, k]: route_tokens' output) are sorted by expert on the device, and each expert's weights are
 // decoded once per block of its pairs. Pair p = t·k + j:
 //   h[p, :] = FP4QDQ(bf16(silu(gate_e·x[t])·(up_e·x[t])))   (x: the FP4-QDQ'd BF16 rows [T, H])
+//   (qdq_fp4 false, the w4a16 contract: no FP4QDQ of h, and the caller passes the unquantized rows as x)
 //   y[p, :] = down_e · h[p, :]                             FP32 [T·k, H]
 // A pair's sums run over the whole K of a tile in one warp, units in order: its bits depend on its own
 // inputs only, whatever else is in the step (batch invariance by construction). The combine is the caller's
@@ -177,7 +178,9 @@ struct GroupedMoeArgs {
   float* gu = nullptr;          // [T·k, 2I] scratch: gate and up sums
   uint16_t* h = nullptr;        // [T·k, I]
   float* y = nullptr;           // [T·k, H]
-  int wide = -1;  // items of 16 tiles × 64 pairs: 1 always, 0 never, -1 when the step has ≥ 16 pairs per expert
+  int wide =
+      -1;  // items of 16 tiles × 64 pairs: 1 always, 0 never, -1 when the step has ≥ 16 pairs per expert
+  bool qdq_fp4 = true;  // h through the FP4 group-16 QDQ (w4a4); false: BF16 h (w4a16)
 };
 inline long long grouped_moe_grp_ints(int T, int k, int E) {
   return 3LL * (E + 1) + static_cast<long long>(T) * k;

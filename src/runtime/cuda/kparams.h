@@ -89,7 +89,8 @@ cudaError_t raw_grouped_experts(bool gate_up, int nt, const ExpertParams& p, cud
 cudaError_t raw_grouped_wide(bool gate_up, const ExpertParams& p, cudaStream_t s, bool pdl);
 inline constexpr int kWidePairs = 64, kWideTiles = 16;
 // h [P, I] = FP4QDQ(bf16(silu(bf16(gate))·bf16(up))) from gu [P, 2I] (the GEMV SwiGLU epilogue's arithmetic).
-cudaError_t raw_swiglu_pairs(const float* gu, int P, int I, uint16_t* h, cudaStream_t s, bool pdl);
+cudaError_t raw_swiglu_pairs(const float* gu, int P, int I, uint16_t* h, bool qdq_fp4, cudaStream_t s,
+                             bool pdl);
 
 // Launches the GEMV engine for (format, k, layout_version, mode, token tiles nt = 1|2). Returns
 // cudaErrorNotSupported when that combination is not instantiated.

@@ -253,8 +253,10 @@ __global__ void __launch_bounds__(kExpertThreads, 1) grouped_expert_kernel(const
 
 // h[p, i] = FP4QDQ(bf16(silu(bf16(g))·bf16(u))) over groups of 16 consecutive i (format.md §14.1), g and u
 // the FP32 rows i and I + i of gu[p]: the arithmetic of the GEMV's SwiGLU epilogue (swiglu_column). One
-// thread per element; a group is 16 consecutive lanes (I % 16 == 0), reduced by xor 1, 2, 4, 8.
-__global__ void __launch_bounds__(256) swiglu_pairs_kernel(const float* gu, int P, int I, uint16_t* h) {
+// thread per element; a group is 16 consecutive lanes (I % 16 == 0), reduced by xor 1, 2, 4, 8. qdq == 0
+// (the w4a16 contract): h is the BF16 product itself.
+__global__ void __launch_bounds__(256)
+    swiglu_pairs_kernel(const float* gu, int P, int I, uint16_t* h, int qdq) {
   pdl_entry();
   const long long idx = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   const bool ok = idx < static_cast<long long>(P) * I;  // whole groups in or out
@@ -272,7 +274,10 @@ __global__ void __launch_bounds__(256) swiglu_pairs_kernel(const float* gu, int 
     a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, m));
     nan |= __shfl_xor_sync(0xffffffffu, nan, m);
   }
-  if (ok) h[pr * I + i] = nan ? uint16_t{0x7FC0} : fp4_qdq_elem(hv, fp4_group_scale(a));
+  if (ok)
+    h[pr * I + i] = !qdq  ? f32_to_bf16_bits(hv)
+                    : nan ? uint16_t{0x7FC0}
+                          : fp4_qdq_elem(hv, fp4_group_scale(a));
 }
 
 constexpr int grouped_smem_bytes(int E) {
@@ -305,11 +310,12 @@ cudaError_t raw_group_pairs(const int* eid, int P, int E, int nb, int r_gu, int 
   return launch_pdl(pdl, group_pairs_kernel, dim3(1), dim3(1024), smem, s, eid, P, E, nb, r_gu, r_dn, grp);
 }
 
-cudaError_t raw_swiglu_pairs(const float* gu, int P, int I, uint16_t* h, cudaStream_t s, bool pdl) {
+cudaError_t raw_swiglu_pairs(const float* gu, int P, int I, uint16_t* h, bool qdq_fp4, cudaStream_t s,
+                             bool pdl) {
   if (I % 16) return cudaErrorInvalidValue;
   const long long n = static_cast<long long>(P) * I;
   return launch_pdl(pdl, swiglu_pairs_kernel, dim3(static_cast<unsigned>((n + 255) / 256)), dim3(256), 0, s,
-                    gu, P, I, h);
+                    gu, P, I, h, qdq_fp4 ? 1 : 0);
 }
 
 cudaError_t raw_grouped_experts(bool gate_up, int nt, const ExpertParams& p, cudaStream_t s, bool pdl) {
