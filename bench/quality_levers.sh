@@ -7,6 +7,7 @@
 # Usage: bench/quality_levers.sh [GRIDQ_BIN] [RESULT_STEM]
 #   env: CALIB_TOKENS=65536 EVAL_TOKENS=32768 THREADS=0 DEVICE=cpu WORK=/tmp/... ONLY="name ..." (a subset)
 #        EXTRA_ROWS: more rows, one per line, "name|quantize args|eval args" (the args are split on spaces),
+#        BUDGET_FORMATS: the candidates of every budget row (default K12,K16,K20,K24)
 #        COMMIT: the commit to record (where the tree has no .git)
 #          e.g. EXTRA_ROWS=$'rot-k16|--recipe laguna --rotate hadamard|\nk16-w4a16|--recipe laguna|--activation-contract w4a16'
 #        A row whose quantize args equal an earlier row's reuses that artifact (only the eval differs).
@@ -27,8 +28,12 @@ MODEL=models/laguna-tiny-code
 WORK="${WORK:-$(mktemp -d "${TMPDIR:-/tmp}/gridq_levers.XXXXXX")}"
 mkdir -p "$WORK" "$(dirname "$STEM")"
 DUMP="$WORK/teacher.dump"
+LAST_LAYER=$(python3 -c "import json; print(json.load(open('$MODEL/config.json'))['num_hidden_layers'] - 1)")
+BUDGET_FORMATS="${BUDGET_FORMATS:-NVFP4_CB_K12,NVFP4_CB_K16,NVFP4_CB_K20,NVFP4_CB_K24}"
+export BUDGET_FORMATS
 COMMON=(--calib data/code-calib.txt --calib-tokens "$CALIB_TOKENS" --threads "$THREADS")
-PRICE=(--recipe laguna --budget-bpw 2.0)  # the pricing pass (any feasible budget: it stops before choosing)
+BUDGET=(--budget-formats "$BUDGET_FORMATS")  # every budget row and the pricing pass
+PRICE=(--recipe laguna --budget-bpw 2.0 "${BUDGET[@]}")  # the pricing pass (any feasible budget: it stops before choosing)
 
 ROWS="cbgptq-k16|--recipe laguna|
 proxy-2.28125|--recipe laguna --budget-bpw 2.28125 --budget-score proxy|
@@ -44,8 +49,9 @@ priced() {  # the shared pricing pass, once per WORK
   [ -d "$WORK/priced.partial" ] && return 0
   echo "== pricing every budget candidate once" >&2
   local start; start=$(date +%s)
-  "$GRIDQ" quantize "$MODEL" "$WORK/priced" "${PRICE[@]}" "${COMMON[@]}" --stop-after-layer 1000000 \
+  "$GRIDQ" quantize "$MODEL" "$WORK/priced" "${PRICE[@]}" "${COMMON[@]}" --stop-after-layer "$LAST_LAYER" \
     --no-resume --quiet >/dev/null
+  [ -d "$WORK/priced.partial" ] || { echo "pricing pass did not stop before finishing" >&2; exit 1; }
   echo "$(($(date +%s) - start))" >"$WORK/priced.seconds"
 }
 
@@ -63,13 +69,15 @@ while IFS='|' read -r name qargs eargs; do
     if [ ! -s "$WORK/$name.quantize.json" ]; then
       echo "== $name: quantize $qargs" >&2
       # shellcheck disable=SC2086
+      extra=()
       if [[ " $qargs " == *" --budget-bpw "* ]]; then
         priced
         rm -rf "$art.partial" && cp -r "$WORK/priced.partial" "$art.partial"
+        extra=("${BUDGET[@]}")
       fi
       start=$(date +%s)
       # shellcheck disable=SC2086
-      "$GRIDQ" quantize "$MODEL" "$art" $qargs "${COMMON[@]}" --overwrite --quiet --json \
+      "$GRIDQ" quantize "$MODEL" "$art" $qargs "${extra[@]}" "${COMMON[@]}" --overwrite --quiet --json \
         >"$WORK/$name.quantize.json.tmp"
       mv "$WORK/$name.quantize.json.tmp" "$WORK/$name.quantize.json"
       echo "$(($(date +%s) - start))" >"$WORK/$name.quantize.seconds"
@@ -105,7 +113,7 @@ for name in runs:
 shas = {r["eval"]["teacher_sha256"] for r in rows}
 assert len(shas) == 1, f"runs were scored against different teachers: {shas}"
 priced = int(rd("priced", ".seconds")) if os.path.exists(os.path.join(work, "priced.seconds")) else None
-doc = {"date": datetime.date.today().isoformat(), "commit": commit, "machine": f"{cpu}, {os.cpu_count()} cores",
+doc = {"budget_formats": os.environ.get("BUDGET_FORMATS", "NVFP4_CB_K12,NVFP4_CB_K16,NVFP4_CB_K20,NVFP4_CB_K24"), "date": datetime.date.today().isoformat(), "commit": commit, "machine": f"{cpu}, {os.cpu_count()} cores",
        "model": "models/laguna-tiny-code", "calib": {"file": "data/code-calib.txt", "tokens": calib_tokens},
        "eval": {"file": "data/code-eval.txt", "tokens": eval_tokens, "teacher_sha256": shas.pop()},
        "pricing_seconds": priced, "runs": rows}
@@ -129,6 +137,7 @@ with open(stem + ".md", "w") as md:
     md.write(f"- calibration: first {calib_tokens} tokens of `data/code-calib.txt`; evaluation: first {eval_tokens} tokens "
              f"of `data/code-eval.txt`, {e0['positions']} positions, teacher (BF16) PPL {e0['teacher_ppl']:.4f}, one "
              f"teacher dump (teacher_sha256 {doc['eval']['teacher_sha256'][:16]}…)\n")
+    md.write(f"- budget candidates: {doc['budget_formats']}\n")
     if priced is not None:
         md.write(f"- budget rows share one pricing pass ({priced} s); their quantize s is the finish from it\n")
     md.write("\n| row | routed bpw | routed rungs (layers 1-3) | ALL-KL | confident-KL | top-1 | PPL | quantize s |\n")
