@@ -62,7 +62,9 @@ Registrar reg{Command{
     "  gridq quantize models/laguna-tiny-code /tmp/q-gpu --recipe laguna --calib data/code-calib.txt "
     "--device cuda\n"
     "  gridq quantize models/laguna-tiny-code /tmp/q-rot --recipe laguna --calib data/code-calib.txt "
-    "--rotate hadamard\n",
+    "--rotate hadamard\n"
+    "  gridq quantize models/laguna-tiny-code /tmp/q-2.5p --recipe laguna --calib data/code-calib.txt "
+    "--budget-bpw 2.5 --budget-score proxy\n",
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<QuantizeArgs>();
       sub.add_option("SRC", a->o.src, "BF16 Hugging Face checkpoint directory")->required();
@@ -83,6 +85,10 @@ Registrar reg{Command{
                      "with --budget-bpw: candidate formats of the routed-expert stacks (comma list; default "
                      "NVFP4_CB_K12,NVFP4_CB_K16,NVFP4_CB_K20,NVFP4_CB_K24; FP8_CB_K* also work)")
           ->delimiter(',');
+      sub.add_option("--budget-score", a->o.budget_score,
+                     "with --budget-bpw: measured (default: output KL on calibration text, never worse than "
+                     "the best uniform rung that fits, on the held-out split) or proxy (tr(dW H dW^T) alone)")
+          ->check(CLI::IsMember({"measured", "proxy"}));
       sub.add_flag("--budget-attention", a->o.budget_attention,
                    "with --budget-bpw: attention q/k/v and o also choose FP8_DYNAMIC or BF16");
       sub.add_option("--codebooks", a->o.codebooks, "codebook tables (default: the recipe's)")

@@ -186,4 +186,69 @@ Expected<AllocPlan> allocate(const std::vector<AllocUnit>& units, double budget_
   return plan;
 }
 
+std::vector<PlanCandidate> uniform_plans(const std::vector<AllocUnit>& units, double budget_bpw) {
+  std::vector<PlanCandidate> out;
+  if (units.empty()) return out;
+  double params = 0;
+  for (const AllocUnit& u : units) params += static_cast<double>(u.params);
+  for (const AllocOption& first : units.front().options) {
+    AllocPlan p;
+    bool all = true;
+    for (const AllocUnit& u : units) {
+      int k = -1;
+      for (size_t o = 0; o < u.options.size() && k < 0; ++o)
+        if (u.options[o].format == first.format) k = static_cast<int>(o);
+      if (k < 0) {
+        all = false;
+        break;
+      }
+      p.choice.push_back(k);
+      p.bits += u.options[static_cast<size_t>(k)].bits;
+      p.cost += u.options[static_cast<size_t>(k)].cost;
+    }
+    if (!all || p.bits > budget_bpw * params * (1 + kBudgetSlack)) continue;
+    p.bpw = p.bits / params;
+    out.push_back({"uniform " + first.format, std::move(p), 0.0});
+  }
+  return out;
+}
+
+Expected<MeasuredAllocation> allocate_measured(
+    const std::vector<AllocUnit>& units, const std::vector<std::vector<double>>& sens, double budget_bpw,
+    const std::function<Expected<double>(const std::vector<int>& choice)>& check_kl) {
+  if (sens.size() != units.size())
+    return err("allocate: {} sensitivity rows for {} units", sens.size(), units.size());
+  std::vector<AllocUnit> measured = units;  // the same options, costed by the measured KL
+  for (size_t u = 0; u < units.size(); ++u) {
+    if (sens[u].size() != units[u].options.size())
+      return err("allocate: unit '{}' has {} sensitivities for {} options", units[u].name, sens[u].size(),
+                 units[u].options.size());
+    for (size_t o = 0; o < sens[u].size(); ++o) {
+      if (!std::isfinite(sens[u][o]) || sens[u][o] < 0)
+        return err("allocate: unit '{}' option {}: measured KL {} must be finite and >= 0", units[u].name,
+                   units[u].options[o].format, sens[u][o]);
+      measured[u].options[o].cost = sens[u][o];
+    }
+  }
+  GRIDQ_ASSIGN_OR_RETURN(AllocPlan by_sens, allocate(measured, budget_bpw));
+  GRIDQ_ASSIGN_OR_RETURN(AllocPlan by_proxy, allocate(units, budget_bpw));
+  by_sens.cost = 0;  // report every candidate's cost as the proxy D of its choice
+  for (size_t u = 0; u < units.size(); ++u) by_sens.cost += units[u].options[by_sens.choice[u]].cost;
+
+  MeasuredAllocation m;
+  m.candidates = uniform_plans(units, budget_bpw);
+  for (auto& [label, plan] : {std::pair{"measured", by_sens}, std::pair{"proxy", by_proxy}}) {
+    bool dup = false;
+    for (const PlanCandidate& c : m.candidates) dup = dup || c.plan.choice == plan.choice;
+    if (!dup) m.candidates.push_back({label, plan, 0.0});
+  }
+  for (size_t i = 0; i < m.candidates.size(); ++i) {
+    PlanCandidate& c = m.candidates[i];
+    GRIDQ_ASSIGN_OR_RETURN(c.check_kl, check_kl(c.plan.choice));
+    if (!std::isfinite(c.check_kl)) return err("allocate: plan '{}' measured a non-finite KL", c.label);
+    if (c.check_kl < m.candidates[m.chosen].check_kl) m.chosen = i;  // strict: ties keep the earlier
+  }
+  return m;
+}
+
 }  // namespace gridq::quant

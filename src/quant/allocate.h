@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -46,5 +47,42 @@ Expected<double> matrix_bits(const std::string& format, int64_t R, int64_t C, in
 // Fails (naming the budget and the minimum/maximum reachable bpw) when even the cheapest choice of every
 // unit exceeds `budget_bpw`, or when a unit has no options or non-finite numbers.
 Expected<AllocPlan> allocate(const std::vector<AllocUnit>& units, double budget_bpw);
+
+// ---------------------------------------------------------------------------------------------------------
+// Measured allocation (`--budget-score measured`, the default). The proxy D can rank rungs badly (it chose a
+// plan worse than uniform K16 at the same bits), so the plan is decided by the model's measured output KL:
+//
+//   1. sensitivity: s[u][o] = KL of the model with unit u alone at option o (every other unit BF16), on a
+//      calibration split; the knapsack above runs on s instead of D (KL is additive to first order);
+//   2. candidates: every uniform plan that fits (one format for every unit), the measured-knapsack plan and
+//      the proxy-knapsack plan, in that order, duplicates dropped;
+//   3. check: each candidate's KL measured on the held-out calibration split; the lowest wins, ties to the
+//      earlier candidate, so a mixed plan is taken only when it measures strictly better than every
+//      uniform plan that fits.
+// Uniform plans are always in the search space, so the result never measures worse than the best uniform
+// rung that fits the budget (on the check split).
+
+struct PlanCandidate {
+  std::string label;  // "uniform NVFP4_CB_K16", "measured", "proxy"
+  AllocPlan plan;
+  double check_kl = 0.0;  // measured KL on the check split
+};
+
+// The uniform plans that fit: for each format listed by every unit, the plan giving every unit that format,
+// when its bits fit `budget_bpw` (the knapsack's slack). In the first unit's option order.
+std::vector<PlanCandidate> uniform_plans(const std::vector<AllocUnit>& units, double budget_bpw);
+
+struct MeasuredAllocation {
+  std::vector<PlanCandidate> candidates;  // in the order above, each with its check_kl
+  size_t chosen = 0;                      // index into candidates
+  const AllocPlan& plan() const { return candidates[chosen].plan; }
+};
+
+// `units` carry the proxy costs; sens[u][o] the measured sensitivities (finite, >= 0, shaped like the
+// options); check_kl(choice) measures one plan on the check split. Fails on malformed input, on a failing
+// measurement, or when no plan fits.
+Expected<MeasuredAllocation> allocate_measured(
+    const std::vector<AllocUnit>& units, const std::vector<std::vector<double>>& sens, double budget_bpw,
+    const std::function<Expected<double>(const std::vector<int>& choice)>& check_kl);
 
 }  // namespace gridq::quant

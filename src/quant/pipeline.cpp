@@ -17,6 +17,7 @@
 #include "quant/learned_codebook.h"
 #include "quant/manifest.h"
 #include "quant/rotate_options.h"
+#include "quant/sensitivity.h"
 #include "runtime/device.h"
 #include "text/tokenizer.h"
 
@@ -126,6 +127,19 @@ Status Driver::prepare() {
     device_line =
         dc.log_line + " (quantize: the Hessians on the GPU; the forward and the encoders on the CPU)";
   }
+  if (o.budget_score != "measured" && o.budget_score != "proxy")
+    return err("--budget-score '{}': expected measured or proxy", o.budget_score);
+  if (o.budget_bpw > 0.0 && o.budget_score == "measured") {
+    if (o.budget_attention)
+      return err(
+          "--budget-attention needs --budget-score proxy (measured KL prices routed-expert stacks only)");
+    for (const std::string& f : o.budget_formats)
+      if (f != "BF16" && !is_cb_format(f))
+        return err(
+            "--budget-formats {}: --budget-score measured runs CB rungs and BF16 only; pass "
+            "--budget-score proxy",
+            f);
+  }
 
   GRIDQ_ASSIGN_OR_RETURN(recipe, load_recipe(o.recipe, o.repo_root));
   auto loaded = model::load_model(o.src);
@@ -206,7 +220,9 @@ Status Driver::prepare() {
                       {"budget_formats", o.budget_formats},
                       {"seq_len", o.seq_len},
                       {"method", o.method},
-                      {"budget_bpw", o.budget_bpw},
+                      // The staged candidates do not depend on the budget's value or score (only
+                      // finish() does), so a priced run can be finished at another budget by resuming.
+                      {"budget", o.budget_bpw > 0.0},
                       {"budget_attention", o.budget_attention},
                       {"codebooks", codebook_source},
                       {"strict", o.strict},
@@ -477,7 +493,8 @@ Status Driver::run_layers(int start, QuantizeSummary& s) {
     auto cap = st->run_layer();
     if (!cap.ok()) return err("layer {}: {}", l, cap.message());
     GRIDQ_RETURN_IF_ERROR(write_layer(l, *cap, st, now_seconds() - t));
-    if (o.stop_after_layer == l && l + 1 < n_layers) {
+    // With --budget-bpw the hook may also stop after the last layer: every candidate priced, none chosen.
+    if (o.stop_after_layer == l && (l + 1 < n_layers || o.budget_bpw > 0.0)) {
       s.finished = false;
       return Status();
     }
@@ -517,9 +534,12 @@ Status Driver::finish(QuantizeSummary& s) {
   if (o.budget_bpw > 0.0) {
     std::vector<AllocUnit> units;
     std::vector<const json*> unit_js;
+    MeasureInputs mi;  // --budget-score measured: where each unit's candidates are staged
     for (const LayerRecord& r : manifest.layers) {
       const json& us = r.extra.at("units");
       for (auto it = us.begin(); it != us.end(); ++it) {
+        mi.unit_layer.push_back(r.layer);
+        mi.unit_stage_file.push_back(resume_file(r.shard));
         AllocUnit u;
         u.name = it.key();
         u.params = it.value().at("params").get<int64_t>();
@@ -532,16 +552,42 @@ Status Driver::finish(QuantizeSummary& s) {
     }
     if (units.empty())
       return err("--budget-bpw: the plan has no routed-expert stack (or attention) to allocate");
-    GRIDQ_ASSIGN_OR_RETURN(AllocPlan ap, allocate(units, o.budget_bpw));
-    alloc_j = {{"budget_bpw", o.budget_bpw}, {"bpw", ap.bpw}, {"cost", ap.cost}, {"units", json::array()}};
+    AllocPlan ap;
+    std::vector<std::vector<double>> sens;  // measured: [unit][option] KL alone
+    json measured_j;
+    if (o.budget_score == "proxy") {
+      GRIDQ_ASSIGN_OR_RETURN(ap, allocate(units, o.budget_bpw));
+    } else {
+      mi.model = &model;
+      mi.calib = &calib;
+      mi.threads = o.threads;
+      mi.codebooks = &codebooks;
+      mi.on_step = [&](const std::string& w) { progress->update("finish", "measure KL", w); };
+      GRIDQ_ASSIGN_OR_RETURN(MeasuredResult mr, measure_allocation(units, o.budget_bpw, mi));
+      ap = mr.alloc.plan();
+      sens = std::move(mr.sens);
+      measured_j = std::move(mr.report);
+      progress->log(fmt::format("budget {} bpw: {} plan chosen by measured KL ({:.3f} bpw, check KL {:.5f})",
+                                o.budget_bpw, mr.alloc.candidates[mr.alloc.chosen].label, ap.bpw,
+                                mr.alloc.candidates[mr.alloc.chosen].check_kl));
+    }
+    alloc_j = {{"budget_bpw", o.budget_bpw},
+               {"score", o.budget_score},
+               {"bpw", ap.bpw},
+               {"cost", ap.cost},
+               {"units", json::array()}};
+    if (!measured_j.is_null()) alloc_j["measured"] = std::move(measured_j);
     std::map<std::string, std::string> chosen;  // unit -> format
     for (size_t u = 0; u < units.size(); ++u) {
       const int c = ap.choice[u];
       const std::string f = units[u].options[static_cast<size_t>(c)].format;
       chosen[units[u].name] = f;
       json opts = json::array();
-      for (const AllocOption& op : units[u].options)
+      for (size_t k = 0; k < units[u].options.size(); ++k) {
+        const AllocOption& op = units[u].options[k];
         opts.push_back({{"format", op.format}, {"bits", op.bits}, {"cost", op.cost}});
+        if (!sens.empty()) opts.back()["kl_alone"] = sens[u][k];
+      }
       alloc_j["units"].push_back(
           {{"unit", units[u].name}, {"params", units[u].params}, {"format", f}, {"options", opts}});
       const json& op = unit_js[u]->at("options").at(static_cast<size_t>(c));

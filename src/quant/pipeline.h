@@ -43,6 +43,9 @@ struct QuantizeOptions {
   bool budget_attention = false;  // with budget_bpw: attention q/k/v and o also choose FP8_DYNAMIC or BF16
   // with budget_bpw: the candidates of every routed-expert stack, cheapest first
   std::vector<std::string> budget_formats = {"NVFP4_CB_K12", "NVFP4_CB_K16", "NVFP4_CB_K20", "NVFP4_CB_K24"};
+  // with budget_bpw: "measured" (output KL of the model on calibration text, checked against every uniform
+  // plan that fits on the held-out split) or "proxy" (the knapsack on D = ½·tr(ΔW H ΔWᵀ)/T alone)
+  std::string budget_score = "measured";
   std::string codebooks;  // "" = the recipe's; "lattice" or "learned" replaces it
   int threads = 0;        // 0 = OpenMP default; the bytes do not depend on it
   // "cpu" or "cuda": where the capture's Hessians are accumulated (the bytes do not depend on it; the
