@@ -194,11 +194,10 @@ if has quantgpu; then  # issue 12: `quantize --device cuda` (Hessians on the GPU
   t0=$(date +%s)
   digests() { (cd "$1" && find . -type f ! -name '*.log' | sort | xargs sha256sum); }
   for dev in cpu cuda; do
-    s0=$(date +%s.%N)
     $G quantize models/laguna-tiny-code /tmp/q-$dev --recipe laguna --calib data/code-calib.txt \
       --calib-tokens ${GRIDQ_QUANT_TOKENS:-16384} --threads 16 --device $dev --overwrite --no-resume --json \
       > "$OUT/quant_$dev.json" 2> "$OUT/quant_$dev.err"
-    echo "quantize --device $dev: exit $? in $(echo "$(date +%s.%N) - $s0" | bc) s" | tee -a "$OUT/quantgpu.txt"
+    echo "quantize --device $dev: exit $?, $(grep -o '"seconds":[0-9.]*' "$OUT/quant_$dev.json") s" | tee -a "$OUT/quantgpu.txt"
   done
   if cmp -s <(digests /tmp/q-cpu) <(digests /tmp/q-cuda) && [ -s /tmp/q-cpu/config.json ]; then
     echo "quantize --device cuda: every file byte-identical to --device cpu ($(digests /tmp/q-cpu | wc -l) files)" | tee -a "$OUT/quantgpu.txt"
