@@ -66,15 +66,13 @@ bool use_avx2() {
 
 }  // namespace
 
-HessianAccumulator::HessianAccumulator(int cols) : cols_(cols) {
-  h_.assign(static_cast<size_t>(cols) * static_cast<size_t>(cols), 0.0f);
-}
+// H is allocated at the first block, so an accumulator moved onto the device (on_device) never held one.
+HessianAccumulator::HessianAccumulator(int cols) : cols_(cols) {}
 
 Expected<HessianAccumulator> HessianAccumulator::on_device(int cols) {
   const runtime::CudaBackendHooks* hooks = runtime::cuda_backend_hooks();
   if (!hooks || !hooks->hessian) return err("device Hessians: this gridq was built without the CUDA backend");
-  HessianAccumulator a(0);
-  a.cols_ = cols;
+  HessianAccumulator a(cols);
   GRIDQ_ASSIGN_OR_RETURN(auto store, hooks->hessian(cols));
   a.dev_ = std::move(store);
   return a;
@@ -136,6 +134,7 @@ void HessianAccumulator::add_block(const float* x, int64_t B) {
   }
   // Every tile that holds some (i, j) with j >= i; the j panel stays in L1 across its i panels.
   const bool avx2 = use_avx2();
+  if (h_.empty()) h_.assign(static_cast<size_t>(C * C), 0.0f);
   float* H = h_.data();
   alignas(32) float acc[kMr * kNr];
   for (int64_t jp = 0; jp < n_jp; ++jp) {
@@ -178,6 +177,7 @@ std::vector<float> HessianAccumulator::finish() {
     h_ = std::move(*up);
   }
   const int64_t C = cols_;
+  if (h_.empty()) h_.assign(static_cast<size_t>(C * C), 0.0f);  // no rows: H = 0
   for (int64_t i = 0; i < C; ++i)
     for (int64_t j = i + 1; j < C; ++j)
       h_[static_cast<size_t>(j * C + i)] = h_[static_cast<size_t>(i * C + j)];

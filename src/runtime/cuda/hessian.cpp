@@ -40,24 +40,20 @@ Status DeviceHessian::add_rows(const float* x, int64_t n, const float* scale) {
     n -= take;
     n_ += take;
     staged_ += take;
-    if (staged_ == kStageRows) GRIDQ_RETURN_IF_ERROR(absorb(staged_ / kBlockRows * kBlockRows));
+    if (staged_ == kStageRows) GRIDQ_RETURN_IF_ERROR(absorb());  // whole blocks: kStageRows % 256 == 0
   }
   return {};
 }
 
-Status DeviceHessian::absorb(int64_t rows) {
-  if (rows <= 0) return {};
-  GRIDQ_CUDA(detail::raw_hessian_tiles(stage_.as<float>(), rows, cols_, h_.as<float>(), stream_));
-  const int64_t C = cols_, tail = staged_ - rows;
-  if (tail > 0)  // the unfinished block moves to the front (rows ≥ 256 > tail: the ranges do not overlap)
-    GRIDQ_CUDA(cudaMemcpyAsync(stage_.as<float>(), stage_.as<float>() + rows * C,
-                               static_cast<size_t>(tail * C) * 4, cudaMemcpyDeviceToDevice, stream_));
-  staged_ = tail;
+Status DeviceHessian::absorb() {
+  if (staged_ == 0) return {};
+  GRIDQ_CUDA(detail::raw_hessian_tiles(stage_.as<float>(), staged_, cols_, h_.as<float>(), stream_));
+  staged_ = 0;
   return {};
 }
 
 Expected<std::vector<float>> DeviceHessian::finish() {
-  GRIDQ_RETURN_IF_ERROR(absorb(staged_));
+  GRIDQ_RETURN_IF_ERROR(absorb());  // the last partial block too
   const size_t C = static_cast<size_t>(cols_);
   std::vector<float> H(C * C);
   GRIDQ_CUDA(cudaMemcpyAsync(H.data(), h_.as<float>(), C * C * 4, cudaMemcpyDeviceToHost, stream_));

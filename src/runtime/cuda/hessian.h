@@ -24,16 +24,11 @@
 
 namespace gridq::cuda {
 
-// The kernels (hessian.cu): H's upper-triangle tiles += the block sums of x [rows, cols]; dst = x · scale.
-cudaError_t raw_hessian_tiles(const float* x, int64_t rows, int cols, float* H, cudaStream_t s);
-cudaError_t raw_scale_rows(const float* x, const float* scale, int64_t n, int cols, float* dst,
-                           cudaStream_t s);
-
 class DeviceHessian {
  public:
-  static constexpr int64_t kBlockRows = 256;  // = quant::HessianAccumulator::kBlockRows
-  static constexpr int64_t kStageRows =
-      16384;  // rows staged before a launch (whole blocks go, the tail waits)
+  static constexpr int64_t kBlockRows = detail::kHessianBlockRows;  // = quant::HessianAccumulator's
+  static constexpr int64_t kStageRows = 16384;                      // rows staged before a launch
+  static_assert(kStageRows % kBlockRows == 0, "a full stage is whole blocks");
 
   static Expected<DeviceHessian> create(int cols, cudaStream_t stream);
   int cols() const { return cols_; }
@@ -49,7 +44,8 @@ class DeviceHessian {
   size_t bytes() const { return h_.bytes() + stage_.bytes(); }
 
  private:
-  Status absorb(int64_t rows);  // the first `rows` staged rows (whole blocks, or the tail at the end)
+  // Every staged row into H: whole blocks while the stage fills, the partial last block at finish().
+  Status absorb();
   int cols_ = 0;
   int64_t n_ = 0, staged_ = 0;
   cudaStream_t stream_ = nullptr;
