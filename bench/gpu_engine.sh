@@ -9,6 +9,8 @@
 #   GRIDQ_STEPS   which steps to run (default "build tests artifacts generate serve pysuite bench sanitize"), space separated
 #   GRIDQ_BENCH   arguments of `gridq bench decode` (default: --synthetic laguna-s-2.1)
 #   GRIDQ_BENCH_NOPDL  set: the same bench again with --no-pdl
+#   GRIDQ_BENCHX  step "benchx": '|'-separated extra argument lists, `bench decode $GRIDQ_BENCH` once with each
+#   GRIDQ_TIMELINE_ARGS  step "timeline": `bench decode` arguments run under the CUPTI kernel recorder
 #   GRIDQ_PREFILL arguments of `gridq bench prefill` (step "prefill"; default: --synthetic laguna-s-2.1)
 #   GRIDQ_COMMIT  commit recorded in the results (pass `git rev-parse --short=12 HEAD` of the sent tree: the copied
 #                 tree's .git may be stale)
@@ -25,12 +27,13 @@ log() { echo "== $(date +%T) $*" | tee -a "$OUT/summary.txt"; }
   nvcc --version | tail -1
 } 2>&1 | tee "$OUT/gpu.txt"
 
-# .gpupack/gpupack.tar.xz (ignored, carried): build-pcre plus the Python packages the server suite needs that the
-# image lacks (openai, pydantic, ...), xz-compressed to fit the 64 MiB tree beside the bundled model.
+# .gpupack/ (ignored, carried; made by scripts/make-gpupack.sh): gpupack.tar.xz holds build-pcre, pysite.tar.xz the
+# Python packages the server suite and the load generator need that the image lacks (openai, pydantic, ...).
 PCRE="$PWD/build-pcre"
 if [ -f .gpupack/gpupack.tar.xz ]; then
   mkdir -p /tmp/gpupack && tar xJf .gpupack/gpupack.tar.xz -C /tmp/gpupack && PCRE=/tmp/gpupack/build-pcre
 fi
+[ -f .gpupack/pysite.tar.xz ] && tar xJf .gpupack/pysite.tar.xz -C /tmp/gpupack
 mkdir -p /tmp/pcre-pc
 sed "s#^prefix=.*#prefix=$PCRE#" "$PCRE/lib/pkgconfig/libpcre2-8.pc" > /tmp/pcre-pc/libpcre2-8.pc
 export PKG_CONFIG_PATH="/tmp/pcre-pc${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
@@ -178,6 +181,35 @@ if has bench; then
     timeout 60 $G bench decode $ART/laguna --batches 1,16 --contexts 0,1000 --steps 8 --out "$OUT/bench_decode_tiny.json" \
       > "$OUT/bench_decode_tiny.txt" 2>&1
     echo "tiny artifact bench exit $?"; tail -8 "$OUT/bench_decode_tiny.txt"
+  fi
+fi
+
+if has benchx; then  # A/B of bench decode switches: each '|'-separated list of GRIDQ_BENCHX added to GRIDQ_BENCH
+  IFS='|' read -ra variants <<< "${GRIDQ_BENCHX:-}"
+  n=0
+  for args in "${variants[@]}"; do
+    n=$((n + 1))
+    timeout 300 $G bench decode ${GRIDQ_BENCH:---synthetic laguna-s-2.1} $args --out "$OUT/benchx_$n.json" \
+      > "$OUT/benchx_$n.txt" 2>&1
+    echo "-- bench decode $args: exit $?"; grep -E "tok/s|^ *[0-9]+ +[0-9]+ " "$OUT/benchx_$n.txt" | head -8
+  done
+fi
+
+if has timeline; then  # every kernel of a decode step from CUPTI (bench/tools/kernel_timeline.cpp)
+  CUPTI_LIB=$(dirname "$(find / -name 'libcupti.so*' -not -path '/proc/*' 2>/dev/null | head -1)")
+  CUDA_INC=$(dirname "$(find / -name cupti.h -not -path '/proc/*' 2>/dev/null | head -1)")
+  if g++ -std=c++17 -O2 -shared -fPIC bench/tools/kernel_timeline.cpp -I"$CUDA_INC" -L"$CUPTI_LIB" -lcupti \
+       -Wl,-rpath,"$CUPTI_LIB" -o /tmp/libkt.so > "$OUT/timeline_build.txt" 2>&1; then
+    CUDA_INJECTION64_PATH=/tmp/libkt.so GRIDQ_TIMELINE="$OUT/timeline.csv" timeout 300 $G bench decode \
+      ${GRIDQ_TIMELINE_ARGS:---synthetic laguna-s-2.1 --batches 1 --contexts 0 --steps 4 --warmup 2} \
+      > "$OUT/timeline_bench.txt" 2>&1
+    echo "timeline bench exit $?"
+    python3 bench/tools/timeline_report.py "$OUT/timeline.csv" --detail 1 --json "$OUT/timeline.json" \
+      > "$OUT/timeline_report.txt" 2>&1
+    head -80 "$OUT/timeline_report.txt"
+    xz -9 "$OUT/timeline.csv"
+  else
+    cat "$OUT/timeline_build.txt"
   fi
 fi
 

@@ -58,6 +58,7 @@ int run_decode(const BenchFlags& f) {
   o.seed = f.seed;
   o.pdl = !f.no_pdl;
   o.min_warp_bytes = f.min_warp_bytes;
+  o.blocks_per_sm = f.blocks_per_sm;
   auto r = cuda::run_bench_decode(o);
   if (!r.ok()) return fail(name + ": " + r.message());
   if (!f.out.empty()) {
@@ -164,6 +165,9 @@ const Registrar reg{Command{
              "GEMV work-split tuning: fewest weight bytes per warp (default 8192; changes every matrix's "
              "split, never batch invariance)")
             ->check(CLI::NonNegativeNumber);
+        c->add_option("--blocks-per-sm", flags->blocks_per_sm,
+                      "GEMV blocks per SM (default 0 = all that fit; a cap leaves room for the next kernel)")
+            ->check(CLI::Range(0, 64));
         c->add_option("--device", flags->device, "cuda or auto (default)")->check(device_check());
       };
       model_options(d);

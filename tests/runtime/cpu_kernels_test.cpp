@@ -267,5 +267,34 @@ TEST(CpuKernels, PoolRunsEveryTaskOnceWhateverTheThreadCount) {
   omp_set_num_threads(saved);
 }
 
+// Regression (a server segfault): jobs of few chunks alternating with jobs of many, back to back. A worker
+// that arrived late for a finished job used to validate its claim against the next job's chunk count while
+// that job was being published, then ran a chunk with the finished job's function (its caller's frame gone)
+// and counted it as the new job's, so the new job could also return before its last chunk ran. Here every
+// task must run exactly once, inside its own parallel_for. Before the fix this failed (or crashed) on every
+// run at 3 and 4 threads on a 2-core machine.
+TEST(CpuKernels, PoolNeverRunsAChunkOfAFinishedJob) {
+  const int saved = pool_threads();
+  for (int threads : {3, 4}) {
+    omp_set_num_threads(threads);
+    std::atomic<int64_t> current{-1}, outside{0}, wrong{0};
+    std::vector<std::atomic<int>> hits(64);
+    for (int64_t it = 0; it < 400000; ++it) {
+      const int64_t n = it % 2 ? 64 : 2;
+      for (int64_t i = 0; i < n; ++i) hits[static_cast<size_t>(i)].store(0, std::memory_order_relaxed);
+      current.store(it);
+      parallel_for(n, [&, it](int64_t b, int64_t e) {
+        if (current.load() != it) outside.fetch_add(1);
+        for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+      });
+      current.store(-1);
+      for (int64_t i = 0; i < n; ++i) wrong += hits[static_cast<size_t>(i)].load() != 1;
+    }
+    EXPECT_EQ(outside.load(), 0) << threads << " threads: chunks run outside their parallel_for";
+    EXPECT_EQ(wrong.load(), 0) << threads << " threads: tasks not run exactly once";
+  }
+  omp_set_num_threads(saved);
+}
+
 }  // namespace
 }  // namespace gridq::runtime::cpu

@@ -24,9 +24,9 @@ constexpr int kCallerSpins = 1 << 10;
 thread_local bool t_in_task = false;
 
 // Jobs are cut into a few chunks per thread that the caller and the workers claim one at a time (an atomic
-// word holding the job's generation and the next chunk), so a worker that is asleep or preempted on a busy
-// machine delays nothing but the chunk it holds: the others take the rest. Who runs a chunk never matters
-// for the results.
+// word holding the job's generation, its chunk count and the next chunk: see pack), so a worker that is
+// asleep or preempted on a busy machine delays nothing but the chunk it holds: the others take the rest. Who
+// runs a chunk never matters for the results.
 class Pool {
  public:
   void run(int64_t n, RangeFn fn, const int64_t* cost, int m) {
@@ -38,18 +38,18 @@ class Pool {
     fn_ = &fn;
     n_ = n;
     cost_ = cost;
-    const int chunks = static_cast<int>(std::min<int64_t>(n, int64_t{kChunksPerThread} * m));
-    chunks_.store(chunks, std::memory_order_relaxed);
+    const auto chunks =
+        static_cast<uint32_t>(std::min<int64_t>({n, int64_t{kChunksPerThread} * m, kMaxChunks}));
     active_.store(m, std::memory_order_relaxed);
     done_.store(0, std::memory_order_relaxed);
     const uint32_t g = ++gen_local_;
-    word_.store(static_cast<uint64_t>(g) << 32, std::memory_order_release);
+    word_.store(pack(g, chunks, 0), std::memory_order_release);
     gen_.store(g, std::memory_order_seq_cst);
     if (sleepers_.load(std::memory_order_seq_cst) > 0) gen_.notify_all();
     t_in_task = true;
     work(g);
     t_in_task = false;
-    for (int spins = 0; done_.load(std::memory_order_acquire) < chunks;)
+    for (int spins = 0; done_.load(std::memory_order_acquire) < static_cast<int>(chunks);)
       if (++spins < kCallerSpins)
         _mm_pause();
       else
@@ -59,11 +59,18 @@ class Pool {
 
  private:
   static constexpr int kChunksPerThread = 4;
+  static constexpr int64_t kMaxChunks = 0xFFFF;
 
-  // Chunk i of chunks_ over [0, n_): equal counts, or equal cost when cost_ is set.
-  int64_t cut(int i) const {
-    const int chunks = chunks_.load(std::memory_order_relaxed);
-    if (i <= 0) return 0;
+  // The published job's word: generation (32 bits) | chunk count (16) | next unclaimed chunk (16). The
+  // count travels in the word that is claimed from, so a claim is checked against its own job's count: a
+  // worker that arrives late for a finished job (it read the job's word just before the next job was
+  // published) can never take a chunk of it, nor of the next job with the old one's bounds.
+  static uint64_t pack(uint32_t g, uint32_t chunks, uint32_t next) {
+    return static_cast<uint64_t>(g) << 32 | static_cast<uint64_t>(chunks) << 16 | next;
+  }
+  // Chunk i of `chunks` over [0, n_): equal counts, or equal cost when cost_ is set.
+  int64_t cut(uint32_t i, uint32_t chunks) const {
+    if (i == 0) return 0;
     if (i >= chunks) return n_;
     if (!cost_) return n_ * i / chunks;
     const int64_t target = cost_[0] + (cost_[n_] - cost_[0]) * i / chunks;
@@ -74,12 +81,12 @@ class Pool {
     for (;;) {
       uint64_t w = word_.load(std::memory_order_acquire);
       if (static_cast<uint32_t>(w >> 32) != g) return;
-      const int i = static_cast<int>(w & 0xFFFFFFFFu);
-      if (i >= chunks_.load(std::memory_order_relaxed))
-        return;  // stale (a newer job's)? the gen moved on too
+      const auto chunks = static_cast<uint32_t>(w >> 16) & 0xFFFFu, i = static_cast<uint32_t>(w) & 0xFFFFu;
+      if (i >= chunks) return;
       if (!word_.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel)) continue;
-      // Job g stays published until this chunk is done, so its fields are stable here.
-      const int64_t b = cut(i), e = cut(i + 1);
+      // The claim succeeded on job g's own word with a chunk left, so job g is still running (its caller
+      // waits for this chunk) and fn_, n_ and cost_ are its fields.
+      const int64_t b = cut(i, chunks), e = cut(i + 1, chunks);
       if (b < e) (*fn_)(b, e);
       done_.fetch_add(1, std::memory_order_release);
     }
@@ -124,10 +131,8 @@ class Pool {
   const RangeFn* fn_ = nullptr;
   int64_t n_ = 0;
   const int64_t* cost_ = nullptr;
-  // Read before a claim, so atomic (relaxed: word_ orders the rest).
-  std::atomic<int> chunks_{0};
   std::atomic<int> active_{0};  // threads the job may use: the caller and workers 1 .. active_ - 1
-  alignas(64) std::atomic<uint64_t> word_{0};  // generation << 32 | next unclaimed chunk
+  alignas(64) std::atomic<uint64_t> word_{0};  // pack(generation, chunks, next unclaimed chunk)
   alignas(64) std::atomic<uint32_t> gen_{0};   // the generation workers wait on
   alignas(64) std::atomic<int> done_{0};       // chunks finished
   alignas(64) std::atomic<int> sleepers_{0};

@@ -169,6 +169,7 @@ Expected<json> run_bench_decode(const BenchDecodeOptions& o) {
   GRIDQ_RETURN_IF_ERROR(check_options(o));
   detail::set_forward_pdl(o.pdl);
   if (o.min_warp_bytes > 0) set_gemv_min_warp_bytes(o.min_warp_bytes);
+  if (o.blocks_per_sm >= 0) set_gemv_blocks_per_sm(o.blocks_per_sm);
   GRIDQ_ASSIGN_OR_RETURN(DeviceInfo info, device_info());
   if (info.major != 9 || info.minor != 0)
     return err("bench decode: built for sm_90a, device is sm_{}{} ({})", info.major, info.minor, info.name);
@@ -314,6 +315,7 @@ Expected<json> run_bench_decode(const BenchDecodeOptions& o) {
                   {"gpu_memory_utilization", dev.gpu_memory_utilization},
                   {"pdl", o.pdl},
                   {"gemv_min_warp_bytes", gemv_min_warp_bytes()},
+                  {"gemv_blocks_per_sm", gemv_blocks_per_sm()},
                   {"prefill", o.prefill},
                   {"prefill_repeats", o.prefill_repeats}};
   r["timing"] =

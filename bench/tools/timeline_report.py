@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Per-kernel report of a CUPTI kernel timeline (bench/tools/kernel_timeline.cpp's CSV).
+
+For every CUDA graph in the file: its replays (a replay ends where a node id repeats), the median replay's
+wall time, the time some kernel was running (busy) and none was (idle), and kernels grouped by name. With
+--detail N the median replay of the N-th largest graph is listed kernel by kernel (start offset, duration,
+gap after the previous kernel of its stream: negative = overlapped under programmatic dependent launch).
+
+  python3 bench/tools/timeline_report.py k.csv [--detail 1] [--json out.json]
+"""
+import argparse
+import csv
+import json
+import re
+import statistics
+import sys
+
+
+def short(name: str) -> str:
+    n = re.sub(r"\(.*\)$", "", name)  # the parameter list
+    n = n.replace("gridq::cuda::detail::", "").replace("gridq::cuda::", "")
+    n = re.sub(r"\(anonymous namespace\)::", "", n)
+    return n if len(n) <= 90 else n[:87] + "..."
+
+
+def busy_idle(ks):
+    iv = sorted((k["start"], k["end"]) for k in ks)
+    busy, cur_s, cur_e = 0, None, None
+    for s, e in iv:
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                busy += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    if cur_e is not None:
+        busy += cur_e - cur_s
+    wall = max(k["end"] for k in ks) - min(k["start"] for k in ks)
+    return wall, busy
+
+
+def replays_of(ks):
+    ks = sorted(ks, key=lambda k: k["start"])
+    out, cur, seen = [], [], set()
+    for k in ks:
+        if k["node"] in seen:
+            out.append(cur)
+            cur, seen = [], set()
+        cur.append(k)
+        seen.add(k["node"])
+    if cur:
+        out.append(cur)
+    n = max(len(r) for r in out)
+    return [r for r in out if len(r) == n]  # whole replays only
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("csv")
+    ap.add_argument("--detail", type=int, default=0, help="list the median replay of the N-th largest graph")
+    ap.add_argument("--top", type=int, default=25, help="kernel names shown per graph")
+    ap.add_argument("--json", help="write the summary here")
+    a = ap.parse_args()
+    rows = []
+    with open(a.csv, newline="") as f:
+        for r in csv.DictReader(f):
+            rows.append({"start": int(r["start_ns"]), "end": int(r["end_ns"]), "stream": int(r["stream"]),
+                         "graph": int(r["graph"]), "node": int(r["node"]), "grid": int(r["grid"]),
+                         "block": int(r["block"]), "smem": int(r["smem"]), "regs": int(r["regs"]),
+                         "name": short(r["name"])})
+    if not rows:
+        sys.exit("no kernels in " + a.csv)
+    graphs = {}
+    for r in rows:
+        if r["graph"]:
+            graphs.setdefault(r["graph"], []).append(r)
+    print(f"{len(rows)} kernels, {len(rows) - sum(len(v) for v in graphs.values())} outside graphs, "
+          f"{len(graphs)} graphs")
+    summary = []
+    order = sorted(graphs, key=lambda g: -len(replays_of(graphs[g])[0]))
+    for gi, g in enumerate(order, 1):
+        reps = replays_of(graphs[g])
+        walls = [busy_idle(r) for r in reps]
+        med = sorted(range(len(reps)), key=lambda i: walls[i][0])[len(reps) // 2]
+        rep, (wall, busy) = reps[med], walls[med]
+        by = {}
+        for k in rep:
+            d = by.setdefault(k["name"], [0, 0.0])
+            d[0] += 1
+            d[1] += (k["end"] - k["start"]) / 1e3
+        print(f"\n== graph {gi} (id {g}): {len(rep)} kernels, {len(reps)} replays; median replay wall "
+              f"{wall / 1e3:.1f} us (min {min(w for w, _ in walls) / 1e3:.1f}), busy {busy / 1e3:.1f}, "
+              f"idle {(wall - busy) / 1e3:.1f} us, sum of kernel durations "
+              f"{sum(k['end'] - k['start'] for k in rep) / 1e3:.1f} us, streams "
+              f"{sorted(set(k['stream'] for k in rep))}")
+        print(f"  {'count':>5} {'total us':>9} {'mean us':>8} {'% wall':>6}  kernel")
+        for name, (c, t) in sorted(by.items(), key=lambda x: -x[1][1])[: a.top]:
+            print(f"  {c:5d} {t:9.1f} {t / c:8.2f} {100 * t * 1e3 / wall:6.1f}  {name}")
+        summary.append({"graph": g, "kernels": len(rep), "replays": len(reps), "wall_us": wall / 1e3,
+                        "busy_us": busy / 1e3,
+                        "by_kernel": {n: {"count": c, "total_us": t} for n, (c, t) in by.items()}})
+        if gi == a.detail:
+            t0 = min(k["start"] for k in rep)
+            last_end = {}
+            print(f"\n  {'#':>4} {'start':>8} {'dur':>7} {'gap':>6} {'strm':>4} {'grid':>5} {'blk':>4} "
+                  f"{'smem':>6} {'regs':>4}  kernel")
+            for i, k in enumerate(sorted(rep, key=lambda k: k["start"])):
+                gap = (k["start"] - last_end[k["stream"]]) / 1e3 if k["stream"] in last_end else 0.0
+                last_end[k["stream"]] = k["end"]
+                print(f"  {i:4d} {(k['start'] - t0) / 1e3:8.2f} {(k['end'] - k['start']) / 1e3:7.2f} {gap:6.2f} "
+                      f"{k['stream']:4d} {k['grid']:5d} {k['block']:4d} {k['smem']:6d} {k['regs']:4d}  {k['name']}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(summary, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
