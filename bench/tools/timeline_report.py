@@ -16,11 +16,38 @@ import statistics
 import sys
 
 
+def strip_params(name: str) -> str:
+    """The name without its final top-level parameter list (the one that closes the name)."""
+    if not name.endswith(")"):
+        return name
+    depth = 0
+    for i in range(len(name) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(name[i], 0)
+        if depth == 0:
+            return name[:i]
+    return name
+
+
 def short(name: str) -> str:
-    n = re.sub(r"\(.*\)$", "", name)  # the parameter list
+    n = strip_params(name)
+    n = re.sub(r"^void ", "", n)
     n = n.replace("gridq::cuda::detail::", "").replace("gridq::cuda::", "")
     n = re.sub(r"\(anonymous namespace\)::", "", n)
     return n if len(n) <= 90 else n[:87] + "..."
+
+
+def exposed(ks):
+    """Per kernel, how far it pushed the end of the work done so far (all streams): what it added to the
+    replay's wall time. A kernel that ends under another's shadow (PDL overlap, the side stream) adds 0."""
+    out, front = [], None
+    for k in sorted(ks, key=lambda k: k["start"]):
+        if front is None:
+            out.append((k, k["end"] - k["start"]))
+            front = k["end"]
+        else:
+            out.append((k, max(0, k["end"] - max(front, k["start"])) + max(0, k["start"] - front)))
+            front = max(front, k["end"])
+    return out
 
 
 def busy_idle(ks):
@@ -84,30 +111,32 @@ def main():
         med = sorted(range(len(reps)), key=lambda i: walls[i][0])[len(reps) // 2]
         rep, (wall, busy) = reps[med], walls[med]
         by = {}
-        for k in rep:
-            d = by.setdefault(k["name"], [0, 0.0])
+        for k, x in exposed(rep):
+            d = by.setdefault(k["name"], [0, 0.0, 0.0])
             d[0] += 1
             d[1] += (k["end"] - k["start"]) / 1e3
+            d[2] += x / 1e3
         print(f"\n== graph {gi} (id {g}): {len(rep)} kernels, {len(reps)} replays; median replay wall "
               f"{wall / 1e3:.1f} us (min {min(w for w, _ in walls) / 1e3:.1f}), busy {busy / 1e3:.1f}, "
               f"idle {(wall - busy) / 1e3:.1f} us, sum of kernel durations "
               f"{sum(k['end'] - k['start'] for k in rep) / 1e3:.1f} us, streams "
               f"{sorted(set(k['stream'] for k in rep))}")
-        print(f"  {'count':>5} {'total us':>9} {'mean us':>8} {'% wall':>6}  kernel")
-        for name, (c, t) in sorted(by.items(), key=lambda x: -x[1][1])[: a.top]:
-            print(f"  {c:5d} {t:9.1f} {t / c:8.2f} {100 * t * 1e3 / wall:6.1f}  {name}")
+        # "exposed": the wall time the kernel added (idle gaps before it included); the column sums to the wall.
+        print(f"  {'count':>5} {'total us':>9} {'mean us':>8} {'exposed':>8} {'% wall':>6}  kernel")
+        for name, (c, t, x) in sorted(by.items(), key=lambda x: -x[1][2])[: a.top]:
+            print(f"  {c:5d} {t:9.1f} {t / c:8.2f} {x:8.1f} {100 * x * 1e3 / wall:6.1f}  {name}")
         summary.append({"graph": g, "kernels": len(rep), "replays": len(reps), "wall_us": wall / 1e3,
                         "busy_us": busy / 1e3,
-                        "by_kernel": {n: {"count": c, "total_us": t} for n, (c, t) in by.items()}})
+                        "by_kernel": {n: {"count": c, "total_us": t, "exposed_us": x} for n, (c, t, x) in by.items()}})
         if gi == a.detail:
             t0 = min(k["start"] for k in rep)
             last_end = {}
-            print(f"\n  {'#':>4} {'start':>8} {'dur':>7} {'gap':>6} {'strm':>4} {'grid':>5} {'blk':>4} "
+            print(f"\n  {'#':>4} {'start':>8} {'dur':>7} {'expo':>6} {'gap':>6} {'strm':>4} {'grid':>5} {'blk':>4} "
                   f"{'smem':>6} {'regs':>4}  kernel")
-            for i, k in enumerate(sorted(rep, key=lambda k: k["start"])):
+            for i, (k, x) in enumerate(exposed(rep)):
                 gap = (k["start"] - last_end[k["stream"]]) / 1e3 if k["stream"] in last_end else 0.0
                 last_end[k["stream"]] = k["end"]
-                print(f"  {i:4d} {(k['start'] - t0) / 1e3:8.2f} {(k['end'] - k['start']) / 1e3:7.2f} {gap:6.2f} "
+                print(f"  {i:4d} {(k['start'] - t0) / 1e3:8.2f} {(k['end'] - k['start']) / 1e3:7.2f} {x / 1e3:6.2f} {gap:6.2f} "
                       f"{k['stream']:4d} {k['grid']:5d} {k['block']:4d} {k['smem']:6d} {k['regs']:4d}  {k['name']}")
     if a.json:
         with open(a.json, "w") as f:

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <sstream>
 
@@ -51,6 +52,26 @@ void check_matrix(const QMatrix& m, const std::string& what, Rng& r) {
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
     std::vector<float> y(static_cast<size_t>(T) * ld);
     ASSERT_TRUE(dy->download(y.data(), y.size() * 4).ok());
+    {  // res += L(x) (fused into the epilogue when the rows are unpadded): exactly res + y, element by element
+      const int H = static_cast<int>(m.rows);
+      std::vector<float> res(static_cast<size_t>(T) * H);
+      for (auto& v : res) v = bf16_to_f32(r.bf16(4.0f)) * 1.3f;
+      auto dres = DeviceBuffer::alloc(res.size() * 4, "res");
+      auto dy2 = DeviceBuffer::alloc(static_cast<size_t>(T) * ld * 4, "y2");
+      ASSERT_TRUE(dres.ok() && dy2.ok() && dres->upload(res.data(), res.size() * 4).ok());
+      ASSERT_TRUE(apply_linear_residual(*L, dx->as<uint16_t>(), T, dres->as<float>(), H, dy2->as<float>(),
+                                        {xin->as<uint16_t>(), xq->as<uint8_t>(), xs->as<float>()}, ws->ws, nullptr)
+                      .ok());
+      std::vector<float> got(res.size());
+      ASSERT_TRUE(dres->download(got.data(), got.size() * 4).ok());
+      int64_t differ = 0;
+      for (int t = 0; t < T; ++t)
+        for (int c = 0; c < H; ++c) {
+          const float want = res[static_cast<size_t>(t) * H + c] + y[static_cast<size_t>(t) * ld + c];
+          differ += std::memcmp(&want, &got[static_cast<size_t>(t) * H + c], 4) != 0;
+        }
+      EXPECT_EQ(differ, 0) << what << " via " << L->kernel << ": residual add (fused: " << (ld == H) << ")";
+    }
     double worst = 0.0;
     for (int t = 0; t < T; ++t) {
       double scale = 1e-30;

@@ -132,6 +132,8 @@ Status gemv(const GemvArgs& a, const Workspace& ws, cudaStream_t stream, bool pd
   p.xscale = a.xscale;
   p.y = a.y;
   p.y_f32 = a.out == OutType::F32 ? 1 : 0;
+  if (a.accumulate && a.out != OutType::F32) return err("gemv: accumulating needs an F32 output");
+  p.y_accum = a.accumulate ? 1 : 0;
   p.counters = ws.counters;
   p.partials = ws.partials;
   const long long units = static_cast<long long>(p.R) * p.S;

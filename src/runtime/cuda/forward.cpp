@@ -130,9 +130,8 @@ Status CudaBackend::enqueue_step(const Step& st, PhaseTimer& timer) {
                                     fwd::mlp_contracts(dl, is_moe, spec_.moe.shared_intermediate > 0),
                                     is_moe ? w.a32.as<float>() : nullptr));
     if (L.mlp == model::MlpKind::kDense) {
-      GRIDQ_RETURN_IF_ERROR(fwd::swiglu_mlp(c, dl.mlp, w.a.as<uint16_t>(), w.h.as<uint16_t>()));
-      GQ_LAUNCH(detail::raw_add(w.x.as<float>(), w.y.as(), false, dl.mlp.down.out_rows(), T, H, stream_),
-                "residual add");
+      GRIDQ_RETURN_IF_ERROR(
+          fwd::swiglu_mlp(c, dl.mlp, w.a.as<uint16_t>(), w.h.as<uint16_t>(), w.x.as<float>()));
       GRIDQ_RETURN_IF_ERROR(timer.mark("dense mlp"));
     } else
       GRIDQ_RETURN_IF_ERROR(fwd::moe(c, dl));

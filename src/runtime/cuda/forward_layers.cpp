@@ -90,9 +90,16 @@ Status linear(Ctx& c, const DevLinear& L, const uint16_t* x, float* y) {
 }
 
 // c.w.y [T, down.out_rows] (FP32; the rows beyond H are padding) = SwiGLU MLP of a: the dense MLP or the
-// shared expert.
-Status swiglu_mlp(Ctx& c, const DevSwiglu& m, const uint16_t* a, uint16_t* h) {
-  const int I = m.inter;
+// shared expert. With `res` (the dense MLP), res [T, H] += the MLP instead (the residual add, fused into
+// down's epilogue where apply_linear_residual can).
+Status swiglu_mlp(Ctx& c, const DevSwiglu& m, const uint16_t* a, uint16_t* h, float* res) {
+  const int I = m.inter, H = c.spec.hidden_size;
+  auto down = [&](const uint16_t* hin) {
+    return res ? apply_linear_residual(m.down, hin, c.T, res, H, c.w.y.as<float>(),
+                                       {c.w.xin.as<uint16_t>(), c.w.xq.as<uint8_t>(), c.w.xs.as<float>(), &c.cc},
+                                       c.ws.ws, c.s)
+               : linear(c, m.down, hin, c.w.y.as<float>());
+  };
   if (m.fused) {
     const bool down_fp4 = m.down.path == P::kTiled && m.down.act_bits == 4;
     const uint16_t* xin = a;
@@ -104,23 +111,25 @@ Status swiglu_mlp(Ctx& c, const DevSwiglu& m, const uint16_t* a, uint16_t* h) {
         gemv_swiglu(m.gate_up.tiled.m, c.T, xin, h, down_fp4, c.ws.ws, c.s, detail::forward_pdl()));
     rewrote(c, h);
     if (down_fp4) {  // h already went through the FP4 contract inside the fused kernel: plain GEMV
+      const bool fuse = res != nullptr && m.down.out_rows() == H;
       GemvArgs g;
       g.w = &m.down.tiled.m;
       g.M = c.T;
       g.x = h;
-      g.y = c.w.y.as<float>();
+      g.y = fuse ? res : c.w.y.as<float>();
       g.out = OutType::F32;
+      g.accumulate = fuse;
       GRIDQ_RETURN_IF_ERROR(gemv(g, c.ws.ws, c.s, detail::forward_pdl()));
-    } else {
-      GRIDQ_RETURN_IF_ERROR(linear(c, m.down, h, c.w.y.as<float>()));
+      if (res && !fuse)
+        GQ_LAUNCH(detail::raw_add(res, c.w.y.as(), false, m.down.out_rows(), c.T, H, c.s), "residual add");
+      return {};
     }
-  } else {
-    GRIDQ_RETURN_IF_ERROR(linear(c, m.gate_up, a, c.w.gu.as<float>()));
-    GQ_LAUNCH(detail::raw_swiglu(c.w.gu.as<float>(), m.gate_up.out_rows(), I, c.T, I, h, c.s), "swiglu");
-    rewrote(c, h);
-    GRIDQ_RETURN_IF_ERROR(linear(c, m.down, h, c.w.y.as<float>()));
+    return down(h);
   }
-  return {};
+  GRIDQ_RETURN_IF_ERROR(linear(c, m.gate_up, a, c.w.gu.as<float>()));
+  GQ_LAUNCH(detail::raw_swiglu(c.w.gu.as<float>(), m.gate_up.out_rows(), I, c.T, I, h, c.s), "swiglu");
+  rewrote(c, h);
+  return down(h);
 }
 
 Status attention(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, const detail::KvView& kv) {
@@ -220,10 +229,9 @@ Status attention(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, const de
     GQ_LAUNCH(detail::raw_gate(c.w.o.as<float>(), c.w.g.as<float>(), ld_g, mode, c.T, nh, d, ob, c.s),
               "output gate");
   }
-  GRIDQ_RETURN_IF_ERROR(linear(c, dl.o, c.w.ob.as<uint16_t>(), c.w.y.as<float>()));
-  GQ_LAUNCH(
-      detail::raw_add(c.w.x.as<float>(), c.w.y.as(), false, dl.o.out_rows(), c.T, c.spec.hidden_size, c.s),
-      "residual add");
+  GRIDQ_RETURN_IF_ERROR(apply_linear_residual(
+      dl.o, ob, c.T, c.w.x.as<float>(), c.spec.hidden_size, c.w.y.as<float>(),
+      {c.w.xin.as<uint16_t>(), c.w.xq.as<uint8_t>(), c.w.xs.as<float>(), &c.cc}, c.ws.ws, c.s));
   return c.timer->mark("attn gate+o_proj");
 }
 
@@ -244,7 +252,7 @@ Status moe(Ctx& c, const DevLayer& dl) {
     GRIDQ_CUDA(cudaStreamWaitEvent(c.side, c.fork, 0));
     Ctx sc = c;
     sc.s = c.side;
-    GRIDQ_RETURN_IF_ERROR(swiglu_mlp(sc, dl.shared, a, c.w.hs.as<uint16_t>()));
+    GRIDQ_RETURN_IF_ERROR(swiglu_mlp(sc, dl.shared, a, c.w.hs.as<uint16_t>(), nullptr));
     GRIDQ_CUDA(cudaEventRecord(c.join, c.side));
   }
   // The router reads the FP32 normed rows (laguna.md §1.4: near-ties are real; the BF16 rounding of its
@@ -263,7 +271,8 @@ Status moe(Ctx& c, const DevLayer& dl) {
                                      c.w.eid.as<int>(), c.w.ew.as<float>(), c.s),
             "route");
   GRIDQ_RETURN_IF_ERROR(c.timer->mark("moe norm+router"));
-  if (has_shared && !beside) GRIDQ_RETURN_IF_ERROR(swiglu_mlp(c, dl.shared, a, c.w.hs.as<uint16_t>()));
+  if (has_shared && !beside)
+    GRIDQ_RETURN_IF_ERROR(swiglu_mlp(c, dl.shared, a, c.w.hs.as<uint16_t>(), nullptr));
   GRIDQ_RETURN_IF_ERROR(c.timer->mark("moe shared"));
   const DevExperts& ex = dl.experts;
   float* x = c.w.x.as<float>();

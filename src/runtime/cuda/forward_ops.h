@@ -80,8 +80,8 @@ Status norm(Ctx& c, const float* weight, const NormContracts& n, float* a32);
 // y = L(x) for the step's rows.
 Status linear(Ctx& c, const DevLinear& L, const uint16_t* x, float* y);
 // c.w.y [T, down.out_rows] = SwiGLU MLP of a (the dense MLP or the shared expert; rows beyond H padding),
-// through h [T, I].
-Status swiglu_mlp(Ctx& c, const DevSwiglu& m, const uint16_t* a, uint16_t* h);
+// through h [T, I]; with res non-null, res [T, H] += the MLP instead (the dense layer's residual add).
+Status swiglu_mlp(Ctx& c, const DevSwiglu& m, const uint16_t* a, uint16_t* h, float* res);
 // c.w.x += the attention block of the normed rows c.w.a.
 Status attention(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, const detail::KvView& kv);
 // c.w.x += the MoE block (shared expert, router, routed experts) of the normed rows c.w.a.

@@ -453,9 +453,10 @@ __device__ __forceinline__ void finish_tile(const KParams& p, float (&v)[NO], un
           float val = v[nt * 4 + i];
           if (p.row_scale) val = __fmul_rn(__fmul_rn(__ldcg(p.xscale + n), p.row_scale[row]), val);
           const long long o = static_cast<long long>(n) * p.rows + row;
-          if (p.y_f32)
-            static_cast<float*>(p.y)[o] = val;
-          else
+          if (p.y_f32) {
+            float* yo = static_cast<float*>(p.y) + o;
+            *yo = p.y_accum ? __fadd_rn(*yo, val) : val;
+          } else
             static_cast<uint16_t*>(p.y)[o] = f32_to_bf16_bits(val);
         }
     } else if constexpr (MODE == kSwiglu) {

@@ -60,6 +60,9 @@ struct GemvArgs {
   const float* xscale = nullptr;
   void* y = nullptr;
   OutType out = OutType::BF16;
+  // F32 only: y += W·x instead of y = W·x (row stride = the matrix's rows), each element's sum added once in
+  // FP32 like a separate add kernel would: the residual add fused into the epilogue.
+  bool accumulate = false;
 };
 Status gemv(const GemvArgs& a, const Workspace& ws, cudaStream_t stream, bool pdl);
 

@@ -36,6 +36,7 @@ struct KParams {
   const float* xscale;
   void* y;
   int y_f32;
+  int y_accum;  // kStore into F32: y[o] = y[o] + value (the residual add fused; one writer per element)
   int qdq_fp4;
   const int* nslots;
   const int* slot_expert;

@@ -5,8 +5,10 @@
 
 namespace gridq::cuda {
 
-Status apply_linear(const DevLinear& L, const uint16_t* x, int T, float* y, const LinearScratch& sc,
-                    const Workspace& ws, cudaStream_t s) {
+namespace {
+
+Status run_linear(const DevLinear& L, const uint16_t* x, int T, float* y, bool accumulate,
+                  const LinearScratch& sc, const Workspace& ws, cudaStream_t s) {
   if (T < 1) return err("linear ({}): {} rows", L.kernel, T);
   if (L.path == DevLinear::Path::kRef) {
     detail::RefArgs a;
@@ -24,6 +26,7 @@ Status apply_linear(const DevLinear& L, const uint16_t* x, int T, float* y, cons
   g.M = T;
   g.y = y;
   g.out = OutType::F32;
+  g.accumulate = accumulate;
   if (L.tiled.m.format == WeightFormat::FP8) {
     if (sc.cache == nullptr || sc.cache->fp8_of != x)
       GRIDQ_RETURN_IF_ERROR(quantize_fp8_tokens(x, T, L.cols, sc.xq, sc.xs, s, detail::forward_pdl()));
@@ -40,6 +43,20 @@ Status apply_linear(const DevLinear& L, const uint16_t* x, int T, float* y, cons
   }
   // Any row count: above kMaxTokens the GEMM (or GEMV slices) gives every row a GEMV launch's bits.
   return gemv(g, ws, s, detail::forward_pdl());
+}
+
+}  // namespace
+
+Status apply_linear(const DevLinear& L, const uint16_t* x, int T, float* y, const LinearScratch& sc,
+                    const Workspace& ws, cudaStream_t s) {
+  return run_linear(L, x, T, y, false, sc, ws, s);
+}
+
+Status apply_linear_residual(const DevLinear& L, const uint16_t* x, int T, float* res, int H, float* y,
+                             const LinearScratch& sc, const Workspace& ws, cudaStream_t s) {
+  if (L.path == DevLinear::Path::kTiled && L.out_rows() == H) return run_linear(L, x, T, res, true, sc, ws, s);
+  GRIDQ_RETURN_IF_ERROR(run_linear(L, x, T, y, false, sc, ws, s));
+  return cuda_status(detail::raw_add(res, y, false, L.out_rows(), T, H, s), "residual add", __FILE__, __LINE__);
 }
 
 }  // namespace gridq::cuda

@@ -29,4 +29,10 @@ struct LinearScratch {
 Status apply_linear(const DevLinear& L, const uint16_t* x, int T, float* y, const LinearScratch& scratch,
                     const Workspace& ws, cudaStream_t s);
 
+// res [T, H] FP32 += L(x): the residual add. Fused into the GEMV's epilogue when L is tiled with exactly H
+// output rows (same bits: each sum is added once, in FP32); otherwise L(x) goes to y [T, L.out_rows()] and a
+// separate add follows.
+Status apply_linear_residual(const DevLinear& L, const uint16_t* x, int T, float* res, int H, float* y,
+                             const LinearScratch& scratch, const Workspace& ws, cudaStream_t s);
+
 }  // namespace gridq::cuda
