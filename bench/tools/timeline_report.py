@@ -37,16 +37,14 @@ def short(name: str) -> str:
 
 
 def exposed(ks):
-    """Per kernel, how far it pushed the end of the work done so far (all streams): what it added to the
-    replay's wall time. A kernel that ends under another's shadow (PDL overlap, the side stream) adds 0."""
-    out, front = [], None
-    for k in sorted(ks, key=lambda k: k["start"]):
-        if front is None:
-            out.append((k, k["end"] - k["start"]))
-            front = k["end"]
-        else:
-            out.append((k, max(0, k["end"] - max(front, k["start"])) + max(0, k["start"] - front)))
-            front = max(front, k["end"])
+    """Per kernel, how far it pushed the end of the work done so far (all streams), idle time before it
+    included: what it added to the replay's wall time. A kernel that ends under another's shadow (PDL overlap,
+    the side stream) adds 0; the values sum to the wall."""
+    ks = sorted(ks, key=lambda k: k["start"])
+    out, front = [], ks[0]["start"] if ks else 0
+    for k in ks:
+        out.append((k, max(0, k["end"] - front)))
+        front = max(front, k["end"])
     return out
 
 
@@ -121,23 +119,25 @@ def main():
               f"idle {(wall - busy) / 1e3:.1f} us, sum of kernel durations "
               f"{sum(k['end'] - k['start'] for k in rep) / 1e3:.1f} us, streams "
               f"{sorted(set(k['stream'] for k in rep))}")
-        # "exposed": the wall time the kernel added (idle gaps before it included); the column sums to the wall.
+        # "exposed": the wall time the kernels added (exposed() above)
         print(f"  {'count':>5} {'total us':>9} {'mean us':>8} {'exposed':>8} {'% wall':>6}  kernel")
         for name, (c, t, x) in sorted(by.items(), key=lambda x: -x[1][2])[: a.top]:
             print(f"  {c:5d} {t:9.1f} {t / c:8.2f} {x:8.1f} {100 * x * 1e3 / wall:6.1f}  {name}")
         summary.append({"graph": g, "kernels": len(rep), "replays": len(reps), "wall_us": wall / 1e3,
                         "busy_us": busy / 1e3,
-                        "by_kernel": {n: {"count": c, "total_us": t, "exposed_us": x} for n, (c, t, x) in by.items()}})
+                        "by_kernel": {n: {"count": c, "total_us": t, "exposed_us": x}
+                                      for n, (c, t, x) in by.items()}})
         if gi == a.detail:
             t0 = min(k["start"] for k in rep)
             last_end = {}
-            print(f"\n  {'#':>4} {'start':>8} {'dur':>7} {'expo':>6} {'gap':>6} {'strm':>4} {'grid':>5} {'blk':>4} "
-                  f"{'smem':>6} {'regs':>4}  kernel")
+            print(f"\n  {'#':>4} {'start':>8} {'dur':>7} {'expo':>6} {'gap':>6} {'strm':>4} {'grid':>5} "
+                  f"{'blk':>4} {'smem':>6} {'regs':>4}  kernel")
             for i, (k, x) in enumerate(exposed(rep)):
                 gap = (k["start"] - last_end[k["stream"]]) / 1e3 if k["stream"] in last_end else 0.0
                 last_end[k["stream"]] = k["end"]
-                print(f"  {i:4d} {(k['start'] - t0) / 1e3:8.2f} {(k['end'] - k['start']) / 1e3:7.2f} {x / 1e3:6.2f} {gap:6.2f} "
-                      f"{k['stream']:4d} {k['grid']:5d} {k['block']:4d} {k['smem']:6d} {k['regs']:4d}  {k['name']}")
+                print(f"  {i:4d} {(k['start'] - t0) / 1e3:8.2f} {(k['end'] - k['start']) / 1e3:7.2f} "
+                      f"{x / 1e3:6.2f} {gap:6.2f} {k['stream']:4d} {k['grid']:5d} {k['block']:4d} "
+                      f"{k['smem']:6d} {k['regs']:4d}  {k['name']}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(summary, f, indent=1)

@@ -40,6 +40,17 @@ void add_contract(NormContracts& n, const DevLinear& L) {
     n.fp4 = true;
 }
 
+// The matrices' contract scratch (xin, xq / xs) and which rows it holds.
+LinearScratch scratch(Ctx& c) {
+  return {c.w.xin.as<uint16_t>(), c.w.xq.as<uint8_t>(), c.w.xs.as<float>(), &c.cc};
+}
+
+// The residual rows res [T, H] += L(x) (c.w.y is the unfused path's scratch).
+Status linear_residual(Ctx& c, const DevLinear& L, const uint16_t* x, float* res) {
+  return apply_linear_residual(L, x, c.T, res, c.spec.hidden_size, c.w.y.as<float>(), scratch(c), c.ws.ws,
+                               c.s);
+}
+
 }  // namespace
 
 NormContracts attention_contracts(const DevLayer& dl) {
@@ -85,20 +96,16 @@ int attention_warps(const std::vector<int>& pos, const std::vector<int>& slot) {
 }
 
 Status linear(Ctx& c, const DevLinear& L, const uint16_t* x, float* y) {
-  return apply_linear(L, x, c.T, y, {c.w.xin.as<uint16_t>(), c.w.xq.as<uint8_t>(), c.w.xs.as<float>(), &c.cc},
-                      c.ws.ws, c.s);
+  return apply_linear(L, x, c.T, y, scratch(c), c.ws.ws, c.s);
 }
 
 // c.w.y [T, down.out_rows] (FP32; the rows beyond H are padding) = SwiGLU MLP of a: the dense MLP or the
 // shared expert. With `res` (the dense MLP), res [T, H] += the MLP instead (the residual add, fused into
-// down's epilogue where apply_linear_residual can).
+// down's epilogue where it can be).
 Status swiglu_mlp(Ctx& c, const DevSwiglu& m, const uint16_t* a, uint16_t* h, float* res) {
-  const int I = m.inter, H = c.spec.hidden_size;
+  const int I = m.inter;
   auto down = [&](const uint16_t* hin) {
-    return res ? apply_linear_residual(m.down, hin, c.T, res, H, c.w.y.as<float>(),
-                                       {c.w.xin.as<uint16_t>(), c.w.xq.as<uint8_t>(), c.w.xs.as<float>(), &c.cc},
-                                       c.ws.ws, c.s)
-               : linear(c, m.down, hin, c.w.y.as<float>());
+    return res ? linear_residual(c, m.down, hin, res) : linear(c, m.down, hin, c.w.y.as<float>());
   };
   if (m.fused) {
     const bool down_fp4 = m.down.path == P::kTiled && m.down.act_bits == 4;
@@ -111,18 +118,14 @@ Status swiglu_mlp(Ctx& c, const DevSwiglu& m, const uint16_t* a, uint16_t* h, fl
         gemv_swiglu(m.gate_up.tiled.m, c.T, xin, h, down_fp4, c.ws.ws, c.s, detail::forward_pdl()));
     rewrote(c, h);
     if (down_fp4) {  // h already went through the FP4 contract inside the fused kernel: plain GEMV
-      const bool fuse = res != nullptr && m.down.out_rows() == H;
       GemvArgs g;
       g.w = &m.down.tiled.m;
       g.M = c.T;
       g.x = h;
-      g.y = fuse ? res : c.w.y.as<float>();
+      g.y = c.w.y.as<float>();
       g.out = OutType::F32;
-      g.accumulate = fuse;
-      GRIDQ_RETURN_IF_ERROR(gemv(g, c.ws.ws, c.s, detail::forward_pdl()));
-      if (res && !fuse)
-        GQ_LAUNCH(detail::raw_add(res, c.w.y.as(), false, m.down.out_rows(), c.T, H, c.s), "residual add");
-      return {};
+      return res ? gemv_residual(g, res, c.spec.hidden_size, c.ws.ws, c.s)
+                 : gemv(g, c.ws.ws, c.s, detail::forward_pdl());
     }
     return down(h);
   }
@@ -229,9 +232,7 @@ Status attention(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, const de
     GQ_LAUNCH(detail::raw_gate(c.w.o.as<float>(), c.w.g.as<float>(), ld_g, mode, c.T, nh, d, ob, c.s),
               "output gate");
   }
-  GRIDQ_RETURN_IF_ERROR(apply_linear_residual(
-      dl.o, ob, c.T, c.w.x.as<float>(), c.spec.hidden_size, c.w.y.as<float>(),
-      {c.w.xin.as<uint16_t>(), c.w.xq.as<uint8_t>(), c.w.xs.as<float>(), &c.cc}, c.ws.ws, c.s));
+  GRIDQ_RETURN_IF_ERROR(linear_residual(c, dl.o, ob, c.w.x.as<float>()));
   return c.timer->mark("attn gate+o_proj");
 }
 

@@ -29,10 +29,14 @@ struct LinearScratch {
 Status apply_linear(const DevLinear& L, const uint16_t* x, int T, float* y, const LinearScratch& scratch,
                     const Workspace& ws, cudaStream_t s);
 
-// res [T, H] FP32 += L(x): the residual add. Fused into the GEMV's epilogue when L is tiled with exactly H
-// output rows (same bits: each sum is added once, in FP32); otherwise L(x) goes to y [T, L.out_rows()] and a
-// separate add follows.
+// res [T, H] FP32 += L(x): the residual add. Fused into the GEMV's epilogue when L is tiled (gemv_residual);
+// otherwise L(x) goes to y [T, L.out_rows()] and a separate add follows.
 Status apply_linear_residual(const DevLinear& L, const uint16_t* x, int T, float* res, int H, float* y,
                              const LinearScratch& scratch, const Workspace& ws, cudaStream_t s);
+
+// res [T, H] FP32 += the GEMV g (its input ready, g.M rows): accumulated in the epilogue when the matrix has
+// exactly H rows (same bits as a separate add: each sum is added once, in FP32), else into g.y [T, rows] (the
+// scratch) and added after. PDL as the forward's launches.
+Status gemv_residual(GemvArgs g, float* res, int H, const Workspace& ws, cudaStream_t s);
 
 }  // namespace gridq::cuda
