@@ -213,6 +213,31 @@ if has timeline; then  # every kernel of a decode step from CUPTI (bench/tools/k
   fi
 fi
 
+if has ncu; then  # hardware counters of a decode step's kernels (isolated by ncu: no PDL overlap, caches flushed)
+  t0=$(date +%s)
+  # GRIDQ_NCU_KERNELS: a kernel-name regex; GRIDQ_NCU_SKIP / GRIDQ_NCU_COUNT: launches of it to skip / profile;
+  # GRIDQ_NCU_ARGS: the gridq command profiled (default a one-step batch-1 bench decode).
+  timeout 300 ncu --clock-control none -k "regex:${GRIDQ_NCU_KERNELS:-grouped_expert|gemv_kernel|rmsnorm_f32}" \
+    --launch-skip "${GRIDQ_NCU_SKIP:-0}" --launch-count "${GRIDQ_NCU_COUNT:-12}" \
+    --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
+    --section SchedulerStats --section MemoryWorkloadAnalysis --section SourceCounters -o /tmp/ncu_rep -f \
+    $G ${GRIDQ_NCU_ARGS:-bench decode --synthetic laguna-s-2.1 --batches 1 --contexts 0 --steps 1 --warmup 0} > "$OUT/ncu_run.txt" 2>&1
+  echo "ncu exit $?"
+  ncu -i /tmp/ncu_rep.ncu-rep --page details > "$OUT/ncu.txt" 2>&1
+  grep -E "^  [a-zA-Z_].*\(|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Registers Per|Achieved Occupancy|Issued Ipc|No Eligible|Warp Cycles Per Issued|Stall|L2 Hit|Max Bandwidth" \
+    "$OUT/ncu.txt" | head -150
+  # Warp stall reasons (cycles per issued instruction, by reason) of every profiled kernel.
+  ncu -i /tmp/ncu_rep.ncu-rep --page raw > "$OUT/ncu_raw.txt" 2>&1
+  grep -E "^  [a-zA-Z_].*\(|gpu__time_duration.sum|issue_stalled_[a-z_]+_per_issue_active.ratio" "$OUT/ncu_raw.txt" \
+    | awk '$NF+0 >= 0.3 || /\(/ || /duration/' | head -160
+  # Per-instruction stall samples (SASS) of the first profiled kernel matching GRIDQ_NCU_SOURCE.
+  ncu -i /tmp/ncu_rep.ncu-rep --page source --csv --print-source sass -k "regex:${GRIDQ_NCU_SOURCE:-grouped_expert}" \
+    > "$OUT/ncu_source.csv" 2> "$OUT/ncu_source.err"
+  echo "ncu source page exit $? ($(wc -l < "$OUT/ncu_source.csv") lines)"
+  xz -9 "$OUT/ncu_source.csv" 2>/dev/null
+  log "ncu ($(($(date +%s) - t0)) s)"
+fi
+
 if has sweep; then  # A/B of an environment-switched experiment: `bench prefill` once per VAR=value in GRIDQ_SWEEP_ENV
   n=0
   for kv in ${GRIDQ_SWEEP_ENV:-}; do
