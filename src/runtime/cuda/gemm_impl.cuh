@@ -183,13 +183,15 @@ __global__ void __launch_bounds__(kThreads, MINB) gemm_kernel(const GemmParams g
       for (int i = 0; i < 4; ++i) acc[pi][nt][i] = sum[pi][nt][i] = 0.0f;
 
   for (int s = 0; s < S; ++s) {
+    // One barrier per K step: after it every thread's copies of stage s are visible and every warp is done
+    // with stage s - 1, whose buffer then takes step s + kGemmStages - 1 while this one is computed.
+    cp_async_wait<kGemmStages - 2>();
+    __syncthreads();
     if (s + kGemmStages - 1 < S) {
       issue_w(s + kGemmStages - 1);
       issue_x(s + kGemmStages - 1);
     }
     cp_async_commit();
-    cp_async_wait<kGemmStages - 1>();
-    __syncthreads();
     if (active) {
       if (s > 0 && u == nb) {  // a GEMV warp's range starts here: fold the part
 #pragma unroll
@@ -213,7 +215,6 @@ __global__ void __launch_bounds__(kThreads, MINB) gemm_kernel(const GemmParams g
       }
     }
     ++u;
-    __syncthreads();  // every warp is done with this stage before it is refilled
   }
   if (!active) return;
   constexpr int NO = NP * NT * 4;

@@ -109,9 +109,11 @@ __global__ void __launch_bounds__(kThr, 1)
     for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
   const int g = lane >> 2, t = lane & 3;
   for (unsigned u = 0;; ++u) {
-    issue();
-    cp_async_wait<kStages - 1>();
+    // One barrier per unit: after it every thread's copies of stage u are visible and every warp is done
+    // with stage u - 1, whose buffer then takes the next unit while this one is computed.
+    cp_async_wait<kStages - 2>();
     __syncthreads();
+    issue();
     const int tile = ci.r * kWarps + warp;
     const uint8_t* st = stages + (u % kStages) * kStageBytes;
     if (tile < kp.R) {
@@ -138,7 +140,6 @@ __global__ void __launch_bounds__(kThr, 1)
       cs = 0;
       more = locate(ci.item + G, n_items, ioff, p.E, tile_groups, ci);
     }
-    __syncthreads();  // every warp is done with this stage before it is refilled
     if (!more) break;
   }
   cp_async_wait<0>();
