@@ -157,6 +157,7 @@ int32_t TokenMasker::intern(const Matcher& m, std::vector<uint32_t> key, uint32_
       for (int b = 0; b < 128; ++b)
         if (r->char_ascii.test(b)) lp.ascii[b >> 6] |= uint64_t{1} << (b & 63);
     }
+    lp.then_free = m.char_then_free_string();
     loop_.push_back(lp);
   }
   return it->second;
@@ -187,10 +188,13 @@ void TokenMasker::walk_cached(const TokenVocab::Trie& t, uint32_t node, int32_t 
       allow_span(t, child.tok_begin, child.span_end, mask);
       continue;
     }
-    if (node == 0 && &t == &vocab_->trie_all() && child.byte < 0x80 && room_[next] == kUnbounded &&
-        vocab_->free_boundary(vocab_->free_next(0, child.byte))) {
-      // A one-byte character into an unbounded JSON string (an extra property's key, say): every token
-      // starting with it that reads as string text is allowed (a bit range); the others are walked.
+    const bool into_free = child.byte < 0x80 ? room_[next] == kUnbounded &&
+                                                   vocab_->free_boundary(vocab_->free_next(0, child.byte))
+                                             : lp.then_free && child.byte >= 0xC2 && child.byte <= 0xF4;
+    if (node == 0 && &t == &vocab_->trie_all() && into_free) {
+      // A one-byte character into an unbounded JSON string, or the lead byte of a multi-byte character
+      // that any such character may be before one (an extra property's key, say): every token starting
+      // with it that reads as string text is allowed (a bit range); the others are walked.
       allow_viable(child.tok_begin, child.span_end);
       if (uint32_t nc = vocab_->not_viable_child(child.byte)) {
         const TokenVocab::Trie& nv = vocab_->trie_not_viable();

@@ -180,7 +180,8 @@ class TokenMasker {
   struct Loop {
     bool on = false, all_multi = false;
     uint64_t ascii[2] = {0, 0};
-    uint32_t room = 0;  // characters the loop may still take (kUnbounded: any number)
+    uint32_t room = 0;       // characters the loop may still take (kUnbounded: any number)
+    bool then_free = false;  // Matcher::char_then_free_string there
   };
   std::vector<Loop> loop_;  // [states]: Matcher::char_loop there
   // Whole subtrees of trie_all allowed during a walk, as ranges of trie positions (trie_all.ids order, where
