@@ -168,6 +168,7 @@ void TokenMasker::walk_cached(const TokenVocab::Trie& t, uint32_t node, int32_t 
   const TokenVocab::Node& n = t.nodes[node];
   const Loop lp = loop_[state];
   const bool bulk = lp.on && !t.below.empty();
+  const size_t base = later_.size();
   for (uint32_t c = n.first_child; c < n.first_child + n.n_children; ++c) {
     const TokenVocab::Node& child = t.nodes[c];
     if (bulk) {
@@ -202,9 +203,7 @@ void TokenMasker::walk_cached(const TokenVocab::Trie& t, uint32_t node, int32_t 
           int32_t id = nv.ids[k];
           mask[id >> 6] |= uint64_t{1} << (id & 63);
         }
-        push(p, child.byte);
-        walk_from(nv, nc, next, m, p, mask);
-        pop(m, p);
+        defer(nv, nc, next, child.byte);
       }
       continue;
     }
@@ -212,11 +211,29 @@ void TokenMasker::walk_cached(const TokenVocab::Trie& t, uint32_t node, int32_t 
       int32_t id = t.ids[k];
       mask[id >> 6] |= uint64_t{1} << (id & 63);
     }
-    if (child.n_children == 0) continue;
-    push(p, child.byte);
-    walk_from(t, c, next, m, p, mask);
+    if (child.n_children > 0) defer(t, c, next, child.byte);
+  }
+  descend(base, m, p, mask);
+}
+
+void TokenMasker::defer(const TokenVocab::Trie& t, uint32_t node, int32_t state, uint8_t byte) {
+  // The node's children are what the descent reads first: ask for them now, so the cache misses of all
+  // the subtrees a node descends into overlap instead of following one another.
+  const TokenVocab::Node& n = t.nodes[node];
+  __builtin_prefetch(&t.nodes[n.first_child]);
+  if (!t.below.empty()) __builtin_prefetch(&t.below[n.first_child]);
+  later_.push_back({&t, node, state, byte});
+}
+
+void TokenMasker::descend(size_t base, Matcher& m, Path& p, std::vector<uint64_t>& mask) {
+  // Each descent defers its own children past the end and takes them back before it returns.
+  for (size_t i = base; i < later_.size(); ++i) {
+    const Later d = later_[i];  // a copy: deeper descents grow later_
+    push(p, d.byte);
+    walk_from(*d.t, d.node, d.state, m, p, mask);
     pop(m, p);
   }
+  later_.resize(base);
 }
 
 void TokenMasker::walk_from(const TokenVocab::Trie& t, uint32_t node, int32_t state, Matcher& m, Path& p,

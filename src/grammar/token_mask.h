@@ -169,6 +169,17 @@ class TokenMasker {
   // walk_cached, or walk_free when `state` is inside a JSON string.
   void walk_from(const TokenVocab::Trie& t, uint32_t node, int32_t state, Matcher& m, Path& p,
                  std::vector<uint64_t>& mask);
+  // walk_cached's descents, made after all the node's children are seen (see defer): a stack shared by the
+  // recursion, each node's entries from `base` on.
+  struct Later {
+    const TokenVocab::Trie* t;
+    uint32_t node;
+    int32_t state;
+    uint8_t byte;
+  };
+  void defer(const TokenVocab::Trie& t, uint32_t node, int32_t state, uint8_t byte);
+  void descend(size_t base, Matcher& m, Path& p, std::vector<uint64_t>& mask);
+  std::vector<Later> later_;
   // next_[state][b] (and its byte class) from the matcher, which is at `state` now.
   int32_t step_at(int32_t state, uint8_t b, Matcher& m);
   std::unordered_map<std::vector<uint32_t>, int32_t, KeyHash> state_ids_;
