@@ -199,6 +199,20 @@ const Rule* Matcher::char_loop(uint32_t* room) const {
   return best;
 }
 
+bool Matcher::char_then_free_string() const {
+  for (size_t i = set_begin_.back(); i < items_.size(); ++i) {
+    const Item& it = items_[i];
+    const FlatAlt& fa = g_->flat_alts[it.alt];
+    if (fa.repeat || fa.begin + it.dot + 1 >= fa.end) continue;
+    const Sym c = g_->flat_syms[fa.begin + it.dot], rest = g_->flat_syms[fa.begin + it.dot + 1];
+    if (!c.is_rule() || !rest.is_rule()) continue;
+    const Rule& cr = g_->rules[c.index()];
+    const Rule& rr = g_->rules[rest.index()];
+    if (cr.char_class && cr.char_all_multi && rr.free_string_chars && rr.max == kUnbounded) return true;
+  }
+  return false;
+}
+
 ByteSet Matcher::same_as(uint8_t b) const {
   ByteSet out;
   out.set();

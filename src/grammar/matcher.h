@@ -36,6 +36,10 @@ class Matcher {
   // characters, up to *room of them (kUnbounded: any number), is accepted from this state. Returns the one
   // with the most one-byte characters, then the most room (nullptr: none).
   const Rule* char_loop(uint32_t* room = nullptr) const;
+  // An item waiting for one character of a Rule::char_class rule that takes every multi-byte character,
+  // followed by an unbounded free string (an extra property's key that has left the declared names): every
+  // token that reads as string text and starts with a multi-byte character is accepted from this state.
+  bool char_then_free_string() const;
   // The bytes that every terminal readable now holds or lacks together with b: advance() treats them as b.
   ByteSet same_as(uint8_t b) const;
   // The state with absolute positions replaced by structure: equal keys accept the same futures.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <string_view>
 
 namespace gridq::grammar {
 
@@ -27,9 +28,9 @@ void TokenMasker::walk(const TokenVocab::Trie& t, uint32_t node, Matcher& m, std
     if (child.n_children > 0) {
       bool exclusive = false;
       if (uint32_t room = m.free_string_room(&exclusive)) {
-        std::string pending;
+        Path p;
         std::vector<int32_t> at_chars;
-        walk_free(t, c, 0, 0, room, m, pending, mask, exits_of(m), exclusive ? &at_chars : nullptr);
+        walk_free(t, c, 0, 0, room, m, p, mask, exits_of(m), exclusive ? &at_chars : nullptr);
       } else {
         walk(t, c, m, mask);
       }
@@ -47,11 +48,29 @@ ByteSet TokenMasker::exits_of(const Matcher& m) {
   return m.allowed() & ~m.grammar().free_char_first;
 }
 
+bool TokenMasker::feed(Matcher& m, Path& p) {
+  if (p.fed == p.bytes.size()) return true;
+  const size_t n = m.advance_bytes(std::string_view(p.bytes).substr(p.fed));
+  if (p.fed + n != p.bytes.size()) {
+    m.rollback(n);
+    return false;
+  }
+  p.fed = p.bytes.size();
+  return true;
+}
+
+void TokenMasker::pop(Matcher& m, Path& p) {
+  p.bytes.pop_back();
+  if (p.fed > p.bytes.size()) {
+    m.rollback(p.fed - p.bytes.size());
+    p.fed = p.bytes.size();
+  }
+}
+
 void TokenMasker::walk_free(const TokenVocab::Trie& t, uint32_t node, int state, uint32_t chars,
-                            uint32_t room, Matcher& m, std::string& pending, std::vector<uint64_t>& mask,
+                            uint32_t room, Matcher& m, Path& p, std::vector<uint64_t>& mask,
                             const ByteSet& exits, std::vector<int32_t>* at_chars) {
   const TokenVocab::Node& n = t.nodes[node];
-  size_t replayed = 0;  // pending bytes fed to the matcher for this node's refused children, lazily
   for (uint32_t c = n.first_child; c < n.first_child + n.n_children; ++c) {
     const TokenVocab::Node& child = t.nodes[c];
     int next = vocab_->free_next(state, child.byte);
@@ -78,36 +97,22 @@ void TokenMasker::walk_free(const TokenVocab::Trie& t, uint32_t node, int state,
         mask[id >> 6] |= uint64_t{1} << (id & 63);
       }
       if (child.n_children > 0) {
-        // The subtree replays from the subtree root itself, so undo this node's replay first.
-        m.rollback(replayed);
-        replayed = 0;
-        pending.push_back(static_cast<char>(child.byte));
-        walk_free(t, c, next, done, room, m, pending, mask, exits, at_chars);
-        pending.pop_back();
+        push(p, child.byte);
+        walk_free(t, c, next, done, room, m, p, mask, exits, at_chars);
+        pop(m, p);
       }
       continue;
     }
     // Not a string character here (a closing quote, say): the matcher decides, exactly, unless no item
     // could take this byte (exits_of).
     if (!exits.test(child.byte) || (next < 0 && !vocab_->free_boundary(state) && !exits.all())) continue;
-    auto sync = [&] {  // the matcher to this node (pending), once per node
-      if (replayed == 0 && !pending.empty()) {
-        replayed = m.advance_bytes(pending);
-        if (replayed != pending.size()) {  // cannot happen: the DFA is the matcher's own language
-          m.rollback(replayed);
-          replayed = 0;
-          return false;
-        }
-      }
-      return true;
-    };
     if (at_chars && vocab_->free_boundary(state)) {
       // An exclusive string (see at_chars): the matcher's state here is the one after any `chars` whole
       // characters, so its transitions are memoized like walk_cached's and the subtree walks on them.
       if (at_chars->size() <= chars) at_chars->resize(chars + 1, -1);
       int32_t sk = (*at_chars)[chars];
       if (sk < 0 || next_[sk][child.byte] == -2) {
-        if (!sync()) continue;
+        if (!feed(m, p)) continue;
         if (sk < 0) (*at_chars)[chars] = sk = intern(m, m.canonical_key(), m.free_string_room(), exits_of(m));
         step_at(sk, child.byte, m);
       }
@@ -118,15 +123,12 @@ void TokenMasker::walk_free(const TokenVocab::Trie& t, uint32_t node, int state,
         mask[id >> 6] |= uint64_t{1} << (id & 63);
       }
       if (child.n_children == 0) continue;
-      m.rollback(replayed);  // walk_cached replays from the walk's root
-      replayed = 0;
-      pending.push_back(static_cast<char>(child.byte));
-      walk_from(t, c, nx, m, pending, mask);
-      pending.pop_back();
+      push(p, child.byte);
+      walk_from(t, c, nx, m, p, mask);
+      pop(m, p);
       continue;
     }
-    if (!sync()) continue;
-    if (!m.advance(child.byte)) continue;
+    if (!feed(m, p) || !m.advance(child.byte)) continue;
     for (uint32_t k = child.tok_begin; k < child.tok_end; ++k) {
       int32_t id = t.ids[k];
       mask[id >> 6] |= uint64_t{1} << (id & 63);
@@ -134,7 +136,6 @@ void TokenMasker::walk_free(const TokenVocab::Trie& t, uint32_t node, int state,
     if (child.n_children > 0) walk(t, c, m, mask);
     m.rollback(1);
   }
-  m.rollback(replayed);
 }
 
 int32_t TokenMasker::intern(const Matcher& m, std::vector<uint32_t> key, uint32_t room,
@@ -156,17 +157,18 @@ int32_t TokenMasker::intern(const Matcher& m, std::vector<uint32_t> key, uint32_
       for (int b = 0; b < 128; ++b)
         if (r->char_ascii.test(b)) lp.ascii[b >> 6] |= uint64_t{1} << (b & 63);
     }
+    lp.then_free = m.char_then_free_string();
     loop_.push_back(lp);
   }
   return it->second;
 }
 
-void TokenMasker::walk_cached(const TokenVocab::Trie& t, uint32_t node, int32_t state, Matcher& m,
-                              std::string& pending, std::vector<uint64_t>& mask) {
+void TokenMasker::walk_cached(const TokenVocab::Trie& t, uint32_t node, int32_t state, Matcher& m, Path& p,
+                              std::vector<uint64_t>& mask) {
   const TokenVocab::Node& n = t.nodes[node];
   const Loop lp = loop_[state];
   const bool bulk = lp.on && !t.below.empty();
-  size_t replayed = 0;  // pending bytes fed to the matcher for this node's new transitions, lazily
+  const size_t base = later_.size();
   for (uint32_t c = n.first_child; c < n.first_child + n.n_children; ++c) {
     const TokenVocab::Node& child = t.nodes[c];
     if (bulk) {
@@ -179,22 +181,21 @@ void TokenMasker::walk_cached(const TokenVocab::Trie& t, uint32_t node, int32_t 
       }
     }
     int32_t next = next_[state][child.byte];
-    if (next == -2) {
-      // First time from this state on this byte's class: ask the matcher (at the walk's root plus
-      // `pending`).
-      if (replayed == 0 && !pending.empty()) replayed = m.advance_bytes(pending);
-      next = replayed == pending.size() ? step_at(state, child.byte, m) : -1;
-    }
+    // First time from this state on this byte's class: ask the matcher (fed to this node).
+    if (next == -2) next = feed(m, p) ? step_at(state, child.byte, m) : -1;
     if (next < 0) continue;
     if (room_[next] == kUnbounded && t.below[c].text_after) {
       // Into an unbounded JSON string at a character boundary, and only string text follows in the subtree.
       allow_span(t, child.tok_begin, child.span_end, mask);
       continue;
     }
-    if (node == 0 && &t == &vocab_->trie_all() && child.byte < 0x80 && room_[next] == kUnbounded &&
-        vocab_->free_boundary(vocab_->free_next(0, child.byte))) {
-      // A one-byte character into an unbounded JSON string (an extra property's key, say): every token
-      // starting with it that reads as string text is allowed (a bit range); the others are walked.
+    const bool into_free = child.byte < 0x80 ? room_[next] == kUnbounded &&
+                                                   vocab_->free_boundary(vocab_->free_next(0, child.byte))
+                                             : lp.then_free && child.byte >= 0xC2 && child.byte <= 0xF4;
+    if (node == 0 && &t == &vocab_->trie_all() && into_free) {
+      // A one-byte character into an unbounded JSON string, or the lead byte of a multi-byte character
+      // that any such character may be before one (an extra property's key, say): every token starting
+      // with it that reads as string text is allowed (a bit range); the others are walked.
       allow_viable(child.tok_begin, child.span_end);
       if (uint32_t nc = vocab_->not_viable_child(child.byte)) {
         const TokenVocab::Trie& nv = vocab_->trie_not_viable();
@@ -202,11 +203,7 @@ void TokenMasker::walk_cached(const TokenVocab::Trie& t, uint32_t node, int32_t 
           int32_t id = nv.ids[k];
           mask[id >> 6] |= uint64_t{1} << (id & 63);
         }
-        m.rollback(replayed);
-        replayed = 0;
-        pending.push_back(static_cast<char>(child.byte));
-        walk_from(nv, nc, next, m, pending, mask);
-        pending.pop_back();
+        defer(nv, nc, next, child.byte);
       }
       continue;
     }
@@ -214,26 +211,41 @@ void TokenMasker::walk_cached(const TokenVocab::Trie& t, uint32_t node, int32_t 
       int32_t id = t.ids[k];
       mask[id >> 6] |= uint64_t{1} << (id & 63);
     }
-    if (child.n_children == 0) continue;
-    m.rollback(replayed);  // the subtree replays from the walk's root itself
-    replayed = 0;
-    pending.push_back(static_cast<char>(child.byte));
-    walk_from(t, c, next, m, pending, mask);
-    pending.pop_back();
+    if (child.n_children > 0) defer(t, c, next, child.byte);
   }
-  m.rollback(replayed);
+  descend(base, m, p, mask);
 }
 
-void TokenMasker::walk_from(const TokenVocab::Trie& t, uint32_t node, int32_t state, Matcher& m,
-                            std::string& pending, std::vector<uint64_t>& mask) {
+void TokenMasker::defer(const TokenVocab::Trie& t, uint32_t node, int32_t state, uint8_t byte) {
+  // The node's children are what the descent reads first: ask for them now, so the cache misses of all
+  // the subtrees a node descends into overlap instead of following one another.
+  const TokenVocab::Node& n = t.nodes[node];
+  __builtin_prefetch(&t.nodes[n.first_child]);
+  if (!t.below.empty()) __builtin_prefetch(&t.below[n.first_child]);
+  later_.push_back({&t, node, state, byte});
+}
+
+void TokenMasker::descend(size_t base, Matcher& m, Path& p, std::vector<uint64_t>& mask) {
+  // Each descent defers its own children past the end and takes them back before it returns.
+  for (size_t i = base; i < later_.size(); ++i) {
+    const Later d = later_[i];  // a copy: deeper descents grow later_
+    push(p, d.byte);
+    walk_from(*d.t, d.node, d.state, m, p, mask);
+    pop(m, p);
+  }
+  later_.resize(base);
+}
+
+void TokenMasker::walk_from(const TokenVocab::Trie& t, uint32_t node, int32_t state, Matcher& m, Path& p,
+                            std::vector<uint64_t>& mask) {
   // Memoized transitions outside strings, and inside unbounded ones that other items read too or that are
   // below their minimum length (exits_of: the string DFA would hand most bytes back to the matcher there).
   if (room_[state] == 0 || (room_[state] == kUnbounded && exits_[state].all()))
-    return walk_cached(t, node, state, m, pending, mask);
-  // Inside a JSON string: the string DFA walks from here (it replays `pending` when it needs to).
+    return walk_cached(t, node, state, m, p, mask);
+  // Inside a JSON string: the string DFA walks from here (it feeds the matcher when it needs to).
   // A copy: the walk interns states, which moves exits_.
   const ByteSet exits = exits_[state];
-  walk_free(t, node, 0, 0, room_[state], m, pending, mask, exits, excl_[state] ? &at_chars_[state] : nullptr);
+  walk_free(t, node, 0, 0, room_[state], m, p, mask, exits, excl_[state] ? &at_chars_[state] : nullptr);
 }
 
 int32_t TokenMasker::step_at(int32_t state, uint8_t b, Matcher& m) {
@@ -307,29 +319,29 @@ void TokenMasker::compute(Matcher& m, std::vector<uint64_t>& mask) {
   if (room == kUnbounded && exits_of(m).all()) {
     // Every token that reads as string text is allowed; the rest on memoized transitions (walk_from).
     mask = vocab_->viable_bits();
-    std::string pending;
-    walk_cached(vocab_->trie_not_viable(), 0, intern(m, key, room, exits_of(m)), m, pending, mask);
+    Path p;
+    walk_cached(vocab_->trie_not_viable(), 0, intern(m, key, room, exits_of(m)), m, p, mask);
   } else if (room == kUnbounded) {
     // Every token that reads as string text (ending mid-character included) is allowed; walk the rest.
     mask = vocab_->viable_bits();
-    std::string pending;
-    walk_free(vocab_->trie_not_viable(), 0, 0, 0, room, m, pending, mask, exits_of(m), ak);
+    Path p;
+    walk_free(vocab_->trie_not_viable(), 0, 0, 0, room, m, p, mask, exits_of(m), ak);
   } else if (room > 0 && exclusive) {
     // Every free token that fits is allowed; the walk covers the others.
     mask = vocab_->free_bits_up_to(room);
-    std::string pending;
-    walk_free(vocab_->trie_not_free(), 0, 0, 0, room, m, pending, mask, exits_of(m), ak);
+    Path p;
+    walk_free(vocab_->trie_not_free(), 0, 0, 0, room, m, p, mask, exits_of(m), ak);
   } else if (room > 0) {
     // A bounded string next to other ways of reading the same bytes: walk everything, still on the DFA.
     mask.assign(vocab_->words(), 0);
-    std::string pending;
-    walk_free(vocab_->trie_all(), 0, 0, 0, room, m, pending, mask, exits_of(m), ak);
+    Path p;
+    walk_free(vocab_->trie_all(), 0, 0, 0, room, m, p, mask, exits_of(m), ak);
   } else {
     mask.assign(vocab_->words(), 0);
     if (m.allowed().count() > 32 || m.char_loop() != nullptr) {
       // Many bytes allowed (a pattern's characters, say): most of the trie will be visited, so memoize.
-      std::string pending;
-      walk_cached(vocab_->trie_all(), 0, intern(m, key, 0, ByteSet().set()), m, pending, mask);
+      Path p;
+      walk_cached(vocab_->trie_all(), 0, intern(m, key, 0, ByteSet().set()), m, p, mask);
     } else {
       walk(vocab_->trie_all(), 0, m, mask);  // a few bytes allowed: the walk is short, the matcher is enough
     }

@@ -134,12 +134,25 @@ class TokenMasker {
   struct KeyHash {
     size_t operator()(const std::vector<uint32_t>& k) const;
   };
+  // The bytes from a walk's root (where the matcher was when the walk began) to the current trie node, and
+  // how many of them the matcher has read. It follows the walk lazily: only a node that needs a new
+  // transition feeds it, and a sibling subtree reuses what its parent fed, so a deep first visit costs one
+  // matcher advance per new transition instead of a replay of the whole path for each.
+  struct Path {
+    std::string bytes;
+    size_t fed = 0;  // the matcher is at the root plus bytes[0, fed); fed <= bytes.size()
+  };
+  // The matcher to the current node; false (the matcher unchanged) if it refuses a byte of the path,
+  // which cannot happen: the walk only follows bytes the matcher took.
+  static bool feed(Matcher& m, Path& p);
+  static void push(Path& p, uint8_t b) { p.bytes.push_back(static_cast<char>(b)); }
+  static void pop(Matcher& m, Path& p);  // back to the parent node (the matcher too, if it was deeper)
   void walk(const TokenVocab::Trie& t, uint32_t node, Matcher& m, std::vector<uint64_t>& mask);
-  // The subtree under `node` while the matcher (at the subtree root, plus `pending` bytes not yet fed to
-  // it) is inside a free string, `state` being the DFA state after `pending`.
+  // The subtree under `node` (the end of path `p`) inside a free string that began at the subtree root,
+  // `state` being the DFA state there.
   // `chars`: characters completed since the subtree root; `room`: how many the string may still take.
   void walk_free(const TokenVocab::Trie& t, uint32_t node, int state, uint32_t chars, uint32_t room,
-                 Matcher& m, std::string& pending, std::vector<uint64_t>& mask, const ByteSet& exits,
+                 Matcher& m, Path& p, std::vector<uint64_t>& mask, const ByteSet& exits,
                  std::vector<int32_t>* at_chars);
   // at_chars (null: not used): when the string is exclusive at the subtree root (Matcher::free_string_room),
   // other items die at its first character, so the state after k whole characters depends on k alone:
@@ -151,11 +164,22 @@ class TokenMasker {
   // walk is table lookups. next_[state][byte]: the next state, -1 refused, -2 not yet known.
   // The matcher is at the state `key` describes (its char loop is read from it).
   int32_t intern(const Matcher& m, std::vector<uint32_t> key, uint32_t room, const ByteSet& exits);
-  void walk_cached(const TokenVocab::Trie& t, uint32_t node, int32_t state, Matcher& m, std::string& pending,
+  void walk_cached(const TokenVocab::Trie& t, uint32_t node, int32_t state, Matcher& m, Path& p,
                    std::vector<uint64_t>& mask);
   // walk_cached, or walk_free when `state` is inside a JSON string.
-  void walk_from(const TokenVocab::Trie& t, uint32_t node, int32_t state, Matcher& m, std::string& pending,
+  void walk_from(const TokenVocab::Trie& t, uint32_t node, int32_t state, Matcher& m, Path& p,
                  std::vector<uint64_t>& mask);
+  // walk_cached's descents, made after all the node's children are seen (see defer): a stack shared by the
+  // recursion, each node's entries from `base` on.
+  struct Later {
+    const TokenVocab::Trie* t;
+    uint32_t node;
+    int32_t state;
+    uint8_t byte;
+  };
+  void defer(const TokenVocab::Trie& t, uint32_t node, int32_t state, uint8_t byte);
+  void descend(size_t base, Matcher& m, Path& p, std::vector<uint64_t>& mask);
+  std::vector<Later> later_;
   // next_[state][b] (and its byte class) from the matcher, which is at `state` now.
   int32_t step_at(int32_t state, uint8_t b, Matcher& m);
   std::unordered_map<std::vector<uint32_t>, int32_t, KeyHash> state_ids_;
@@ -167,7 +191,8 @@ class TokenMasker {
   struct Loop {
     bool on = false, all_multi = false;
     uint64_t ascii[2] = {0, 0};
-    uint32_t room = 0;  // characters the loop may still take (kUnbounded: any number)
+    uint32_t room = 0;       // characters the loop may still take (kUnbounded: any number)
+    bool then_free = false;  // Matcher::char_then_free_string there
   };
   std::vector<Loop> loop_;  // [states]: Matcher::char_loop there
   // Whole subtrees of trie_all allowed during a walk, as ranges of trie positions (trie_all.ids order, where

@@ -96,10 +96,10 @@ TEST(GrammarMaskReference, BundledVocabulary) {
   EXPECT_GT(compare_all(cases, v), 3000u);
 }
 
-TEST(GrammarMaskReference, LongTokensFromTheInstances) {
-  auto cases = load_cases();
-  // Every 1-12 byte piece of every instance (cut anywhere, so some end or start inside a UTF-8
-  // character), wrapped in a few of the bytes JSON puts around text, plus all single bytes.
+// Every 1-12 byte piece of every instance (cut anywhere, so some end or start inside a UTF-8 character),
+// wrapped in a few of the bytes JSON puts around text, plus all single bytes and `extra`.
+std::shared_ptr<const TokenVocab> cut_vocab(const std::vector<Case>& cases,
+                                            const std::vector<std::string>& extra) {
   std::set<std::string> pieces;
   for (int b = 0; b < 256; ++b) pieces.insert(std::string(1, static_cast<char>(b)));
   for (const Case& c : cases)
@@ -111,15 +111,68 @@ TEST(GrammarMaskReference, LongTokensFromTheInstances) {
           pieces.insert(" " + p);
           pieces.insert(p + "\"");
         }
-  for (const char* extra : {"abcdefgh", "hello world", "日本語", "é@x.co", "ab\\\"c", "\xe6\x97", "\x97\xa5"})
-    pieces.insert(extra);
+  pieces.insert(extra.begin(), extra.end());
   std::vector<std::string> bytes(pieces.begin(), pieces.end());
   bytes.push_back("");  // an end-of-sequence token
   const auto eos = static_cast<int32_t>(bytes.size() - 1);
-  auto v = std::make_shared<const TokenVocab>(bytes, std::vector<bool>(bytes.size(), false),
-                                              std::vector<int32_t>{eos});
+  return std::make_shared<const TokenVocab>(bytes, std::vector<bool>(bytes.size(), false),
+                                            std::vector<int32_t>{eos});
+}
+
+TEST(GrammarMaskReference, LongTokensFromTheInstances) {
+  auto cases = load_cases();
+  auto v =
+      cut_vocab(cases, {"abcdefgh", "hello world", "日本語", "é@x.co", "ab\\\"c", "\xe6\x97", "\x97\xa5"});
   EXPECT_GT(v->size(), 20000u);
   EXPECT_GT(compare_all(cases, v), 3000u);
+}
+
+// Schemas aimed at single fast paths, with instances (compact JSON, valid or not) whose pieces make the
+// vocabulary: extra keys starting with multi-byte characters (Matcher::char_then_free_string: viable
+// tokens from a lead byte taken as one bit range), a declared name starting with one (then the key trie's
+// root does not take every multi-byte character), counted repetitions (deep first visits).
+std::vector<Case> fast_path_cases() {
+  struct Source {
+    const char* schema;
+    std::vector<const char*> texts;
+  };
+  const std::vector<Source> sources = {
+      {R"({"type":"object","properties":{"k":{"const":1}},"additionalProperties":true})",
+       {R"({"k":1,"日本":"x","é":2})", R"({"中文":[1,"é"],"😀x":null})", R"({"k":1,"kk":3,"k\"é":{}})",
+        R"({"k":1,"k":2})", "{\"\xe6\x97\":1}"}},
+      {R"({"type":"object","properties":{"日本":{"type":"integer"},"éa":{"type":"string"}},)"
+       R"("additionalProperties":{"type":"string"}})",
+       {R"({"日本":1,"éa":"x","日":"y","日本語":"z","éb":"w"})", R"({"é":"x","中":"y"})",
+        R"({"日本":1,"日本":2})"}},
+      // One character of a class, then any text (a pattern searched for): every multi-byte character or not.
+      {R"({"type":"string","pattern":"^[^a]"})", {R"("日本語abc")", R"("éa\"")", R"("ab")"}},
+      {R"({"type":"string","pattern":"^[^é]"})", {R"("aé")", R"("日é")", R"("éa")"}},
+      {R"({"type":"string","format":"email"})",
+       {R"("john.doe@mail-server.example-domain.com")", R"("a@b-c.d")", R"("a@-b.c")"}},
+      {R"({"type":"string","pattern":"^[a-z]{2,40}-[0-9]{0,30}$"})",
+       {R"("abcdefghijklmnopqrstuvwxyz-0123456789")", R"("ab-")", R"("a-1")"}},
+  };
+  std::vector<Case> out;
+  for (const Source& s : sources) {
+    auto g = compile(InputKind::kJsonSchema, s.schema);
+    EXPECT_TRUE(g.ok()) << s.schema << ": " << g.message();
+    if (!g) continue;
+    Case c{s.schema, *g, {}};
+    for (const char* t : s.texts) c.texts.emplace_back(t);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+TEST(GrammarMaskReference, FastPathCases) {
+  auto cases = fast_path_cases();
+  ASSERT_EQ(cases.size(), 6u);
+  auto v = cut_vocab(
+      cases, {"日本", "日\"", "é\":", "中文\":\"", "\xe4\xb8", "\xe4\xb8\xad\xff", "中\x80", "é\\n", "\xc3",
+              "\xf0\x9f\x98\x80x", "日本\\\"", "\xed\xa0\x80", "abcdefghijklmnopqrstuvwxyz-012"});
+  EXPECT_GT(compare_all(cases, v), 300u);
+  auto tok = laguna();
+  EXPECT_GT(compare_all(cases, TokenVocab::from_tokenizer(tok, {tok.token_id("<|endoftext|>")})), 300u);
 }
 
 }  // namespace
