@@ -213,7 +213,9 @@ TEST(Recipe, StrictParserNamesTheKey) {
   expect_error(minimal("", R"("calibration": {"tokens": 1000, "seq_len": 512}, )"), {"calibration.tokens"});
   expect_error(minimal("", R"("calibration": {"holdout_every": 1}, )"), {"calibration.holdout_every"});
   expect_error(minimal("", R"("calibration": {"windows": 4}, )"), {"windows", "calibration"});
-  expect_error(minimal("", R"("encoders": {"cb_gptq": {"act_order": true}}, )"), {"act_order"});
+  expect_error(minimal("", R"("encoders": {"cb_gptq": {"act_order": 1}}, )"), {"act_order"});
+  expect_error(minimal("", R"("encoders": {"cb_gptq": {"refine_passes": -1}}, )"), {"refine_passes"});
+  expect_error(minimal("", R"("encoders": {"cb_gptq": {"refine_scales": 2}}, )"), {"refine_scales"});
   expect_error(minimal("", R"("encoders": {"cb_gptq": {"step": "8"}}, )"), {"encoders.cb_gptq.step"});
   expect_error(minimal("", R"("encoders": {"cb_gptq": {"damp": -1}}, )"), {"encoders.cb_gptq.damp"});
   expect_error(minimal("", R"("encoders": {"cb_gptq": {"block": 128}}, )"),
