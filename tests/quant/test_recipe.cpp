@@ -119,6 +119,8 @@ TEST(Recipe, LagunaPresetIsTheReferenceRecipe) {
   EXPECT_DOUBLE_EQ(r->cb_gptq.damp, 0.1);
   EXPECT_EQ(r->cb_gptq.block, 256);
   EXPECT_TRUE(r->cb_gptq.holdout_gate);
+  EXPECT_EQ(r->cb_gptq.refine_passes, 8);  // issue 15 item 2: pays on the eval text and a held-out split
+  EXPECT_TRUE(r->cb_gptq.refine_scales);
   EXPECT_EQ(r->two_tier.pilot_rows, 256);
   EXPECT_EQ(r->two_tier.refits, 2);
   // Provenance: the file's own digest and the document as written.
