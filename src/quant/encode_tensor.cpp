@@ -5,7 +5,9 @@
 
 #include "core/numerics.h"
 #include "io/sha256.h"
+#include "quant/cb_act_order.h"
 #include "quant/cb_gptq.h"
+#include "quant/cb_refine.h"
 #include "quant/fp8_weights.h"
 #include "quant/output_proxy.h"
 
@@ -54,6 +56,37 @@ Expected<Enc> run_encoder(bool gptq, bool gate, const Gptq& run_gptq, const Rtn&
   return nn;
 }
 
+// CB-GPTQ refinement of an fp4 encoding (cb_refine.h), kept only if it does not raise the holdout
+// output-MSE (the refinement lowers the H-weighted error on the calibration rows by construction; the
+// holdout rows are what it is judged on). Without holdout rows the refined encoding is kept.
+Expected<Fp4CbEncoding> refined_fp4(Fp4CbEncoding g, const gridbook::Codebook& cb, const float* W, int R,
+                                    int C, const float* H, const float* Xh, int64_t n_hold,
+                                    const CbGptqParams& p, LinearStats& st) {
+  if (p.refine_passes <= 0 || g.used_identity) return g;
+  Fp4CbEncoding r = g;
+  RefineOptions ro;
+  ro.passes = p.refine_passes;
+  ro.scales = p.refine_scales;
+  ro.damp = g.damp_used;
+  GRIDQ_ASSIGN_OR_RETURN(RefineResult rr, refine_fp4(cb, W, H, R, C, ro, r));
+  bool keep = true;
+  nlohmann::json j = {{"f_before", rr.f_before},
+                      {"f_after", rr.f_after},
+                      {"rounds", rr.rounds},
+                      {"codes_changed", rr.codes_changed},
+                      {"scales_changed", rr.scales_changed}};
+  if (n_hold > 0) {
+    const double m0 = holdout_output_mse(Xh, n_hold, W, g.w_hat.data(), R, C);
+    const double m1 = holdout_output_mse(Xh, n_hold, W, r.w_hat.data(), R, C);
+    keep = m1 <= m0;
+    j["holdout_mse_before"] = m0;
+    j["holdout_mse_after"] = m1;
+  }
+  j["kept"] = keep;
+  st.refine = std::move(j);
+  return keep ? std::move(r) : std::move(g);
+}
+
 }  // namespace
 
 nlohmann::json LinearStats::to_json() const {
@@ -69,6 +102,7 @@ nlohmann::json LinearStats::to_json() const {
   if (mse_gptq) j["holdout_mse_gptq"] = *mse_gptq;
   if (mse_nn) j["holdout_mse_nn"] = *mse_nn;
   if (identity) j["identity"] = {{"kind", identity_kind}, {"value", *identity}};
+  if (!refine.is_null()) j["refine"] = refine;
   return j;
 }
 
@@ -128,6 +162,9 @@ Expected<EncodedTensor> encode_tensor(const SourceWeight& w, const InputStats* i
     return out;
   }
   const bool fp8_dynamic = p.format == "FP8_DYNAMIC";
+  if (p.cb_gptq.act_order && p.encoder == "cb_gptq" && p.format.rfind("NVFP4_CB_", 0) != 0)
+    return err("tensor '{}': encoders.cb_gptq.act_order is implemented for NVFP4_CB_* rules only ({} here)",
+               w.name, p.format);
   if (!fp8_dynamic && !is_cb_format(p.format))
     return err("tensor '{}': unknown format '{}' (BF16, FP8_DYNAMIC, NVFP4_CB_K*, FP8_CB_K*)", w.name,
                p.format);
@@ -203,7 +240,13 @@ Expected<EncodedTensor> encode_tensor(const SourceWeight& w, const InputStats* i
       if (rung.layout_version != 2)
         return err("tensor '{}': {} with v1 scale coding is not implemented by the encoder (use two_tier)",
                    w.name, p.format);
-      const auto run_gptq = [&] { return with_damp(encode_fp4_cb_gptq(*cb, W, R, C, H, in->n, q, opt)); };
+      const auto run_gptq = [&]() -> Expected<Fp4CbEncoding> {
+        GRIDQ_ASSIGN_OR_RETURN(
+            Fp4CbEncoding g,
+            with_damp(p.cb_gptq.act_order ? encode_fp4_cb_gptq_act_order(*cb, W, R, C, H, in->n, q, opt)
+                                          : encode_fp4_cb_gptq(*cb, W, R, C, H, in->n, q, opt)));
+        return refined_fp4(std::move(g), *cb, W, R, C, H, Xh, n_hold, p.cb_gptq, st);
+      };
       const auto run_rtn = [&] { return encode_fp4_rtn(*cb, W, R, C, q, opt.two_tier); };
       GRIDQ_ASSIGN_OR_RETURN(
           Fp4CbEncoding enc,

@@ -62,6 +62,9 @@ struct LinearStats {
   double half_trace = 0.0;         // ½·tr(ΔW H ΔWᵀ) of the chosen encoding (0 for BF16); D = this / T
   std::optional<double> identity;  // S4 value of this Linear's input (δ or relative recompute error)
   std::string identity_kind;       // "rmsnorm" / "recompute" when identity is set
+  // CB-GPTQ refinement (refine_passes > 0, NVFP4-CB): H-weighted error before/after, accepted changes, the
+  // holdout output-MSE of both and whether the refined encoding was kept; null when it did not run.
+  nlohmann::json refine;
   nlohmann::json to_json() const;
 };
 

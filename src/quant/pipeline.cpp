@@ -677,6 +677,11 @@ Status Driver::finish(QuantizeSummary& s) {
       {"identity_checks", checks}};
   if (!alloc_j.is_null()) info.provenance["allocation"] = alloc_j;
   if (!rotation.is_null()) info.provenance["rotation"] = rotation;
+  if (recipe.cb_gptq.refine_passes > 0) {  // absent: no refinement (the bytes of earlier artifacts)
+    json& g = info.provenance["encoders"]["cb_gptq"];
+    g["refine_passes"] = recipe.cb_gptq.refine_passes;
+    g["refine_scales"] = recipe.cb_gptq.refine_scales;
+  }
 
   progress->update("finish", "metadata");
   GRIDQ_RETURN_IF_ERROR(write_artifact_metadata(partial, info));

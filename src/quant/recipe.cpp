@@ -182,13 +182,10 @@ Status parse_encoders(const json& j, const std::string& label, Recipe* rec) {
     GRIDQ_RETURN_IF_ERROR(g.get_bool("holdout_gate", &p.holdout_gate));
     GRIDQ_RETURN_IF_ERROR(g.get_choice("step", &p.step, {"sub"}));
     GRIDQ_RETURN_IF_ERROR(g.get_choice("scales", &p.scales, {"lazy"}));
+    // true: group-wise act order (cb_act_order.h), which keeps codewords contiguous in column order.
     GRIDQ_RETURN_IF_ERROR(g.get_bool("act_order", &p.act_order));
-    if (p.act_order) {
-      return err(
-          "{}: encoders.cb_gptq.act_order must be false: codewords must stay contiguous in column "
-          "order (quantizer.md §5)",
-          label);
-    }
+    GRIDQ_RETURN_IF_ERROR(g.get_int("refine_passes", &p.refine_passes, false, 0, 64));
+    GRIDQ_RETURN_IF_ERROR(g.get_bool("refine_scales", &p.refine_scales));
     if (p.block % 8 != 0)
       return err("{}: encoders.cb_gptq.block is {}; it must be a multiple of 8", label, p.block);
     GRIDQ_RETURN_IF_ERROR(g.check_unknown());

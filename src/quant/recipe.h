@@ -39,9 +39,16 @@ struct CbGptqParams {
   int block = 256;
   bool holdout_gate = true;
   // Accepted only with the one value gridq implements (the JSON keys exist so a recipe says what it means):
-  std::string step = "sub";     // slab = one sub-vector
-  bool act_order = false;       // codewords must stay contiguous in column order
+  std::string step = "sub";  // slab = one sub-vector
+  // true: NVFP4-CB only, group-wise (cb_act_order.h): superblocks and their 16-column groups in descending
+  // Σ diag H; codewords stay contiguous in column order.
+  bool act_order = false;
   std::string scales = "lazy";  // scales searched on the compensated weights
+  // Refinement after the GPTQ pass (cb_refine.h, NVFP4-CB only): rounds of H-metric coordinate descent over
+  // the codes with the scales fixed, and (refine_scales) over each group's scale code with the codes fixed.
+  // A tensor keeps the refined encoding only if its holdout output-MSE is <= the unrefined one's.
+  int refine_passes = 0;
+  bool refine_scales = false;
 };
 struct TwoTierParams {
   std::string tier = "max";  // the only tier rule implemented

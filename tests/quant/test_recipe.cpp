@@ -119,6 +119,8 @@ TEST(Recipe, LagunaPresetIsTheReferenceRecipe) {
   EXPECT_DOUBLE_EQ(r->cb_gptq.damp, 0.1);
   EXPECT_EQ(r->cb_gptq.block, 256);
   EXPECT_TRUE(r->cb_gptq.holdout_gate);
+  EXPECT_EQ(r->cb_gptq.refine_passes, 8);  // issue 15 item 2: pays on the eval text and a held-out split
+  EXPECT_TRUE(r->cb_gptq.refine_scales);
   EXPECT_EQ(r->two_tier.pilot_rows, 256);
   EXPECT_EQ(r->two_tier.refits, 2);
   // Provenance: the file's own digest and the document as written.
@@ -213,7 +215,9 @@ TEST(Recipe, StrictParserNamesTheKey) {
   expect_error(minimal("", R"("calibration": {"tokens": 1000, "seq_len": 512}, )"), {"calibration.tokens"});
   expect_error(minimal("", R"("calibration": {"holdout_every": 1}, )"), {"calibration.holdout_every"});
   expect_error(minimal("", R"("calibration": {"windows": 4}, )"), {"windows", "calibration"});
-  expect_error(minimal("", R"("encoders": {"cb_gptq": {"act_order": true}}, )"), {"act_order"});
+  expect_error(minimal("", R"("encoders": {"cb_gptq": {"act_order": 1}}, )"), {"act_order"});
+  expect_error(minimal("", R"("encoders": {"cb_gptq": {"refine_passes": -1}}, )"), {"refine_passes"});
+  expect_error(minimal("", R"("encoders": {"cb_gptq": {"refine_scales": 2}}, )"), {"refine_scales"});
   expect_error(minimal("", R"("encoders": {"cb_gptq": {"step": "8"}}, )"), {"encoders.cb_gptq.step"});
   expect_error(minimal("", R"("encoders": {"cb_gptq": {"damp": -1}}, )"), {"encoders.cb_gptq.damp"});
   expect_error(minimal("", R"("encoders": {"cb_gptq": {"block": 128}}, )"),
