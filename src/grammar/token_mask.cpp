@@ -189,9 +189,11 @@ void TokenMasker::walk_cached(const TokenVocab::Trie& t, uint32_t node, int32_t 
       allow_span(t, child.tok_begin, child.span_end, mask);
       continue;
     }
-    const bool into_free = child.byte < 0x80 ? room_[next] == kUnbounded &&
-                                                   vocab_->free_boundary(vocab_->free_next(0, child.byte))
-                                             : lp.then_free && child.byte >= 0xC2 && child.byte <= 0xF4;
+    // free_next is -1 for a byte that is no string character (a quote, a control byte): not into free text.
+    const int free_state = child.byte < 0x80 ? vocab_->free_next(0, child.byte) : -1;
+    const bool into_free =
+        child.byte < 0x80 ? room_[next] == kUnbounded && free_state >= 0 && vocab_->free_boundary(free_state)
+                          : lp.then_free && child.byte >= 0xC2 && child.byte <= 0xF4;
     if (node == 0 && &t == &vocab_->trie_all() && into_free) {
       // A one-byte character into an unbounded JSON string, or the lead byte of a multi-byte character
       // that any such character may be before one (an extra property's key, say): every token starting
