@@ -168,5 +168,8 @@ struct RefArgs {
   long long ld_y = 0;
 };
 cudaError_t raw_ref_matvec(const RefArgs& a, cudaStream_t s);
+// The same sums for a prefill step's router (BF16 weights, FP32 rows, no ids, cols % 256 == 0) through
+// shared-memory tiles: raw_ref_matvec takes it past a decode step's rows; cudaErrorNotSupported otherwise.
+cudaError_t raw_ref_matvec_tiled(const RefArgs& a, cudaStream_t s);
 
 }  // namespace gridq::cuda::detail

@@ -249,9 +249,12 @@ cudaError_t raw_ref_matvec(const RefArgs& a, cudaStream_t s) {
   const dim3 grid_np(grid.x, static_cast<unsigned>((a.P + kNP - 1) / kNP));
   const dim3 grid_wide(static_cast<unsigned>((a.w.rows + kWarps * kNR - 1) / (kWarps * kNR)), grid_np.y);
   const bool wide = a.P > kWideP;
-  if (fast && a.ids == nullptr && a.x_f32 && wide)
+  if (fast && a.ids == nullptr && a.x_f32 && wide) {
+    // Shared-memory tiles (ref_matvec_tiled.cu) where the shape allows, the same bits either way.
+    const cudaError_t e = raw_ref_matvec_tiled(a, s);
+    if (e != cudaErrorNotSupported) return e;
     GQ_KLAUNCH(launch(ref_matvec_bf16_kernel<true, kNP, kNR>, grid_wide, dim3(kWarps * 32), 0, s, a));
-  else if (fast && a.ids == nullptr && wide)
+  } else if (fast && a.ids == nullptr && wide)
     GQ_KLAUNCH(launch(ref_matvec_bf16_kernel<false, kNP, kNR>, grid_wide, dim3(kWarps * 32), 0, s, a));
   else if (fast && a.ids == nullptr && a.x_f32)
     GQ_KLAUNCH(launch(ref_matvec_bf16_kernel<true, kNP, 1>, dim3(grid_np), dim3(kWarps * 32), 0, s, a));
