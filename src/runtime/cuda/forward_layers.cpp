@@ -186,12 +186,13 @@ Status attention(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, const de
   // Slices of ≤ kAttnSliceRows rows in row order, each writing its K/V and then attending (a row reads only
   // keys at positions ≤ its own: the earlier slices' and its own). The rings hold window + kAttnSliceRows
   // slots, so a slice never overwrites a key a row of the same slice still needs. The split buffer holds
-  // kMaxSliceRows rows of max_splits splits: a longer slice is cut where its own splits would not fit. A
+  // kMaxSliceRows rows of max_splits splits: a longer slice is cut where its own splits would not fit (a
+  // row's splits count from its window's first: a sliding layer's slices stay whole at any position). A
   // step of one slice (every decode step, graphs included) keeps the position-independent max_splits.
   auto splits_of = [&](int t0, int n) {
-    int mx = 0;
-    for (int t = t0; t < t0 + n; ++t) mx = std::max(mx, c.pos_host[t]);
-    return mx / detail::kAttnSplitKeys + 1;
+    int mx = 1;
+    for (int t = t0; t < t0 + n; ++t) mx = std::max(mx, detail::attn_row_splits(at.window, c.pos_host[t]));
+    return mx;
   };
   for (int t0 = 0, n = 0; t0 < c.T; t0 += n) {
     n = std::min(detail::kAttnSliceRows, c.T - t0);

@@ -37,8 +37,7 @@ struct RowSplits {
   int lo, n;
 };
 __device__ __forceinline__ RowSplits row_splits(const AttnArgs& a, int pos) {
-  const int j_lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
-  return {j_lo / kAttnSplitKeys, pos / kAttnSplitKeys - j_lo / kAttnSplitKeys + 1};
+  return {attn_first_split(a.window, pos), attn_row_splits(a.window, pos)};
 }
 
 // One (row, head, split) item: 32 keys at a time, lane l scores key j + l against q (staged in shared
@@ -52,7 +51,9 @@ __device__ void attn_item(const AttnArgs& a, int th, int split, float* qs) {
   const int pos = a.rows.pos[t], slot = a.rows.seq_slot[t];
   const int j_lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
   const int j0 = max(j_lo, split * kAttnSplitKeys), j1 = min(pos + 1, (split + 1) * kAttnSplitKeys);
-  float* part = a.partial + (static_cast<long long>(th) * a.max_splits + split) * (d + 2);
+  float* part =
+      a.partial +
+      (static_cast<long long>(th) * a.max_splits + split - attn_first_split(a.window, pos)) * (d + 2);
   const float scale = __fdiv_rn(1.0f, __fsqrt_rn(static_cast<float>(d)));
   const float* qh = a.q + static_cast<long long>(th) * d;
   __syncwarp();
@@ -161,15 +162,19 @@ __global__ void __launch_bounds__(32) attn_split_kernel(const AttnArgs a) {
 // warp walking them one dependent load at a time cost ~200 µs per layer). kLog2: the maxima are in the log2
 // domain (the tensor-core splits), else natural.
 constexpr int kMergeThreads = 128;
+// Floats of each of the merge's two shared arrays: max_splits rounded up to 8, because the unrolled split
+// loop's remainder reads the weights as 16-byte vectors (up to 7 floats past the last split; a slice of one
+// split per row had 8 bytes of shared memory and read 16: compute-sanitizer memcheck).
+__host__ __device__ constexpr int merge_pitch(int max_splits) { return (max_splits + 7) / 8 * 8; }
 template <bool kLog2>
 __global__ void __launch_bounds__(kMergeThreads) attn_merge_kernel(const AttnArgs a) {
-  extern __shared__ float wsm[];  // [2][max_splits]: weights, then l_s·w_s
+  extern __shared__ float wsm[];  // [2][merge_pitch]: weights, then l_s·w_s
   __shared__ float red[kMergeThreads / 32];
   __shared__ float total;
   pdl_entry();
   const int th = blockIdx.x, tid = threadIdx.x, d = a.d, t = th / a.nh;
   const RowSplits rs = row_splits(a, a.rows.pos[t]);
-  const float* base = a.partial + (static_cast<long long>(th) * a.max_splits + rs.lo) * (d + 2);
+  const float* base = a.partial + static_cast<long long>(th) * a.max_splits * (d + 2);  // slot 0: split rs.lo
   float M = -FLT_MAX;
   for (int s = tid; s < rs.n; s += kMergeThreads) M = fmaxf(M, base[static_cast<long long>(s) * (d + 2)]);
   for (int o = 16; o; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
@@ -181,12 +186,12 @@ __global__ void __launch_bounds__(kMergeThreads) attn_merge_kernel(const AttnArg
     const float* p = base + static_cast<long long>(s) * (d + 2);
     const float w = kLog2 ? exp2f(__fsub_rn(p[0], M)) : expf(__fsub_rn(p[0], M));
     wsm[s] = w;
-    wsm[a.max_splits + s] = __fmul_rn(p[1], w);
+    wsm[merge_pitch(a.max_splits) + s] = __fmul_rn(p[1], w);
   }
   __syncthreads();
   if (tid == 0) {
     float L = 0.0f;
-    for (int s = 0; s < rs.n; ++s) L = __fadd_rn(L, wsm[a.max_splits + s]);
+    for (int s = 0; s < rs.n; ++s) L = __fadd_rn(L, wsm[merge_pitch(a.max_splits) + s]);
     total = L;
   }
   __syncthreads();
@@ -201,7 +206,7 @@ __global__ void __launch_bounds__(kMergeThreads) attn_merge_kernel(const AttnArg
 }
 
 cudaError_t launch_merge(const AttnArgs& a, bool log2, cudaStream_t s) {
-  const size_t smem = 2ull * static_cast<size_t>(a.max_splits) * 4;
+  const size_t smem = 2ull * static_cast<size_t>(merge_pitch(a.max_splits)) * 4;
   auto kern = log2 ? attn_merge_kernel<true> : attn_merge_kernel<false>;
   if (smem > 48 * 1024) {
     const cudaError_t e =

@@ -260,12 +260,14 @@ __global__ void __launch_bounds__(256) attn_tc_kernel(const AttnArgs a) {
       }
     }
     cp_async_wait<0>();
-    // The split's partial per live row: [m (log2 domain), l, O[D]].
+    // The split's partial per live row that has keys in it: [m (log2 domain), l, O[D]]. (A tile's splits
+    // cover all its rows; a row outside its own window's splits has none, and the merge reads none there.)
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      if (!live[i]) continue;
+      if (!live[i] || row_lo[i] > row_hi[i]) continue;
+      const int slot = split - attn_first_split(a.window, a.rows.pos[row_t[i]]);
       float* part =
-          a.partial + ((static_cast<long long>(row_t[i]) * a.nh + row_h[i]) * a.max_splits + split) * (D + 2);
+          a.partial + ((static_cast<long long>(row_t[i]) * a.nh + row_h[i]) * a.max_splits + slot) * (D + 2);
       if (lane % 4 == 0) part[0] = m[i], part[1] = l[i];
 #pragma unroll
       for (int nt = 0; nt < D / 8; ++nt) {

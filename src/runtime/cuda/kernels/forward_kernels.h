@@ -28,6 +28,16 @@ inline constexpr int kMaxSliceRows = 64;
 inline constexpr int kAttnSliceRows = 256;
 inline constexpr int kAttnSplitKeys = 256;  // keys per attention split: fixed, so the merge order is too
 inline constexpr int kMaxHeadDim = 256;
+// A row's first split: the one holding the first key of its window (0 without a window). Split s of a row
+// sits at slot s − first in its partials, so a sliding layer's rows need ⌈window / kAttnSplitKeys⌉ + 1
+// slots at any position, and its prefill slices keep kAttnSliceRows rows deep into a prompt.
+__host__ __device__ inline int attn_first_split(int window, int pos) {
+  return (window > 0 && pos >= window ? pos - window + 1 : 0) / kAttnSplitKeys;
+}
+// The splits a row reads (all of them non-empty): first … pos / kAttnSplitKeys.
+__host__ __device__ inline int attn_row_splits(int window, int pos) {
+  return pos / kAttnSplitKeys - attn_first_split(window, pos) + 1;
+}
 
 // Whether the forward's launches use programmatic dependent launch (pdl_launch.cuh; on unless switched off,
 // e.g. by `gridq bench decode --no-pdl` to measure what it buys).
@@ -98,11 +108,12 @@ cudaError_t raw_qk_rope_kv(const RopeArgs& a, cudaStream_t s);
 
 // o FP32 [T, nh, d] = softmax(q·Kᵀ/sqrt(d)) V over keys j ≤ pos (and j > pos − window when window > 0) of the
 // row's sequence, GQA head h → kv head h / (nh / nkv). Keys are cut in splits of kAttnSplitKeys positions
-// (fixed by position, not by batch) merged in split order. partial: [T·nh, max_splits, d + 2] FP32.
+// (fixed by position, not by batch) merged in split order. partial: [T·nh, max_splits, d + 2] FP32, split s
+// of a row at slot s − attn_first_split.
 struct AttnArgs {
   const float* q = nullptr;
   int T = 0, nh = 0, nkv = 0, d = 0, window = 0;
-  int max_splits = 0;  // ceil((max position + 1) / kAttnSplitKeys) over the step's rows
+  int max_splits = 0;  // partial slots a row: ≥ attn_row_splits of every row of the step
   // Warps per CTA of the tensor-core path (attention_tc.h): 1, 4 or 8 (fwd::attention_warps). Only the
   // speed depends on it.
   int tile_warps = 1;
