@@ -17,13 +17,7 @@
 namespace gridq::quant {
 namespace {
 
-gridbook::Codebook k16() {
-  auto r = gridbook::parse_rung_name("NVFP4_CB_K16", 2);
-  EXPECT_TRUE(r.ok()) << r.message();
-  auto cb = lattice_codebook(*r);
-  EXPECT_TRUE(cb.ok()) << cb.message();
-  return *cb;
-}
+using testing::k16;
 
 TEST(CbActOrder, OrderKeepsSuperblocksTogether) {
   std::vector<float> diag(768);

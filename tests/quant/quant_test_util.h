@@ -1,12 +1,16 @@
 // Shared helpers for the quantizer tests: seeded data (the quantizer's own fixed PRNG), a byte hash, and
-// synthetic correlated inputs.
+// synthetic correlated inputs, the K16 lattice codebook.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
+#include "gridbook/codec.h"
+#include "quant/lattice_codebook.h"
 #include "quant/prng.h"
 
 namespace gridq::quant::testing {
@@ -70,6 +74,15 @@ inline std::vector<float> gram(const std::vector<float>& X, int64_t n, int C) {
     }
   }
   return std::vector<float>(h.begin(), h.end());
+}
+
+// The K16 (NVFP4-CB K16 v2) lattice codebook the CB-GPTQ tests fit against.
+inline gridbook::Codebook k16() {
+  auto r = gridbook::parse_rung_name("NVFP4_CB_K16", 2);
+  EXPECT_TRUE(r.ok()) << r.message();
+  auto cb = lattice_codebook(*r);
+  EXPECT_TRUE(cb.ok()) << cb.message();
+  return *cb;
 }
 
 }  // namespace gridq::quant::testing
