@@ -278,7 +278,7 @@ fi
 if has sanitize; then
   t0=$(date +%s)
   timeout 240 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 $T \
-    --gtest_filter="CudaInvariance.PrefillChunking*:CudaLinear.BundledModel*:CudaEngine.SyntheticArtifactsEveryRungRun:CudaMoeGrouped.*:CudaAttention.*:CudaForwardKernels.*:CudaRefMatvec.*" \
+    --gtest_filter="CudaInvariance.PrefillChunking*:CudaInvariance.LongPrefill*:CudaLinear.BundledModel*:CudaEngine.SyntheticArtifactsEveryRungRun:CudaMoeGrouped.*:CudaAttention.*:CudaForwardKernels.*:CudaRefMatvec.*" \
     > "$OUT/memcheck.txt" 2>&1
   rc=$?
   grep -E "ERROR SUMMARY|LEAK SUMMARY|Invalid|PASSED|FAILED" "$OUT/memcheck.txt" | head -12
