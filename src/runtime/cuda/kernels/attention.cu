@@ -49,7 +49,7 @@ __device__ void attn_item(const AttnArgs& a, int th, int split, float* qs) {
   const int lane = threadIdx.x;
   const int t = th / a.nh, h = th % a.nh, kvh = h / (a.nh / a.nkv), d = kD ? kD : a.d, per = d / 32;
   const int pos = a.rows.pos[t], slot = a.rows.seq_slot[t];
-  const int j_lo = a.window > 0 ? max(0, pos - a.window + 1) : 0;
+  const int j_lo = attn_first_key(a.window, pos);
   const int j0 = max(j_lo, split * kAttnSplitKeys), j1 = min(pos + 1, (split + 1) * kAttnSplitKeys);
   float* part =
       a.partial +
@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(kMergeThreads) attn_merge_kernel(const AttnArg
   __shared__ float red[kMergeThreads / 32];
   __shared__ float total;
   pdl_entry();
-  const int th = blockIdx.x, tid = threadIdx.x, d = a.d, t = th / a.nh;
+  const int th = blockIdx.x, tid = threadIdx.x, d = a.d, t = th / a.nh, pitch = merge_pitch(a.max_splits);
   const RowSplits rs = row_splits(a, a.rows.pos[t]);
   const float* base = a.partial + static_cast<long long>(th) * a.max_splits * (d + 2);  // slot 0: split rs.lo
   float M = -FLT_MAX;
@@ -186,12 +186,12 @@ __global__ void __launch_bounds__(kMergeThreads) attn_merge_kernel(const AttnArg
     const float* p = base + static_cast<long long>(s) * (d + 2);
     const float w = kLog2 ? exp2f(__fsub_rn(p[0], M)) : expf(__fsub_rn(p[0], M));
     wsm[s] = w;
-    wsm[merge_pitch(a.max_splits) + s] = __fmul_rn(p[1], w);
+    wsm[pitch + s] = __fmul_rn(p[1], w);
   }
   __syncthreads();
   if (tid == 0) {
     float L = 0.0f;
-    for (int s = 0; s < rs.n; ++s) L = __fadd_rn(L, wsm[merge_pitch(a.max_splits) + s]);
+    for (int s = 0; s < rs.n; ++s) L = __fadd_rn(L, wsm[pitch + s]);
     total = L;
   }
   __syncthreads();

@@ -48,10 +48,6 @@ struct Tile {
   int t0, p0, np, lo, ns, first;
 };
 
-__device__ __forceinline__ int j_low(const AttnArgs& a, int pos) {
-  return a.window > 0 ? max(0, pos - a.window + 1) : 0;
-}
-
 // The step's tiles (≤ max_tiles(T); the host checks g ≤ 16) and their item counts. Every thread marks the
 // rows that start a run (a new sequence, or a position that does not follow the row before) in a bit mask,
 // then thread 0 walks the runs: O(T / threads + runs + tiles) instead of a serial scan of the rows (a
@@ -85,7 +81,7 @@ __device__ void build_tiles(const AttnArgs& a, int g, int per_tile, Tile* tiles,
         Tile& x = tiles[n++];
         x.t0 = t, x.p0 = p0, x.np = min(per_tile, pairs - p0);
         const int first_pos = pos0 + p0 / g, last_pos = pos0 + (p0 + x.np - 1) / g;
-        x.lo = j_low(a, first_pos) / kAttnSplitKeys;
+        x.lo = attn_first_split(a.window, first_pos);
         x.ns = last_pos / kAttnSplitKeys - x.lo + 1;
         x.first = items;
         items += x.ns * a.nkv;
@@ -143,7 +139,7 @@ __global__ void __launch_bounds__(256) attn_tc_kernel(const AttnArgs a) {
     const int r_item = item - tl.first, kvh = r_item % a.nkv, split = tl.lo + r_item / a.nkv;
     const int slot = a.rows.seq_slot[tl.t0];
     // The keys any row of the tile may see in this split, and the 64-key blocks holding them.
-    const int jmin = max(j_low(a, a.rows.pos[tl.t0 + tl.p0 / g]), split * kAttnSplitKeys);
+    const int jmin = max(attn_first_key(a.window, a.rows.pos[tl.t0 + tl.p0 / g]), split * kAttnSplitKeys);
     const int jmax = min(a.rows.pos[tl.t0 + (tl.p0 + tl.np - 1) / g], (split + 1) * kAttnSplitKeys - 1);
     const int blk0 = jmin / kKeys * kKeys, n_blk = jmax / kKeys - jmin / kKeys + 1;
     // This lane's two rows of the warp's 16: r = lane/4 and lane/4 + 8.
@@ -156,7 +152,7 @@ __global__ void __launch_bounds__(256) attn_tc_kernel(const AttnArgs a) {
       const int t = tl.t0 + (live[i] ? p / g : 0);
       row_t[i] = t, row_h[i] = kvh * g + p % g;
       const int pos = a.rows.pos[t];
-      row_lo[i] = live[i] ? max(j_low(a, pos), split * kAttnSplitKeys) : 1;
+      row_lo[i] = live[i] ? max(attn_first_key(a.window, pos), split * kAttnSplitKeys) : 1;
       row_hi[i] = live[i] ? min(pos, (split + 1) * kAttnSplitKeys - 1) : 0;
     }
     // Q fragments (A of m16n8k16, row-major 16 × D): q FP32 rounded to BF16.

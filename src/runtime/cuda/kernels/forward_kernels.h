@@ -28,11 +28,15 @@ inline constexpr int kMaxSliceRows = 64;
 inline constexpr int kAttnSliceRows = 256;
 inline constexpr int kAttnSplitKeys = 256;  // keys per attention split: fixed, so the merge order is too
 inline constexpr int kMaxHeadDim = 256;
-// A row's first split: the one holding the first key of its window (0 without a window). Split s of a row
-// sits at slot s − first in its partials, so a sliding layer's rows need ⌈window / kAttnSplitKeys⌉ + 1
-// slots at any position, and its prefill slices keep kAttnSliceRows rows deep into a prompt.
+// The first key a row at pos attends to: pos − window + 1 on a sliding layer (window > 0), else 0.
+__host__ __device__ inline int attn_first_key(int window, int pos) {
+  return window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+}
+// A row's first split: the one holding its first key. Split s of a row sits at slot s − first in its
+// partials, so a sliding layer's rows need ⌈window / kAttnSplitKeys⌉ + 1 slots at any position, and its
+// prefill slices keep kAttnSliceRows rows deep into a prompt.
 __host__ __device__ inline int attn_first_split(int window, int pos) {
-  return (window > 0 && pos >= window ? pos - window + 1 : 0) / kAttnSplitKeys;
+  return attn_first_key(window, pos) / kAttnSplitKeys;
 }
 // The splits a row reads (all of them non-empty): first … pos / kAttnSplitKeys.
 __host__ __device__ inline int attn_row_splits(int window, int pos) {
