@@ -7,6 +7,7 @@
 # `gridq bench decode`. Every step writes under $OUT as it goes, so a run stopped at its limit still returns.
 #
 #   GRIDQ_STEPS   which steps to run (default "build tests artifacts generate serve pysuite bench sanitize"), space separated
+#   GRIDQ_QB_ARGS step "quantbench": `gridq bench quantize` arguments (default --experts 256)
 #   GRIDQ_BENCH   arguments of `gridq bench decode` (default: --synthetic laguna-s-2.1)
 #   GRIDQ_BENCH_NOPDL  set: the same bench again with --no-pdl
 #   GRIDQ_BENCHX  step "benchx": '|'-separated extra argument lists, `bench decode $GRIDQ_BENCH` once with each
@@ -245,6 +246,14 @@ if has sweep; then  # A/B of an environment-switched experiment: `bench prefill`
     env "$kv" timeout 120 $G bench prefill ${GRIDQ_PREFILL:---synthetic laguna-s-2.1} > "$OUT/sweep_$n.txt" 2>&1
     echo "-- $kv"; grep -A3 "^ prompt" "$OUT/sweep_$n.txt" | head -4
   done
+fi
+
+if has quantbench; then  # issue 12: GPU CB-GPTQ over one MoE layer's experts at Laguna-S-2.1's shapes
+  t0=$(date +%s)
+  timeout ${GRIDQ_QB_TIMEOUT:-300} $G bench quantize ${GRIDQ_QB_ARGS:---experts 256} --out "$OUT/bench_quantize.json" \
+    > "$OUT/bench_quantize.txt" 2>&1
+  echo "exit $?" >> "$OUT/bench_quantize.txt"
+  log "bench quantize ($(($(date +%s) - t0)) s)"
 fi
 
 if has quantgpu; then  # issue 12: `quantize --device cuda` (Hessians on the GPU) against --device cpu, bytes compared

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <string>
 
+#include "cli/bench_quant_cli.h"
 #include "cli/cli_model.h"
 #include "cli/command.h"
 #include "cli/grammar_cli.h"
@@ -209,7 +210,27 @@ const Registrar reg{Command{
       g->add_flag("--flexible-ws", gf->flexible_ws, "compile with flexible whitespace");
       g->add_option("--repeat", gf->repeat, "passes over the schemas (default 1)")
           ->check(CLI::Range(1, 1000));
-      return [flags, d, p, g, gf]() {
+      auto qf = std::make_shared<BenchQuantFlags>();
+      CLI::App* qz = sub.add_subcommand(
+          "quantize",
+          "GPU CB-GPTQ (factorization + encode) of one MoE layer's routed experts at a model's shapes, on\n"
+          "synthetic weights and Hessians built on the GPU; seconds per layer and for the whole model\n"
+          "Examples:\n"
+          "  gridq bench quantize                                  # Laguna-S-2.1, 256 experts, K16\n"
+          "  gridq bench quantize --experts 32 --rtn --out r.json  # a slice, scaled to 256");
+      qz->add_option("--shape", qf->shape, "laguna-s-2.1 (default), laguna-xs-2.1 or laguna-tiny-code");
+      qz->add_option("--rung", qf->rung, "NVFP4_CB_K16 (default) or NVFP4_CB_K12");
+      qz->add_option("--experts", qf->experts, "experts encoded (default 256; fewer are scaled to 256)")
+          ->check(CLI::Range(1, 4096));
+      qz->add_option("--chunk", qf->chunk, "experts per batch (default 32)")->check(CLI::Range(1, 1024));
+      qz->add_option("--rows", qf->rows, "calibration rows behind each expert's Hessian (default 5120)")
+          ->check(CLI::Range(1, 1 << 24));
+      qz->add_option("--seed", qf->seed, "seed of the synthetic inputs (default 1)");
+      qz->add_flag("--rtn", qf->rtn, "also time the round-to-nearest encode (the holdout gate's other side)");
+      qz->add_flag("--json", qf->json, "print the JSON result instead of the summary");
+      qz->add_option("--out", qf->out, "also write the JSON result here");
+      return [flags, d, p, g, gf, qz, qf]() {
+        if (qz->parsed()) return run_bench_quant(*qf);
         if (g->parsed()) return run_bench_grammar(*gf);
         if (p->parsed()) {
           flags->prefill = true;

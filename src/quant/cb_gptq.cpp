@@ -51,6 +51,30 @@ Status check_shape(const gridbook::Codebook& cb, gridbook::Grid grid, int R, int
 
 std::vector<double> to_double(const float* W, int64_t n) { return std::vector<double>(W, W + n); }
 
+// fp8: w = bf16_rn(fl32(v · row_scale)).
+std::vector<float> decode_fp8(const DenseBook& book, const uint32_t* sub_idx, const float* row_scale, int R,
+                              int C) {
+  const int d = book.sub_dim;
+  const int nv = C / d;
+  std::vector<float> w(size_t(R) * C);
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < nv; ++v) {
+      const double* t = &book.t[v % book.n_sub][size_t(sub_idx[size_t(r) * nv + v]) * d];
+      for (int j = 0; j < d; ++j)
+        w[size_t(r) * C + v * d + j] = bf16_round(static_cast<float>(t[j]) * row_scale[r]);
+    }
+  return w;
+}
+
+}  // namespace
+
+Status check_cb_inputs(const gridbook::Codebook& cb, gridbook::Grid grid, const float* W, int R, int C,
+                       const float* q) {
+  GRIDQ_RETURN_IF_ERROR(check_shape(cb, grid, R, C));
+  GRIDQ_RETURN_IF_ERROR(check_finite(W, int64_t(R) * C, "weight"));
+  return check_importance(q, C);
+}
+
 std::vector<uint64_t> compose_codes(const DenseBook& book, const uint32_t* sub_idx, int R, int C) {
   const int ncw = C / gridbook::kVecDim;
   std::vector<uint64_t> codes(size_t(R) * ncw);
@@ -74,23 +98,6 @@ std::vector<float> decode_fp4(const DenseBook& book, const uint32_t* sub_idx, co
     }
   return w;
 }
-
-// fp8: w = bf16_rn(fl32(v · row_scale)).
-std::vector<float> decode_fp8(const DenseBook& book, const uint32_t* sub_idx, const float* row_scale, int R,
-                              int C) {
-  const int d = book.sub_dim;
-  const int nv = C / d;
-  std::vector<float> w(size_t(R) * C);
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < nv; ++v) {
-      const double* t = &book.t[v % book.n_sub][size_t(sub_idx[size_t(r) * nv + v]) * d];
-      for (int j = 0; j < d; ++j)
-        w[size_t(r) * C + v * d + j] = bf16_round(static_cast<float>(t[j]) * row_scale[r]);
-    }
-  return w;
-}
-
-}  // namespace
 
 GptqCoreResult gptq_core(const float* W, const double* U, const DenseBook& book, const GptqCoreSpec& spec,
                          const BlockScaleFn& scales) {
@@ -212,9 +219,7 @@ GptqCoreResult gptq_core(const float* W, const double* U, const DenseBook& book,
 
 Expected<Fp4CbEncoding> encode_fp4_rtn(const gridbook::Codebook& cb, const float* W, int R, int C,
                                        const float* q, const TwoTierOptions& opt) {
-  GRIDQ_RETURN_IF_ERROR(check_shape(cb, gridbook::Grid::FP4, R, C));
-  GRIDQ_RETURN_IF_ERROR(check_finite(W, int64_t(R) * C, "weight"));
-  GRIDQ_RETURN_IF_ERROR(check_importance(q, C));
+  GRIDQ_RETURN_IF_ERROR(check_cb_inputs(cb, gridbook::Grid::FP4, W, R, C, q));
   const DenseBook book = DenseBook::from(cb);
   const std::vector<double> Wd = to_double(W, int64_t(R) * C);
   const double m2 = pilot_m2(Wd.data(), C, R, C, q, book, opt);
@@ -244,9 +249,7 @@ Expected<Fp4CbEncoding> encode_fp4_rtn(const gridbook::Codebook& cb, const float
 Expected<Fp4CbEncoding> encode_fp4_cb_gptq(const gridbook::Codebook& cb, const float* W, int R, int C,
                                            const float* H, int64_t n_tokens, const float* q,
                                            const CbGptqOptions& opt) {
-  GRIDQ_RETURN_IF_ERROR(check_shape(cb, gridbook::Grid::FP4, R, C));
-  GRIDQ_RETURN_IF_ERROR(check_finite(W, int64_t(R) * C, "weight"));
-  GRIDQ_RETURN_IF_ERROR(check_importance(q, C));
+  GRIDQ_RETURN_IF_ERROR(check_cb_inputs(cb, gridbook::Grid::FP4, W, R, C, q));
   if (opt.block != kSB)
     return err("CB-GPTQ fp4: block is {}; it must be 256 (one superblock, scales searched per block)",
                opt.block);
@@ -322,9 +325,7 @@ Fp8CbEncoding finish_fp8(const DenseBook& book, const uint32_t* sub_idx, std::ve
 
 Expected<Fp8CbEncoding> encode_fp8cb_rtn(const gridbook::Codebook& cb, const float* W, int R, int C,
                                          const float* q, int refits) {
-  GRIDQ_RETURN_IF_ERROR(check_shape(cb, gridbook::Grid::FP8, R, C));
-  GRIDQ_RETURN_IF_ERROR(check_finite(W, int64_t(R) * C, "weight"));
-  GRIDQ_RETURN_IF_ERROR(check_importance(q, C));
+  GRIDQ_RETURN_IF_ERROR(check_cb_inputs(cb, gridbook::Grid::FP8, W, R, C, q));
   const DenseBook book = DenseBook::from(cb);
   const std::vector<double> Wd = to_double(W, int64_t(R) * C);
   std::vector<float> scale(R);
@@ -350,9 +351,7 @@ Expected<Fp8CbEncoding> encode_fp8cb_rtn(const gridbook::Codebook& cb, const flo
 Expected<Fp8CbEncoding> encode_fp8cb_cb_gptq(const gridbook::Codebook& cb, const float* W, int R, int C,
                                              const float* H, int64_t n_tokens, const float* q,
                                              const CbGptqOptions& opt) {
-  GRIDQ_RETURN_IF_ERROR(check_shape(cb, gridbook::Grid::FP8, R, C));
-  GRIDQ_RETURN_IF_ERROR(check_finite(W, int64_t(R) * C, "weight"));
-  GRIDQ_RETURN_IF_ERROR(check_importance(q, C));
+  GRIDQ_RETURN_IF_ERROR(check_cb_inputs(cb, gridbook::Grid::FP8, W, R, C, q));
   if (opt.block <= 0 || opt.block % kSB != 0)
     return err("CB-GPTQ fp8: block {} is not a multiple of 256", opt.block);
   GRIDQ_ASSIGN_OR_RETURN(InverseFactor f,

@@ -74,6 +74,24 @@ Expected<Fp4CbEncoding> encode_fp4_cb_gptq(const gridbook::Codebook& cb, const f
                                            const float* H, int64_t n_tokens, const float* q,
                                            const CbGptqOptions& opt = {});
 
+// The encoders' input rules: a product rung of `grid` (fp4: layout v2), C % 256 == 0, finite W [R, C],
+// finite importances q [C] >= 0.
+Status check_cb_inputs(const gridbook::Codebook& cb, gridbook::Grid grid, const float* W, int R, int C,
+                       const float* q);
+
+// The k-bit codewords [R, C/8] of sub-indices [R, C / sub_dim], and the decoded fp4 weights
+// w = bf16_rn(t · scale_g) [R, C] of sub-indices and planes [R, C/256].
+std::vector<uint64_t> compose_codes(const DenseBook& book, const uint32_t* sub_idx, int R, int C);
+std::vector<float> decode_fp4(const DenseBook& book, const uint32_t* sub_idx, const gridbook::V2Plane* planes,
+                              int R, int C);
+
+// The same encodings computed on the GPU (`gridq quantize --device cuda`, runtime::CudaBackendHooks::cb_fp4):
+// CB-GPTQ when H is not null, else RTN; the same bytes as encode_fp4_cb_gptq / encode_fp4_rtn. Fails when
+// this program has no CUDA backend or the rung is one the device encoder does not cover.
+Expected<Fp4CbEncoding> encode_fp4_on_device(const gridbook::Codebook& cb, const float* W, int R, int C,
+                                             const float* H, int64_t n_tokens, const float* q,
+                                             const CbGptqOptions& opt);
+
 // Packs into gridbook v2 superblocks through gridbook::encode_superblock_fp4_v2: [R, C/256 · (4k + 9)] bytes.
 Expected<std::vector<uint8_t>> pack_fp4_v2(const gridbook::Rung& rung, const Fp4CbEncoding& enc);
 

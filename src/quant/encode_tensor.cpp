@@ -244,10 +244,14 @@ Expected<EncodedTensor> encode_tensor(const SourceWeight& w, const InputStats* i
         GRIDQ_ASSIGN_OR_RETURN(
             Fp4CbEncoding g,
             with_damp(p.cb_gptq.act_order ? encode_fp4_cb_gptq_act_order(*cb, W, R, C, H, in->n, q, opt)
-                                          : encode_fp4_cb_gptq(*cb, W, R, C, H, in->n, q, opt)));
+                      : p.device_encode       ? encode_fp4_on_device(*cb, W, R, C, H, in->n, q, opt)
+                                              : encode_fp4_cb_gptq(*cb, W, R, C, H, in->n, q, opt)));
         return refined_fp4(std::move(g), *cb, W, R, C, H, Xh, n_hold, p.cb_gptq, st);
       };
-      const auto run_rtn = [&] { return encode_fp4_rtn(*cb, W, R, C, q, opt.two_tier); };
+      const auto run_rtn = [&] {
+        return p.device_encode ? encode_fp4_on_device(*cb, W, R, C, nullptr, 0, q, opt)
+                               : encode_fp4_rtn(*cb, W, R, C, q, opt.two_tier);
+      };
       GRIDQ_ASSIGN_OR_RETURN(
           Fp4CbEncoding enc,
           run_encoder<Fp4CbEncoding>(gptq, gate, run_gptq, run_rtn, w_hat_of, Xh, n_hold, W, R, C, st));

@@ -33,6 +33,9 @@ struct EncodeParams {
   std::string encoder = "cb_gptq";  // "cb_gptq" or "rtn"; ignored for BF16
   CbGptqParams cb_gptq;
   TwoTierParams two_tier;
+  // `--device cuda`: NVFP4-CB CB-GPTQ and RTN encodes run on the GPU (the same bytes; cb_gptq.h
+  // encode_fp4_on_device). Act-order, the refinement, FP8 and the gate's MSEs stay on the CPU.
+  bool device_encode = false;
 };
 
 // A source tensor as stored: 2-D [R, C] for anything but BF16 (copy). BF16, F16 or F32 elements.

@@ -123,6 +123,7 @@ Expected<std::vector<TensorTask>> resolve_tasks(const Recipe& recipe, const Plan
     t.params.cb_gptq = recipe.cb_gptq;
     t.params.two_tier = recipe.two_tier;
     t.params.format = t.format;
+    t.params.device_encode = o.device == "cuda";
     t.rule_encoder = rule.format == "BF16" ? std::string() : rule.encoder;
     t.method = o.method;
     t.params.encoder = encoder_for(t.format, t.rule_encoder, t.method);

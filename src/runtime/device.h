@@ -4,6 +4,7 @@
 // says so.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -48,6 +49,26 @@ class DeviceHessianStore {
   virtual Expected<std::vector<float>> upper() = 0;  // H [cols, cols]: the upper triangle (j ≥ i) valid
 };
 
+// One NVFP4-CB v2 encode on the GPU (`gridq quantize --device cuda`): CB-GPTQ, or round-to-nearest when H is
+// null, with the CPU encoder's bytes (cuda/gptq/gptq.h). Host memory in and out.
+struct CbFp4Request {
+  const float* W = nullptr;  // [R, C]
+  int R = 0, C = 0;
+  const float* H = nullptr;  // [C, C]; null: RTN
+  int64_t n_tokens = 0;
+  const float* q = nullptr;  // [C] importances
+  int K = 0;                 // entries per sub-table; book [2, K, 4]
+  const double* book = nullptr;
+  double damp = 0.1;
+  int max_retries = 3, pilot_rows = 256, refits = 2;
+};
+struct CbFp4Reply {
+  std::vector<uint32_t> sub_idx;  // [R, C / 4]
+  std::vector<uint8_t> planes;    // [R, C / 256, 17]: E, then 16 codes
+  bool identity = false;          // CB-GPTQ ran with U = I
+  double damp_used = 0.0;
+};
+
 struct CudaBackendHooks {
   std::function<CudaProbe()> probe;
   // `keepalive` owns what the host weights point into (mmaps); the backend may drop it after upload.
@@ -61,6 +82,8 @@ struct CudaBackendHooks {
       synthetic;
   // `gridq quantize --device cuda`: the Hessians of the layer-streamed capture on the GPU.
   std::function<Expected<std::unique_ptr<DeviceHessianStore>>(int cols)> hessian;
+  // `gridq quantize --device cuda`: the NVFP4-CB encoders on the GPU.
+  std::function<Expected<CbFp4Reply>(const CbFp4Request&)> cb_fp4;
 };
 // Hooks without a probe or a factory clear the registration (tests restore a program without CUDA so).
 void register_cuda_backend(CudaBackendHooks hooks);

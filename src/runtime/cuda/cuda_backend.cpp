@@ -6,6 +6,7 @@
 
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/forward.h"
+#include "runtime/cuda/gptq/gptq_hook.h"
 #include "runtime/cuda/hessian.h"
 #include "runtime/cuda/kernels/sample_kernels.h"
 #include "runtime/cuda/register.h"
@@ -316,6 +317,7 @@ void register_backend() {
     return std::unique_ptr<runtime::Backend>(std::move(b));
   };
   h.hessian = make_host_rows_hessian;
+  h.cb_fp4 = cb_fp4_host;
   runtime::register_cuda_backend(std::move(h));
 }
 

@@ -1,0 +1,21 @@
+// `gridq bench quantize` (cmd_bench_quant.cpp): the GPU CB-GPTQ encoder on one MoE layer's experts.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace gridq::cli {
+
+struct BenchQuantFlags {
+  std::string shape = "laguna-s-2.1";
+  std::string rung = "NVFP4_CB_K16";
+  int experts = 256, chunk = 32;
+  int64_t rows = 5120;
+  uint64_t seed = 1;
+  bool rtn = false, json = false;
+  std::string out;
+};
+
+int run_bench_quant(const BenchQuantFlags& f);
+
+}  // namespace gridq::cli

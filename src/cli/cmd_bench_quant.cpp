@@ -1,0 +1,68 @@
+// `gridq bench quantize`: times the GPU CB-GPTQ encoder (runtime/cuda/gptq/bench_gptq.h) on one MoE layer's
+// routed experts at a model's shapes, with the lattice book of the rung, and extrapolates to the model.
+#include <cstdio>
+#include <fstream>
+
+#include "cli/bench_quant_cli.h"
+#include "cli/command.h"
+#include "gridbook/rung.h"
+#include "quant/dense_book.h"
+#include "quant/lattice_codebook.h"
+
+#ifdef GRIDQ_HAVE_CUDA
+#include "runtime/cuda/gptq/bench_gptq.h"
+#endif
+
+namespace gridq::cli {
+
+int run_bench_quant(const BenchQuantFlags& f) {
+#ifdef GRIDQ_HAVE_CUDA
+  auto rung = gridbook::parse_rung_name(f.rung, 2);
+  if (!rung.ok()) return fail("bench quantize: --rung: " + rung.message());
+  auto cb = quant::lattice_codebook(*rung);
+  if (!cb.ok()) return fail("bench quantize: " + cb.message());
+  const quant::DenseBook book = quant::DenseBook::from(*cb);
+  if (book.n_sub != 2 || book.sub_dim != 4)
+    return fail("bench quantize: --rung " + f.rung + ": the GPU encoder covers NVFP4_CB product rungs");
+  cuda::CbGptqBook gb;
+  gb.K = book.entries[0];
+  for (const auto& t : book.t) gb.t.insert(gb.t.end(), t.begin(), t.end());
+  cuda::CbGptqBenchOptions o;
+  o.shape = f.shape;
+  o.experts = f.experts;
+  o.chunk = f.chunk;
+  o.rows = f.rows;
+  o.seed = f.seed;
+  o.rtn = f.rtn;
+  o.progress = [](int done, int total) { std::fprintf(stderr, "\r  experts %d/%d", done, total); };
+  auto r = cuda::bench_cb_gptq(o, gb);
+  std::fprintf(stderr, "\n");
+  if (!r.ok()) return fail("bench quantize: " + r.message());
+  (*r)["rung"] = f.rung;
+  if (!f.out.empty()) {
+    std::ofstream os(f.out);
+    os << r->dump(2) << "\n";
+    if (!os) return fail("bench quantize: cannot write " + f.out);
+  }
+  if (f.json) {
+    std::printf("%s\n", r->dump(2).c_str());
+  } else {
+    const auto& j = *r;
+    std::printf("CB-GPTQ %s on %s, %d experts (%s)\n", f.rung.c_str(), f.shape.c_str(), f.experts,
+                j["device"].get<std::string>().c_str());
+    std::printf("  gate/up: factor %.2f s, encode %.2f s\n", j["gate_up"]["factor_s"].get<double>(),
+                j["gate_up"]["encode_s"].get<double>());
+    std::printf("  down:    factor %.2f s, encode %.2f s\n", j["down"]["factor_s"].get<double>(),
+                j["down"]["encode_s"].get<double>());
+    std::printf("  per MoE layer (256 experts): %.1f s; %d MoE layers: %.1f min\n",
+                j["cb_gptq_s_per_layer"].get<double>(), j["moe_layers"].get<int>(),
+                j["cb_gptq_s_model"].get<double>() / 60.0);
+  }
+  return 0;
+#else
+  (void)f;
+  return fail("bench quantize: this gridq was built without CUDA (configure with -DGRIDQ_CUDA=ON)");
+#endif
+}
+
+}  // namespace gridq::cli

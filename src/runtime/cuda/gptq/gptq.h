@@ -1,0 +1,61 @@
+// CB-GPTQ and the two-tier RTN encoder for NVFP4-CB v2 rungs on the GPU (issue 12), batched over matrices
+// of one shape: the routed experts of a layer are one batch, gate and up sharing their expert's Hessian.
+// The result is the CPU encoder's (quant/cb_gptq.h encode_fp4_cb_gptq / encode_fp4_rtn) bit for bit: the
+// kernels repeat its float64 operations in its order (gptq_kernels.h says how), and the tests compare bytes.
+//
+//   CbGptqBatch job;                       // device pointers: W [M, R, C], H [nH, C, C], q [nH, C] (fp32)
+//   job.h_of = {0, 0, 1, 1};               // gate_0, up_0, gate_1, up_1 → H_0, H_0, H_1, H_1
+//   job.n_tokens = {5120, 4800};
+//   auto res = cb_gptq_fp4(job, book, settings, stream);   // sub-indices and v2 planes per matrix
+//
+// Supported books: two sub-tables of 4-vectors with 64 or 256 entries each (NVFP4_CB_K12, NVFP4_CB_K16).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "core/status.h"
+
+namespace gridq::cuda {
+
+struct CbGptqBook {
+  int K = 0;              // entries per sub-table
+  std::vector<double> t;  // [2, K, 4] as quant::DenseBook
+};
+
+struct CbGptqSettings {
+  double damp = 0.1;  // relative to mean(diag H); ×10 per retry
+  int max_retries = 3;
+  int pilot_rows = 256;
+  int refits = 2;
+  int max_window = 14;  // at most 14 here (the window tables hold 15 exponents' scales)
+};
+
+struct CbGptqBatch {
+  int R = 0, C = 0, M = 0, nH = 0;
+  const float* W = nullptr;        // device [M, R, C]
+  const float* H = nullptr;        // device [nH, C, C] (lower triangle read); null for RTN
+  const float* q = nullptr;        // device [nH, C] importances (imatrix)
+  std::vector<int> h_of;           // [M] the Hessian (and importances) of each matrix
+  std::vector<int64_t> n_tokens;   // [nH] rows behind each H (0: plain nearest neighbour)
+};
+
+struct CbGptqResult {
+  std::vector<uint32_t> sub_idx;   // [M, R, C / 4] chosen entry of each 4-column slab
+  std::vector<uint8_t> planes;     // [M, R, C / 256, 17]: E, then the 16 group codes
+  std::vector<uint8_t> identity;   // [nH] 1 where CB-GPTQ ran with U = I (no tokens or zero H)
+  std::vector<double> damp_used;   // [nH]
+  double seconds_factor = 0.0;     // wall time of the factorization and of the encode (synchronised)
+  double seconds_encode = 0.0;
+};
+
+// CB-GPTQ (lazy two-tier scales on the compensated block, 256-column blocks).
+Expected<CbGptqResult> cb_gptq_fp4(const CbGptqBatch& job, const CbGptqBook& book, const CbGptqSettings& opt,
+                                   cudaStream_t stream);
+// Round-to-nearest: two-tier scales on the original weights and the nearest entries (H unused).
+Expected<CbGptqResult> cb_rtn_fp4(const CbGptqBatch& job, const CbGptqBook& book, const CbGptqSettings& opt,
+                                  cudaStream_t stream);
+
+}  // namespace gridq::cuda

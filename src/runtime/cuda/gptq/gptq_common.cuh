@@ -1,0 +1,91 @@
+// Device pieces shared by the CB-GPTQ kernels: the moment expressions of quant/scale_search_v2.cpp, the warp
+// argmin with the CPU's tie rule, and the E4M3 rounding of the pilot. Compiled with -fmad=false: every
+// `a += b * c` below is a multiply and an add, each rounded, as on the CPU.
+#pragma once
+
+#include <cuda_fp8.h>
+
+#include <cmath>
+
+#include "runtime/cuda/gptq/gptq_kernels.h"
+
+namespace gridq::cuda::gptq {
+
+// Entry k of sub-table `sub`: book [2, K, 4].
+__device__ __forceinline__ const double* entry(const double* book, int K, int sub, int k) {
+  return book + (static_cast<long long>(sub) * K + k) * kSubDim;
+}
+
+// A_k = Σ_j q_j t_kj² and B_k = Σ_j q_j w_j t_kj in column order (scale_search_v2.cpp `moments`).
+__device__ __forceinline__ void moments(const double* t, const double* w, const double* q, double& A, double& B) {
+  double a = 0.0, b = 0.0;
+#pragma unroll
+  for (int j = 0; j < kSubDim; ++j) {
+    a += q[j] * t[j] * t[j];
+    b += q[j] * w[j] * t[j];
+  }
+  A = a;
+  B = b;
+}
+
+// Σ_j q_j w_j² of one sub-vector (`sub_c`).
+__device__ __forceinline__ double sub_c(const double* w, const double* q) {
+  double c = 0.0;
+#pragma unroll
+  for (int j = 0; j < kSubDim; ++j) c += q[j] * w[j] * w[j];
+  return c;
+}
+
+// The warp's lexicographic minimum of (v, k): the value every lane holds, and the lowest k among equal
+// minima — a sequential scan's "first minimum in ascending k" when each lane scanned its own k ascending.
+__device__ __forceinline__ void warp_argmin(double& v, int& k) {
+#pragma unroll
+  for (int off = 16; off; off >>= 1) {
+    const double ov = __shfl_xor_sync(0xffffffffu, v, off);
+    const int ok = __shfl_xor_sync(0xffffffffu, k, off);
+    if (ov < v || (ov == v && ok < k)) {
+      v = ov;
+      k = ok;
+    }
+  }
+}
+
+// argmin_k (s²·A_k − 2s·B_k) over every entry of sub-table `sub` for the sub-vector (w, q), A and B computed
+// on the fly; the result is warp-uniform. (The CPU's pruned search returns the same entry: it skips only
+// entries that cannot reach the minimum.)
+__device__ __forceinline__ int best_entry_k(const double* book, int K, int sub, const double* w, const double* q,
+                                            double s, int lane) {
+  const double s2 = s * s, ts = 2.0 * s;
+  double best = INFINITY;
+  int bk = K;
+  for (int k = lane; k < K; k += 32) {
+    double A, B;
+    moments(entry(book, K, sub, k), w, q, A, B);
+    const double v = s2 * A - ts * B;
+    if (v < best) {
+      best = v;
+      bk = k;
+    }
+  }
+  warp_argmin(best, bk);
+  return bk;
+}
+
+// fp32 → E4M3 (RNE, satfinite) → value, of fl32(v): scale_search_v2.cpp `e4m3_round`.
+__device__ __forceinline__ double e4m3_round(double v, const float* e4m3) {
+  const float f = static_cast<float>(v);
+  return e4m3[static_cast<uint8_t>(__nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3))];
+}
+
+__device__ __forceinline__ int floor_log2(double x) {
+  int e = 0;
+  frexp(x, &e);
+  return e - 1;
+}
+__device__ __forceinline__ int ceil_log2(double x) {
+  int e = 0;
+  const double m = frexp(x, &e);
+  return m == 0.5 ? e - 1 : e;
+}
+
+}  // namespace gridq::cuda::gptq

@@ -1,0 +1,53 @@
+// runtime::CudaBackendHooks::cb_fp4 (runtime/device.h): one matrix from host memory through the batched
+// encoders of gptq.h, on a stream of its own.
+#include "runtime/cuda/gptq/gptq_hook.h"
+
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/device_buffer.h"
+#include "runtime/cuda/gptq/gptq.h"
+
+namespace gridq::cuda {
+
+Expected<runtime::CbFp4Reply> cb_fp4_host(const runtime::CbFp4Request& r) {
+  if (!r.W || !r.q || !r.book || r.R <= 0 || r.C <= 0 || r.K <= 0)
+    return err("gpu cb encode: W, q and the book are required, R, C, K > 0 (got [{}, {}], K {})", r.R, r.C, r.K);
+  GRIDQ_ASSIGN_OR_RETURN(Stream stream, Stream::create());
+  const size_t RC = size_t(r.R) * r.C, CC = size_t(r.C) * r.C;
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer W, DeviceBuffer::alloc(RC * 4, "gpu cb encode weights"));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer q, DeviceBuffer::alloc(size_t(r.C) * 4, "gpu cb encode importances"));
+  GRIDQ_RETURN_IF_ERROR(W.upload(r.W, RC * 4));
+  GRIDQ_RETURN_IF_ERROR(q.upload(r.q, size_t(r.C) * 4));
+  DeviceBuffer H;
+  if (r.H) {
+    GRIDQ_ASSIGN_OR_RETURN(H, DeviceBuffer::alloc(CC * 4, "gpu cb encode Hessian"));
+    GRIDQ_RETURN_IF_ERROR(H.upload(r.H, CC * 4));
+  }
+  CbGptqBatch job;
+  job.R = r.R;
+  job.C = r.C;
+  job.M = 1;
+  job.nH = 1;
+  job.W = W.as<float>();
+  job.H = r.H ? H.as<float>() : nullptr;
+  job.q = q.as<float>();
+  job.h_of = {0};
+  job.n_tokens = {r.n_tokens};
+  CbGptqBook book;
+  book.K = r.K;
+  book.t.assign(r.book, r.book + size_t(2) * r.K * 4);
+  CbGptqSettings o;
+  o.damp = r.damp;
+  o.max_retries = r.max_retries;
+  o.pilot_rows = r.pilot_rows;
+  o.refits = r.refits;
+  GRIDQ_ASSIGN_OR_RETURN(CbGptqResult res, r.H ? cb_gptq_fp4(job, book, o, stream.get())
+                                               : cb_rtn_fp4(job, book, o, stream.get()));
+  runtime::CbFp4Reply out;
+  out.sub_idx = std::move(res.sub_idx);
+  out.planes = std::move(res.planes);
+  out.identity = r.H ? res.identity[0] != 0 : false;
+  out.damp_used = res.damp_used[0];
+  return out;
+}
+
+}  // namespace gridq::cuda

@@ -1,0 +1,85 @@
+// Internal interface between the GPU CB-GPTQ host side (gptq.cpp) and its kernels (gptq_*.cu). Plain data
+// and cudaError_t only (the .cu files never include core/status.h).
+//
+// Every kernel here mirrors one CPU routine of src/quant with the same float64 operations in the same order
+// (the .cu files are compiled with -fmad=false, and the CPU build has no FMA contraction on x86-64), so the
+// device encoder gives the CPU encoder's bytes; tests/cuda/test_cb_gptq.cpp holds it to that.
+//
+// Shapes: M matrices [R, C] of one batch; nH Hessians [C, C]; matrix m uses Hessian h_of[m] (gate and up of
+// an expert share theirs). Books are NVFP4 product rungs with two sub-tables of K entries of 4 values.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace gridq::cuda::gptq {
+
+inline constexpr int kSB = 256;       // superblock = GPTQ block (columns)
+inline constexpr int kGroup = 16;     // columns per scale group
+inline constexpr int kSubDim = 4;     // columns per sub-vector slab
+inline constexpr int kPanel = 32;     // factorization panel width
+inline constexpr int kEMin = 117;     // two-tier exponent range
+inline constexpr int kEMax = 135;
+inline constexpr int kNE = kEMax - kEMin + 1;
+inline constexpr int kMaxScales = 128;  // distinct scales of any exponent window of <= 15 exponents
+
+// The v2 scale code tables and, per exponent window [lo, hi], its distinct legal scales ascending and the
+// position of each (E, c) in that list (quant/scale_search_v2.cpp builds the list per row; here it is a
+// lookup). All device pointers.
+struct V2Tables {
+  const float* scale;      // [256 · 16] v2_scale(E, c)
+  const uint8_t* legal;    // [256 · 16]
+  const int8_t* lowest;    // [256] lowest legal code of E (-1: none)
+  const double* win;       // [kNE · kNE · kMaxScales] window (lo, hi) → its scales, ascending
+  const int16_t* win_n;    // [kNE · kNE]
+  const int16_t* win_idx;  // [kNE · kNE · kNE · 16] (lo, hi, E, c) → index in the window list, -1 outside
+  const float* e4m3;       // [256] e4m3 byte → value
+};
+
+// ---- factorization (quant/hessian_factor.cpp) ----
+// H [nH, C, C] fp32 (lower triangle read) → L [nH, C, C] float64: damped copy, mean diag, flags.
+//   identity[h] = 1 when n_tokens[h] == 0 or mean diag == 0; bad[h] = 1 when an entry is not finite,
+//   2 when mean diag < 0.
+cudaError_t raw_factor_init(const float* H, int nH, int C, const long long* n_tokens, const double* damp,
+                            double* L, double* mean /*[nH]*/, uint8_t* identity, uint8_t* bad, cudaStream_t s);
+// In-place lower Cholesky of A [nH, C, C] (the CPU's left-looking order, blocked); fail[h] = 1 on a
+// non-positive pivot. active[h] = 0 skips a matrix.
+cudaError_t raw_cholesky(double* A, int nH, int C, const uint8_t* active, uint8_t* fail, cudaStream_t s);
+// Li = L⁻¹ (lower) into Li (which the caller has zeroed), then Hinv = Li ᵀ·Li (lower) into L.
+cudaError_t raw_inverse_gram(double* L, double* Li, int nH, int C, const uint8_t* active, cudaStream_t s);
+// U [C, C] upper = transpose of the lower factor in A, written to U (zero below the diagonal).
+cudaError_t raw_upper_from_lower(const double* A, double* U, int nH, int C, const uint8_t* active,
+                                 cudaStream_t s);
+
+// ---- scales (quant/scale_search_v2.cpp) ----
+// Per matrix m: m2[m] = pilot_m2 over its first `rows` rows. W [M, R, C] float64; q [nH, C] fp32.
+cudaError_t raw_pilot_m2(const double* W, int M, int R, int C, int rows, const int* h_of, const float* q,
+                         const double* book, int K, V2Tables t, double* numden /*[M, rows, 2]*/, double* m2,
+                         cudaStream_t s);
+// Two-tier v2 search of superblock b for every row of every matrix: planes [M, R, C/256, 17] (E, 16 c);
+// sub_idx [M, R, C/4] (entries of this superblock written) may be null.
+cudaError_t raw_two_tier(const double* W, int M, int R, int C, int b, const int* h_of, const float* q,
+                         const double* m2, const double* book, int K, V2Tables t, int max_window, int refits,
+                         uint8_t* planes, uint32_t* sub_idx, cudaStream_t s);
+
+// ---- CB-GPTQ block (quant/cb_gptq.cpp gptq_core) ----
+// Step tables of block b per Hessian: A = U_SS⁻¹ [64, 16], T' = T·A [64, K, 4], ‖T'‖² [64, K].
+cudaError_t raw_step_tables(const double* U, int nH, int C, int b, const uint8_t* identity, const double* book,
+                            int K, double* A, double* Tp, double* nk, cudaStream_t s);
+// The 64 slab steps of block b for every row: W [M, R, C] compensated in place inside the block; Err
+// [M, R, 256]; sub_idx [M, R, C/4].
+cudaError_t raw_gptq_block(double* W, int M, int R, int C, int b, const int* h_of, const uint8_t* identity,
+                           const double* U, const double* A, const double* Tp, const double* nk,
+                           const double* book, int K, const uint8_t* planes, V2Tables t, double* Err,
+                           uint32_t* sub_idx, cudaStream_t s);
+// W[:, b1:] −= Err · U[B, b1:] per matrix (skipped for identity Hessians).
+cudaError_t raw_gptq_trailing(double* W, int M, int R, int C, int b, const int* h_of, const uint8_t* identity,
+                              const double* U, const double* Err, cudaStream_t s);
+
+// H [nH, C, C]: lower triangle := upper (in place); q [nH, C] = diag(H) / n (0 where n = 0).
+cudaError_t raw_mirror_imatrix(float* H, int nH, int C, const long long* n, float* q, cudaStream_t s);
+// fp32 [n] → float64 [n].
+cudaError_t raw_widen(const float* x, long long n, double* y, cudaStream_t s);
+
+}  // namespace gridq::cuda::gptq

@@ -1,0 +1,141 @@
+// The GPU NVFP4-CB encoders (runtime/cuda/gptq/gptq.h) against the CPU ones (quant/cb_gptq.h): CB-GPTQ and
+// round-to-nearest must choose the same entries and the same v2 planes, byte for byte, for a batch that mixes
+// matrices sharing a Hessian, a rank-deficient Hessian, a cold input (no tokens: plain nearest neighbour),
+// a row count past the pilot's 256, zero groups, a zero superblock, and both supported rungs. Skips without
+// a GPU.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "../quant/quant_test_util.h"
+#include "cuda_test_util.h"
+#include "quant/cb_gptq.h"
+#include "quant/dense_book.h"
+#include "quant/lattice_codebook.h"
+#include "runtime/cuda/gptq/gptq.h"
+
+namespace gridq::cuda::test {
+namespace {
+
+struct Case {
+  int R = 0, C = 0;
+  std::vector<int> h_of;
+  std::vector<int64_t> n;              // tokens per Hessian
+  std::vector<std::vector<float>> W;   // per matrix [R, C]
+  std::vector<std::vector<float>> H;   // per Hessian [C, C]
+  std::vector<std::vector<float>> q;   // per Hessian [C]
+};
+
+Case make_case(int R, int C, uint64_t seed) {
+  Case c;
+  c.R = R;
+  c.C = C;
+  c.h_of = {0, 0, 1, 1, 2};
+  c.n = {3 * C, C / 2, 0};  // well conditioned, rank-deficient (damping decides), cold
+  const quant::testing::Correlated gen(C, seed);
+  for (size_t h = 0; h < c.n.size(); ++h) {
+    if (c.n[h] > 0) {
+      const auto X = gen.rows(c.n[h], seed + 10 + h);
+      c.H.push_back(quant::testing::gram(X, c.n[h], C));
+    } else {
+      c.H.emplace_back(size_t(C) * C, 0.0f);
+    }
+    std::vector<float> q(C);
+    for (int j = 0; j < C; ++j) q[j] = c.n[h] > 0 ? c.H[h][size_t(j) * C + j] / c.n[h] : 0.0f;
+    c.q.push_back(q);
+  }
+  for (size_t m = 0; m < c.h_of.size(); ++m) {
+    auto w = quant::testing::gaussian(size_t(R) * C, seed + 100 + m, 0.02);
+    for (int r = 0; r < R; ++r) {
+      for (int j = 0; j < C; ++j)
+        if (j % 97 == 3) w[size_t(r) * C + j] *= 12.0f;  // outlier columns
+      for (int j = 32; j < 48; ++j) w[size_t(r) * C + j] = 0.0f;  // a zero group in every row
+    }
+    for (int j = 256; j < 512; ++j) w[size_t(5) * C + j] = 0.0f;  // row 5: a zero superblock
+    c.W.push_back(std::move(w));
+  }
+  return c;
+}
+
+template <class T>
+DeviceBuffer upload_all(const std::vector<std::vector<T>>& parts) {
+  size_t n = 0;
+  for (const auto& p : parts) n += p.size();
+  auto b = DeviceBuffer::alloc(n * sizeof(T), "test");
+  EXPECT_TRUE(b.ok()) << b.message();
+  size_t off = 0;
+  for (const auto& p : parts) {
+    EXPECT_TRUE(b->upload(p.data(), p.size() * sizeof(T), off).ok());
+    off += p.size() * sizeof(T);
+  }
+  return std::move(*b);
+}
+
+// Every row's planes and composed codes against the CPU encoding of the same matrix.
+void expect_same(const quant::DenseBook& book, const CbGptqResult& g, int m, const quant::Fp4CbEncoding& cpu,
+                 int R, int C, const char* what) {
+  const int nsb = C / 256, nv = C / 4, ncw = C / 8;
+  int bad_planes = 0, bad_codes = 0, first_r = -1;
+  for (int r = 0; r < R; ++r) {
+    for (int b = 0; b < nsb; ++b) {
+      const uint8_t* p = &g.planes[((size_t(m) * R + r) * nsb + b) * 17];
+      const gridbook::V2Plane& c = cpu.planes[size_t(r) * nsb + b];
+      bool same = p[0] == c.E;
+      for (int k = 0; k < 16; ++k) same = same && p[1 + k] == c.c[k];
+      if (!same && bad_planes++ == 0) first_r = r;
+    }
+    for (int v = 0; v < ncw; ++v) {
+      const uint32_t* si = &g.sub_idx[(size_t(m) * R + r) * nv + v * 2];
+      if (book.compose(si) != cpu.codes[size_t(r) * ncw + v] && bad_codes++ == 0 && first_r < 0) first_r = r;
+    }
+  }
+  EXPECT_EQ(bad_planes, 0) << what << " matrix " << m << ": planes differ (first row " << first_r << ")";
+  EXPECT_EQ(bad_codes, 0) << what << " matrix " << m << ": codewords differ (first row " << first_r << ")";
+}
+
+TEST(CudaCbGptq, SameBytesAsTheCpuEncoders) {
+  REQUIRE_GPU();
+  auto stream = Stream::create();
+  ASSERT_OK(stream);
+  for (const char* rung_name : {"NVFP4_CB_K16", "NVFP4_CB_K12"}) {
+    auto rung = gridbook::parse_rung_name(rung_name, 2);
+    ASSERT_OK(rung);
+    auto cb = quant::lattice_codebook(*rung);
+    ASSERT_OK(cb);
+    const quant::DenseBook book = quant::DenseBook::from(*cb);
+    CbGptqBook gb;
+    gb.K = book.entries[0];
+    for (int s = 0; s < 2; ++s) gb.t.insert(gb.t.end(), book.t[s].begin(), book.t[s].end());
+    const Case c = make_case(300, 512, 7);
+    DeviceBuffer W = upload_all(c.W), H = upload_all(c.H), q = upload_all(c.q);
+    CbGptqBatch job;
+    job.R = c.R;
+    job.C = c.C;
+    job.M = static_cast<int>(c.W.size());
+    job.nH = static_cast<int>(c.H.size());
+    job.W = W.as<float>();
+    job.H = H.as<float>();
+    job.q = q.as<float>();
+    job.h_of = c.h_of;
+    job.n_tokens = c.n;
+    const CbGptqSettings opt;
+    auto g = cb_gptq_fp4(job, gb, opt, stream->get());
+    ASSERT_OK(g);
+    auto rtn = cb_rtn_fp4(job, gb, opt, stream->get());
+    ASSERT_OK(rtn);
+    EXPECT_EQ(g->identity, (std::vector<uint8_t>{0, 0, 1}));
+    for (int m = 0; m < job.M; ++m) {
+      const int h = c.h_of[m];
+      auto cpu = quant::encode_fp4_cb_gptq(*cb, c.W[m].data(), c.R, c.C, c.H[h].data(), c.n[h], c.q[h].data());
+      ASSERT_OK(cpu);
+      EXPECT_EQ(cpu->damp_used, g->damp_used[h]) << rung_name << " H " << h;
+      expect_same(book, *g, m, *cpu, c.R, c.C, (std::string(rung_name) + " cb-gptq").c_str());
+      auto cpu_rtn = quant::encode_fp4_rtn(*cb, c.W[m].data(), c.R, c.C, c.q[h].data());
+      ASSERT_OK(cpu_rtn);
+      expect_same(book, *rtn, m, *cpu_rtn, c.R, c.C, (std::string(rung_name) + " rtn").c_str());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gridq::cuda::test
