@@ -240,17 +240,21 @@ Expected<EncodedTensor> encode_tensor(const SourceWeight& w, const InputStats* i
       if (rung.layout_version != 2)
         return err("tensor '{}': {} with v1 scale coding is not implemented by the encoder (use two_tier)",
                    w.name, p.format);
+      // The GPU encoder covers the product rungs of 64- and 256-entry sub-tables (K12, K16: the routed
+      // experts of the laguna and experts-k12 recipes); larger tables are encoded on the CPU (same bytes).
+      const bool on_gpu =
+          p.device_encode && rung.mode == gridbook::Mode::Product && (rung.k == 12 || rung.k == 16);
       const auto run_gptq = [&]() -> Expected<Fp4CbEncoding> {
         GRIDQ_ASSIGN_OR_RETURN(
             Fp4CbEncoding g,
             with_damp(p.cb_gptq.act_order ? encode_fp4_cb_gptq_act_order(*cb, W, R, C, H, in->n, q, opt)
-                      : p.device_encode       ? encode_fp4_on_device(*cb, W, R, C, H, in->n, q, opt)
+                      : on_gpu                ? encode_fp4_on_device(*cb, W, R, C, H, in->n, q, opt)
                                               : encode_fp4_cb_gptq(*cb, W, R, C, H, in->n, q, opt)));
         return refined_fp4(std::move(g), *cb, W, R, C, H, Xh, n_hold, p.cb_gptq, st);
       };
       const auto run_rtn = [&] {
-        return p.device_encode ? encode_fp4_on_device(*cb, W, R, C, nullptr, 0, q, opt)
-                               : encode_fp4_rtn(*cb, W, R, C, q, opt.two_tier);
+        return on_gpu ? encode_fp4_on_device(*cb, W, R, C, nullptr, 0, q, opt)
+                      : encode_fp4_rtn(*cb, W, R, C, q, opt.two_tier);
       };
       GRIDQ_ASSIGN_OR_RETURN(
           Fp4CbEncoding enc,

@@ -334,5 +334,15 @@ TEST(CbGptq, RefusesBadInputs) {
   EXPECT_FALSE(encode_fp4_rtn(fp8, W2.data(), 8, 256, q2.data()).ok());  // wrong grid
 }
 
+// `quantize --device cuda` in a program without the CUDA backend fails with a message saying so, never a
+// quiet CPU encode (the device encoder itself is checked byte for byte in tests/cuda/test_cb_gptq.cpp).
+TEST(CbGptq, DeviceEncodeWithoutTheBackendIsRefused) {
+  const gridbook::Codebook cb = book_for("NVFP4_CB_K16", 2);
+  std::vector<float> W(8 * 256, 0.1f), q(256, 1.0f);
+  auto r = encode_fp4_on_device(cb, W.data(), 8, 256, nullptr, 0, q.data(), CbGptqOptions{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.message().find("without the CUDA backend"), std::string::npos) << r.message();
+}
+
 }  // namespace
 }  // namespace gridq::quant
