@@ -12,7 +12,8 @@ Expected<Fp4CbEncoding> encode_fp4_on_device(const gridbook::Codebook& cb, const
   if (!hooks || !hooks->cb_fp4) return err("--device cuda: this gridq was built without the CUDA backend");
   GRIDQ_RETURN_IF_ERROR(check_cb_inputs(cb, gridbook::Grid::FP4, W, R, C, q));
   if (H && opt.block != gridbook::kSuperblock)
-    return err("CB-GPTQ fp4: block is {}; it must be 256 (one superblock, scales searched per block)", opt.block);
+    return err("CB-GPTQ fp4: block is {}; it must be 256 (one superblock, scales searched per block)",
+               opt.block);
   const DenseBook book = DenseBook::from(cb);
   if (book.n_sub != 2 || book.sub_dim != 4 || book.entries[0] != book.entries[1])
     return err("codebook {}: the device encoder needs two equal sub-tables of 4-vectors", cb.rung.name());

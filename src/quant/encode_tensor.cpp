@@ -248,8 +248,8 @@ Expected<EncodedTensor> encode_tensor(const SourceWeight& w, const InputStats* i
         GRIDQ_ASSIGN_OR_RETURN(
             Fp4CbEncoding g,
             with_damp(p.cb_gptq.act_order ? encode_fp4_cb_gptq_act_order(*cb, W, R, C, H, in->n, q, opt)
-                      : on_gpu                ? encode_fp4_on_device(*cb, W, R, C, H, in->n, q, opt)
-                                              : encode_fp4_cb_gptq(*cb, W, R, C, H, in->n, q, opt)));
+                      : on_gpu            ? encode_fp4_on_device(*cb, W, R, C, H, in->n, q, opt)
+                                          : encode_fp4_cb_gptq(*cb, W, R, C, H, in->n, q, opt)));
         return refined_fp4(std::move(g), *cb, W, R, C, H, Xh, n_hold, p.cb_gptq, st);
       };
       const auto run_rtn = [&] {

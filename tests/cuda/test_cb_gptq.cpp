@@ -20,10 +20,10 @@ namespace {
 struct Case {
   int R = 0, C = 0;
   std::vector<int> h_of;
-  std::vector<int64_t> n;              // tokens per Hessian
-  std::vector<std::vector<float>> W;   // per matrix [R, C]
-  std::vector<std::vector<float>> H;   // per Hessian [C, C]
-  std::vector<std::vector<float>> q;   // per Hessian [C]
+  std::vector<int64_t> n;             // tokens per Hessian
+  std::vector<std::vector<float>> W;  // per matrix [R, C]
+  std::vector<std::vector<float>> H;  // per Hessian [C, C]
+  std::vector<std::vector<float>> q;  // per Hessian [C]
 };
 
 Case make_case(int R, int C, uint64_t seed) {
@@ -48,7 +48,7 @@ Case make_case(int R, int C, uint64_t seed) {
     auto w = quant::testing::gaussian(size_t(R) * C, seed + 100 + m, 0.02);
     for (int r = 0; r < R; ++r) {
       for (int j = 0; j < C; ++j)
-        if (j % 97 == 3) w[size_t(r) * C + j] *= 12.0f;  // outlier columns
+        if (j % 97 == 3) w[size_t(r) * C + j] *= 12.0f;           // outlier columns
       for (int j = 32; j < 48; ++j) w[size_t(r) * C + j] = 0.0f;  // a zero group in every row
     }
     for (int j = 256; j < 512; ++j) w[size_t(5) * C + j] = 0.0f;  // row 5: a zero superblock
@@ -126,7 +126,8 @@ TEST(CudaCbGptq, SameBytesAsTheCpuEncoders) {
     EXPECT_EQ(g->identity, (std::vector<uint8_t>{0, 0, 1}));
     for (int m = 0; m < job.M; ++m) {
       const int h = c.h_of[m];
-      auto cpu = quant::encode_fp4_cb_gptq(*cb, c.W[m].data(), c.R, c.C, c.H[h].data(), c.n[h], c.q[h].data());
+      auto cpu =
+          quant::encode_fp4_cb_gptq(*cb, c.W[m].data(), c.R, c.C, c.H[h].data(), c.n[h], c.q[h].data());
       ASSERT_OK(cpu);
       EXPECT_EQ(cpu->damp_used, g->damp_used[h]) << rung_name << " H " << h;
       expect_same(book, *g, m, *cpu, c.R, c.C, (std::string(rung_name) + " cb-gptq").c_str());

@@ -82,7 +82,8 @@ Status run_batch(int experts, int per, int R, int C, int64_t rows, uint64_t seed
 Expected<nlohmann::json> bench_cb_gptq(const CbGptqBenchOptions& o, const CbGptqBook& book) {
   GRIDQ_ASSIGN_OR_RETURN(Shape sh, shape_of(o.shape));
   if (o.experts < 1 || o.chunk < 1 || o.rows < 1)
-    return err("bench quantize: --experts {}, --chunk {}, --rows {} must be >= 1", o.experts, o.chunk, o.rows);
+    return err("bench quantize: --experts {}, --chunk {}, --rows {} must be >= 1", o.experts, o.chunk,
+               o.rows);
   GRIDQ_ASSIGN_OR_RETURN(DeviceInfo dev, device_info());
   GRIDQ_ASSIGN_OR_RETURN(Stream stream, Stream::create());
   Timing gu, dn;
@@ -92,30 +93,30 @@ Expected<nlohmann::json> bench_cb_gptq(const CbGptqBenchOptions& o, const CbGptq
     const int ne = std::min(o.chunk, o.experts - e0);
     if (o.progress) o.progress(e0, o.experts);
     // gate and up [I, d] share H_e [d, d]; down [d, I] has M_e [I, I].
-    GRIDQ_RETURN_IF_ERROR(run_batch(ne, 2, sh.inter, sh.hidden, o.rows, o.seed + e0, book, o.rtn, stream.get(), gu, peak));
+    GRIDQ_RETURN_IF_ERROR(
+        run_batch(ne, 2, sh.inter, sh.hidden, o.rows, o.seed + e0, book, o.rtn, stream.get(), gu, peak));
     GRIDQ_RETURN_IF_ERROR(run_batch(ne, 1, sh.hidden, sh.inter, o.rows, o.seed + 100003 + e0, book, o.rtn,
                                     stream.get(), dn, peak));
   }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double layer = gu.factor + gu.encode + dn.factor + dn.encode;
   const double scale = 256.0 / o.experts;  // a layer has 256 experts
-  nlohmann::json j = {
-      {"bench", "quantize"},
-      {"shape", o.shape},
-      {"experts", o.experts},
-      {"chunk", o.chunk},
-      {"rows_per_expert", o.rows},
-      {"device", dev.name},
-      {"commit", gridq::git_commit()},
-      {"date", bench::utc_now()},
-      {"gate_up", {{"factor_s", gu.factor}, {"encode_s", gu.encode}, {"rtn_s", gu.rtn}}},
-      {"down", {{"factor_s", dn.factor}, {"encode_s", dn.encode}, {"rtn_s", dn.rtn}}},
-      {"inputs_s", gu.inputs + dn.inputs},
-      {"wall_s", wall},
-      {"cb_gptq_s_per_layer", layer * scale},
-      {"cb_gptq_s_model", layer * scale * sh.layers_moe},
-      {"moe_layers", sh.layers_moe},
-      {"peak_device_bytes", peak}};
+  nlohmann::json j = {{"bench", "quantize"},
+                      {"shape", o.shape},
+                      {"experts", o.experts},
+                      {"chunk", o.chunk},
+                      {"rows_per_expert", o.rows},
+                      {"device", dev.name},
+                      {"commit", gridq::git_commit()},
+                      {"date", bench::utc_now()},
+                      {"gate_up", {{"factor_s", gu.factor}, {"encode_s", gu.encode}, {"rtn_s", gu.rtn}}},
+                      {"down", {{"factor_s", dn.factor}, {"encode_s", dn.encode}, {"rtn_s", dn.rtn}}},
+                      {"inputs_s", gu.inputs + dn.inputs},
+                      {"wall_s", wall},
+                      {"cb_gptq_s_per_layer", layer * scale},
+                      {"cb_gptq_s_model", layer * scale * sh.layers_moe},
+                      {"moe_layers", sh.layers_moe},
+                      {"peak_device_bytes", peak}};
   return j;
 }
 

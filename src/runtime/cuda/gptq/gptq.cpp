@@ -26,14 +26,15 @@ using gptq::kSB;
 struct DeviceTables {
   DeviceBuffer scale, legal, lowest, win, win_n, win_idx, e4m3;
   gptq::V2Tables view() const {
-    return {scale.as<float>(),  legal.as<uint8_t>(),   lowest.as<int8_t>(), win.as<double>(),
+    return {scale.as<float>(),   legal.as<uint8_t>(),   lowest.as<int8_t>(), win.as<double>(),
             win_n.as<int16_t>(), win_idx.as<int16_t>(), e4m3.as<float>()};
   }
 };
 
 template <class T>
 Expected<DeviceBuffer> upload_vec(const std::vector<T>& v, const char* what) {
-  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::alloc(std::max<size_t>(v.size(), 1) * sizeof(T), what));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer b,
+                         DeviceBuffer::alloc(std::max<size_t>(v.size(), 1) * sizeof(T), what));
   if (!v.empty()) GRIDQ_RETURN_IF_ERROR(b.upload(v.data(), v.size() * sizeof(T)));
   return b;
 }
@@ -60,7 +61,8 @@ Expected<DeviceTables> build_tables() {
           if (legal[E * 16 + c]) s.push_back(scale[E * 16 + c]);
       std::sort(s.begin(), s.end());
       s.erase(std::unique(s.begin(), s.end()), s.end());
-      if (s.size() > size_t(kMaxScales)) return err("gpu cb-gptq: window [{}, {}] has {} scales", lo, hi, s.size());
+      if (s.size() > size_t(kMaxScales))
+        return err("gpu cb-gptq: window [{}, {}] has {} scales", lo, hi, s.size());
       const size_t w = size_t(lo) * kNE + hi;
       win_n[w] = static_cast<int16_t>(s.size());
       std::copy(s.begin(), s.end(), win.begin() + w * kMaxScales);
@@ -94,18 +96,22 @@ Expected<gptq::V2Tables> tables() {
 
 Status check_job(const CbGptqBatch& j, const CbGptqBook& book, const CbGptqSettings& o, bool need_h) {
   if (book.K != 64 && book.K != 256)
-    return err("gpu cb-gptq: sub-tables of {} entries; the device encoder supports 64 (K12) and 256 (K16) "
-               "(use --device cpu for larger rungs)", book.K);
-  if (book.t.size() != size_t(2) * book.K * 4) return err("gpu cb-gptq: book has {} values, expected 2·K·4", book.t.size());
+    return err(
+        "gpu cb-gptq: sub-tables of {} entries; the device encoder supports 64 (K12) and 256 (K16) "
+        "(use --device cpu for larger rungs)",
+        book.K);
+  if (book.t.size() != size_t(2) * book.K * 4)
+    return err("gpu cb-gptq: book has {} values, expected 2·K·4", book.t.size());
   if (j.R <= 0 || j.C <= 0 || j.C % kSB != 0 || j.M <= 0 || j.nH <= 0)
-    return err("gpu cb-gptq: batch [{} × {}, {}] with {} Hessians; rows > 0, in_features % 256 == 0", j.M, j.R,
-               j.C, j.nH);
+    return err("gpu cb-gptq: batch [{} × {}, {}] with {} Hessians; rows > 0, in_features % 256 == 0", j.M,
+               j.R, j.C, j.nH);
   if (j.h_of.size() != size_t(j.M) || j.n_tokens.size() != size_t(j.nH))
     return err("gpu cb-gptq: h_of has {} entries for {} matrices, n_tokens {} for {} Hessians", j.h_of.size(),
                j.M, j.n_tokens.size(), j.nH);
   for (int h : j.h_of)
     if (h < 0 || h >= j.nH) return err("gpu cb-gptq: h_of names Hessian {} of {}", h, j.nH);
-  if (!j.W || !j.q || (need_h && !j.H)) return err("gpu cb-gptq: W, q{} must be device pointers", need_h ? ", H" : "");
+  if (!j.W || !j.q || (need_h && !j.H))
+    return err("gpu cb-gptq: W, q{} must be device pointers", need_h ? ", H" : "");
   if (o.max_window < 1 || o.max_window > 14 || o.pilot_rows < 1 || o.refits < 0)
     return err("gpu cb-gptq: max_window {} (1..14), pilot_rows {} (>= 1), refits {} (>= 0)", o.max_window,
                o.pilot_rows, o.refits);
@@ -139,12 +145,13 @@ Status factor_all(const CbGptqBatch& j, const CbGptqSettings& o, cudaStream_t s,
   std::vector<double> damp(nH, o.damp);
   for (int attempt = 0; attempt <= o.max_retries; ++attempt) {
     GRIDQ_RETURN_IF_ERROR(damp_dev.upload(damp.data(), nH * 8));
-    GRIDQ_CUDA(gptq::raw_factor_init(j.H, j.nH, j.C, nt_dev.as<long long>(), damp_dev.as<double>(), L.as<double>(),
-                                     mean.as<double>(), identity_dev.as<uint8_t>(), bad, s));
+    GRIDQ_CUDA(gptq::raw_factor_init(j.H, j.nH, j.C, nt_dev.as<long long>(), damp_dev.as<double>(),
+                                     L.as<double>(), mean.as<double>(), identity_dev.as<uint8_t>(), bad, s));
     if (attempt == 0) {
       std::vector<uint8_t> b(nH);
       GRIDQ_CUDA(cudaMemcpyAsync(b.data(), bad, nH, cudaMemcpyDeviceToHost, s));
-      GRIDQ_CUDA(cudaMemcpyAsync(res.identity.data(), identity_dev.as<uint8_t>(), nH, cudaMemcpyDeviceToHost, s));
+      GRIDQ_CUDA(
+          cudaMemcpyAsync(res.identity.data(), identity_dev.as<uint8_t>(), nH, cudaMemcpyDeviceToHost, s));
       GRIDQ_CUDA(cudaStreamSynchronize(s));
       for (size_t h = 0; h < nH; ++h) {
         if (b[h] == 1) return err("H {}: an entry is not finite; a Hessian must be finite", h);
@@ -164,14 +171,16 @@ Status factor_all(const CbGptqBatch& j, const CbGptqSettings& o, cudaStream_t s,
       for (size_t h = 0; h < nH; ++h) act[h] = act[h] && !f[h];
       return {};
     };
-    GRIDQ_RETURN_IF_ERROR(run([&] { return gptq::raw_cholesky(L.as<double>(), j.nH, j.C, active, fail, s); }));
+    GRIDQ_RETURN_IF_ERROR(
+        run([&] { return gptq::raw_cholesky(L.as<double>(), j.nH, j.C, active, fail, s); }));
     for (size_t h = 0; h < nH; ++h)
       if (act[h]) GRIDQ_CUDA(cudaMemsetAsync(U.as<double>() + h * CC, 0, CC * 8, s));
     GRIDQ_RETURN_IF_ERROR(run([&] {
       const cudaError_t e = gptq::raw_inverse_gram(L.as<double>(), U.as<double>(), j.nH, j.C, active, s);
       return e != cudaSuccess ? e : gptq::raw_cholesky(L.as<double>(), j.nH, j.C, active, fail, s);
     }));
-    GRIDQ_RETURN_IF_ERROR(run([&] { return gptq::raw_upper_from_lower(L.as<double>(), U.as<double>(), j.nH, j.C, active, s); }));
+    GRIDQ_RETURN_IF_ERROR(run(
+        [&] { return gptq::raw_upper_from_lower(L.as<double>(), U.as<double>(), j.nH, j.C, active, s); }));
     for (size_t h = 0; h < nH; ++h) {
       if (act[h]) {
         done[h] = 1;
@@ -183,8 +192,10 @@ Status factor_all(const CbGptqBatch& j, const CbGptqSettings& o, cudaStream_t s,
   }
   for (size_t h = 0; h < nH; ++h)
     if (!done[h])
-      return err("H {}: damped Cholesky failed with damping {} and {} retries (x10 each); H is not positive "
-                 "definite", h, o.damp, o.max_retries);
+      return err(
+          "H {}: damped Cholesky failed with damping {} and {} retries (x10 each); H is not positive "
+          "definite",
+          h, o.damp, o.max_retries);
   return {};
 }
 
@@ -193,7 +204,8 @@ struct Common {
   gptq::V2Tables t{};
 };
 
-Expected<Common> prepare(const CbGptqBatch& j, const CbGptqBook& book, const CbGptqSettings& o, cudaStream_t s) {
+Expected<Common> prepare(const CbGptqBatch& j, const CbGptqBook& book, const CbGptqSettings& o,
+                         cudaStream_t s) {
   Common c;
   GRIDQ_ASSIGN_OR_RETURN(c.t, tables());
   const size_t n = size_t(j.M) * j.R * j.C;
@@ -204,10 +216,13 @@ Expected<Common> prepare(const CbGptqBatch& j, const CbGptqBook& book, const CbG
   const int rows = std::min(j.R, o.pilot_rows);
   GRIDQ_ASSIGN_OR_RETURN(c.m2, DeviceBuffer::alloc(size_t(j.M) * 8, "gpu cb-gptq m2"));
   GRIDQ_ASSIGN_OR_RETURN(c.numden, DeviceBuffer::alloc(size_t(j.M) * rows * 16, "gpu cb-gptq pilot sums"));
-  GRIDQ_CUDA(gptq::raw_pilot_m2(c.W.as<double>(), j.M, j.R, j.C, rows, c.h_of.as<int>(), j.q, c.book.as<double>(),
-                                book.K, c.t, c.numden.as<double>(), c.m2.as<double>(), s));
-  GRIDQ_ASSIGN_OR_RETURN(c.planes, DeviceBuffer::alloc(size_t(j.M) * j.R * (j.C / kSB) * 17, "gpu cb-gptq planes"));
-  GRIDQ_ASSIGN_OR_RETURN(c.sub_idx, DeviceBuffer::alloc(size_t(j.M) * j.R * (j.C / 4) * 4, "gpu cb-gptq indices"));
+  GRIDQ_CUDA(gptq::raw_pilot_m2(c.W.as<double>(), j.M, j.R, j.C, rows, c.h_of.as<int>(), j.q,
+                                c.book.as<double>(), book.K, c.t, c.numden.as<double>(), c.m2.as<double>(),
+                                s));
+  GRIDQ_ASSIGN_OR_RETURN(c.planes,
+                         DeviceBuffer::alloc(size_t(j.M) * j.R * (j.C / kSB) * 17, "gpu cb-gptq planes"));
+  GRIDQ_ASSIGN_OR_RETURN(c.sub_idx,
+                         DeviceBuffer::alloc(size_t(j.M) * j.R * (j.C / 4) * 4, "gpu cb-gptq indices"));
   return c;
 }
 
@@ -216,7 +231,8 @@ Status fetch(const CbGptqBatch& j, const Common& c, cudaStream_t s, CbGptqResult
   res.planes.resize(size_t(j.M) * j.R * (j.C / kSB) * 17);
   GRIDQ_CUDA(cudaMemcpyAsync(res.sub_idx.data(), c.sub_idx.as<uint32_t>(), res.sub_idx.size() * 4,
                              cudaMemcpyDeviceToHost, s));
-  GRIDQ_CUDA(cudaMemcpyAsync(res.planes.data(), c.planes.as<uint8_t>(), res.planes.size(), cudaMemcpyDeviceToHost, s));
+  GRIDQ_CUDA(cudaMemcpyAsync(res.planes.data(), c.planes.as<uint8_t>(), res.planes.size(),
+                             cudaMemcpyDeviceToHost, s));
   GRIDQ_CUDA(cudaStreamSynchronize(s));
   return {};
 }
@@ -236,20 +252,25 @@ Expected<CbGptqResult> cb_gptq_fp4(const CbGptqBatch& j, const CbGptqBook& book,
   GRIDQ_ASSIGN_OR_RETURN(Common c, prepare(j, book, o, s));
   const size_t steps = size_t(j.nH) * (kSB / 4);
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer A, DeviceBuffer::alloc(steps * 16 * 8, "gpu cb-gptq step inverses"));
-  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer Tp, DeviceBuffer::alloc(steps * book.K * 4 * 8, "gpu cb-gptq step tables"));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer Tp,
+                         DeviceBuffer::alloc(steps * book.K * 4 * 8, "gpu cb-gptq step tables"));
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer nk, DeviceBuffer::alloc(steps * book.K * 8, "gpu cb-gptq step norms"));
-  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer Err, DeviceBuffer::alloc(size_t(j.M) * j.R * kSB * 8, "gpu cb-gptq slab errors"));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer Err,
+                         DeviceBuffer::alloc(size_t(j.M) * j.R * kSB * 8, "gpu cb-gptq slab errors"));
   const int* h_of = c.h_of.as<int>();
   const uint8_t* id = identity.as<uint8_t>();
   for (int b = 0; b < j.C / kSB; ++b) {
-    GRIDQ_CUDA(gptq::raw_two_tier(c.W.as<double>(), j.M, j.R, j.C, b, h_of, j.q, c.m2.as<double>(), c.book.as<double>(),
-                                  book.K, c.t, o.max_window, o.refits, c.planes.as<uint8_t>(), nullptr, s));
-    GRIDQ_CUDA(gptq::raw_step_tables(U.as<double>(), j.nH, j.C, b, id, c.book.as<double>(), book.K, A.as<double>(),
-                                     Tp.as<double>(), nk.as<double>(), s));
-    GRIDQ_CUDA(gptq::raw_gptq_block(c.W.as<double>(), j.M, j.R, j.C, b, h_of, id, U.as<double>(), A.as<double>(),
-                                    Tp.as<double>(), nk.as<double>(), c.book.as<double>(), book.K,
-                                    c.planes.as<uint8_t>(), c.t, Err.as<double>(), c.sub_idx.as<uint32_t>(), s));
-    GRIDQ_CUDA(gptq::raw_gptq_trailing(c.W.as<double>(), j.M, j.R, j.C, b, h_of, id, U.as<double>(), Err.as<double>(), s));
+    GRIDQ_CUDA(gptq::raw_two_tier(c.W.as<double>(), j.M, j.R, j.C, b, h_of, j.q, c.m2.as<double>(),
+                                  c.book.as<double>(), book.K, c.t, o.max_window, o.refits,
+                                  c.planes.as<uint8_t>(), nullptr, s));
+    GRIDQ_CUDA(gptq::raw_step_tables(U.as<double>(), j.nH, j.C, b, id, c.book.as<double>(), book.K,
+                                     A.as<double>(), Tp.as<double>(), nk.as<double>(), s));
+    GRIDQ_CUDA(gptq::raw_gptq_block(c.W.as<double>(), j.M, j.R, j.C, b, h_of, id, U.as<double>(),
+                                    A.as<double>(), Tp.as<double>(), nk.as<double>(), c.book.as<double>(),
+                                    book.K, c.planes.as<uint8_t>(), c.t, Err.as<double>(),
+                                    c.sub_idx.as<uint32_t>(), s));
+    GRIDQ_CUDA(gptq::raw_gptq_trailing(c.W.as<double>(), j.M, j.R, j.C, b, h_of, id, U.as<double>(),
+                                       Err.as<double>(), s));
   }
   GRIDQ_RETURN_IF_ERROR(fetch(j, c, s, res));
   res.seconds_encode = seconds_since(t0);
@@ -263,9 +284,9 @@ Expected<CbGptqResult> cb_rtn_fp4(const CbGptqBatch& j, const CbGptqBook& book, 
   const auto t0 = std::chrono::steady_clock::now();
   GRIDQ_ASSIGN_OR_RETURN(Common c, prepare(j, book, o, s));
   for (int b = 0; b < j.C / kSB; ++b)
-    GRIDQ_CUDA(gptq::raw_two_tier(c.W.as<double>(), j.M, j.R, j.C, b, c.h_of.as<int>(), j.q, c.m2.as<double>(),
-                                  c.book.as<double>(), book.K, c.t, o.max_window, o.refits, c.planes.as<uint8_t>(),
-                                  c.sub_idx.as<uint32_t>(), s));
+    GRIDQ_CUDA(gptq::raw_two_tier(c.W.as<double>(), j.M, j.R, j.C, b, c.h_of.as<int>(), j.q,
+                                  c.m2.as<double>(), c.book.as<double>(), book.K, c.t, o.max_window, o.refits,
+                                  c.planes.as<uint8_t>(), c.sub_idx.as<uint32_t>(), s));
   GRIDQ_RETURN_IF_ERROR(fetch(j, c, s, res));
   res.identity.assign(size_t(j.nH), 1);
   res.damp_used.assign(size_t(j.nH), 0.0);

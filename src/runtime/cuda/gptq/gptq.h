@@ -35,19 +35,19 @@ struct CbGptqSettings {
 
 struct CbGptqBatch {
   int R = 0, C = 0, M = 0, nH = 0;
-  const float* W = nullptr;        // device [M, R, C]
-  const float* H = nullptr;        // device [nH, C, C] (lower triangle read); null for RTN
-  const float* q = nullptr;        // device [nH, C] importances (imatrix)
-  std::vector<int> h_of;           // [M] the Hessian (and importances) of each matrix
-  std::vector<int64_t> n_tokens;   // [nH] rows behind each H (0: plain nearest neighbour)
+  const float* W = nullptr;       // device [M, R, C]
+  const float* H = nullptr;       // device [nH, C, C] (lower triangle read); null for RTN
+  const float* q = nullptr;       // device [nH, C] importances (imatrix)
+  std::vector<int> h_of;          // [M] the Hessian (and importances) of each matrix
+  std::vector<int64_t> n_tokens;  // [nH] rows behind each H (0: plain nearest neighbour)
 };
 
 struct CbGptqResult {
-  std::vector<uint32_t> sub_idx;   // [M, R, C / 4] chosen entry of each 4-column slab
-  std::vector<uint8_t> planes;     // [M, R, C / 256, 17]: E, then the 16 group codes
-  std::vector<uint8_t> identity;   // [nH] 1 where CB-GPTQ ran with U = I (no tokens or zero H)
-  std::vector<double> damp_used;   // [nH]
-  double seconds_factor = 0.0;     // wall time of the factorization and of the encode (synchronised)
+  std::vector<uint32_t> sub_idx;  // [M, R, C / 4] chosen entry of each 4-column slab
+  std::vector<uint8_t> planes;    // [M, R, C / 256, 17]: E, then the 16 group codes
+  std::vector<uint8_t> identity;  // [nH] 1 where CB-GPTQ ran with U = I (no tokens or zero H)
+  std::vector<double> damp_used;  // [nH]
+  double seconds_factor = 0.0;    // wall time of the factorization and of the encode (synchronised)
   double seconds_encode = 0.0;
 };
 

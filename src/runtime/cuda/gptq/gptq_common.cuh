@@ -17,7 +17,8 @@ __device__ __forceinline__ const double* entry(const double* book, int K, int su
 }
 
 // A_k = Σ_j q_j t_kj² and B_k = Σ_j q_j w_j t_kj in column order (scale_search_v2.cpp `moments`).
-__device__ __forceinline__ void moments(const double* t, const double* w, const double* q, double& A, double& B) {
+__device__ __forceinline__ void moments(const double* t, const double* w, const double* q, double& A,
+                                        double& B) {
   double a = 0.0, b = 0.0;
 #pragma unroll
   for (int j = 0; j < kSubDim; ++j) {
@@ -53,8 +54,8 @@ __device__ __forceinline__ void warp_argmin(double& v, int& k) {
 // argmin_k (s²·A_k − 2s·B_k) over every entry of sub-table `sub` for the sub-vector (w, q), A and B computed
 // on the fly; the result is warp-uniform. (The CPU's pruned search returns the same entry: it skips only
 // entries that cannot reach the minimum.)
-__device__ __forceinline__ int best_entry_k(const double* book, int K, int sub, const double* w, const double* q,
-                                            double s, int lane) {
+__device__ __forceinline__ int best_entry_k(const double* book, int K, int sub, const double* w,
+                                            const double* q, double s, int lane) {
   const double s2 = s * s, ts = 2.0 * s;
   double best = INFINITY;
   int bk = K;

@@ -57,10 +57,10 @@ __global__ void step_tables(const double* __restrict__ U, int C, int b, const ui
 
 __global__ void __launch_bounds__(kWarps * 32)
     gptq_rows(double* __restrict__ W, int M, int R, int C, int b, const int* __restrict__ h_of,
-              const uint8_t* __restrict__ identity, const double* __restrict__ U, const double* __restrict__ Atab,
-              const double* __restrict__ Tp, const double* __restrict__ nk, const double* __restrict__ book, int K,
-              const uint8_t* __restrict__ planes, V2Tables t, double* __restrict__ Err,
-              uint32_t* __restrict__ sub_idx) {
+              const uint8_t* __restrict__ identity, const double* __restrict__ U,
+              const double* __restrict__ Atab, const double* __restrict__ Tp, const double* __restrict__ nk,
+              const double* __restrict__ book, int K, const uint8_t* __restrict__ planes, V2Tables t,
+              double* __restrict__ Err, uint32_t* __restrict__ sub_idx) {
   __shared__ double sws[kWarps][kSB];
   const int wid = threadIdx.x / 32, lane = threadIdx.x % 32;
   const long long warp = static_cast<long long>(blockIdx.x) * kWarps + wid;
@@ -129,7 +129,8 @@ constexpr int kT = 64, kKc = 32, kTThreads = 256;
 // W[m][r][b1 + c] −= Σ_{i<256} Err[m][r][i]·U[(b0 + i)][b1 + c], the sum from +0 in i order.
 __global__ void __launch_bounds__(kTThreads)
     gptq_trailing(double* __restrict__ W, int R, int C, int b, const int* __restrict__ h_of,
-                  const uint8_t* __restrict__ identity, const double* __restrict__ U, const double* __restrict__ Err) {
+                  const uint8_t* __restrict__ identity, const double* __restrict__ U,
+                  const double* __restrict__ Err) {
   const int m = blockIdx.z;
   const int h = h_of[m];
   if (identity[h]) return;
@@ -163,9 +164,10 @@ __global__ void __launch_bounds__(kTThreads)
 
 }  // namespace
 
-cudaError_t raw_step_tables(const double* U, int nH, int C, int b, const uint8_t* identity, const double* book,
-                            int K, double* A, double* Tp, double* nk, cudaStream_t s) {
-  step_tables<<<dim3(nH, kSteps), K < 32 ? 32 : K, 0, s>>>(U, C, b, identity, book, K, A, Tp, nk);
+cudaError_t raw_step_tables(const double* U, int nH, int C, int b, const uint8_t* identity,
+                            const double* book, int K, double* A, double* Tp, double* nk, cudaStream_t s) {
+  const int threads = K < 32 ? 32 : K;
+  step_tables<<<dim3(nH, kSteps), threads, 0, s>>>(U, C, b, identity, book, K, A, Tp, nk);
   return cudaGetLastError();
 }
 
@@ -183,7 +185,8 @@ cudaError_t raw_gptq_trailing(double* W, int M, int R, int C, int b, const int* 
                               const double* U, const double* Err, cudaStream_t s) {
   const int rest = C - (b + 1) * kSB;
   if (rest <= 0) return cudaSuccess;
-  gptq_trailing<<<dim3(static_cast<unsigned>((rest + kT - 1) / kT), static_cast<unsigned>((R + kT - 1) / kT), M),
+  gptq_trailing<<<dim3(static_cast<unsigned>((rest + kT - 1) / kT), static_cast<unsigned>((R + kT - 1) / kT),
+                       M),
                   kTThreads, 0, s>>>(W, R, C, b, h_of, identity, U, Err);
   return cudaGetLastError();
 }

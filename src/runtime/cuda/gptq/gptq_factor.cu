@@ -13,7 +13,7 @@ namespace gridq::cuda::gptq {
 namespace {
 
 constexpr int P = kPanel;
-constexpr int kT = 64;         // update tile (rows and columns)
+constexpr int kT = 64;          // update tile (rows and columns)
 constexpr int kTThreads = 256;  // 16 × 16 threads, 4 × 4 elements each
 
 __device__ inline double* mat(double* A, int h, int C) { return A + static_cast<long long>(h) * C * C; }
@@ -24,7 +24,8 @@ __device__ inline const double* mat(const double* A, int h, int C) {
 // One thread per Hessian sums the diagonal in order (quant's mean_diag); factor_copy then copies the lower
 // triangle, checks it is finite and adds the damping to the diagonal.
 __global__ void factor_scan(const float* __restrict__ H, int C, const long long* __restrict__ n_tokens,
-                            double* __restrict__ mean, uint8_t* __restrict__ identity, uint8_t* __restrict__ bad) {
+                            double* __restrict__ mean, uint8_t* __restrict__ identity,
+                            uint8_t* __restrict__ bad) {
   const int h = blockIdx.x;
   if (threadIdx.x != 0) return;
   const float* Hh = H + static_cast<long long>(h) * C * C;
@@ -37,7 +38,8 @@ __global__ void factor_scan(const float* __restrict__ H, int C, const long long*
 }
 
 __global__ void factor_copy(const float* __restrict__ H, int C, const double* __restrict__ mean,
-                            const double* __restrict__ damp, double* __restrict__ L, uint8_t* __restrict__ bad) {
+                            const double* __restrict__ damp, double* __restrict__ L,
+                            uint8_t* __restrict__ bad) {
   const int h = blockIdx.z, i = blockIdx.y;
   const float* row = H + (static_cast<long long>(h) * C + i) * C;
   double* out = L + (static_cast<long long>(h) * C + i) * C;
@@ -54,14 +56,16 @@ __global__ void factor_copy(const float* __restrict__ H, int C, const double* __
 
 // Panel [p, p + 32) of the left-looking Cholesky, the k < p terms already subtracted. Every CTA factors the
 // 32×32 diagonal block (redundantly: the same bits) and then its 128 rows below it; CTA 0 writes the block.
-__global__ void __launch_bounds__(128) chol_panel(double* __restrict__ A, int C, int p,
-                                                  const uint8_t* __restrict__ active, uint8_t* __restrict__ fail) {
+__global__ void __launch_bounds__(128)
+    chol_panel(double* __restrict__ A, int C, int p, const uint8_t* __restrict__ active,
+               uint8_t* __restrict__ fail) {
   const int h = blockIdx.x;
   if (!active[h]) return;
   double* M = mat(A, h, C);
   __shared__ double D[P][P + 1];
   const int tid = threadIdx.x;
-  for (int e = tid; e < P * P; e += blockDim.x) D[e / P][e % P] = M[static_cast<long long>(p + e / P) * C + p + e % P];
+  for (int e = tid; e < P * P; e += blockDim.x)
+    D[e / P][e % P] = M[static_cast<long long>(p + e / P) * C + p + e % P];
   __syncthreads();
   if (tid < 32) {
     const int i = tid;
@@ -103,8 +107,8 @@ __global__ void __launch_bounds__(128) chol_panel(double* __restrict__ A, int C,
 }
 
 // A[i][j] −= A[i][k]·A[j][k] for k in [p, p + 32), one term at a time, for p + 32 <= j <= i < C.
-__global__ void __launch_bounds__(kTThreads) chol_update(double* __restrict__ A, int C, int p,
-                                                         const uint8_t* __restrict__ active) {
+__global__ void __launch_bounds__(kTThreads)
+    chol_update(double* __restrict__ A, int C, int p, const uint8_t* __restrict__ active) {
   const int h = blockIdx.z;
   const int ti = blockIdx.y, tj = blockIdx.x;
   if (!active[h] || tj > ti) return;
@@ -136,7 +140,8 @@ __global__ void __launch_bounds__(kTThreads) chol_update(double* __restrict__ A,
 }
 
 // Rows [q, q + 32) of Li = L⁻¹, one thread per column j < q + 32 (columns are independent): the CPU's
-// s = Σ_{k=j}^{i-1} L[i][k]·Li[k][j] (k < q already accumulated into Li[i][j] by li_update), Li[i][j] = −s/L[i][i].
+// s = Σ_{k=j}^{i-1} L[i][k]·Li[k][j] (k < q already accumulated into Li[i][j] by li_update), Li[i][j] =
+// −s/L[i][i].
 __global__ void li_panel(const double* __restrict__ L, double* __restrict__ Li, int C, int q,
                          const uint8_t* __restrict__ active) {
   const int h = blockIdx.y;
@@ -245,13 +250,15 @@ __global__ void widen(const float* __restrict__ x, long long n, double* __restri
 
 // H's lower triangle from its upper one (the device accumulator's layout, cuda/hessian.h) and the imatrix
 // q = diag(H) / n (fp32; 0 for a cold input).
-__global__ void mirror_imatrix(float* __restrict__ H, int C, const long long* __restrict__ n, float* __restrict__ q) {
+__global__ void mirror_imatrix(float* __restrict__ H, int C, const long long* __restrict__ n,
+                               float* __restrict__ q) {
   const int h = blockIdx.z, i = blockIdx.y;
   float* Hh = H + static_cast<long long>(h) * C * C;
   for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < i; j += gridDim.x * blockDim.x)
     Hh[static_cast<long long>(i) * C + j] = Hh[static_cast<long long>(j) * C + i];
   if (blockIdx.x == 0 && threadIdx.x == 0)
-    q[static_cast<long long>(h) * C + i] = n[h] > 0 ? Hh[static_cast<long long>(i) * C + i] / static_cast<float>(n[h]) : 0.0f;
+    q[static_cast<long long>(h) * C + i] =
+        n[h] > 0 ? Hh[static_cast<long long>(i) * C + i] / static_cast<float>(n[h]) : 0.0f;
 }
 
 unsigned tiles(int n) { return static_cast<unsigned>((n + kT - 1) / kT); }
@@ -268,8 +275,8 @@ cudaError_t raw_factor_init(const float* H, int nH, int C, const long long* n_to
 cudaError_t raw_cholesky(double* A, int nH, int C, const uint8_t* active, uint8_t* fail, cudaStream_t s) {
   for (int p = 0; p < C; p += P) {
     const int below = C - p - P;
-    chol_panel<<<dim3(nH, static_cast<unsigned>(below > 0 ? (below + 127) / 128 : 1)), 128, 0, s>>>(A, C, p, active,
-                                                                                                   fail);
+    chol_panel<<<dim3(nH, static_cast<unsigned>(below > 0 ? (below + 127) / 128 : 1)), 128, 0, s>>>(
+        A, C, p, active, fail);
     if (below > 0) chol_update<<<dim3(tiles(below), tiles(below), nH), kTThreads, 0, s>>>(A, C, p, active);
   }
   return cudaGetLastError();

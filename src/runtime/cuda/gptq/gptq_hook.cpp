@@ -10,7 +10,8 @@ namespace gridq::cuda {
 
 Expected<runtime::CbFp4Reply> cb_fp4_host(const runtime::CbFp4Request& r) {
   if (!r.W || !r.q || !r.book || r.R <= 0 || r.C <= 0 || r.K <= 0)
-    return err("gpu cb encode: W, q and the book are required, R, C, K > 0 (got [{}, {}], K {})", r.R, r.C, r.K);
+    return err("gpu cb encode: W, q and the book are required, R, C, K > 0 (got [{}, {}], K {})", r.R, r.C,
+               r.K);
   GRIDQ_ASSIGN_OR_RETURN(Stream stream, Stream::create());
   const size_t RC = size_t(r.R) * r.C, CC = size_t(r.C) * r.C;
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer W, DeviceBuffer::alloc(RC * 4, "gpu cb encode weights"));

@@ -15,11 +15,11 @@
 
 namespace gridq::cuda::gptq {
 
-inline constexpr int kSB = 256;       // superblock = GPTQ block (columns)
-inline constexpr int kGroup = 16;     // columns per scale group
-inline constexpr int kSubDim = 4;     // columns per sub-vector slab
-inline constexpr int kPanel = 32;     // factorization panel width
-inline constexpr int kEMin = 117;     // two-tier exponent range
+inline constexpr int kSB = 256;    // superblock = GPTQ block (columns)
+inline constexpr int kGroup = 16;  // columns per scale group
+inline constexpr int kSubDim = 4;  // columns per sub-vector slab
+inline constexpr int kPanel = 32;  // factorization panel width
+inline constexpr int kEMin = 117;  // two-tier exponent range
 inline constexpr int kEMax = 135;
 inline constexpr int kNE = kEMax - kEMin + 1;
 inline constexpr int kMaxScales = 128;  // distinct scales of any exponent window of <= 15 exponents
@@ -42,7 +42,8 @@ struct V2Tables {
 //   identity[h] = 1 when n_tokens[h] == 0 or mean diag == 0; bad[h] = 1 when an entry is not finite,
 //   2 when mean diag < 0.
 cudaError_t raw_factor_init(const float* H, int nH, int C, const long long* n_tokens, const double* damp,
-                            double* L, double* mean /*[nH]*/, uint8_t* identity, uint8_t* bad, cudaStream_t s);
+                            double* L, double* mean /*[nH]*/, uint8_t* identity, uint8_t* bad,
+                            cudaStream_t s);
 // In-place lower Cholesky of A [nH, C, C] (the CPU's left-looking order, blocked); fail[h] = 1 on a
 // non-positive pivot. active[h] = 0 skips a matrix.
 cudaError_t raw_cholesky(double* A, int nH, int C, const uint8_t* active, uint8_t* fail, cudaStream_t s);
@@ -65,8 +66,8 @@ cudaError_t raw_two_tier(const double* W, int M, int R, int C, int b, const int*
 
 // ---- CB-GPTQ block (quant/cb_gptq.cpp gptq_core) ----
 // Step tables of block b per Hessian: A = U_SS⁻¹ [64, 16], T' = T·A [64, K, 4], ‖T'‖² [64, K].
-cudaError_t raw_step_tables(const double* U, int nH, int C, int b, const uint8_t* identity, const double* book,
-                            int K, double* A, double* Tp, double* nk, cudaStream_t s);
+cudaError_t raw_step_tables(const double* U, int nH, int C, int b, const uint8_t* identity,
+                            const double* book, int K, double* A, double* Tp, double* nk, cudaStream_t s);
 // The 64 slab steps of block b for every row: W [M, R, C] compensated in place inside the block; Err
 // [M, R, 256]; sub_idx [M, R, C/4].
 cudaError_t raw_gptq_block(double* W, int M, int R, int C, int b, const int* h_of, const uint8_t* identity,

@@ -49,7 +49,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int v = 0; v < kGroup / kSubDim; ++v) {
       const int sub = (g * (kGroup / kSubDim) + v) & 1;
       __syncwarp();
-      for (int k = lane; k < K; k += 32) moments(entry(book, K, sub, k), &sw[wid][v * 4], &sq[wid][v * 4], A[k], B[k]);
+      for (int k = lane; k < K; k += 32)
+        moments(entry(book, K, sub, k), &sw[wid][v * 4], &sq[wid][v * 4], A[k], B[k]);
       __syncwarp();
       if (valid) {
         double best = INFINITY;
@@ -139,9 +140,9 @@ __device__ void exponent_window(const double* s0, int max_window, int& lo, int& 
 template <int K>
 __global__ void __launch_bounds__(kWarps * 32)
     two_tier_rows(const double* __restrict__ W, int M, int R, int C, int b, const int* __restrict__ h_of,
-                  const float* __restrict__ q, const double* __restrict__ m2v, const double* __restrict__ book,
-                  V2Tables t, int max_window, int refits, uint8_t* __restrict__ planes,
-                  uint32_t* __restrict__ sub_idx) {
+                  const float* __restrict__ q, const double* __restrict__ m2v,
+                  const double* __restrict__ book, V2Tables t, int max_window, int refits,
+                  uint8_t* __restrict__ planes, uint32_t* __restrict__ sub_idx) {
   extern __shared__ double smem[];
   const int wid = threadIdx.x / 32, lane = threadIdx.x % 32;
   const long long warp = static_cast<long long>(blockIdx.x) * kWarps + wid;
@@ -151,7 +152,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   double* sq = sw + kSB;
   double* A = sq + kSB;
   double* B = A + K;
-  double* eg = B + K;                  // [16, kMaxScales]
+  double* eg = B + K;                     // [16, kMaxScales]
   double* s0 = eg + kGroup * kMaxScales;  // [16]
   const double* w = W + (static_cast<long long>(m) * R + r) * C + b * kSB;
   const float* qr = q + static_cast<long long>(h_of[m]) * C + b * kSB;
@@ -197,7 +198,8 @@ __global__ void __launch_bounds__(kWarps * 32)
       double acc[4] = {0.0, 0.0, 0.0, 0.0};
       for (int v = g * 4; v < g * 4 + 4; ++v) {
         __syncwarp();
-        for (int k = lane; k < K; k += 32) moments(entry(book, K, v & 1, k), sw + v * 4, sq + v * 4, A[k], B[k]);
+        for (int k = lane; k < K; k += 32)
+          moments(entry(book, K, v & 1, k), sw + v * 4, sq + v * 4, A[k], B[k]);
         const double cv = sub_c(sw + v * 4, sq + v * 4);
         __syncwarp();
         for (int u = 0; u < 4; ++u) {
@@ -338,8 +340,10 @@ cudaError_t raw_pilot_m2(const double* W, int M, int R, int C, int rows, const i
 cudaError_t raw_two_tier(const double* W, int M, int R, int C, int b, const int* h_of, const float* q,
                          const double* m2, const double* book, int K, V2Tables t, int max_window, int refits,
                          uint8_t* planes, uint32_t* sub_idx, cudaStream_t s) {
-  if (K == 256) return launch_two_tier<256>(W, M, R, C, b, h_of, q, m2, book, t, max_window, refits, planes, sub_idx, s);
-  if (K == 64) return launch_two_tier<64>(W, M, R, C, b, h_of, q, m2, book, t, max_window, refits, planes, sub_idx, s);
+  if (K == 256)
+    return launch_two_tier<256>(W, M, R, C, b, h_of, q, m2, book, t, max_window, refits, planes, sub_idx, s);
+  if (K == 64)
+    return launch_two_tier<64>(W, M, R, C, b, h_of, q, m2, book, t, max_window, refits, planes, sub_idx, s);
   return cudaErrorNotSupported;
 }
 
