@@ -193,7 +193,12 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int ns = t.win_n[wi];
     const double* list = t.win + static_cast<long long>(wi) * kMaxScales;
     double sc[4];
-    for (int u = 0; u < 4; ++u) sc[u] = lane + 32 * u < ns ? list[lane + 32 * u] : 1.0;
+    double s2[4], ts[4];  // s², 2s of this lane's candidates (unused slots score a dummy scale)
+    for (int u = 0; u < 4; ++u) {
+      sc[u] = lane + 32 * u < ns ? list[lane + 32 * u] : 1.0;
+      s2[u] = sc[u] * sc[u];
+      ts[u] = 2.0 * sc[u];
+    }
     for (int g = 0; g < kGroup; ++g) {  // e_g(s) for every candidate s of the window
       double acc[4] = {0.0, 0.0, 0.0, 0.0};
       for (int v = g * 4; v < g * 4 + 4; ++v) {
@@ -202,16 +207,18 @@ __global__ void __launch_bounds__(kWarps * 32)
           moments(entry(book, K, v & 1, k), sw + v * 4, sq + v * 4, A[k], B[k]);
         const double cv = sub_c(sw + v * 4, sq + v * 4);
         __syncwarp();
-        for (int u = 0; u < 4; ++u) {
-          if (lane + 32 * u >= ns) break;
-          const double s2 = sc[u] * sc[u], ts = 2.0 * sc[u];
-          double best = INFINITY;
-          for (int k = 0; k < K; ++k) {
-            const double x = s2 * A[k] - ts * B[k];
-            if (x < best) best = x;
+        // Entries outer, this lane's (up to 4) candidate scales inner: one read of A_k, B_k serves them
+        // all; each scale still sees the entries in ascending k.
+        double best[4] = {INFINITY, INFINITY, INFINITY, INFINITY};
+        for (int k = 0; k < K; ++k) {
+          const double a = A[k], bb = B[k];
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            const double x = s2[u] * a - ts[u] * bb;
+            best[u] = x < best[u] ? x : best[u];
           }
-          acc[u] += cv + best;
         }
+        for (int u = 0; u < 4; ++u) acc[u] += cv + best[u];
       }
       for (int u = 0; u < 4; ++u)
         if (lane + 32 * u < ns) eg[g * kMaxScales + lane + 32 * u] = acc[u];
