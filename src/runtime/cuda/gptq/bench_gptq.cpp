@@ -67,9 +67,7 @@ Status run_batch(int experts, int per, int R, int C, int64_t rows, uint64_t seed
   GRIDQ_ASSIGN_OR_RETURN(CbGptqResult r, cb_gptq_fp4(job, book, CbGptqSettings{}, s));
   t.factor += r.seconds_factor;
   t.encode += r.seconds_encode;
-  size_t free_b = 0, total_b = 0;
-  GRIDQ_CUDA(cudaMemGetInfo(&free_b, &total_b));
-  peak = std::max(peak, total_b - free_b);
+  peak = std::max(peak, r.device_bytes_peak);
   if (with_rtn) {
     GRIDQ_ASSIGN_OR_RETURN(CbGptqResult rr, cb_rtn_fp4(job, book, CbGptqSettings{}, s));
     t.rtn += rr.seconds_encode;

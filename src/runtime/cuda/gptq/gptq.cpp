@@ -118,6 +118,11 @@ Status check_job(const CbGptqBatch& j, const CbGptqBook& book, const CbGptqSetti
   return {};
 }
 
+size_t device_used() {
+  size_t free_b = 0, total_b = 0;
+  return cudaMemGetInfo(&free_b, &total_b) == cudaSuccess ? total_b - free_b : 0;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -136,6 +141,7 @@ Status factor_all(const CbGptqBatch& j, const CbGptqSettings& o, cudaStream_t s,
   std::vector<long long> nt(j.n_tokens.begin(), j.n_tokens.end());
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer nt_dev, upload_vec(nt, "gpu cb-gptq token counts"));
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer damp_dev, DeviceBuffer::alloc(nH * 8, "gpu cb-gptq damping"));
+  res.device_bytes_peak = std::max(res.device_bytes_peak, device_used());
   uint8_t* bad = flags.as<uint8_t>();
   uint8_t* fail = bad + nH;
   uint8_t* active = fail + nH;
@@ -257,6 +263,7 @@ Expected<CbGptqResult> cb_gptq_fp4(const CbGptqBatch& j, const CbGptqBook& book,
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer nk, DeviceBuffer::alloc(steps * book.K * 8, "gpu cb-gptq step norms"));
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer Err,
                          DeviceBuffer::alloc(size_t(j.M) * j.R * kSB * 8, "gpu cb-gptq slab errors"));
+  res.device_bytes_peak = std::max(res.device_bytes_peak, device_used());
   const int* h_of = c.h_of.as<int>();
   const uint8_t* id = identity.as<uint8_t>();
   for (int b = 0; b < j.C / kSB; ++b) {

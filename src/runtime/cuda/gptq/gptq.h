@@ -49,6 +49,7 @@ struct CbGptqResult {
   std::vector<double> damp_used;  // [nH]
   double seconds_factor = 0.0;    // wall time of the factorization and of the encode (synchronised)
   double seconds_encode = 0.0;
+  size_t device_bytes_peak = 0;  // device memory in use (all of the GPU's) with every buffer allocated
 };
 
 // CB-GPTQ (lazy two-tier scales on the compensated block, 256-column blocks).
