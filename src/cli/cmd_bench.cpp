@@ -226,6 +226,9 @@ const Registrar reg{Command{
       qz->add_option("--rows", qf->rows, "calibration rows behind each expert's Hessian (default 5120)")
           ->check(CLI::Range(1, 1 << 24));
       qz->add_option("--seed", qf->seed, "seed of the synthetic inputs (default 1)");
+      qz->add_option("--refine-passes", qf->refine_passes,
+                     "refinement passes after CB-GPTQ, scales on (default 8, the laguna recipe's; 0: off)")
+          ->check(CLI::Range(0, 64));
       qz->add_flag("--rtn", qf->rtn, "also time the round-to-nearest encode (the holdout gate's other side)");
       qz->add_flag("--json", qf->json, "print the JSON result instead of the summary");
       qz->add_option("--out", qf->out, "also write the JSON result here");

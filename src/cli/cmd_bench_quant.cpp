@@ -1,5 +1,7 @@
 // `gridq bench quantize`: times the GPU CB-GPTQ encoder (runtime/cuda/gptq/bench_gptq.h) on one MoE layer's
 // routed experts at a model's shapes, with the lattice book of the rung, and extrapolates to the model.
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <fstream>
 
@@ -34,6 +36,7 @@ int run_bench_quant(const BenchQuantFlags& f) {
   o.rows = f.rows;
   o.seed = f.seed;
   o.rtn = f.rtn;
+  o.refine_passes = f.refine_passes;
   o.progress = [](int done, int total) { std::fprintf(stderr, "\r  experts %d/%d", done, total); };
   auto r = cuda::bench_cb_gptq(o, gb);
   std::fprintf(stderr, "\n");
@@ -50,10 +53,11 @@ int run_bench_quant(const BenchQuantFlags& f) {
     const auto& j = *r;
     std::printf("CB-GPTQ %s on %s, %d experts (%s)\n", f.rung.c_str(), f.shape.c_str(), f.experts,
                 j["device"].get<std::string>().c_str());
-    std::printf("  gate/up: factor %.2f s, encode %.2f s\n", j["gate_up"]["factor_s"].get<double>(),
-                j["gate_up"]["encode_s"].get<double>());
-    std::printf("  down:    factor %.2f s, encode %.2f s\n", j["down"]["factor_s"].get<double>(),
-                j["down"]["encode_s"].get<double>());
+    for (const char* part : {"gate_up", "down"})
+      std::printf("  %-8s factor %.2f s, encode %.2f s, refine %.2f s%s\n", part,
+                  j[part]["factor_s"].get<double>(), j[part]["encode_s"].get<double>(),
+                  j[part]["refine_s"].get<double>(),
+                  f.rtn ? fmt::format(", rtn {:.2f} s", j[part]["rtn_s"].get<double>()).c_str() : "");
     std::printf("  per MoE layer (256 experts): %.1f s; %d MoE layers: %.1f min\n",
                 j["cb_gptq_s_per_layer"].get<double>(), j["moe_layers"].get<int>(),
                 j["cb_gptq_s_model"].get<double>() / 60.0);

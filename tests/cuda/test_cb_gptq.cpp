@@ -10,6 +10,7 @@
 #include "../quant/quant_test_util.h"
 #include "cuda_test_util.h"
 #include "quant/cb_gptq.h"
+#include "quant/cb_refine.h"
 #include "quant/dense_book.h"
 #include "quant/lattice_codebook.h"
 #include "runtime/cuda/gptq/gptq.h"
@@ -136,6 +137,63 @@ TEST(CudaCbGptq, SameBytesAsTheCpuEncoders) {
       expect_same(book, *rtn, m, *cpu_rtn, c.R, c.C, (std::string(rung_name) + " rtn").c_str());
     }
   }
+}
+
+// The refinement after CB-GPTQ (quant/cb_refine.h, the laguna recipe's 8 passes with scales): the same
+// refined entries and planes, and the same objectives and counts, as refine_fp4 on the CPU's encoding.
+TEST(CudaCbGptq, RefinementSameBytesAsTheCpu) {
+  REQUIRE_GPU();
+  auto stream = Stream::create();
+  ASSERT_OK(stream);
+  const gridbook::Codebook cb = quant::testing::k16();
+  const quant::DenseBook book = quant::DenseBook::from(cb);
+  CbGptqBook gb;
+  gb.K = book.entries[0];
+  for (int s = 0; s < 2; ++s) gb.t.insert(gb.t.end(), book.t[s].begin(), book.t[s].end());
+  const Case c = make_case(96, 512, 11);
+  DeviceBuffer W = upload_all(c.W), H = upload_all(c.H), q = upload_all(c.q);
+  CbGptqBatch job;
+  job.R = c.R;
+  job.C = c.C;
+  job.M = static_cast<int>(c.W.size());
+  job.nH = static_cast<int>(c.H.size());
+  job.W = W.as<float>();
+  job.H = H.as<float>();
+  job.q = q.as<float>();
+  job.h_of = c.h_of;
+  job.n_tokens = c.n;
+  CbGptqSettings opt;
+  opt.refine_passes = 8;
+  opt.refine_scales = true;
+  auto g = cb_gptq_fp4(job, gb, opt, stream->get());
+  ASSERT_OK(g);
+  ASSERT_EQ(g->refine_skipped.size(), size_t(job.M));
+  int refined = 0;
+  for (int m = 0; m < job.M; ++m) {
+    const int h = c.h_of[m];
+    auto cpu = quant::encode_fp4_cb_gptq(cb, c.W[m].data(), c.R, c.C, c.H[h].data(), c.n[h], c.q[h].data());
+    ASSERT_OK(cpu);
+    EXPECT_EQ(g->refine_skipped[m] != 0, cpu->used_identity) << "matrix " << m;
+    if (cpu->used_identity) continue;
+    quant::RefineOptions ro;
+    ro.passes = 8;
+    ro.scales = true;
+    ro.damp = cpu->damp_used;
+    auto rr = quant::refine_fp4(cb, c.W[m].data(), c.H[h].data(), c.R, c.C, ro, *cpu);
+    ASSERT_OK(rr);
+    EXPECT_EQ(g->refine_f_before[m], rr->f_before) << "matrix " << m;
+    EXPECT_EQ(g->refine_f_after[m], rr->f_after) << "matrix " << m;
+    EXPECT_EQ(g->refine_rounds[m], rr->rounds) << "matrix " << m;
+    EXPECT_EQ(g->refine_codes[m], rr->codes_changed) << "matrix " << m;
+    EXPECT_EQ(g->refine_scales[m], rr->scales_changed) << "matrix " << m;
+    EXPECT_GT(rr->codes_changed, 0) << "matrix " << m << ": the case should exercise the refinement";
+    CbGptqResult view;
+    view.sub_idx = g->refined_sub_idx;
+    view.planes = g->refined_planes;
+    expect_same(book, view, m, *cpu, c.R, c.C, "refined");
+    ++refined;
+  }
+  EXPECT_EQ(refined, 4);
 }
 
 }  // namespace

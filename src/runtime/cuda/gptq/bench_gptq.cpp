@@ -30,11 +30,11 @@ Expected<Shape> shape_of(const std::string& name) {
 
 // One batch of `experts` experts' matrices [R, C] (`per` matrices per expert sharing its Hessian).
 struct Timing {
-  double factor = 0, encode = 0, rtn = 0, inputs = 0;
+  double factor = 0, encode = 0, refine = 0, rtn = 0, inputs = 0;
 };
 
 Status run_batch(int experts, int per, int R, int C, int64_t rows, uint64_t seed, const CbGptqBook& book,
-                 bool with_rtn, cudaStream_t s, Timing& t, size_t& peak) {
+                 const CbGptqBenchOptions& o, cudaStream_t s, Timing& t, size_t& peak) {
   const auto t0 = std::chrono::steady_clock::now();
   const size_t M = size_t(experts) * per, RC = size_t(R) * C, CC = size_t(C) * C;
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer W, DeviceBuffer::alloc(M * RC * 4, "bench weights"));
@@ -64,11 +64,15 @@ Status run_batch(int experts, int per, int R, int C, int64_t rows, uint64_t seed
   job.q = q.as<float>();
   for (size_t m = 0; m < M; ++m) job.h_of.push_back(static_cast<int>(m / per));
   job.n_tokens.assign(size_t(experts), rows);
-  GRIDQ_ASSIGN_OR_RETURN(CbGptqResult r, cb_gptq_fp4(job, book, CbGptqSettings{}, s));
+  CbGptqSettings set;
+  set.refine_passes = o.refine_passes;
+  set.refine_scales = true;
+  GRIDQ_ASSIGN_OR_RETURN(CbGptqResult r, cb_gptq_fp4(job, book, set, s));
   t.factor += r.seconds_factor;
   t.encode += r.seconds_encode;
+  t.refine += r.seconds_refine;
   peak = std::max(peak, r.device_bytes_peak);
-  if (with_rtn) {
+  if (o.rtn) {
     GRIDQ_ASSIGN_OR_RETURN(CbGptqResult rr, cb_rtn_fp4(job, book, CbGptqSettings{}, s));
     t.rtn += rr.seconds_encode;
   }
@@ -92,12 +96,12 @@ Expected<nlohmann::json> bench_cb_gptq(const CbGptqBenchOptions& o, const CbGptq
     if (o.progress) o.progress(e0, o.experts);
     // gate and up [I, d] share H_e [d, d]; down [d, I] has M_e [I, I].
     GRIDQ_RETURN_IF_ERROR(
-        run_batch(ne, 2, sh.inter, sh.hidden, o.rows, o.seed + e0, book, o.rtn, stream.get(), gu, peak));
-    GRIDQ_RETURN_IF_ERROR(run_batch(ne, 1, sh.hidden, sh.inter, o.rows, o.seed + 100003 + e0, book, o.rtn,
-                                    stream.get(), dn, peak));
+        run_batch(ne, 2, sh.inter, sh.hidden, o.rows, o.seed + e0, book, o, stream.get(), gu, peak));
+    GRIDQ_RETURN_IF_ERROR(
+        run_batch(ne, 1, sh.hidden, sh.inter, o.rows, o.seed + 100003 + e0, book, o, stream.get(), dn, peak));
   }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const double layer = gu.factor + gu.encode + dn.factor + dn.encode;
+  const double layer = gu.factor + gu.encode + gu.refine + dn.factor + dn.encode + dn.refine;
   const double scale = 256.0 / o.experts;  // a layer has 256 experts
   nlohmann::json j = {{"bench", "quantize"},
                       {"shape", o.shape},

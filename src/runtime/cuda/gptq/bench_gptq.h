@@ -19,6 +19,7 @@ struct CbGptqBenchOptions {
   int64_t rows = 5120;  // rows behind each expert's H (131,072 tokens · 10 / 256)
   uint64_t seed = 1;
   bool rtn = false;  // also time the RTN encode (the holdout gate's other side)
+  int refine_passes = 8;  // the laguna recipe's refinement (8 passes, scales on); 0: CB-GPTQ only
   std::function<void(int done, int total)> progress;
 };
 

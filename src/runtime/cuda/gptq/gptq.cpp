@@ -243,6 +243,74 @@ Status fetch(const CbGptqBatch& j, const Common& c, cudaStream_t s, CbGptqResult
   return {};
 }
 
+// refine_fp4 after CB-GPTQ, in place on c.planes / c.sub_idx (fetched before). U's storage becomes Hd and
+// the compensated weights' storage ŵ: both are spent by then.
+Status refine_all(const CbGptqBatch& j, const CbGptqBook& book, const CbGptqSettings& o, cudaStream_t s,
+                  DeviceBuffer& U, const uint8_t* identity_host, Common& c, CbGptqResult& res) {
+  const size_t M = size_t(j.M), rows = M * j.R, n = rows * j.C;
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer damp, upload_vec(res.damp_used, "gpu refine damping"));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer nk,
+                         DeviceBuffer::alloc(size_t(j.nH) * (j.C / 4) * book.K * 8, "gpu refine norms"));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer cold, DeviceBuffer::alloc(size_t(j.nH), "gpu refine cold flags"));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer e, DeviceBuffer::alloc(n * 8, "gpu refine errors"));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer g, DeviceBuffer::alloc(n * 8, "gpu refine gradients"));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer f, DeviceBuffer::alloc(rows * 16, "gpu refine objectives"));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer stats, DeviceBuffer::alloc(rows * 12, "gpu refine counts"));
+  res.device_bytes_peak = std::max(res.device_bytes_peak, device_used());
+  double* Hd = U.as<double>();
+  double* wh = c.W.as<double>();
+  GRIDQ_CUDA(gptq::raw_refine_prepare(j.H, j.nH, j.C, damp.as<double>(), c.book.as<double>(), book.K, Hd,
+                                      nk.as<double>(), cold.as<uint8_t>(), s));
+  std::vector<uint8_t> cold_h(size_t(j.nH));
+  GRIDQ_CUDA(cudaMemcpyAsync(cold_h.data(), cold.as<uint8_t>(), cold_h.size(), cudaMemcpyDeviceToHost, s));
+  GRIDQ_CUDA(cudaStreamSynchronize(s));
+  res.refine_skipped.resize(M);
+  std::vector<uint8_t> skip(M);
+  for (size_t m = 0; m < M; ++m) {
+    res.refine_skipped[m] = identity_host[j.h_of[m]];
+    skip[m] = identity_host[j.h_of[m]] || cold_h[j.h_of[m]];
+  }
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer skip_dev, upload_vec(skip, "gpu refine skips"));
+  GRIDQ_CUDA(gptq::raw_refine_decode(j.W, static_cast<long long>(n), j.C, c.sub_idx.as<uint32_t>(),
+                                     c.planes.as<uint8_t>(), c.book.as<double>(), book.K, c.t, wh,
+                                     e.as<double>(), s));
+  double* f0 = f.as<double>();
+  double* f1 = f0 + rows;
+  GRIDQ_CUDA(
+      gptq::raw_refine_objective(Hd, e.as<double>(), j.M, j.R, j.C, c.h_of.as<int>(), g.as<double>(), f0, s));
+  GRIDQ_CUDA(cudaMemsetAsync(stats.as<int>(), 0, rows * 12, s));
+  GRIDQ_CUDA(gptq::raw_refine_rows(j.W, j.M, j.R, j.C, c.h_of.as<int>(), skip_dev.as<uint8_t>(), Hd,
+                                   nk.as<double>(), c.book.as<double>(), book.K, c.t, o.refine_passes,
+                                   o.refine_scales ? 1 : 0, wh, e.as<double>(), g.as<double>(),
+                                   c.sub_idx.as<uint32_t>(), c.planes.as<uint8_t>(), stats.as<int>(), s));
+  GRIDQ_CUDA(
+      gptq::raw_refine_objective(Hd, e.as<double>(), j.M, j.R, j.C, c.h_of.as<int>(), g.as<double>(), f1, s));
+  std::vector<double> fh(rows * 2);
+  std::vector<int> st(rows * 3);
+  GRIDQ_CUDA(cudaMemcpyAsync(fh.data(), f0, rows * 16, cudaMemcpyDeviceToHost, s));
+  GRIDQ_CUDA(cudaMemcpyAsync(st.data(), stats.as<int>(), rows * 12, cudaMemcpyDeviceToHost, s));
+  CbGptqResult refined;
+  GRIDQ_RETURN_IF_ERROR(fetch(j, c, s, refined));
+  res.refined_sub_idx = std::move(refined.sub_idx);
+  res.refined_planes = std::move(refined.planes);
+  res.refine_f_before.assign(M, 0.0);
+  res.refine_f_after.assign(M, 0.0);
+  res.refine_rounds.assign(M, 0);
+  res.refine_codes.assign(M, 0);
+  res.refine_scales.assign(M, 0);
+  for (size_t m = 0; m < M; ++m) {
+    if (skip[m]) continue;  // cold: zero objectives and no change, as refine_fp4 returns
+    for (size_t r = m * j.R; r < (m + 1) * j.R; ++r) {  // rows in order, as refine_fp4 sums them
+      res.refine_f_before[m] += fh[r];
+      res.refine_f_after[m] += fh[rows + r];
+      res.refine_rounds[m] = std::max(res.refine_rounds[m], st[r * 3]);
+      res.refine_codes[m] += st[r * 3 + 1];
+      res.refine_scales[m] += st[r * 3 + 2];
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 Expected<CbGptqResult> cb_gptq_fp4(const CbGptqBatch& j, const CbGptqBook& book, const CbGptqSettings& o,
@@ -281,6 +349,15 @@ Expected<CbGptqResult> cb_gptq_fp4(const CbGptqBatch& j, const CbGptqBook& book,
   }
   GRIDQ_RETURN_IF_ERROR(fetch(j, c, s, res));
   res.seconds_encode = seconds_since(t0);
+  if (o.refine_passes > 0) {
+    t0 = std::chrono::steady_clock::now();
+    std::vector<uint8_t> id_h = res.identity;
+    A = DeviceBuffer();  // the step tables are spent
+    Tp = DeviceBuffer();
+    Err = DeviceBuffer();
+    GRIDQ_RETURN_IF_ERROR(refine_all(j, book, o, s, U, id_h.data(), c, res));
+    res.seconds_refine = seconds_since(t0);
+  }
   return res;
 }
 

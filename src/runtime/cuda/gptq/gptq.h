@@ -30,7 +30,9 @@ struct CbGptqSettings {
   int max_retries = 3;
   int pilot_rows = 256;
   int refits = 2;
-  int max_window = 14;  // at most 14 here (the window tables hold 15 exponents' scales)
+  int max_window = 14;    // at most 14 here (the window tables hold 15 exponents' scales)
+  int refine_passes = 0;  // > 0: quant/cb_refine.h refine_fp4 after CB-GPTQ (its damping: the one used)
+  bool refine_scales = false;
 };
 
 struct CbGptqBatch {
@@ -50,6 +52,16 @@ struct CbGptqResult {
   double seconds_factor = 0.0;    // wall time of the factorization and of the encode (synchronised)
   double seconds_encode = 0.0;
   size_t device_bytes_peak = 0;  // device memory in use (all of the GPU's) with every buffer allocated
+  double seconds_refine = 0.0;
+  // With refine_passes > 0 (cb_gptq_fp4 only): the refined encoding beside the CB-GPTQ one, and per matrix
+  // refine_fp4's RefineResult. Matrices whose H is the identity are not refined (refine_skipped 1); a cold H
+  // (zero trace) leaves the encoding as it is with zero objectives, as on the CPU.
+  std::vector<uint32_t> refined_sub_idx;
+  std::vector<uint8_t> refined_planes;
+  std::vector<uint8_t> refine_skipped;  // [M]
+  std::vector<double> refine_f_before, refine_f_after;
+  std::vector<int> refine_rounds;
+  std::vector<int64_t> refine_codes, refine_scales;
 };
 
 // CB-GPTQ (lazy two-tier scales on the compensated block, 256-column blocks).

@@ -78,6 +78,25 @@ cudaError_t raw_gptq_block(double* W, int M, int R, int C, int b, const int* h_o
 cudaError_t raw_gptq_trailing(double* W, int M, int R, int C, int b, const int* h_of, const uint8_t* identity,
                               const double* U, const double* Err, cudaStream_t s);
 
+// ---- refinement (quant/cb_refine.cpp) ----
+// Hd = H + damp·tr/C·I [nH, C, C] float64, entry norms nk [nH, C/4, K], cold[h] = tr(H) <= 0; damp [nH]
+// is overwritten with λ.
+cudaError_t raw_refine_prepare(const float* H, int nH, int C, double* damp, const double* book, int K,
+                               double* Hd, double* nk, uint8_t* cold, cudaStream_t s);
+// ŵ and e = w − ŵ [M, R, C] from indices and planes.
+cudaError_t raw_refine_decode(const float* W, long long n, int C, const uint32_t* sub_idx,
+                              const uint8_t* planes, const double* book, int K, V2Tables t, double* wh,
+                              double* e, cudaStream_t s);
+// g = Hd·e per row and f = e·g [M, R].
+cudaError_t raw_refine_objective(const double* Hd, const double* e, int M, int R, int C, const int* h_of,
+                                 double* g, double* f, cudaStream_t s);
+// The codes / scales passes of every row (skip[m]: leave matrix m alone); stats [M, R, 3] = rounds, code and
+// scale changes. sub_idx and planes are refined in place.
+cudaError_t raw_refine_rows(const float* W, int M, int R, int C, const int* h_of, const uint8_t* skip,
+                            const double* Hd, const double* nk, const double* book, int K, V2Tables t,
+                            int passes, int scales, double* wh, double* e, double* g, uint32_t* sub_idx,
+                            uint8_t* planes, int* stats, cudaStream_t s);
+
 // H [nH, C, C]: lower triangle := upper (in place); q [nH, C] = diag(H) / n (0 where n = 0).
 cudaError_t raw_mirror_imatrix(float* H, int nH, int C, const long long* n, float* q, cudaStream_t s);
 // fp32 [n] → float64 [n].
