@@ -7,7 +7,8 @@ namespace gridq::quant {
 
 Expected<Fp4CbEncoding> encode_fp4_on_device(const gridbook::Codebook& cb, const float* W, int R, int C,
                                              const float* H, int64_t n_tokens, const float* q,
-                                             const CbGptqOptions& opt) {
+                                             const CbGptqOptions& opt, int refine_passes, bool refine_scales,
+                                             DeviceRefined* refined) {
   const runtime::CudaBackendHooks* hooks = runtime::cuda_backend_hooks();
   if (!hooks || !hooks->cb_fp4) return err("--device cuda: this gridq was built without the CUDA backend");
   GRIDQ_RETURN_IF_ERROR(check_cb_inputs(cb, gridbook::Grid::FP4, W, R, C, q));
@@ -32,20 +33,35 @@ Expected<Fp4CbEncoding> encode_fp4_on_device(const gridbook::Codebook& cb, const
   rq.max_retries = opt.max_retries;
   rq.pilot_rows = opt.two_tier.pilot_rows;
   rq.refits = opt.two_tier.refits;
+  rq.refine_passes = refined ? refine_passes : 0;
+  rq.refine_scales = refine_scales;
   GRIDQ_ASSIGN_OR_RETURN(runtime::CbFp4Reply rp, hooks->cb_fp4(rq));
-  const int nsb = C / gridbook::kSuperblock;
-  Fp4CbEncoding enc;
-  enc.rows = R;
-  enc.cols = C;
-  enc.used_identity = rp.identity;
-  enc.damp_used = rp.damp_used;
-  enc.planes.resize(size_t(R) * nsb);
-  for (size_t i = 0; i < enc.planes.size(); ++i) {
-    enc.planes[i].E = rp.planes[i * 17];
-    for (int g = 0; g < gridbook::kFp4Groups; ++g) enc.planes[i].c[g] = rp.planes[i * 17 + 1 + g];
+  const auto encoding = [&](const std::vector<uint32_t>& sub_idx, const std::vector<uint8_t>& planes) {
+    const int nsb = C / gridbook::kSuperblock;
+    Fp4CbEncoding enc;
+    enc.rows = R;
+    enc.cols = C;
+    enc.used_identity = rp.identity;
+    enc.damp_used = rp.damp_used;
+    enc.planes.resize(size_t(R) * nsb);
+    for (size_t i = 0; i < enc.planes.size(); ++i) {
+      enc.planes[i].E = planes[i * 17];
+      for (int g = 0; g < gridbook::kFp4Groups; ++g) enc.planes[i].c[g] = planes[i * 17 + 1 + g];
+    }
+    enc.codes = compose_codes(book, sub_idx.data(), R, C);
+    enc.w_hat = decode_fp4(book, sub_idx.data(), enc.planes.data(), R, C);
+    return enc;
+  };
+  Fp4CbEncoding enc = encoding(rp.sub_idx, rp.planes);
+  if (refined && rp.refined) {
+    refined->ran = true;
+    refined->enc = encoding(rp.refined_sub_idx, rp.refined_planes);
+    refined->f_before = rp.f_before;
+    refined->f_after = rp.f_after;
+    refined->rounds = rp.rounds;
+    refined->codes_changed = rp.codes_changed;
+    refined->scales_changed = rp.scales_changed;
   }
-  enc.codes = compose_codes(book, rp.sub_idx.data(), R, C);
-  enc.w_hat = decode_fp4(book, rp.sub_idx.data(), enc.planes.data(), R, C);
   return enc;
 }
 

@@ -61,14 +61,25 @@ Expected<Enc> run_encoder(bool gptq, bool gate, const Gptq& run_gptq, const Rtn&
 // holdout rows are what it is judged on). Without holdout rows the refined encoding is kept.
 Expected<Fp4CbEncoding> refined_fp4(Fp4CbEncoding g, const gridbook::Codebook& cb, const float* W, int R,
                                     int C, const float* H, const float* Xh, int64_t n_hold,
-                                    const CbGptqParams& p, LinearStats& st) {
+                                    const CbGptqParams& p, LinearStats& st, DeviceRefined* dev) {
   if (p.refine_passes <= 0 || g.used_identity) return g;
-  Fp4CbEncoding r = g;
-  RefineOptions ro;
-  ro.passes = p.refine_passes;
-  ro.scales = p.refine_scales;
-  ro.damp = g.damp_used;
-  GRIDQ_ASSIGN_OR_RETURN(RefineResult rr, refine_fp4(cb, W, H, R, C, ro, r));
+  Fp4CbEncoding r;
+  RefineResult rr;
+  if (dev && dev->ran) {  // refined on the GPU with the same bytes (cb_gptq.h encode_fp4_on_device)
+    r = std::move(dev->enc);
+    rr.f_before = dev->f_before;
+    rr.f_after = dev->f_after;
+    rr.rounds = dev->rounds;
+    rr.codes_changed = dev->codes_changed;
+    rr.scales_changed = dev->scales_changed;
+  } else {
+    r = g;
+    RefineOptions ro;
+    ro.passes = p.refine_passes;
+    ro.scales = p.refine_scales;
+    ro.damp = g.damp_used;
+    GRIDQ_ASSIGN_OR_RETURN(rr, refine_fp4(cb, W, H, R, C, ro, r));
+  }
   bool keep = true;
   nlohmann::json j = {{"f_before", rr.f_before},
                       {"f_after", rr.f_after},
@@ -245,12 +256,16 @@ Expected<EncodedTensor> encode_tensor(const SourceWeight& w, const InputStats* i
       const bool on_gpu =
           p.device_encode && rung.mode == gridbook::Mode::Product && (rung.k == 12 || rung.k == 16);
       const auto run_gptq = [&]() -> Expected<Fp4CbEncoding> {
+        const bool dev = on_gpu && !p.cb_gptq.act_order;
+        DeviceRefined refined;
         GRIDQ_ASSIGN_OR_RETURN(
             Fp4CbEncoding g,
-            with_damp(p.cb_gptq.act_order ? encode_fp4_cb_gptq_act_order(*cb, W, R, C, H, in->n, q, opt)
-                      : on_gpu            ? encode_fp4_on_device(*cb, W, R, C, H, in->n, q, opt)
-                                          : encode_fp4_cb_gptq(*cb, W, R, C, H, in->n, q, opt)));
-        return refined_fp4(std::move(g), *cb, W, R, C, H, Xh, n_hold, p.cb_gptq, st);
+            with_damp(dev ? encode_fp4_on_device(*cb, W, R, C, H, in->n, q, opt, p.cb_gptq.refine_passes,
+                                                 p.cb_gptq.refine_scales, &refined)
+                      : p.cb_gptq.act_order ? encode_fp4_cb_gptq_act_order(*cb, W, R, C, H, in->n, q, opt)
+                                            : encode_fp4_cb_gptq(*cb, W, R, C, H, in->n, q, opt)));
+        return refined_fp4(std::move(g), *cb, W, R, C, H, Xh, n_hold, p.cb_gptq, st,
+                           dev ? &refined : nullptr);
       };
       const auto run_rtn = [&] {
         return on_gpu ? encode_fp4_on_device(*cb, W, R, C, nullptr, 0, q, opt)

@@ -61,12 +61,20 @@ struct CbFp4Request {
   const double* book = nullptr;
   double damp = 0.1;
   int max_retries = 3, pilot_rows = 256, refits = 2;
+  int refine_passes = 0;  // CB-GPTQ only: > 0 also returns the refined encoding (quant/cb_refine.h)
+  bool refine_scales = false;
 };
 struct CbFp4Reply {
   std::vector<uint32_t> sub_idx;  // [R, C / 4]
   std::vector<uint8_t> planes;    // [R, C / 256, 17]: E, then 16 codes
   bool identity = false;          // CB-GPTQ ran with U = I
   double damp_used = 0.0;
+  bool refined = false;  // refine_passes > 0 and not the identity: the refinement's result follows
+  std::vector<uint32_t> refined_sub_idx;
+  std::vector<uint8_t> refined_planes;
+  double f_before = 0.0, f_after = 0.0;
+  int rounds = 0;
+  int64_t codes_changed = 0, scales_changed = 0;
 };
 
 struct CudaBackendHooks {

@@ -41,6 +41,8 @@ Expected<runtime::CbFp4Reply> cb_fp4_host(const runtime::CbFp4Request& r) {
   o.max_retries = r.max_retries;
   o.pilot_rows = r.pilot_rows;
   o.refits = r.refits;
+  o.refine_passes = r.H ? r.refine_passes : 0;
+  o.refine_scales = r.refine_scales;
   GRIDQ_ASSIGN_OR_RETURN(CbGptqResult res, r.H ? cb_gptq_fp4(job, book, o, stream.get())
                                                : cb_rtn_fp4(job, book, o, stream.get()));
   runtime::CbFp4Reply out;
@@ -48,6 +50,16 @@ Expected<runtime::CbFp4Reply> cb_fp4_host(const runtime::CbFp4Request& r) {
   out.planes = std::move(res.planes);
   out.identity = r.H ? res.identity[0] != 0 : false;
   out.damp_used = res.damp_used[0];
+  out.refined = o.refine_passes > 0 && !res.refine_skipped[0];
+  if (out.refined) {
+    out.refined_sub_idx = std::move(res.refined_sub_idx);
+    out.refined_planes = std::move(res.refined_planes);
+    out.f_before = res.refine_f_before[0];
+    out.f_after = res.refine_f_after[0];
+    out.rounds = res.refine_rounds[0];
+    out.codes_changed = res.refine_codes[0];
+    out.scales_changed = res.refine_scales[0];
+  }
   return out;
 }
 
