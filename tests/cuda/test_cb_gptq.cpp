@@ -72,6 +72,30 @@ DeviceBuffer upload_all(const std::vector<std::vector<T>>& parts) {
   return std::move(*b);
 }
 
+// The case on the device, as one batch (the buffers stay owned by the struct).
+struct DeviceCase {
+  DeviceBuffer W, H, q;
+  CbGptqBatch job;
+  explicit DeviceCase(const Case& c) : W(upload_all(c.W)), H(upload_all(c.H)), q(upload_all(c.q)) {
+    job.R = c.R;
+    job.C = c.C;
+    job.M = static_cast<int>(c.W.size());
+    job.nH = static_cast<int>(c.H.size());
+    job.W = W.as<float>();
+    job.H = H.as<float>();
+    job.q = q.as<float>();
+    job.h_of = c.h_of;
+    job.n_tokens = c.n;
+  }
+};
+
+CbGptqBook device_book(const quant::DenseBook& book) {
+  CbGptqBook gb;
+  gb.K = book.entries[0];
+  for (int s = 0; s < 2; ++s) gb.t.insert(gb.t.end(), book.t[s].begin(), book.t[s].end());
+  return gb;
+}
+
 // Every row's planes and composed codes against the CPU encoding of the same matrix.
 void expect_same(const quant::DenseBook& book, const CbGptqResult& g, int m, const quant::Fp4CbEncoding& cpu,
                  int R, int C, const char* what) {
@@ -104,21 +128,10 @@ TEST(CudaCbGptq, SameBytesAsTheCpuEncoders) {
     auto cb = quant::lattice_codebook(*rung);
     ASSERT_OK(cb);
     const quant::DenseBook book = quant::DenseBook::from(*cb);
-    CbGptqBook gb;
-    gb.K = book.entries[0];
-    for (int s = 0; s < 2; ++s) gb.t.insert(gb.t.end(), book.t[s].begin(), book.t[s].end());
+    const CbGptqBook gb = device_book(book);
     const Case c = make_case(300, 512, 7);
-    DeviceBuffer W = upload_all(c.W), H = upload_all(c.H), q = upload_all(c.q);
-    CbGptqBatch job;
-    job.R = c.R;
-    job.C = c.C;
-    job.M = static_cast<int>(c.W.size());
-    job.nH = static_cast<int>(c.H.size());
-    job.W = W.as<float>();
-    job.H = H.as<float>();
-    job.q = q.as<float>();
-    job.h_of = c.h_of;
-    job.n_tokens = c.n;
+    const DeviceCase dc(c);
+    const CbGptqBatch& job = dc.job;
     const CbGptqSettings opt;
     auto g = cb_gptq_fp4(job, gb, opt, stream->get());
     ASSERT_OK(g);
@@ -147,21 +160,10 @@ TEST(CudaCbGptq, RefinementSameBytesAsTheCpu) {
   ASSERT_OK(stream);
   const gridbook::Codebook cb = quant::testing::k16();
   const quant::DenseBook book = quant::DenseBook::from(cb);
-  CbGptqBook gb;
-  gb.K = book.entries[0];
-  for (int s = 0; s < 2; ++s) gb.t.insert(gb.t.end(), book.t[s].begin(), book.t[s].end());
+  const CbGptqBook gb = device_book(book);
   const Case c = make_case(96, 512, 11);
-  DeviceBuffer W = upload_all(c.W), H = upload_all(c.H), q = upload_all(c.q);
-  CbGptqBatch job;
-  job.R = c.R;
-  job.C = c.C;
-  job.M = static_cast<int>(c.W.size());
-  job.nH = static_cast<int>(c.H.size());
-  job.W = W.as<float>();
-  job.H = H.as<float>();
-  job.q = q.as<float>();
-  job.h_of = c.h_of;
-  job.n_tokens = c.n;
+  const DeviceCase dc(c);
+  const CbGptqBatch& job = dc.job;
   CbGptqSettings opt;
   opt.refine_passes = 8;
   opt.refine_scales = true;
