@@ -101,6 +101,10 @@ Expected<nlohmann::json> bench_cb_gptq(const CbGptqBenchOptions& o, const CbGptq
         run_batch(ne, 1, sh.hidden, sh.inter, o.rows, o.seed + 100003 + e0, book, o, stream.get(), dn, peak));
   }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto part = [](const Timing& t) {
+    return nlohmann::json{
+        {"factor_s", t.factor}, {"encode_s", t.encode}, {"refine_s", t.refine}, {"rtn_s", t.rtn}};
+  };
   const double layer = gu.factor + gu.encode + gu.refine + dn.factor + dn.encode + dn.refine;
   const double scale = 256.0 / o.experts;  // a layer has 256 experts
   nlohmann::json j = {{"bench", "quantize"},
@@ -111,8 +115,9 @@ Expected<nlohmann::json> bench_cb_gptq(const CbGptqBenchOptions& o, const CbGptq
                       {"device", dev.name},
                       {"commit", gridq::git_commit()},
                       {"date", bench::utc_now()},
-                      {"gate_up", {{"factor_s", gu.factor}, {"encode_s", gu.encode}, {"rtn_s", gu.rtn}}},
-                      {"down", {{"factor_s", dn.factor}, {"encode_s", dn.encode}, {"rtn_s", dn.rtn}}},
+                      {"refine_passes", o.refine_passes},
+                      {"gate_up", part(gu)},
+                      {"down", part(dn)},
                       {"inputs_s", gu.inputs + dn.inputs},
                       {"wall_s", wall},
                       {"cb_gptq_s_per_layer", layer * scale},
