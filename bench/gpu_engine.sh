@@ -256,7 +256,7 @@ if has quantbench; then  # issue 12: GPU CB-GPTQ over one MoE layer's experts at
   log "bench quantize ($(($(date +%s) - t0)) s)"
 fi
 
-if has quantgpu; then  # issue 12: `quantize --device cuda` (Hessians on the GPU) against --device cpu, bytes compared
+if has quantgpu; then  # issue 12: `quantize --device cuda` (Hessians and NVFP4-CB encoders on the GPU) against --device cpu, bytes compared
   t0=$(date +%s)
   digests() { (cd "$1" && find . -type f ! -name '*.log' | sort | xargs sha256sum); }
   for dev in cpu cuda; do
@@ -287,13 +287,13 @@ fi
 if has sanitize; then
   t0=$(date +%s)
   timeout 240 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 $T \
-    --gtest_filter="CudaInvariance.PrefillChunking*:CudaInvariance.LongPrefill*:CudaLinear.BundledModel*:CudaEngine.SyntheticArtifactsEveryRungRun:CudaMoeGrouped.*:CudaAttention.*:CudaForwardKernels.*:CudaRefMatvec.*" \
+    --gtest_filter="CudaInvariance.PrefillChunking*:CudaInvariance.LongPrefill*:CudaLinear.BundledModel*:CudaEngine.SyntheticArtifactsEveryRungRun:CudaMoeGrouped.*:CudaAttention.*:CudaForwardKernels.*:CudaRefMatvec.*:CudaCbGptq.*" \
     > "$OUT/memcheck.txt" 2>&1
   rc=$?
   grep -E "ERROR SUMMARY|LEAK SUMMARY|Invalid|PASSED|FAILED" "$OUT/memcheck.txt" | head -12
   log "compute-sanitizer memcheck exit $rc ($(($(date +%s) - t0)) s)"
   for tool in racecheck synccheck; do  # the shared-memory kernels with barriers
-    timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 $T --gtest_filter="CudaAttention.*:CudaForwardKernels.*:CudaRefMatvec.*" \
+    timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 $T --gtest_filter="CudaAttention.*:CudaForwardKernels.*:CudaRefMatvec.*:CudaCbGptq.*" \
       > "$OUT/$tool.txt" 2>&1
     rc=$?
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|FAILED" "$OUT/$tool.txt" | head -4
