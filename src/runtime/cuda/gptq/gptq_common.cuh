@@ -72,6 +72,19 @@ __device__ __forceinline__ int best_entry_k(const double* book, int K, int sub, 
   return bk;
 }
 
+// core/numerics.h bf16_round: one RNE rounding of an fp32 value to BF16.
+__device__ __forceinline__ float bf16_round(float f) {
+  const unsigned b = __float_as_uint(f);
+  if ((b & 0x7FFFFFFFu) > 0x7F800000u) return __uint_as_float(((b >> 16) | 0x0040u) << 16);
+  const unsigned bias = 0x7FFFu + ((b >> 16) & 1u);
+  return __uint_as_float(((b + bias) >> 16) << 16);
+}
+
+// A decoded weight: bf16_rn(fl32(t)·s), as cb_gptq.cpp decode_fp4 and the gridbook reader produce it.
+__device__ __forceinline__ double decoded(double t, float s) {
+  return static_cast<double>(bf16_round(static_cast<float>(t) * s));
+}
+
 // fp32 → E4M3 (RNE, satfinite) → value, of fl32(v): scale_search_v2.cpp `e4m3_round`.
 __device__ __forceinline__ double e4m3_round(double v, const float* e4m3) {
   const float f = static_cast<float>(v);

@@ -11,14 +11,6 @@ namespace {
 constexpr int kSteps = kSB / kSubDim;  // 64 slabs per block
 constexpr int kWarps = 8;
 
-// core/numerics.h bf16_round: one RNE rounding of an fp32 value to BF16.
-__device__ __forceinline__ float bf16_round(float f) {
-  const unsigned b = __float_as_uint(f);
-  if ((b & 0x7FFFFFFFu) > 0x7F800000u) return __uint_as_float(((b >> 16) | 0x0040u) << 16);
-  const unsigned bias = 0x7FFFu + ((b >> 16) & 1u);
-  return __uint_as_float(((b + bias) >> 16) << 16);
-}
-
 __global__ void step_tables(const double* __restrict__ U, int C, int b, const uint8_t* __restrict__ identity,
                             const double* __restrict__ book, int K, double* __restrict__ Atab,
                             double* __restrict__ Tp, double* __restrict__ nk) {
@@ -104,7 +96,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     warp_argmin(best, bk);
     const double* T = entry(book, K, st & 1, bk);
     double qv[4], e[4];
-    for (int j = 0; j < 4; ++j) qv[j] = bf16_round(static_cast<float>(T[j]) * static_cast<float>(s));
+    for (int j = 0; j < 4; ++j) qv[j] = decoded(T[j], static_cast<float>(s));
     for (int j = 0; j < 4; ++j) {
       double a = 0.0;
       for (int i = 0; i <= j; ++i) a += (sw[cl + i] - qv[i]) * As[i * 4 + j];

@@ -10,15 +10,6 @@ namespace {
 
 constexpr int kWarps = 4;
 
-__device__ __forceinline__ float bf16_rn(float f) {  // core/numerics.h bf16_round (finite values)
-  const unsigned b = __float_as_uint(f);
-  if ((b & 0x7FFFFFFFu) > 0x7F800000u) return __uint_as_float(((b >> 16) | 0x0040u) << 16);
-  return __uint_as_float(((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16) << 16);
-}
-__device__ __forceinline__ double decoded(double t, float s) {
-  return static_cast<double>(bf16_rn(static_cast<float>(t) * s));
-}
-
 // λ[h] = damp[h]·tr(H)/C in place of damp (tr summed in column order), cold[h] = !(tr > 0); one thread each.
 __global__ void refine_lambda(const float* __restrict__ H, int nH, int C, double* __restrict__ damp_lambda,
                               uint8_t* __restrict__ cold) {
