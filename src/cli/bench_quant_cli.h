@@ -9,7 +9,7 @@ namespace gridq::cli {
 struct BenchQuantFlags {
   std::string shape = "laguna-s-2.1";
   std::string rung = "NVFP4_CB_K16";
-  int experts = 256, chunk = 32, refine_passes = 8;
+  int experts = 0, chunk = 32, refine_passes = 8;
   int64_t rows = 5120;
   uint64_t seed = 1;
   bool rtn = false, json = false;

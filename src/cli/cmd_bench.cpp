@@ -216,12 +216,13 @@ const Registrar reg{Command{
           "GPU CB-GPTQ (factorization + encode) of one MoE layer's routed experts at a model's shapes, on\n"
           "synthetic weights and Hessians built on the GPU; seconds per layer and for the whole model\n"
           "Examples:\n"
-          "  gridq bench quantize                                  # Laguna-S-2.1, 256 experts, K16\n"
-          "  gridq bench quantize --experts 32 --rtn --out r.json  # a slice, scaled to 256");
+          "  gridq bench quantize                                  # Laguna-S-2.1, all 256 experts, K16\n"
+          "  gridq bench quantize --experts 32 --rtn --out r.json  # a slice, scaled to the layer");
       qz->add_option("--shape", qf->shape, "laguna-s-2.1 (default), laguna-xs-2.1 or laguna-tiny-code");
       qz->add_option("--rung", qf->rung, "NVFP4_CB_K16 (default) or NVFP4_CB_K12");
-      qz->add_option("--experts", qf->experts, "experts encoded (default 256; fewer are scaled to 256)")
-          ->check(CLI::Range(1, 4096));
+      qz->add_option("--experts", qf->experts,
+                     "experts encoded (default 0: all of the layer's; fewer are scaled to the layer)")
+          ->check(CLI::Range(0, 4096));
       qz->add_option("--chunk", qf->chunk, "experts per batch (default 32)")->check(CLI::Range(1, 1024));
       qz->add_option("--rows", qf->rows, "calibration rows behind each expert's Hessian (default 5120)")
           ->check(CLI::Range(1, 1 << 24));

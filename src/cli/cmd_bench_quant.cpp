@@ -51,16 +51,16 @@ int run_bench_quant(const BenchQuantFlags& f) {
     std::printf("%s\n", r->dump(2).c_str());
   } else {
     const auto& j = *r;
-    std::printf("CB-GPTQ %s on %s, %d experts (%s)\n", f.rung.c_str(), f.shape.c_str(), f.experts,
-                j["device"].get<std::string>().c_str());
+    std::printf("CB-GPTQ %s on %s, %d experts (%s)\n", f.rung.c_str(), f.shape.c_str(),
+                j["experts"].get<int>(), j["device"].get<std::string>().c_str());
     for (const char* part : {"gate_up", "down"})
       std::printf("  %-8s factor %.2f s, encode %.2f s, refine %.2f s%s\n", part,
                   j[part]["factor_s"].get<double>(), j[part]["encode_s"].get<double>(),
                   j[part]["refine_s"].get<double>(),
                   f.rtn ? fmt::format(", rtn {:.2f} s", j[part]["rtn_s"].get<double>()).c_str() : "");
-    std::printf("  per MoE layer (256 experts): %.1f s; %d MoE layers: %.1f min\n",
-                j["cb_gptq_s_per_layer"].get<double>(), j["moe_layers"].get<int>(),
-                j["cb_gptq_s_model"].get<double>() / 60.0);
+    std::printf("  per MoE layer (%d experts): %.1f s; %d MoE layers: %.1f min\n",
+                j["layer_experts"].get<int>(), j["cb_gptq_s_per_layer"].get<double>(),
+                j["moe_layers"].get<int>(), j["cb_gptq_s_model"].get<double>() / 60.0);
   }
   return 0;
 #else

@@ -13,19 +13,22 @@
 #include "runtime/cuda/gptq/gptq.h"
 #include "runtime/cuda/gptq/gptq_kernels.h"
 #include "runtime/cuda/kparams.h"
+#include "runtime/cuda/synthetic_model.h"
 
 namespace gridq::cuda {
 namespace {
 
+// A model's MoE shapes, from the synthetic model's spec (synthetic_model.h): the same names and numbers.
 struct Shape {
-  int hidden, inter, layers_moe;
+  int hidden = 0, inter = 0, experts = 0, layers_moe = 0;
 };
 
 Expected<Shape> shape_of(const std::string& name) {
-  if (name == "laguna-s-2.1") return Shape{3072, 1024, 47};
-  if (name == "laguna-xs-2.1") return Shape{2048, 512, 39};
-  if (name == "laguna-tiny-code") return Shape{512, 256, 3};
-  return err("bench quantize --shape '{}': expected laguna-s-2.1, laguna-xs-2.1 or laguna-tiny-code", name);
+  GRIDQ_ASSIGN_OR_RETURN(model::ModelSpec spec, synthetic_spec(name));
+  Shape sh{spec.hidden_size, spec.moe.expert_intermediate, spec.moe.n_experts, 0};
+  for (const model::LayerSpec& l : spec.layers) sh.layers_moe += l.mlp == model::MlpKind::kMoe ? 1 : 0;
+  if (sh.layers_moe == 0) return err("bench quantize --shape '{}': the model has no MoE layer", name);
+  return sh;
 }
 
 // One batch of `experts` experts' matrices [R, C] (`per` matrices per expert sharing its Hessian).
@@ -83,17 +86,18 @@ Status run_batch(int experts, int per, int R, int C, int64_t rows, uint64_t seed
 
 Expected<nlohmann::json> bench_cb_gptq(const CbGptqBenchOptions& o, const CbGptqBook& book) {
   GRIDQ_ASSIGN_OR_RETURN(Shape sh, shape_of(o.shape));
-  if (o.experts < 1 || o.chunk < 1 || o.rows < 1)
-    return err("bench quantize: --experts {}, --chunk {}, --rows {} must be >= 1", o.experts, o.chunk,
-               o.rows);
+  const int experts = o.experts > 0 ? o.experts : sh.experts;
+  if (experts > sh.experts || o.chunk < 1 || o.rows < 1)
+    return err("bench quantize: --experts {} (0..{}, 0 = all), --chunk {}, --rows {} (>= 1)", o.experts,
+               sh.experts, o.chunk, o.rows);
   GRIDQ_ASSIGN_OR_RETURN(DeviceInfo dev, device_info());
   GRIDQ_ASSIGN_OR_RETURN(Stream stream, Stream::create());
   Timing gu, dn;
   size_t peak = 0;
   const auto t0 = std::chrono::steady_clock::now();
-  for (int e0 = 0; e0 < o.experts; e0 += o.chunk) {
-    const int ne = std::min(o.chunk, o.experts - e0);
-    if (o.progress) o.progress(e0, o.experts);
+  for (int e0 = 0; e0 < experts; e0 += o.chunk) {
+    const int ne = std::min(o.chunk, experts - e0);
+    if (o.progress) o.progress(e0, experts);
     // gate and up [I, d] share H_e [d, d]; down [d, I] has M_e [I, I].
     GRIDQ_RETURN_IF_ERROR(
         run_batch(ne, 2, sh.inter, sh.hidden, o.rows, o.seed + e0, book, o, stream.get(), gu, peak));
@@ -106,10 +110,10 @@ Expected<nlohmann::json> bench_cb_gptq(const CbGptqBenchOptions& o, const CbGptq
         {"factor_s", t.factor}, {"encode_s", t.encode}, {"refine_s", t.refine}, {"rtn_s", t.rtn}};
   };
   const double layer = gu.factor + gu.encode + gu.refine + dn.factor + dn.encode + dn.refine;
-  const double scale = 256.0 / o.experts;  // a layer has 256 experts
+  const double scale = static_cast<double>(sh.experts) / experts;  // to a whole layer's experts
   nlohmann::json j = {{"bench", "quantize"},
                       {"shape", o.shape},
-                      {"experts", o.experts},
+                      {"experts", experts},
                       {"chunk", o.chunk},
                       {"rows_per_expert", o.rows},
                       {"device", dev.name},
@@ -123,6 +127,7 @@ Expected<nlohmann::json> bench_cb_gptq(const CbGptqBenchOptions& o, const CbGptq
                       {"cb_gptq_s_per_layer", layer * scale},
                       {"cb_gptq_s_model", layer * scale * sh.layers_moe},
                       {"moe_layers", sh.layers_moe},
+                      {"layer_experts", sh.experts},
                       {"peak_device_bytes", peak}};
   return j;
 }
