@@ -28,7 +28,7 @@ int run_bench_quant(const BenchQuantFlags& f) {
     return fail("bench quantize: --rung " + f.rung + ": the GPU encoder covers NVFP4_CB product rungs");
   cuda::CbGptqBook gb;
   gb.K = book.entries[0];
-  for (const auto& t : book.t) gb.t.insert(gb.t.end(), t.begin(), t.end());
+  gb.t = book.flat();
   cuda::CbGptqBenchOptions o;
   o.shape = f.shape;
   o.experts = f.experts;

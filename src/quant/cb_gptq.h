@@ -85,24 +85,6 @@ std::vector<uint64_t> compose_codes(const DenseBook& book, const uint32_t* sub_i
 std::vector<float> decode_fp4(const DenseBook& book, const uint32_t* sub_idx, const gridbook::V2Plane* planes,
                               int R, int C);
 
-// The same encodings computed on the GPU (`gridq quantize --device cuda`, runtime::CudaBackendHooks::cb_fp4):
-// CB-GPTQ when H is not null, else RTN; the same bytes as encode_fp4_cb_gptq / encode_fp4_rtn. Fails when
-// this program has no CUDA backend or the rung is one the device encoder does not cover.
-// With refine_passes > 0 (CB-GPTQ only) the device also runs quant/cb_refine.h's refinement of that encoding
-// (scales pass when refine_scales; the damping CB-GPTQ used) and, unless CB-GPTQ ran with U = I, returns it
-// and refine_fp4's counts in *refined.
-struct DeviceRefined {
-  bool ran = false;
-  Fp4CbEncoding enc;
-  double f_before = 0.0, f_after = 0.0;
-  int rounds = 0;
-  int64_t codes_changed = 0, scales_changed = 0;
-};
-Expected<Fp4CbEncoding> encode_fp4_on_device(const gridbook::Codebook& cb, const float* W, int R, int C,
-                                             const float* H, int64_t n_tokens, const float* q,
-                                             const CbGptqOptions& opt, int refine_passes = 0,
-                                             bool refine_scales = false, DeviceRefined* refined = nullptr);
-
 // Packs into gridbook v2 superblocks through gridbook::encode_superblock_fp4_v2: [R, C/256 · (4k + 9)] bytes.
 Expected<std::vector<uint8_t>> pack_fp4_v2(const gridbook::Rung& rung, const Fp4CbEncoding& enc);
 

@@ -1,6 +1,7 @@
-// encode_fp4_on_device (cb_gptq.h): the NVFP4-CB encoders through the CUDA backend's hook, checked like the
-// CPU ones, returned in the CPU encoders' form (codes, planes, decoded weights).
-#include "quant/cb_gptq.h"
+// encode_fp4_on_device (cb_gptq_device.h): the NVFP4-CB encoders through the CUDA backend's hook, checked
+// like the CPU ones, returned in the CPU encoders' form (codes, planes, decoded weights).
+#include "quant/cb_gptq_device.h"
+
 #include "runtime/device.h"
 
 namespace gridq::quant {
@@ -18,8 +19,7 @@ Expected<Fp4CbEncoding> encode_fp4_on_device(const gridbook::Codebook& cb, const
   const DenseBook book = DenseBook::from(cb);
   if (book.n_sub != 2 || book.sub_dim != 4 || book.entries[0] != book.entries[1])
     return err("codebook {}: the device encoder needs two equal sub-tables of 4-vectors", cb.rung.name());
-  std::vector<double> t;
-  for (const auto& sub : book.t) t.insert(t.end(), sub.begin(), sub.end());
+  const std::vector<double> t = book.flat();
   runtime::CbFp4Request rq;
   rq.W = W;
   rq.R = R;
@@ -45,8 +45,9 @@ Expected<Fp4CbEncoding> encode_fp4_on_device(const gridbook::Codebook& cb, const
     enc.damp_used = rp.damp_used;
     enc.planes.resize(size_t(R) * nsb);
     for (size_t i = 0; i < enc.planes.size(); ++i) {
-      enc.planes[i].E = planes[i * 17];
-      for (int g = 0; g < gridbook::kFp4Groups; ++g) enc.planes[i].c[g] = planes[i * 17 + 1 + g];
+      const uint8_t* p = &planes[i * runtime::CbFp4Reply::kPlaneBytes];
+      enc.planes[i].E = p[0];
+      for (int g = 0; g < gridbook::kFp4Groups; ++g) enc.planes[i].c[g] = p[1 + g];
     }
     enc.codes = compose_codes(book, sub_idx.data(), R, C);
     enc.w_hat = decode_fp4(book, sub_idx.data(), enc.planes.data(), R, C);
@@ -56,11 +57,11 @@ Expected<Fp4CbEncoding> encode_fp4_on_device(const gridbook::Codebook& cb, const
   if (refined && rp.refined) {
     refined->ran = true;
     refined->enc = encoding(rp.refined_sub_idx, rp.refined_planes);
-    refined->f_before = rp.f_before;
-    refined->f_after = rp.f_after;
-    refined->rounds = rp.rounds;
-    refined->codes_changed = rp.codes_changed;
-    refined->scales_changed = rp.scales_changed;
+    refined->result.f_before = rp.f_before;
+    refined->result.f_after = rp.f_after;
+    refined->result.rounds = rp.rounds;
+    refined->result.codes_changed = rp.codes_changed;
+    refined->result.scales_changed = rp.scales_changed;
   }
   return enc;
 }

@@ -26,6 +26,14 @@ struct DenseBook {
 
   static DenseBook from(const gridbook::Codebook& cb);
 
+  // Every sub-table's entries in order in one array ([n_sub, K, sub_dim] when the tables are equal in size:
+  // the GPU encoder's book).
+  std::vector<double> flat() const {
+    std::vector<double> v;
+    for (const std::vector<double>& s : t) v.insert(v.end(), s.begin(), s.end());
+    return v;
+  }
+
   // The full k-bit code of one codeword from its n_sub sub-indices.
   uint64_t compose(const uint32_t* sub_idx) const {
     uint64_t code = 0;

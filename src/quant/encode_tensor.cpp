@@ -7,6 +7,7 @@
 #include "io/sha256.h"
 #include "quant/cb_act_order.h"
 #include "quant/cb_gptq.h"
+#include "quant/cb_gptq_device.h"
 #include "quant/cb_refine.h"
 #include "quant/fp8_weights.h"
 #include "quant/output_proxy.h"
@@ -65,13 +66,9 @@ Expected<Fp4CbEncoding> refined_fp4(Fp4CbEncoding g, const gridbook::Codebook& c
   if (p.refine_passes <= 0 || g.used_identity) return g;
   Fp4CbEncoding r;
   RefineResult rr;
-  if (dev && dev->ran) {  // refined on the GPU with the same bytes (cb_gptq.h encode_fp4_on_device)
+  if (dev && dev->ran) {  // refined on the GPU with the same bytes (cb_gptq_device.h)
     r = std::move(dev->enc);
-    rr.f_before = dev->f_before;
-    rr.f_after = dev->f_after;
-    rr.rounds = dev->rounds;
-    rr.codes_changed = dev->codes_changed;
-    rr.scales_changed = dev->scales_changed;
+    rr = dev->result;
   } else {
     r = g;
     RefineOptions ro;

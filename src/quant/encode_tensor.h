@@ -33,8 +33,8 @@ struct EncodeParams {
   std::string encoder = "cb_gptq";  // "cb_gptq" or "rtn"; ignored for BF16
   CbGptqParams cb_gptq;
   TwoTierParams two_tier;
-  // `--device cuda`: NVFP4-CB CB-GPTQ and RTN encodes run on the GPU (the same bytes; cb_gptq.h
-  // encode_fp4_on_device). Act-order, the refinement, FP8 and the gate's MSEs stay on the CPU.
+  // `--device cuda`: NVFP4-CB K12/K16 CB-GPTQ, its refinement and RTN run on the GPU (the same bytes;
+  // cb_gptq_device.h). Act-order, FP8, the other rungs and the gate's MSEs stay on the CPU.
   bool device_encode = false;
 };
 

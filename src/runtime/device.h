@@ -65,9 +65,10 @@ struct CbFp4Request {
   bool refine_scales = false;
 };
 struct CbFp4Reply {
-  std::vector<uint32_t> sub_idx;  // [R, C / 4]
-  std::vector<uint8_t> planes;    // [R, C / 256, 17]: E, then 16 codes
-  bool identity = false;          // CB-GPTQ ran with U = I
+  std::vector<uint32_t> sub_idx;          // [R, C / 4]
+  static constexpr int kPlaneBytes = 17;  // per superblock: E, then the 16 group codes
+  std::vector<uint8_t> planes;            // [R, C / 256, kPlaneBytes]
+  bool identity = false;                  // CB-GPTQ ran with U = I
   double damp_used = 0.0;
   bool refined = false;  // refine_passes > 0 and not the identity: the refinement's result follows
   std::vector<uint32_t> refined_sub_idx;

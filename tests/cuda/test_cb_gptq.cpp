@@ -92,7 +92,7 @@ struct DeviceCase {
 CbGptqBook device_book(const quant::DenseBook& book) {
   CbGptqBook gb;
   gb.K = book.entries[0];
-  for (int s = 0; s < 2; ++s) gb.t.insert(gb.t.end(), book.t[s].begin(), book.t[s].end());
+  gb.t = book.flat();
   return gb;
 }
 

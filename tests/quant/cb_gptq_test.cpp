@@ -9,6 +9,7 @@
 
 #include "core/numerics.h"
 #include "gridbook/codec.h"
+#include "quant/cb_gptq_device.h"
 #include "quant/hessian_factor.h"
 #include "quant/lattice_codebook.h"
 #include "quant_test_util.h"

@@ -225,8 +225,8 @@ Expected<Common> prepare(const CbGptqBatch& j, const CbGptqBook& book, const CbG
   GRIDQ_CUDA(gptq::raw_pilot_m2(c.W.as<double>(), j.M, j.R, j.C, rows, c.h_of.as<int>(), j.q,
                                 c.book.as<double>(), book.K, c.t, c.numden.as<double>(), c.m2.as<double>(),
                                 s));
-  GRIDQ_ASSIGN_OR_RETURN(c.planes,
-                         DeviceBuffer::alloc(size_t(j.M) * j.R * (j.C / kSB) * 17, "gpu cb-gptq planes"));
+  GRIDQ_ASSIGN_OR_RETURN(c.planes, DeviceBuffer::alloc(size_t(j.M) * j.R * (j.C / kSB) * gptq::kPlaneBytes,
+                                                       "gpu cb-gptq planes"));
   GRIDQ_ASSIGN_OR_RETURN(c.sub_idx,
                          DeviceBuffer::alloc(size_t(j.M) * j.R * (j.C / 4) * 4, "gpu cb-gptq indices"));
   return c;
@@ -234,7 +234,7 @@ Expected<Common> prepare(const CbGptqBatch& j, const CbGptqBook& book, const CbG
 
 Status fetch(const CbGptqBatch& j, const Common& c, cudaStream_t s, CbGptqResult& res) {
   res.sub_idx.resize(size_t(j.M) * j.R * (j.C / 4));
-  res.planes.resize(size_t(j.M) * j.R * (j.C / kSB) * 17);
+  res.planes.resize(size_t(j.M) * j.R * (j.C / kSB) * gptq::kPlaneBytes);
   GRIDQ_CUDA(cudaMemcpyAsync(res.sub_idx.data(), c.sub_idx.as<uint32_t>(), res.sub_idx.size() * 4,
                              cudaMemcpyDeviceToHost, s));
   GRIDQ_CUDA(cudaMemcpyAsync(res.planes.data(), c.planes.as<uint8_t>(), res.planes.size(),
@@ -246,7 +246,7 @@ Status fetch(const CbGptqBatch& j, const Common& c, cudaStream_t s, CbGptqResult
 // refine_fp4 after CB-GPTQ, in place on c.planes / c.sub_idx (fetched before). U's storage becomes Hd and
 // the compensated weights' storage ŵ: both are spent by then.
 Status refine_all(const CbGptqBatch& j, const CbGptqBook& book, const CbGptqSettings& o, cudaStream_t s,
-                  DeviceBuffer& U, const uint8_t* identity_host, Common& c, CbGptqResult& res) {
+                  DeviceBuffer& U, Common& c, CbGptqResult& res) {
   const size_t M = size_t(j.M), rows = M * j.R, n = rows * j.C;
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer damp, upload_vec(res.damp_used, "gpu refine damping"));
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer nk,
@@ -267,8 +267,8 @@ Status refine_all(const CbGptqBatch& j, const CbGptqBook& book, const CbGptqSett
   res.refine_skipped.resize(M);
   std::vector<uint8_t> skip(M);
   for (size_t m = 0; m < M; ++m) {
-    res.refine_skipped[m] = identity_host[j.h_of[m]];
-    skip[m] = identity_host[j.h_of[m]] || cold_h[j.h_of[m]];
+    res.refine_skipped[m] = res.identity[j.h_of[m]];
+    skip[m] = res.identity[j.h_of[m]] || cold_h[j.h_of[m]];
   }
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer skip_dev, upload_vec(skip, "gpu refine skips"));
   GRIDQ_CUDA(gptq::raw_refine_decode(j.W, static_cast<long long>(n), j.C, c.sub_idx.as<uint32_t>(),
@@ -351,11 +351,10 @@ Expected<CbGptqResult> cb_gptq_fp4(const CbGptqBatch& j, const CbGptqBook& book,
   res.seconds_encode = seconds_since(t0);
   if (o.refine_passes > 0) {
     t0 = std::chrono::steady_clock::now();
-    std::vector<uint8_t> id_h = res.identity;
     A = DeviceBuffer();  // the step tables are spent
     Tp = DeviceBuffer();
     Err = DeviceBuffer();
-    GRIDQ_RETURN_IF_ERROR(refine_all(j, book, o, s, U, id_h.data(), c, res));
+    GRIDQ_RETURN_IF_ERROR(refine_all(j, book, o, s, U, c, res));
     res.seconds_refine = seconds_since(t0);
   }
   return res;

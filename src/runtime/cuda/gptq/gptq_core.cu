@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   double* sw = sws[wid];
   double* w = W + (static_cast<long long>(m) * R + r) * C + b0;
   for (int j = lane; j < kSB; j += 32) sw[j] = w[j];
-  const uint8_t* pl = planes + ((static_cast<long long>(m) * R + r) * (C / kSB) + b) * 17;
+  const uint8_t* pl = planes + ((static_cast<long long>(m) * R + r) * (C / kSB) + b) * kPlaneBytes;
   const int E = pl[0];
   const double* Uh = U + static_cast<long long>(h) * C * C;
   double* err = Err + (static_cast<long long>(m) * R + r) * kSB;

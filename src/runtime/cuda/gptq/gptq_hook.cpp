@@ -5,8 +5,11 @@
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_buffer.h"
 #include "runtime/cuda/gptq/gptq.h"
+#include "runtime/cuda/gptq/gptq_kernels.h"
 
 namespace gridq::cuda {
+
+static_assert(runtime::CbFp4Reply::kPlaneBytes == gptq::kPlaneBytes, "one plane layout on both sides");
 
 Expected<runtime::CbFp4Reply> cb_fp4_host(const runtime::CbFp4Request& r) {
   if (!r.W || !r.q || !r.book || r.R <= 0 || r.C <= 0 || r.K <= 0)

@@ -15,11 +15,12 @@
 
 namespace gridq::cuda::gptq {
 
-inline constexpr int kSB = 256;    // superblock = GPTQ block (columns)
-inline constexpr int kGroup = 16;  // columns per scale group
-inline constexpr int kSubDim = 4;  // columns per sub-vector slab
-inline constexpr int kPanel = 32;  // factorization panel width
-inline constexpr int kEMin = 117;  // two-tier exponent range
+inline constexpr int kSB = 256;         // superblock = GPTQ block (columns)
+inline constexpr int kGroup = 16;       // columns per scale group
+inline constexpr int kSubDim = 4;       // columns per sub-vector slab
+inline constexpr int kPanel = 32;       // factorization panel width
+inline constexpr int kPlaneBytes = 17;  // a row's plane per superblock: E, then the 16 group codes
+inline constexpr int kEMin = 117;       // two-tier exponent range
 inline constexpr int kEMax = 135;
 inline constexpr int kNE = kEMax - kEMin + 1;
 inline constexpr int kMaxScales = 128;  // distinct scales of any exponent window of <= 15 exponents

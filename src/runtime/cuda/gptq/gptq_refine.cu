@@ -56,7 +56,7 @@ __global__ void refine_decode(const float* __restrict__ W, long long n, int C,
        x += static_cast<long long>(gridDim.x) * blockDim.x) {
     const long long row = x / C;
     const int col = static_cast<int>(x % C);
-    const uint8_t* pl = planes + (row * (C / kSB) + col / kSB) * 17;
+    const uint8_t* pl = planes + (row * (C / kSB) + col / kSB) * kPlaneBytes;
     const float s = t.scale[pl[0] * 16 + pl[1 + (col % kSB) / kGroup]];
     const int v = col / kSubDim;
     const double val = decoded(entry(book, K, v & 1, sub_idx[row * (C / kSubDim) + v])[col % kSubDim], s);
@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   Row s{W + row * C, wh + row * C, e + row * C, g + row * C, Hd + static_cast<long long>(h) * C * C, C};
   const int nv = C / kSubDim;
   uint32_t* idx = sub_idx + row * nv;
-  uint8_t* pl = planes + row * (C / kSB) * 17;
+  uint8_t* pl = planes + row * (C / kSB) * kPlaneBytes;
   const double* nkh = nk + static_cast<long long>(h) * nv * K;
   int rounds = 0, n_codes = 0, n_scales = 0;
   for (int round = 0; round < passes; ++round) {
@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     int changed = 0;
     for (int v = 0; v < nv; ++v) {  // codes pass, scales fixed
       const int c0 = v * kSubDim;
-      const uint8_t* p = pl + (c0 / kSB) * 17;
+      const uint8_t* p = pl + (c0 / kSB) * kPlaneBytes;
       const float sc = t.scale[p[0] * 16 + p[1 + (c0 % kSB) / kGroup]];
       double b[4];
       for (int i = 0; i < 4; ++i) {
@@ -208,7 +208,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
     for (int grp = 0; scales && grp < C / kGroup; ++grp) {  // scales pass, codes fixed
       const int c0 = grp * kGroup;
-      uint8_t* p = pl + (c0 / kSB) * 17;
+      uint8_t* p = pl + (c0 / kSB) * kPlaneBytes;
       const int gi = (c0 % kSB) / kGroup;
       const int E = p[0], cur = p[1 + gi];
       double tv[kGroup], x[kGroup];

@@ -299,7 +299,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   }
   const int nsb = C / kSB;
-  uint8_t* pl = planes + ((static_cast<long long>(m) * R + r) * nsb + b) * 17;
+  uint8_t* pl = planes + ((static_cast<long long>(m) * R + r) * nsb + b) * kPlaneBytes;
   if (lane == 0) {
     pl[0] = static_cast<uint8_t>(E);
     for (int g = 0; g < kGroup; ++g) pl[1 + g] = static_cast<uint8_t>(code[g]);
