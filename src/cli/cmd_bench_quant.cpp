@@ -53,6 +53,8 @@ int run_bench_quant(const BenchQuantFlags& f) {
     const auto& j = *r;
     std::printf("CB-GPTQ %s on %s, %d experts (%s)\n", f.rung.c_str(), f.shape.c_str(),
                 j["experts"].get<int>(), j["device"].get<std::string>().c_str());
+    std::printf("  device copy %.0f GB/s (CUDA driver %s)\n", j["copy_gbps"].get<double>(),
+                j["cuda_driver"].get<std::string>().c_str());
     for (const char* part : {"gate_up", "down"})
       std::printf("  %-8s factor %.2f s, encode %.2f s, refine %.2f s%s\n", part,
                   j[part]["factor_s"].get<double>(), j[part]["encode_s"].get<double>(),

@@ -92,6 +92,11 @@ Expected<nlohmann::json> bench_cb_gptq(const CbGptqBenchOptions& o, const CbGptq
                sh.experts, o.chunk, o.rows);
   GRIDQ_ASSIGN_OR_RETURN(DeviceInfo dev, device_info());
   GRIDQ_ASSIGN_OR_RETURN(Stream stream, Stream::create());
+  int driver = 0;
+  GRIDQ_CUDA(cudaDriverGetVersion(&driver));
+  // The copy ceiling of this run (hopper.md §10); the encoder is float64-bound, not memory-bound, but every
+  // GPU number is reported beside it.
+  GRIDQ_ASSIGN_OR_RETURN(double copy_gbps, bench::copy_bandwidth(stream.get(), 10));
   Timing gu, dn;
   size_t peak = 0;
   const auto t0 = std::chrono::steady_clock::now();
@@ -111,24 +116,27 @@ Expected<nlohmann::json> bench_cb_gptq(const CbGptqBenchOptions& o, const CbGptq
   };
   const double layer = gu.factor + gu.encode + gu.refine + dn.factor + dn.encode + dn.refine;
   const double scale = static_cast<double>(sh.experts) / experts;  // to a whole layer's experts
-  nlohmann::json j = {{"bench", "quantize"},
-                      {"shape", o.shape},
-                      {"experts", experts},
-                      {"chunk", o.chunk},
-                      {"rows_per_expert", o.rows},
-                      {"device", dev.name},
-                      {"commit", gridq::git_commit()},
-                      {"date", bench::utc_now()},
-                      {"refine_passes", o.refine_passes},
-                      {"gate_up", part(gu)},
-                      {"down", part(dn)},
-                      {"inputs_s", gu.inputs + dn.inputs},
-                      {"wall_s", wall},
-                      {"cb_gptq_s_per_layer", layer * scale},
-                      {"cb_gptq_s_model", layer * scale * sh.layers_moe},
-                      {"moe_layers", sh.layers_moe},
-                      {"layer_experts", sh.experts},
-                      {"peak_device_bytes", peak}};
+  nlohmann::json j = {
+      {"bench", "quantize"},
+      {"shape", o.shape},
+      {"experts", experts},
+      {"chunk", o.chunk},
+      {"rows_per_expert", o.rows},
+      {"device", dev.name},
+      {"cuda_driver", std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10)},
+      {"copy_gbps", copy_gbps},
+      {"commit", gridq::git_commit()},
+      {"date", bench::utc_now()},
+      {"refine_passes", o.refine_passes},
+      {"gate_up", part(gu)},
+      {"down", part(dn)},
+      {"inputs_s", gu.inputs + dn.inputs},
+      {"wall_s", wall},
+      {"cb_gptq_s_per_layer", layer * scale},
+      {"cb_gptq_s_model", layer * scale * sh.layers_moe},
+      {"moe_layers", sh.layers_moe},
+      {"layer_experts", sh.experts},
+      {"peak_device_bytes", peak}};
   return j;
 }
 
