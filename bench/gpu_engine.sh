@@ -8,6 +8,8 @@
 #
 #   GRIDQ_STEPS   which steps to run (default "build tests artifacts generate serve pysuite bench sanitize"), space separated
 #   GRIDQ_QB_ARGS step "quantbench": `gridq bench quantize` arguments (default --experts 256)
+#   GRIDQ_QG_JOBS step "quantgpu": recipe:method pairs quantized on cpu and cuda, then evaluated (ALL-KL)
+#   GRIDQ_QS_*    step "quantsynth": SHAPE, LAYERS, TOKENS, RECIPE, TIMEOUT of the synthetic full-shape run
 #   GRIDQ_BENCH   arguments of `gridq bench decode` (default: --synthetic laguna-s-2.1)
 #   GRIDQ_BENCH_NOPDL  set: the same bench again with --no-pdl
 #   GRIDQ_BENCHX  step "benchx": '|'-separated extra argument lists, `bench decode $GRIDQ_BENCH` once with each
@@ -256,23 +258,46 @@ if has quantbench; then  # issue 12: GPU CB-GPTQ over one MoE layer's experts at
   log "bench quantize ($(($(date +%s) - t0)) s)"
 fi
 
-if has quantgpu; then  # issue 12: `quantize --device cuda` (Hessians and NVFP4-CB encoders on the GPU) against --device cpu, bytes compared
+if has quantgpu; then  # issue 12: `quantize --device cuda` (teacher, Hessians, NVFP4-CB encoders on the GPU) vs --device cpu: ALL-KL per recipe
   t0=$(date +%s)
-  digests() { (cd "$1" && find . -type f ! -name '*.log' | sort | xargs sha256sum); }
-  for dev in cpu cuda; do
-    $G quantize models/laguna-tiny-code /tmp/q-$dev --recipe laguna --calib data/code-calib.txt \
-      --calib-tokens ${GRIDQ_QUANT_TOKENS:-16384} --threads 16 --device $dev --overwrite --no-resume --json \
-      > "$OUT/quant_$dev.json" 2> "$OUT/quant_$dev.err"
-    echo "quantize --device $dev: exit $?, $(grep -o '"seconds":[0-9.]*' "$OUT/quant_$dev.json") s" | tee -a "$OUT/quantgpu.txt"
+  TD=/tmp/qg-teacher.st
+  for job in ${GRIDQ_QG_JOBS:-laguna:cb-gptq laguna:rtn experts-k12:cb-gptq experts-k20:cb-gptq experts-fp8cb:cb-gptq all-fp8:cb-gptq}; do
+    rec=${job%%:*} meth=${job##*:}
+    for dev in cpu cuda; do
+      q=/tmp/qg-$rec-$meth-$dev
+      $G quantize models/laguna-tiny-code $q --recipe $rec --method $meth --calib data/code-calib.txt \
+        --calib-tokens ${GRIDQ_QUANT_TOKENS:-16384} --threads 16 --device $dev --overwrite --no-resume --json \
+        > "$OUT/qg_${rec}_${meth}_$dev.json" 2> "$OUT/qg_${rec}_${meth}_$dev.err"
+      rc=$?
+      $G eval $q --teacher models/laguna-tiny-code --teacher-dump $TD --text data/code-eval.txt \
+        --tokens ${GRIDQ_QG_EVAL_TOKENS:-16384} --device cuda --json > "$OUT/qg_${rec}_${meth}_${dev}_eval.json" 2>/dev/null
+      echo "$rec $meth $dev: quantize exit $rc, $(grep -o '"seconds": *[0-9.]*' "$OUT/qg_${rec}_${meth}_$dev.json" | head -1), $(grep -o '"all_kl": *[0-9.e-]*' "$OUT/qg_${rec}_${meth}_${dev}_eval.json")" | tee -a "$OUT/quantgpu.txt"
+    done
   done
-  if cmp -s <(digests /tmp/q-cpu) <(digests /tmp/q-cuda) && [ -s /tmp/q-cpu/config.json ]; then
-    echo "quantize --device cuda: every file byte-identical to --device cpu ($(digests /tmp/q-cpu | wc -l) files)" | tee -a "$OUT/quantgpu.txt"
-  else
-    echo "quantize --device cuda: files DIFFER from --device cpu" | tee -a "$OUT/quantgpu.txt"
-    diff <(digests /tmp/q-cpu) <(digests /tmp/q-cuda) | head -20 | tee -a "$OUT/quantgpu.txt"
-  fi
-  grep -h "device:" "$OUT"/quant_*.err | head -2 | tee -a "$OUT/quantgpu.txt"
+  grep -h "device:" "$OUT"/qg_*cuda.err | head -1 | tee -a "$OUT/quantgpu.txt"
   log "quantize cpu vs cuda ($(($(date +%s) - t0)) s)"
+fi
+
+if has quantsynth; then  # issue 12: the whole pipeline on a synthetic Laguna-S-2.1 checkpoint (dense layer 0 + MoE layers)
+  t0=$(date +%s)
+  SC=$B/synth-${GRIDQ_QS_SHAPE:-laguna-s-2.1}-${GRIDQ_QS_LAYERS:-3}
+  [ -d $SC ] || $G bench checkpoint --shape ${GRIDQ_QS_SHAPE:-laguna-s-2.1} --layers ${GRIDQ_QS_LAYERS:-3} --out $SC --json \
+    > "$OUT/synth_checkpoint.json" 2> "$OUT/synth_checkpoint.err"
+  log "synthetic checkpoint $SC ($(($(date +%s) - t0)) s): $(du -sh $SC | cut -f1)"
+  t0=$(date +%s)
+  # Resumes an earlier (timed-out) run of the same call sequence: OUT.partial keeps the finished layers.
+  TM=""; [ -x /usr/bin/time ] && TM="/usr/bin/time -v"
+  $TM timeout ${GRIDQ_QS_TIMEOUT:-500} $G quantize $SC $B/q-synth --recipe ${GRIDQ_QS_RECIPE:-laguna} \
+    --calib data/code-calib.txt --calib-tokens ${GRIDQ_QS_TOKENS:-65536} --threads 16 --device cuda --json \
+    > "$OUT/synth_quantize.json" 2> "$OUT/synth_quantize.err"
+  echo "exit $?" >> "$OUT/synth_quantize.err"
+  grep -E "layer [0-9]+/|Maximum resident|Elapsed|exit|error" "$OUT/synth_quantize.err" | tr '\r' '\n' | grep -E "layer [0-9]+/[0-9]+:|Maximum|Elapsed|exit|rror" | tail -12
+  log "synthetic quantize ($(($(date +%s) - t0)) s)"
+  if [ -d $B/q-synth ]; then
+    $G inspect $B/q-synth > "$OUT/synth_inspect.txt" 2>&1; echo "inspect exit $?" | tee -a "$OUT/synth_inspect.txt"
+    timeout 200 $G bench decode $B/q-synth --batches 1,16 --contexts 0 --out "$OUT/synth_decode.json" > "$OUT/synth_decode.txt" 2>&1
+    echo "bench decode exit $?" | tee -a "$OUT/synth_decode.txt"; tail -5 "$OUT/synth_decode.txt"
+  fi
 fi
 
 if has prefill; then

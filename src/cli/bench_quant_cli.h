@@ -18,4 +18,17 @@ struct BenchQuantFlags {
 
 int run_bench_quant(const BenchQuantFlags& f);
 
+// `gridq bench checkpoint`: a synthetic BF16 HF checkpoint at a model's real shapes (runtime/cuda/
+// bench_checkpoint.h).
+struct BenchCheckpointFlags {
+  std::string shape = "laguna-s-2.1";
+  int layers = 3;
+  uint64_t seed = 1;
+  std::string tokenizer_from = "models/laguna-tiny-code";
+  std::string out;
+  bool json = false;
+};
+
+int run_bench_checkpoint(const BenchCheckpointFlags& f);
+
 }  // namespace gridq::cli

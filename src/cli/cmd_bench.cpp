@@ -233,7 +233,26 @@ const Registrar reg{Command{
       qz->add_flag("--rtn", qf->rtn, "also time the round-to-nearest encode (the holdout gate's other side)");
       qz->add_flag("--json", qf->json, "print the JSON result instead of the summary");
       qz->add_option("--out", qf->out, "also write the JSON result here");
-      return [flags, d, p, g, gf, qz, qf]() {
+      auto kf = std::make_shared<BenchCheckpointFlags>();
+      CLI::App* ck = sub.add_subcommand(
+          "checkpoint",
+          "Write a synthetic BF16 Hugging Face checkpoint at a model's real shapes (random weights of "
+          "realistic\n"
+          "scale, the HF shard layout, another model's tokenizer) for full-size quantizer runs\n"
+          "Examples:\n"
+          "  gridq bench checkpoint --out /tmp/laguna-s-3l             # Laguna-S-2.1, layers 0 (dense), 1, "
+          "2\n"
+          "  gridq bench checkpoint --shape laguna-xs-2.1 --layers 4 --out /tmp/xs4 --json");
+      ck->add_option("--shape", kf->shape, "laguna-s-2.1 (default), laguna-xs-2.1 or laguna-tiny-code");
+      ck->add_option("--layers", kf->layers, "decoder layers kept (default 3: the dense layer 0 and two MoE)")
+          ->check(CLI::Range(1, 1024));
+      ck->add_option("--seed", kf->seed, "seed of the weights (default 1)");
+      ck->add_option("--tokenizer-from", kf->tokenizer_from,
+                     "model directory whose tokenizer files are copied (default models/laguna-tiny-code)");
+      ck->add_option("--out", kf->out, "checkpoint directory to create (must not exist)")->required();
+      ck->add_flag("--json", kf->json, "print a JSON summary");
+      return [flags, d, p, g, gf, qz, qf, ck, kf]() {
+        if (ck->parsed()) return run_bench_checkpoint(*kf);
         if (qz->parsed()) return run_bench_quant(*qf);
         if (g->parsed()) return run_bench_grammar(*gf);
         if (p->parsed()) {

@@ -12,6 +12,7 @@
 #include "quant/lattice_codebook.h"
 
 #ifdef GRIDQ_HAVE_CUDA
+#include "runtime/cuda/bench_checkpoint.h"
 #include "runtime/cuda/gptq/bench_gptq.h"
 #endif
 
@@ -68,6 +69,28 @@ int run_bench_quant(const BenchQuantFlags& f) {
 #else
   (void)f;
   return fail("bench quantize: this gridq was built without CUDA (configure with -DGRIDQ_CUDA=ON)");
+#endif
+}
+
+int run_bench_checkpoint(const BenchCheckpointFlags& f) {
+#ifdef GRIDQ_HAVE_CUDA
+  cuda::CheckpointOptions o;
+  o.shape = f.shape, o.layers = f.layers, o.seed = f.seed, o.tokenizer_from = f.tokenizer_from, o.out = f.out;
+  auto r = cuda::write_synthetic_checkpoint(o);
+  if (!r.ok()) return fail(r.message());
+  const nlohmann::json j = {{"out", f.out},        {"shape", f.shape},     {"layers", f.layers},
+                            {"seed", f.seed},      {"params", r->params},  {"bytes", r->bytes},
+                            {"shards", r->shards}, {"seconds", r->seconds}};
+  if (f.json)
+    std::printf("%s\n", j.dump(2).c_str());
+  else
+    std::printf("%s: %s, %d layers, %.2fB parameters, %.1f GB in %d shards, %.1f s\n", f.out.c_str(),
+                f.shape.c_str(), f.layers, static_cast<double>(r->params) / 1e9,
+                static_cast<double>(r->bytes) / 1e9, r->shards, r->seconds);
+  return 0;
+#else
+  (void)f;
+  return fail("bench checkpoint: this gridq was built without CUDA (configure with -DGRIDQ_CUDA=ON)");
 #endif
 }
 

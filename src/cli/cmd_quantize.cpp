@@ -101,7 +101,8 @@ Registrar reg{Command{
       sub.add_option("--threads", a->o.threads, "CPU threads (0 = all); the output does not depend on it")
           ->check(CLI::NonNegativeNumber);
       sub.add_option("--device", a->o.device,
-                     "cpu, or cuda: the calibration Hessians on the GPU (same bytes; default cpu)")
+                     "cpu, or cuda: the teacher forward, the Hessians and the NVFP4-CB encoders on the GPU "
+                     "(default cpu)")
           ->check(CLI::IsMember({"cpu", "cuda"}));
       sub.add_flag("--strict", a->o.strict, "a recipe rule that matches no tensor is an error");
       sub.add_flag("--overwrite", a->o.overwrite, "replace OUT if it exists");

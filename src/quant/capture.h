@@ -108,6 +108,9 @@ struct StreamerOptions {
   double identity_threshold = 0.05;
   double recompute_threshold = 1e-2;
   bool device_hessians = false;  // H on the GPU (`quantize --device cuda`): the same bits, another engine
+  // The teacher forward on the GPU (`quantize --device cuda`): the device engine's layer (runtime::
+  // DeviceTeacher), so the captures carry its numbers (BF16 matrix inputs), not the CPU engine's.
+  bool device_forward = false;
 };
 
 // The layer-streamed teacher forward. Only the current layer's weights are touched; the carry h [n_tok, H]
@@ -139,6 +142,8 @@ class LayerStreamer {
   // The largest footprint of the streamer's own buffers so far: carry + accumulators + holdout rows + the
   // chunk's KV caches and forward temporaries (an estimate of the latter). Weights are mmapped, not counted.
   int64_t peak_bytes() const;
+  // The device teacher's largest footprint so far (one layer's weights + its buffers); 0 on the CPU.
+  int64_t peak_device_bytes() const;
 
   // For tests and evaluation: h_{next_layer} [n_tok, H] and the weights the teacher runs.
   const std::vector<float>& carry() const;

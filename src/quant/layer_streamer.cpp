@@ -16,6 +16,7 @@
 #include "quant/hessian_accum.h"
 #include "quant/identity_check.h"
 #include "runtime/cpu/layer_ops.h"
+#include "runtime/device.h"
 #include "runtime/model_weights.h"
 
 namespace gridq::quant {
@@ -104,6 +105,7 @@ struct LayerStreamer::Impl {
   std::vector<float> carry;      // [n_tok, H] h_{next}
   int next = 0;
   bool failed = false;
+  std::unique_ptr<runtime::DeviceTeacher> teacher;  // opts.device_forward
   int64_t peak = 0;
 
   int64_t n_tok() const { return static_cast<int64_t>(n_seq) * seq_len; }
@@ -131,6 +133,12 @@ Expected<std::unique_ptr<LayerStreamer>> LayerStreamer::create(const std::string
   GRIDQ_RETURN_IF_ERROR(cpu::validate_weights(I.lm.spec, I.w));
   GRIDQ_RETURN_IF_ERROR(check_source_formats(I.w));
   if (opts.threads > 0) omp_set_num_threads(opts.threads);
+  if (opts.device_forward) {
+    const runtime::CudaBackendHooks* hk = runtime::cuda_backend_hooks();
+    if (!hk || !hk->teacher)
+      return err("layer streamer: the teacher forward on the GPU needs a gridq built with CUDA");
+    GRIDQ_ASSIGN_OR_RETURN(I.teacher, hk->teacher(I.lm.spec));
+  }
   I.opts = opts;
   I.n_seq = calib.n_seq;
   I.seq_len = calib.seq_len;
@@ -157,6 +165,9 @@ const model::ModelSpec& LayerStreamer::spec() const { return impl_->lm.spec; }
 int LayerStreamer::num_layers() const { return impl_->lm.spec.n_layers; }
 int LayerStreamer::next_layer() const { return impl_->next; }
 int64_t LayerStreamer::peak_bytes() const { return impl_->peak; }
+int64_t LayerStreamer::peak_device_bytes() const {
+  return impl_->teacher ? impl_->teacher->peak_device_bytes() : 0;
+}
 const std::vector<float>& LayerStreamer::carry() const { return impl_->carry; }
 const runtime::ModelWeights& LayerStreamer::weights() const { return impl_->w; }
 
@@ -321,18 +332,23 @@ Expected<LayerCapture> LayerStreamer::Impl::run(int l) {
   for (s0 = 0, chunk = 0; s0 < n_seq; s0 += seqs_per_chunk, ++chunk) {
     const int64_t ns = std::min<int64_t>(seqs_per_chunk, n_seq - s0), T = ns * S;
     std::vector<cpu::LayerCache> caches;
-    caches.reserve(static_cast<size_t>(ns));
-    cpu::AttnLayout lay;
-    for (int64_t s = 0; s < ns; ++s) {
-      caches.push_back(cpu::fresh_layer_cache(L));
-      lay.seqs.push_back(cpu::AttnSeq{nullptr, 0, s * S, S});
-      for (int64_t p = 0; p < S; ++p) {
-        lay.pos.push_back(p);
-        lay.seq_of.push_back(static_cast<size_t>(s));
+    if (teacher) {
+      GRIDQ_RETURN_IF_ERROR(teacher->layer(l, lw, ns, S, carry.data() + s0 * S * H, &hooks));
+    } else {
+      caches.reserve(static_cast<size_t>(ns));
+      cpu::AttnLayout lay;
+      for (int64_t s = 0; s < ns; ++s) {
+        caches.push_back(cpu::fresh_layer_cache(L));
+        lay.seqs.push_back(cpu::AttnSeq{nullptr, 0, s * S, S});
+        for (int64_t p = 0; p < S; ++p) {
+          lay.pos.push_back(p);
+          lay.seq_of.push_back(static_cast<size_t>(s));
+        }
       }
+      for (int64_t s = 0; s < ns; ++s)
+        lay.seqs[static_cast<size_t>(s)].cache = &caches[static_cast<size_t>(s)];
+      cpu::decoder_layer(spec, lw, l, lay, carry.data() + s0 * S * H, a_scratch, &hooks);
     }
-    for (int64_t s = 0; s < ns; ++s) lay.seqs[static_cast<size_t>(s)].cache = &caches[static_cast<size_t>(s)];
-    cpu::decoder_layer(spec, lw, l, lay, carry.data() + s0 * S * H, a_scratch, &hooks);
     h_mlp = nullptr;
     // Our own buffers: the captures, the chunk's caches, and the forward's per-chunk temporaries
     // (a, q/k/v/o, residual adds, the widest MLP intermediate pair).

@@ -39,6 +39,16 @@ double now_seconds() {
 std::string carry_file(int next_layer) { return fmt::format("carry-{:05}.bin", next_layer); }
 std::string stage_file(int layer) { return fmt::format("stage-{:05}.safetensors", layer); }
 
+// `--device cuda` runs the teacher forward and the Hessians on the GPU.
+StreamerOptions streamer_options(const QuantizeOptions& o, const Recipe& recipe) {
+  StreamerOptions so;
+  so.threads = o.threads;
+  so.router_weighted_hessian = recipe.router_weighted_hessian;
+  so.device_hessians = o.device == "cuda";
+  so.device_forward = o.device == "cuda";
+  return so;
+}
+
 json check_to_json(const IdentityCheck& c) {
   return {
       {"input", c.input}, {"kind", c.kind}, {"value", c.value}, {"threshold", c.threshold}, {"pass", c.pass}};
@@ -328,11 +338,7 @@ Status Driver::build_codebooks(int start_layer) {
     lo.two_tier.refits = recipe.two_tier.refits;
     GRIDQ_ASSIGN_OR_RETURN(learners[f], CodebookLearner::create(r, cw, lo));
   }
-  StreamerOptions so;
-  so.threads = o.threads;
-  so.router_weighted_hessian = recipe.router_weighted_hessian;
-  so.device_hessians = o.device == "cuda";
-  GRIDQ_ASSIGN_OR_RETURN(auto st, LayerStreamer::create(o.src, calib, so));
+  GRIDQ_ASSIGN_OR_RETURN(auto st, LayerStreamer::create(o.src, calib, streamer_options(o, recipe)));
   for (int l = 0; l < n_layers; ++l) {
     progress->update(fmt::format("books: layer {}/{}", l + 1, n_layers), "capture");
     GRIDQ_ASSIGN_OR_RETURN(LayerCapture cap, st->run_layer());
@@ -453,21 +459,18 @@ Status Driver::write_layer(int l, const LayerCapture& cap, std::unique_ptr<Layer
   const double tps = fwd_s > 0 ? static_cast<double>(calib.tokens()) / fwd_s : 0.0;
   progress->step_done(fmt::format(
       "layer {}/{}: forward+capture {} ({:.0f} tok/s), encode {} ({} tensors, {} "
-      "quantized{}, {} cold, {} gate fallbacks), peak host memory {}",
+      "quantized{}, {} cold, {} gate fallbacks), peak host memory {}{}",
       l + 1, n_layers, format_duration(fwd_s), tps, format_duration(enc_s), n_tensors + n_tensors_budget,
       n_quant, n_tensors_budget ? fmt::format(", {} priced for the budget", n_tensors_budget) : "", cold,
-      kept_nn, format_bytes(peak_rss_bytes())));
+      kept_nn, format_bytes(peak_rss_bytes()),
+      st->peak_device_bytes() > 0 ? ", GPU teacher " + format_bytes(st->peak_device_bytes()) : ""));
   return Status();
 }
 
 Status Driver::run_layers(int start, QuantizeSummary& s) {
   s.resumed_at = start;
   if (start >= n_layers) return Status();
-  StreamerOptions so;
-  so.threads = o.threads;
-  so.router_weighted_hessian = recipe.router_weighted_hessian;
-  so.device_hessians = o.device == "cuda";
-  GRIDQ_ASSIGN_OR_RETURN(auto st, LayerStreamer::create(o.src, calib, so));
+  GRIDQ_ASSIGN_OR_RETURN(auto st, LayerStreamer::create(o.src, calib, streamer_options(o, recipe)));
   // Resume at the latest layer whose carry verifies (the last two are kept); layer 0 needs none.
   while (start > 0) {
     const LayerRecord& prev = manifest.layers[static_cast<size_t>(start - 1)];
@@ -481,7 +484,7 @@ Status Driver::run_layers(int start, QuantizeSummary& s) {
   }
   if (start == 0 && !manifest.layers.empty()) manifest.layers.clear();
   if (start == 0 && s.resumed_at > 0) {  // nothing usable: a fresh streamer from the embeddings
-    GRIDQ_ASSIGN_OR_RETURN(st, LayerStreamer::create(o.src, calib, so));
+    GRIDQ_ASSIGN_OR_RETURN(st, LayerStreamer::create(o.src, calib, streamer_options(o, recipe)));
   }
   s.resumed_at = start;
   progress->skip_steps(start);

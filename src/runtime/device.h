@@ -17,6 +17,10 @@
 
 namespace gridq::runtime {
 
+namespace cpu {
+struct LayerHooks;
+}
+
 // What a device backend is asked for at open (vLLM's names where the meaning is the same).
 struct DeviceOptions {
   double gpu_memory_utilization = 0.9;  // fraction of the device's total memory gridq may hold
@@ -78,6 +82,19 @@ struct CbFp4Reply {
   int64_t codes_changed = 0, scales_changed = 0;
 };
 
+// The layer-streamed teacher's decoder layer on the GPU (`gridq quantize --device cuda`, cuda/teacher/
+// teacher.h): cpu::decoder_layer's contract for n_seq fresh sequences of S tokens each, starting at position
+// 0, with the device engine's numbers (BF16 activations between matrices, gpu-engine.md §3).
+class DeviceTeacher {
+ public:
+  virtual ~DeviceTeacher() = default;
+  // x [n_seq·S, H] FP32 host rows, advanced in place through layer l of `lw` (BF16 or F32 weights). The
+  // hooks get host rows once per call, in cpu::decoder_layer's order and with its row order.
+  virtual Status layer(int l, const LayerWeights& lw, int64_t n_seq, int64_t S, float* x,
+                       const cpu::LayerHooks* hooks) = 0;
+  virtual int64_t peak_device_bytes() const = 0;  // weights + buffers, the largest so far
+};
+
 struct CudaBackendHooks {
   std::function<CudaProbe()> probe;
   // `keepalive` owns what the host weights point into (mmaps); the backend may drop it after upload.
@@ -93,6 +110,8 @@ struct CudaBackendHooks {
   std::function<Expected<std::unique_ptr<DeviceHessianStore>>(int cols)> hessian;
   // `gridq quantize --device cuda`: the NVFP4-CB encoders on the GPU.
   std::function<Expected<CbFp4Reply>(const CbFp4Request&)> cb_fp4;
+  // `gridq quantize --device cuda`: the teacher forward on the GPU.
+  std::function<Expected<std::unique_ptr<DeviceTeacher>>(const model::ModelSpec&)> teacher;
 };
 // Hooks without a probe or a factory clear the registration (tests restore a program without CUDA so).
 void register_cuda_backend(CudaBackendHooks hooks);

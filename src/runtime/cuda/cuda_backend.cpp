@@ -11,6 +11,7 @@
 #include "runtime/cuda/kernels/sample_kernels.h"
 #include "runtime/cuda/register.h"
 #include "runtime/cuda/synthetic_model.h"
+#include "runtime/cuda/teacher/teacher.h"
 
 namespace gridq::cuda {
 namespace {
@@ -28,6 +29,54 @@ size_t CudaBackend::Work::bytes() const {
                                 &y,    &gu, &h, &hs,  &yd,  &z,  &eid, &ew,  &grp, &an, &logits, &partial})
     n += b->bytes();
   return n;
+}
+
+Status allocate_work(CudaBackend::Work& w, const WorkSizes& z) {
+  const size_t R = z.R, LR = z.LR, A = z.A, W = z.W, Y = z.Y, G = z.G, I2 = z.I2, Ih = z.Ih, K = z.K, H = z.H,
+               qw = z.qw, max_d = z.max_d;
+  w.max_splits = z.max_splits;
+  struct B {
+    DeviceBuffer* buf;
+    size_t bytes;
+    const char* what;
+  };
+  for (const B& b : {B{&w.rows, 4 * R * 4, "step rows"},
+                     B{&w.x, R * H * 4, "residual"},
+                     B{&w.a, R * H * 2, "normed input"},
+                     B{&w.a32, R * H * 4, "normed input fp32"},
+                     B{&w.xin, R * W * 2, "FP4 contract input"},
+                     B{&w.xq, R * W, "FP8 codes"},
+                     B{&w.xs, R * 4, "FP8 scales"},
+                     B{&w.qkv, R * (z.qkv + 48) * 4, "qkv"},
+                     B{&w.g, R * G * 4, "gate"},
+                     B{&w.q, R * qw * 4, "q"},
+                     B{&w.o, R * qw * 4, "attention output"},
+                     B{&w.ob, R * qw * 2, "gated output"},
+                     B{&w.y, R * Y * 4, "matrix output"},
+                     B{&w.gu, R * K * I2 * 4, "gate_up"},
+                     B{&w.h, R * K * Ih * 2, "swiglu"},
+                     B{&w.hs, R * Ih * 2, "shared expert swiglu"},
+                     B{&w.yd, R * K * H * 4, "expert outputs"},
+                     B{&w.z, R * round16(z.E) * 4, "router logits"},
+                     B{&w.eid, R * K * 4, "expert ids"},
+                     B{&w.ew, R * K * 4, "expert weights"},
+                     B{&w.grp,
+                       static_cast<size_t>(grouped_moe_grp_ints(static_cast<int>(R), static_cast<int>(K),
+                                                                static_cast<int>(z.E))) *
+                           4,
+                       "expert pairs"},
+                     B{&w.an, LR * H * 2, "final norm"},
+                     B{&w.logits, LR * z.lm_rows * 4, "logits"},
+                     B{&w.sample_scratch, LR * z.vocab * 8, "sampling scores"},
+                     B{&w.sample_rows, LR * sizeof(detail::SampleRowArgs), "sampling rows"},
+                     B{&w.sample_out, LR * sizeof(detail::SampleResult), "sampling results"},
+                     B{&w.sample_edits, 4096 * sizeof(detail::SampleEdit), "sampling edits"},
+                     B{&w.partial, A * qw / max_d * static_cast<size_t>(w.max_splits) * (max_d + 2) * 4,
+                       "attention splits"}}) {
+    GRIDQ_ASSIGN_OR_RETURN(*b.buf, DeviceBuffer::alloc(std::max<size_t>(b.bytes, 16), b.what));
+    GRIDQ_RETURN_IF_ERROR(b.buf->zero());
+  }
+  return {};
 }
 
 CudaBackend::~CudaBackend() {
@@ -123,52 +172,13 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
                K = static_cast<size_t>(std::max(1, S.moe.top_k)), H = static_cast<size_t>(S.hidden_size);
   const size_t qw = static_cast<size_t>(max_nh) * static_cast<size_t>(max_d);
   work_ = std::make_unique<Work>();
-  Work& w = *work_;
-  w.max_splits = static_cast<int>((max_len_ + detail::kAttnSplitKeys - 1) / detail::kAttnSplitKeys);
-  struct B {
-    DeviceBuffer* buf;
-    size_t bytes;
-    const char* what;
-  };
-  for (const B& b :
-       {B{&w.rows, 4 * R * 4, "step rows"},
-        B{&w.x, R * H * 4, "residual"},
-        B{&w.a, R * H * 2, "normed input"},
-        B{&w.a32, R * H * 4, "normed input fp32"},
-        B{&w.xin, R * W * 2, "FP4 contract input"},
-        B{&w.xq, R * W, "FP8 codes"},
-        B{&w.xs, R * 4, "FP8 scales"},
-        B{&w.qkv, R * (size_t(max_qkv) + 48) * 4, "qkv"},
-        B{&w.g, R * G * 4, "gate"},
-        B{&w.q, R * qw * 4, "q"},
-        B{&w.o, R * qw * 4, "attention output"},
-        B{&w.ob, R * qw * 2, "gated output"},
-        B{&w.y, R * Y * 4, "matrix output"},
-        B{&w.gu, R * K * I2 * 4, "gate_up"},
-        B{&w.h, R * K * Ih * 2, "swiglu"},
-        B{&w.hs, R * Ih * 2, "shared expert swiglu"},
-        B{&w.yd, R * K * H * 4, "expert outputs"},
-        B{&w.z, R * round16(static_cast<size_t>(std::max(1, S.moe.n_experts))) * 4, "router logits"},
-        B{&w.eid, R * K * 4, "expert ids"},
-        B{&w.ew, R * K * 4, "expert weights"},
-        B{&w.grp,
-          static_cast<size_t>(
-              grouped_moe_grp_ints(static_cast<int>(R), static_cast<int>(K), std::max(1, S.moe.n_experts))) *
-              4,
-          "expert pairs"},
-        B{&w.an, LR * H * 2, "final norm"},
-        B{&w.logits, LR * static_cast<size_t>(dm_->lm_head.out_rows()) * 4, "logits"},
-        B{&w.sample_scratch, LR * static_cast<size_t>(S.vocab_size) * 8, "sampling scores"},
-        B{&w.sample_rows, LR * sizeof(detail::SampleRowArgs), "sampling rows"},
-        B{&w.sample_out, LR * sizeof(detail::SampleResult), "sampling results"},
-        B{&w.sample_edits, 4096 * sizeof(detail::SampleEdit), "sampling edits"},
-        B{&w.partial,
-          A * qw / static_cast<size_t>(max_d) * static_cast<size_t>(w.max_splits) *
-              static_cast<size_t>(max_d + 2) * 4,
-          "attention splits"}}) {
-    GRIDQ_ASSIGN_OR_RETURN(*b.buf, DeviceBuffer::alloc(std::max<size_t>(b.bytes, 16), b.what));
-    GRIDQ_RETURN_IF_ERROR(b.buf->zero());
-  }
+  WorkSizes ws;
+  ws.R = R, ws.LR = LR, ws.A = A, ws.W = W, ws.Y = Y, ws.G = G, ws.I2 = I2, ws.Ih = Ih, ws.K = K, ws.H = H;
+  ws.qkv = static_cast<size_t>(max_qkv), ws.qw = qw, ws.max_d = static_cast<size_t>(max_d);
+  ws.E = static_cast<size_t>(std::max(1, S.moe.n_experts));
+  ws.lm_rows = static_cast<size_t>(dm_->lm_head.out_rows()), ws.vocab = static_cast<size_t>(S.vocab_size);
+  ws.max_splits = static_cast<int>((max_len_ + detail::kAttnSplitKeys - 1) / detail::kAttnSplitKeys);
+  GRIDQ_RETURN_IF_ERROR(allocate_work(*work_, ws));
   // KV: what is left of gpu_memory_utilization × total after the weights and the step buffers.
   size_t free_b = 0, total_b = 0;
   GRIDQ_CUDA(cudaMemGetInfo(&free_b, &total_b));
@@ -226,7 +236,7 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
   mem_.kv_rings = static_cast<size_t>(cap.ring_pool_bytes);
   mem_.kv_snapshots = static_cast<size_t>(n_snaps * snap_b);
   mem_.snapshots = n_snaps;
-  mem_.workspace = w.bytes();
+  mem_.workspace = work_->bytes();
   for (const WorkspaceBuffers* b : {&ws_, &ws_side_})
     mem_.workspace += b->counters.bytes() + b->partials.bytes() + b->barrier.bytes();
   mem_.kv_tokens = cap.tokens;
@@ -318,6 +328,10 @@ void register_backend() {
   };
   h.hessian = make_host_rows_hessian;
   h.cb_fp4 = cb_fp4_host;
+  h.teacher = [](const model::ModelSpec& spec) -> Expected<std::unique_ptr<runtime::DeviceTeacher>> {
+    GRIDQ_ASSIGN_OR_RETURN(auto t, Teacher::create(spec));
+    return std::unique_ptr<runtime::DeviceTeacher>(std::move(t));
+  };
   runtime::register_cuda_backend(std::move(h));
 }
 

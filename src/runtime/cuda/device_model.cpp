@@ -19,6 +19,10 @@ size_t host_row_bytes(const QMatrix& m) {
   return m.format == RF::kCB ? static_cast<size_t>(m.row_bytes)
                              : static_cast<size_t>(m.cols) * elem_bytes(m.format);
 }
+// The bytes the host holds of m (its rows and row scales).
+size_t host_bytes(const QMatrix& m) {
+  return host_row_bytes(m) * static_cast<size_t>(m.rows) + (m.row_scale ? m.rows * 4 : 0);
+}
 bool same_kind(const QMatrix& a, const QMatrix& b) {
   return a.format == b.format && a.cols == b.cols && a.act_bits == b.act_bits && a.rung == b.rung &&
          a.codebook == b.codebook && (a.rung == nullptr || *a.rung == *b.rung);
@@ -168,7 +172,7 @@ Expected<DevLinear> upload(const std::vector<std::vector<const QMatrix*>>& exper
 
 std::vector<std::vector<const QMatrix*>> one(std::initializer_list<const QMatrix*> parts) { return {parts}; }
 
-Status upload_swiglu(DevSwiglu& s, const QMatrix& gate, const QMatrix& up, const QMatrix& down,
+Status swiglu_upload(DevSwiglu& s, const QMatrix& gate, const QMatrix& up, const QMatrix& down,
                      const std::string& what) {
   s.inter = static_cast<int>(gate.rows);
   GRIDQ_ASSIGN_OR_RETURN(s.gate_up, upload(one({&gate, &up}), what + " gate_up", true));
@@ -216,14 +220,113 @@ Expected<DevLinear> upload_linear(const std::vector<const QMatrix*>& stack, cons
   return upload(e, what, allow_tiled);
 }
 
+Status upload_swiglu(DevSwiglu& s, const QMatrix& gate, const QMatrix& up, const QMatrix& down,
+                     const std::string& what) {
+  return swiglu_upload(s, gate, up, down, what);
+}
+
+Expected<DevLayer> upload_layer(const model::ModelSpec& spec, int l, const runtime::LayerWeights& lw,
+                                bool routed, size_t& packed, size_t& weight_bytes) {
+  const int64_t H = spec.hidden_size;
+  auto count = [&](const QMatrix& m) { packed += host_bytes(m); };
+  const auto& L = spec.layers[static_cast<size_t>(l)];
+  const std::string p = "layer " + std::to_string(l) + " ";
+  DevLayer dl;
+  std::vector<float> v;
+  auto put = [&](const std::vector<float>& x) {
+    const size_t off = v.size();
+    v.insert(v.end(), x.begin(), x.end());
+    v.resize((v.size() + 3) / 4 * 4);  // 16-byte aligned pieces
+    return off;
+  };
+  const size_t o_in = put(lw.input_norm), o_post = put(lw.post_norm);
+  const size_t o_q = L.qk_norm ? put(lw.q_norm) : 0, o_k = L.qk_norm ? put(lw.k_norm) : 0;
+  const size_t o_b = lw.router_bias.empty() ? 0 : put(lw.router_bias);
+  const size_t o_f = put(L.rope.inv_freq.empty() ? std::vector<float>{0.0f} : L.rope.inv_freq);
+  GRIDQ_ASSIGN_OR_RETURN(dl.vecs, DeviceBuffer::alloc(v.size() * 4, p + "norms"));
+  GRIDQ_RETURN_IF_ERROR(dl.vecs.upload(v.data(), v.size() * 4));
+  const float* base = dl.vecs.as<float>();
+  dl.input_norm = base + o_in;
+  dl.post_norm = base + o_post;
+  dl.q_norm = L.qk_norm ? base + o_q : nullptr;
+  dl.k_norm = L.qk_norm ? base + o_k : nullptr;
+  dl.router_bias = lw.router_bias.empty() ? nullptr : base + o_b;
+  dl.inv_freq = base + o_f;
+  for (const QMatrix* m : {&lw.q, &lw.k, &lw.v, &lw.o}) count(*m);
+  if (same_kind(lw.q, lw.k) && same_kind(lw.q, lw.v)) {
+    GRIDQ_ASSIGN_OR_RETURN(dl.qkv, upload(one({&lw.q, &lw.k, &lw.v}), p + "q/k/v_proj", true));
+  } else {
+    dl.stacked = false;
+    GRIDQ_ASSIGN_OR_RETURN(dl.q, upload_linear({&lw.q}, p + "q_proj"));
+    GRIDQ_ASSIGN_OR_RETURN(dl.k, upload_linear({&lw.k}, p + "k_proj"));
+    GRIDQ_ASSIGN_OR_RETURN(dl.v, upload_linear({&lw.v}, p + "v_proj"));
+  }
+  if (L.gate != model::GateMode::kNone) {
+    GRIDQ_ASSIGN_OR_RETURN(dl.g, upload_linear({&lw.g}, p + "g_proj"));
+    count(lw.g);
+  }
+  GRIDQ_ASSIGN_OR_RETURN(dl.o, upload_linear({&lw.o}, p + "o_proj"));
+  if (L.mlp == model::MlpKind::kDense) {
+    GRIDQ_RETURN_IF_ERROR(swiglu_upload(dl.mlp, lw.mlp_gate, lw.mlp_up, lw.mlp_down, p + "mlp"));
+    for (const QMatrix* m : {&lw.mlp_gate, &lw.mlp_up, &lw.mlp_down}) count(*m);
+  } else {
+    const auto& M = spec.moe;
+    GRIDQ_ASSIGN_OR_RETURN(dl.router, upload_linear({&lw.router}, p + "router", false));
+    count(lw.router);
+    if (M.shared_intermediate > 0) {
+      GRIDQ_RETURN_IF_ERROR(
+          swiglu_upload(dl.shared, lw.shared_gate, lw.shared_up, lw.shared_down, p + "shared expert"));
+      for (const QMatrix* m : {&lw.shared_gate, &lw.shared_up, &lw.shared_down}) count(*m);
+    }
+    auto k16v2 = [](const QMatrix& m) {
+      return m.format == RF::kCB && m.rung && m.rung->grid == gridbook::Grid::FP4 &&
+             m.rung->mode == gridbook::Mode::Product && m.rung->k == 16 && m.rung->layout_version == 2 &&
+             (m.act_bits == 4 || m.act_bits == 16);  // 16: the w4a16 contract (EngineOptions)
+    };
+    // The fused MoE kernels: NVFP4-CB K16 v2 stacks whose rows fill 16-row tiles exactly.
+    const bool k16 = k16v2(lw.expert_gate[0]) && k16v2(lw.expert_down[0]) &&
+                     M.expert_intermediate % 16 == 0 && H % 16 == 0;
+    std::vector<std::vector<const QMatrix*>> gu, dn;
+    for (int e = 0; e < M.n_experts; ++e) {
+      gu.push_back({&lw.expert_gate[static_cast<size_t>(e)], &lw.expert_up[static_cast<size_t>(e)]});
+      dn.push_back({&lw.expert_down[static_cast<size_t>(e)]});
+      for (const auto* m : {&lw.expert_gate[static_cast<size_t>(e)], &lw.expert_up[static_cast<size_t>(e)],
+                            &lw.expert_down[static_cast<size_t>(e)]})
+        count(*m);
+    }
+    if (k16 && routed) {
+      GRIDQ_ASSIGN_OR_RETURN(DevLinear a, upload(gu, p + "experts gate_up", true));
+      GRIDQ_ASSIGN_OR_RETURN(DevLinear b, upload(dn, p + "experts down", true));
+      dl.experts.fused = a.path == DevLinear::Path::kTiled && b.path == DevLinear::Path::kTiled;
+      dl.experts.fp4 = lw.expert_gate[0].act_bits == 4;
+      dl.experts.gate_up = std::move(a.tiled);
+      dl.experts.down = std::move(b.tiled);
+    }
+    if (!dl.experts.fused && routed) {
+      std::vector<std::vector<const QMatrix*>> g, u;
+      for (int e = 0; e < M.n_experts; ++e) {
+        g.push_back({&lw.expert_gate[static_cast<size_t>(e)]});
+        u.push_back({&lw.expert_up[static_cast<size_t>(e)]});
+      }
+      GRIDQ_ASSIGN_OR_RETURN(dl.experts.gate, upload(g, p + "experts gate", false));
+      GRIDQ_ASSIGN_OR_RETURN(dl.experts.up, upload(u, p + "experts up", false));
+      GRIDQ_ASSIGN_OR_RETURN(dl.experts.down_ref, upload(dn, p + "experts down", false));
+    }
+  }
+  weight_bytes = dl.vecs.bytes() + dl.qkv.resident_bytes() + dl.q.resident_bytes() + dl.k.resident_bytes() +
+                 dl.v.resident_bytes() + dl.g.resident_bytes() + dl.o.resident_bytes() +
+                 dl.mlp.gate_up.resident_bytes() + dl.mlp.down.resident_bytes() + dl.router.resident_bytes() +
+                 dl.experts.resident_bytes() + dl.shared.gate_up.resident_bytes() +
+                 dl.shared.down.resident_bytes();
+  return dl;
+}
+
 Expected<std::unique_ptr<DeviceModel>> upload_model(const model::ModelSpec& spec,
                                                     const runtime::ModelWeights& w) {
   auto dm = std::make_unique<DeviceModel>();
   const int64_t H = spec.hidden_size;
   size_t packed = 0;
-  auto count = [&](const QMatrix& m) {
-    packed += host_row_bytes(m) * static_cast<size_t>(m.rows) + (m.row_scale ? m.rows * 4 : 0);
-  };
+  auto count = [&](const QMatrix& m) { packed += host_bytes(m); };
   if (w.embed.format != RF::kBF16)
     return err("embed: {} on the device (BF16 only)", runtime::format_name(w.embed.format));
   GRIDQ_ASSIGN_OR_RETURN(dm->embed,
@@ -235,96 +338,10 @@ Expected<std::unique_ptr<DeviceModel>> upload_model(const model::ModelSpec& spec
   GRIDQ_ASSIGN_OR_RETURN(dm->lm_head, upload_linear({&w.lm_head}, "lm_head"));
   count(w.lm_head);
   for (int l = 0; l < spec.n_layers; ++l) {
-    const auto& L = spec.layers[static_cast<size_t>(l)];
-    const auto& lw = w.layers[static_cast<size_t>(l)];
-    const std::string p = "layer " + std::to_string(l) + " ";
-    DevLayer dl;
-    std::vector<float> v;
-    auto put = [&](const std::vector<float>& x) {
-      const size_t off = v.size();
-      v.insert(v.end(), x.begin(), x.end());
-      v.resize((v.size() + 3) / 4 * 4);  // 16-byte aligned pieces
-      return off;
-    };
-    const size_t o_in = put(lw.input_norm), o_post = put(lw.post_norm);
-    const size_t o_q = L.qk_norm ? put(lw.q_norm) : 0, o_k = L.qk_norm ? put(lw.k_norm) : 0;
-    const size_t o_b = lw.router_bias.empty() ? 0 : put(lw.router_bias);
-    const size_t o_f = put(L.rope.inv_freq.empty() ? std::vector<float>{0.0f} : L.rope.inv_freq);
-    GRIDQ_ASSIGN_OR_RETURN(dl.vecs, DeviceBuffer::alloc(v.size() * 4, p + "norms"));
-    GRIDQ_RETURN_IF_ERROR(dl.vecs.upload(v.data(), v.size() * 4));
-    const float* base = dl.vecs.as<float>();
-    dl.input_norm = base + o_in;
-    dl.post_norm = base + o_post;
-    dl.q_norm = L.qk_norm ? base + o_q : nullptr;
-    dl.k_norm = L.qk_norm ? base + o_k : nullptr;
-    dl.router_bias = lw.router_bias.empty() ? nullptr : base + o_b;
-    dl.inv_freq = base + o_f;
-    for (const QMatrix* m : {&lw.q, &lw.k, &lw.v, &lw.o}) count(*m);
-    if (same_kind(lw.q, lw.k) && same_kind(lw.q, lw.v)) {
-      GRIDQ_ASSIGN_OR_RETURN(dl.qkv, upload(one({&lw.q, &lw.k, &lw.v}), p + "q/k/v_proj", true));
-    } else {
-      dl.stacked = false;
-      GRIDQ_ASSIGN_OR_RETURN(dl.q, upload_linear({&lw.q}, p + "q_proj"));
-      GRIDQ_ASSIGN_OR_RETURN(dl.k, upload_linear({&lw.k}, p + "k_proj"));
-      GRIDQ_ASSIGN_OR_RETURN(dl.v, upload_linear({&lw.v}, p + "v_proj"));
-    }
-    if (L.gate != model::GateMode::kNone) {
-      GRIDQ_ASSIGN_OR_RETURN(dl.g, upload_linear({&lw.g}, p + "g_proj"));
-      count(lw.g);
-    }
-    GRIDQ_ASSIGN_OR_RETURN(dl.o, upload_linear({&lw.o}, p + "o_proj"));
-    if (L.mlp == model::MlpKind::kDense) {
-      GRIDQ_RETURN_IF_ERROR(upload_swiglu(dl.mlp, lw.mlp_gate, lw.mlp_up, lw.mlp_down, p + "mlp"));
-      for (const QMatrix* m : {&lw.mlp_gate, &lw.mlp_up, &lw.mlp_down}) count(*m);
-    } else {
-      const auto& M = spec.moe;
-      GRIDQ_ASSIGN_OR_RETURN(dl.router, upload_linear({&lw.router}, p + "router", false));
-      count(lw.router);
-      if (M.shared_intermediate > 0) {
-        GRIDQ_RETURN_IF_ERROR(
-            upload_swiglu(dl.shared, lw.shared_gate, lw.shared_up, lw.shared_down, p + "shared expert"));
-        for (const QMatrix* m : {&lw.shared_gate, &lw.shared_up, &lw.shared_down}) count(*m);
-      }
-      auto k16v2 = [](const QMatrix& m) {
-        return m.format == RF::kCB && m.rung && m.rung->grid == gridbook::Grid::FP4 &&
-               m.rung->mode == gridbook::Mode::Product && m.rung->k == 16 && m.rung->layout_version == 2 &&
-               (m.act_bits == 4 || m.act_bits == 16);  // 16: the w4a16 contract (EngineOptions)
-      };
-      // The fused MoE kernels: NVFP4-CB K16 v2 stacks whose rows fill 16-row tiles exactly.
-      const bool k16 = k16v2(lw.expert_gate[0]) && k16v2(lw.expert_down[0]) &&
-                       M.expert_intermediate % 16 == 0 && H % 16 == 0;
-      std::vector<std::vector<const QMatrix*>> gu, dn;
-      for (int e = 0; e < M.n_experts; ++e) {
-        gu.push_back({&lw.expert_gate[static_cast<size_t>(e)], &lw.expert_up[static_cast<size_t>(e)]});
-        dn.push_back({&lw.expert_down[static_cast<size_t>(e)]});
-        for (const auto* m : {&lw.expert_gate[static_cast<size_t>(e)], &lw.expert_up[static_cast<size_t>(e)],
-                              &lw.expert_down[static_cast<size_t>(e)]})
-          count(*m);
-      }
-      if (k16) {
-        GRIDQ_ASSIGN_OR_RETURN(DevLinear a, upload(gu, p + "experts gate_up", true));
-        GRIDQ_ASSIGN_OR_RETURN(DevLinear b, upload(dn, p + "experts down", true));
-        dl.experts.fused = a.path == DevLinear::Path::kTiled && b.path == DevLinear::Path::kTiled;
-        dl.experts.fp4 = lw.expert_gate[0].act_bits == 4;
-        dl.experts.gate_up = std::move(a.tiled);
-        dl.experts.down = std::move(b.tiled);
-      }
-      if (!dl.experts.fused) {
-        std::vector<std::vector<const QMatrix*>> g, u;
-        for (int e = 0; e < M.n_experts; ++e) {
-          g.push_back({&lw.expert_gate[static_cast<size_t>(e)]});
-          u.push_back({&lw.expert_up[static_cast<size_t>(e)]});
-        }
-        GRIDQ_ASSIGN_OR_RETURN(dl.experts.gate, upload(g, p + "experts gate", false));
-        GRIDQ_ASSIGN_OR_RETURN(dl.experts.up, upload(u, p + "experts up", false));
-        GRIDQ_ASSIGN_OR_RETURN(dl.experts.down_ref, upload(dn, p + "experts down", false));
-      }
-    }
-    dm->weight_bytes +=
-        dl.vecs.bytes() + dl.qkv.resident_bytes() + dl.q.resident_bytes() + dl.k.resident_bytes() +
-        dl.v.resident_bytes() + dl.g.resident_bytes() + dl.o.resident_bytes() +
-        dl.mlp.gate_up.resident_bytes() + dl.mlp.down.resident_bytes() + dl.router.resident_bytes() +
-        dl.experts.resident_bytes() + dl.shared.gate_up.resident_bytes() + dl.shared.down.resident_bytes();
+    size_t wb = 0;
+    GRIDQ_ASSIGN_OR_RETURN(DevLayer dl,
+                           upload_layer(spec, l, w.layers[static_cast<size_t>(l)], true, packed, wb));
+    dm->weight_bytes += wb;
     dm->layers.push_back(std::move(dl));
   }
   dm->weight_bytes += dm->embed.bytes() + dm->final_norm.bytes() + dm->lm_head.resident_bytes();

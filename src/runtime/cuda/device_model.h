@@ -87,6 +87,15 @@ Expected<std::unique_ptr<DeviceModel>> upload_model(const model::ModelSpec& spec
 // bench JSON).
 std::map<std::string, int> kernel_counts(const DeviceModel& dm);
 
+// Layer l's weights as the forward reads them (upload_model's per-layer part). routed = false leaves the
+// routed experts off the device (the quantizer's teacher uploads them itself, teacher.h). Adds the host bytes
+// to `packed` and sets `weight_bytes` to the layer's resident bytes.
+Expected<DevLayer> upload_layer(const model::ModelSpec& spec, int l, const runtime::LayerWeights& lw,
+                                bool routed, size_t& packed, size_t& weight_bytes);
+// gate, up and down as a SwiGLU block (gate_up stacked, fused where the kernel serves it).
+Status upload_swiglu(DevSwiglu& s, const runtime::QMatrix& gate, const runtime::QMatrix& up,
+                     const runtime::QMatrix& down, const std::string& what);
+
 // One host matrix (or expert stack, all of one format) as a DevLinear. `what` names it in errors.
 Expected<DevLinear> upload_linear(const std::vector<const runtime::QMatrix*>& stack, const std::string& what,
                                   bool allow_tiled = true);

@@ -50,4 +50,15 @@ struct CudaBackend::Work {
   size_t bytes() const;
 };
 
+// What a Work is sized for (CudaBackend::init; the quantizer's teacher, teacher.h): R step rows, LR logit
+// rows, A attention-slice rows; the widest input W, output Y, gate G, gate_up I2 and SwiGLU Ih of the
+// matrices; K = top_k, H hidden, qkv rows, qw = n_h·d, max_d head_dim, E experts, lm_rows (padded) and vocab.
+struct WorkSizes {
+  size_t R = 0, LR = 0, A = 0, W = 0, Y = 0, G = 1, I2 = 1, Ih = 1, K = 1, H = 0, qkv = 0, qw = 0, max_d = 1,
+         E = 1, lm_rows = 0, vocab = 0;
+  int max_splits = 1;
+};
+// Allocates (and zeroes) every buffer of w for z; buffers a size makes empty get 16 bytes.
+Status allocate_work(CudaBackend::Work& w, const WorkSizes& z);
+
 }  // namespace gridq::cuda

@@ -136,6 +136,12 @@ Status swiglu_mlp(Ctx& c, const DevSwiglu& m, const uint16_t* a, uint16_t* h, fl
 }
 
 Status attention(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, const detail::KvView& kv) {
+  GRIDQ_RETURN_IF_ERROR(attention_gated(c, dl, L, kv));
+  GRIDQ_RETURN_IF_ERROR(linear_residual(c, dl.o, c.w.ob.as<uint16_t>(), c.w.x.as<float>()));
+  return c.timer->mark("attn gate+o_proj");
+}
+
+Status attention_gated(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, const detail::KvView& kv) {
   const int d = L.head_dim, nh = L.n_heads, nkv = L.n_kv_heads, qw = nh * d, kvw = nkv * d;
   const uint16_t* a = c.w.a.as<uint16_t>();
   detail::RopeArgs r;
@@ -233,8 +239,27 @@ Status attention(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, const de
     GQ_LAUNCH(detail::raw_gate(c.w.o.as<float>(), c.w.g.as<float>(), ld_g, mode, c.T, nh, d, ob, c.s),
               "output gate");
   }
-  GRIDQ_RETURN_IF_ERROR(linear_residual(c, dl.o, ob, c.w.x.as<float>()));
-  return c.timer->mark("attn gate+o_proj");
+  return {};
+}
+
+Status route(Ctx& c, const DevLayer& dl) {
+  const auto& M = c.spec.moe;
+  // The router reads the FP32 normed rows (laguna.md §1.4: near-ties are real; the BF16 rounding of its
+  // input would flip choices the reference makes). Always the reference matvec.
+  {
+    detail::RefArgs r;
+    r.w = dl.router.ref;
+    r.P = c.T;
+    r.x_f32 = c.w.a32.as<float>();
+    r.y = c.w.z.as<float>();
+    r.ld_y = dl.router.rows;
+    GQ_LAUNCH(detail::raw_ref_matvec(r, c.s), "router");
+  }
+  GQ_LAUNCH(detail::raw_route_tokens(c.w.z.as<float>(), dl.router.out_rows(), dl.router_bias, c.T,
+                                     M.n_experts, M.top_k, M.score == model::RouterScore::kSoftmax ? 1 : 0,
+                                     M.renormalize ? 1 : 0, c.w.eid.as<int>(), c.w.ew.as<float>(), c.s),
+            "route");
+  return {};
 }
 
 Status moe(Ctx& c, const DevLayer& dl) {
@@ -257,21 +282,7 @@ Status moe(Ctx& c, const DevLayer& dl) {
     GRIDQ_RETURN_IF_ERROR(swiglu_mlp(sc, dl.shared, a, c.w.hs.as<uint16_t>(), nullptr));
     GRIDQ_CUDA(cudaEventRecord(c.join, c.side));
   }
-  // The router reads the FP32 normed rows (laguna.md §1.4: near-ties are real; the BF16 rounding of its
-  // input would flip choices the reference makes). Always the reference matvec.
-  {
-    detail::RefArgs r;
-    r.w = dl.router.ref;
-    r.P = c.T;
-    r.x_f32 = c.w.a32.as<float>();
-    r.y = c.w.z.as<float>();
-    r.ld_y = dl.router.rows;
-    GQ_LAUNCH(detail::raw_ref_matvec(r, c.s), "router");
-  }
-  GQ_LAUNCH(detail::raw_route_tokens(c.w.z.as<float>(), dl.router.out_rows(), dl.router_bias, c.T, E, k,
-                                     M.score == model::RouterScore::kSoftmax ? 1 : 0, M.renormalize ? 1 : 0,
-                                     c.w.eid.as<int>(), c.w.ew.as<float>(), c.s),
-            "route");
+  GRIDQ_RETURN_IF_ERROR(route(c, dl));
   GRIDQ_RETURN_IF_ERROR(c.timer->mark("moe norm+router"));
   if (has_shared && !beside)
     GRIDQ_RETURN_IF_ERROR(swiglu_mlp(c, dl.shared, a, c.w.hs.as<uint16_t>(), nullptr));

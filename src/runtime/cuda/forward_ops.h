@@ -82,8 +82,14 @@ Status linear(Ctx& c, const DevLinear& L, const uint16_t* x, float* y);
 // c.w.y [T, down.out_rows] = SwiGLU MLP of a (the dense MLP or the shared expert; rows beyond H padding),
 // through h [T, I]; with res non-null, res [T, H] += the MLP instead (the dense layer's residual add).
 Status swiglu_mlp(Ctx& c, const DevSwiglu& m, const uint16_t* a, uint16_t* h, float* res);
-// c.w.x += the attention block of the normed rows c.w.a.
+// c.w.x += the attention block of the normed rows c.w.a: attention_gated, then o_proj's residual add.
 Status attention(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, const detail::KvView& kv);
+// c.w.ob [T, n_h·d] BF16 = the gated attention of the normed rows c.w.a (o_proj's input; its FP8 codes in
+// xq / xs when o_proj reads them).
+Status attention_gated(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, const detail::KvView& kv);
+// c.w.eid / c.w.ew [T, top_k] = the router's choices for the FP32 normed rows c.w.a32 (ascending expert id)
+// and their weights.
+Status route(Ctx& c, const DevLayer& dl);
 // c.w.x += the MoE block (shared expert, router, routed experts) of the normed rows c.w.a.
 Status moe(Ctx& c, const DevLayer& dl);
 

@@ -347,6 +347,64 @@ Expected<model::ModelSpec> synthetic_spec(const std::string& name) {
   return s;
 }
 
+Expected<nlohmann::json> synthetic_hf_config(const std::string& name, int layers) {
+  GRIDQ_ASSIGN_OR_RETURN(Cfg c, config(name));
+  if (layers < 1 || layers > c.layers) return err("{}: {} layers (it has 1..{})", name, layers, c.layers);
+  GRIDQ_ASSIGN_OR_RETURN(model::ModelSpec s, synthetic_spec(name));
+  nlohmann::json types = nlohmann::json::array(), mlp = nlohmann::json::array(),
+                 heads = nlohmann::json::array();
+  for (int l = 0; l < layers; ++l) {
+    const auto& L = s.layers[static_cast<size_t>(l)];
+    types.push_back(L.attn == model::AttnKind::kFull ? "full_attention" : "sliding_attention");
+    mlp.push_back(L.mlp == model::MlpKind::kDense ? "dense" : "sparse");
+    heads.push_back(L.n_heads);
+  }
+  const double partial = 0.5;  // full layers rotate half of each head (synthetic_spec: rotary_dim = d / 2)
+  return nlohmann::json{
+      {"architectures", {"LagunaForCausalLM"}},
+      {"model_type", "laguna"},
+      {"attention_bias", false},
+      {"bos_token_id", c.bos},
+      {"eos_token_id", c.eos},
+      {"pad_token_id", c.pad},
+      {"gating", true},
+      {"head_dim", s.layers[0].head_dim},
+      {"hidden_act", "silu"},
+      {"hidden_size", c.hidden},
+      {"intermediate_size", c.dense_inter},
+      {"layer_types", types},
+      {"mlp_layer_types", mlp},
+      {"max_position_embeddings", c.max_pos},
+      {"moe_apply_router_weight_on_input", false},
+      {"moe_intermediate_size", c.inter},
+      {"moe_routed_scaling_factor", s.moe.routed_scaling},
+      {"moe_router_logit_softcapping", 0.0},
+      {"num_attention_heads", c.heads_full},
+      {"num_attention_heads_per_layer", heads},
+      {"num_experts", c.experts},
+      {"num_experts_per_tok", c.top_k},
+      {"num_hidden_layers", layers},
+      {"num_key_value_heads", c.n_kv},
+      {"rms_norm_eps", 1e-6},
+      {"rope_parameters",
+       {{"full_attention",
+         {{"attention_factor", c.yarn_m},
+          {"beta_fast", c.beta_fast},
+          {"beta_slow", c.beta_slow},
+          {"factor", c.yarn_f},
+          {"original_max_position_embeddings", c.yarn_l0},
+          {"partial_rotary_factor", partial},
+          {"rope_theta", 500000.0},
+          {"rope_type", "yarn"}}},
+        {"sliding_attention",
+         {{"partial_rotary_factor", 1.0}, {"rope_theta", 10000.0}, {"rope_type", "default"}}}}},
+      {"shared_expert_intermediate_size", c.shared_inter},
+      {"sliding_window", c.window},
+      {"tie_word_embeddings", false},
+      {"dtype", "bfloat16"},
+      {"vocab_size", c.vocab}};
+}
+
 size_t synthetic_packed_bytes(const model::ModelSpec& spec) {
   const size_t H = static_cast<size_t>(spec.hidden_size), V = static_cast<size_t>(spec.vocab_size);
   size_t n = 2 * (V * H * 2);  // embed_tokens, lm_head

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,10 @@ const std::vector<std::string>& synthetic_model_names();
 // The spec of a known Laguna config, field for field what model/laguna.cpp makes of its config.json
 // (XS-2.1: beta_fast 32, beta_slow 1; laguna.md §2 notes published copies differ).
 Expected<model::ModelSpec> synthetic_spec(const std::string& name);
+
+// The Hugging Face config.json of that config cut to its first `layers` layers (what model/laguna.cpp reads
+// back as synthetic_spec(name) with n_layers = layers): `gridq bench checkpoint` writes it.
+Expected<nlohmann::json> synthetic_hf_config(const std::string& name, int layers);
 
 // DeviceModel::packed_bytes of synthetic_device_model(spec): the recipe's matrix bytes as the host would hold
 // them (CB 73 B per 256 weights, FP8 1 B/weight + a 4-byte row scale, BF16 2 B/weight), counted like
