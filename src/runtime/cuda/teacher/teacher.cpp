@@ -75,7 +75,9 @@ Status Teacher::size_for(int64_t S) {
   z.W = std::max({H, qw, inter}), z.Y = round16(std::max({H, qw, 2 * inter, E}));
   z.G = round16(qw), z.I2 = round16(2 * inter), z.Ih = inter, z.K = K, z.H = H;
   z.qkv = qkv, z.qw = qw, z.max_d = max_d, z.E = E;
-  z.max_splits = static_cast<int>((S + detail::kAttnSplitKeys - 1) / detail::kAttnSplitKeys);
+  // Room for a whole attention slice's splits (forward_layers.cpp cuts a slice whose splits do not fit).
+  z.max_splits = static_cast<int>((S + detail::kAttnSplitKeys - 1) / detail::kAttnSplitKeys) *
+                 (detail::kAttnSliceRows / detail::kMaxSliceRows);
   w_ = std::make_unique<CudaBackend::Work>();
   GRIDQ_RETURN_IF_ERROR(allocate_work(*w_, z));
   // KV: one step's sequences, full layers in 16-token pages (the serving layout: page p of slot s is page
