@@ -21,12 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-uint64_t mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+uint64_t mix(uint64_t x) { return synthetic_hash(x); }
 
 struct Tensor {
   std::string name;

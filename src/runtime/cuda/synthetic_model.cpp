@@ -18,12 +18,7 @@ constexpr int kCbK = 16, kCbV = 2;
 constexpr size_t kCbTypeSize = 73;  // NVFP4-CB K16 v2: bytes per 256 weights
 constexpr float kBf16Scale = 0.05f;
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+uint64_t splitmix64(uint64_t x) { return synthetic_hash(x); }
 
 struct Builder {
   cudaStream_t s = nullptr;
@@ -345,6 +340,13 @@ Expected<model::ModelSpec> synthetic_spec(const std::string& name) {
     s.layers.push_back(std::move(L));
   }
   return s;
+}
+
+uint64_t synthetic_hash(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
 }
 
 Expected<nlohmann::json> synthetic_hf_config(const std::string& name, int layers) {

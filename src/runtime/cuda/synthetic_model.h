@@ -31,6 +31,9 @@ const std::vector<std::string>& synthetic_model_names();
 // (XS-2.1: beta_fast 32, beta_slow 1; laguna.md §2 notes published copies differ).
 Expected<model::ModelSpec> synthetic_spec(const std::string& name);
 
+// splitmix64's finalizer: the synthetic weights' seeds and values (a pure function of x).
+uint64_t synthetic_hash(uint64_t x);
+
 // The Hugging Face config.json of that config cut to its first `layers` layers (what model/laguna.cpp reads
 // back as synthetic_spec(name) with n_layers = layers): `gridq bench checkpoint` writes it.
 Expected<nlohmann::json> synthetic_hf_config(const std::string& name, int layers);
