@@ -110,6 +110,10 @@ struct CudaBackendHooks {
   std::function<Expected<std::unique_ptr<DeviceHessianStore>>(int cols)> hessian;
   // `gridq quantize --device cuda`: the NVFP4-CB encoders on the GPU.
   std::function<Expected<CbFp4Reply>(const CbFp4Request&)> cb_fp4;
+  // The output proxy tr(ΔW H ΔWᵀ)/2 of quant/output_proxy.h on the GPU, the same bits (W, W_hat [R, C], H
+  // [C, C] host, finite). Not yet called by the pipeline (issue 12: to be verified on the GPU first).
+  std::function<Expected<double>(const float* W, const float* W_hat, int R, int C, const float* H)>
+      half_trace;
   // `gridq quantize --device cuda`: the teacher forward on the GPU.
   std::function<Expected<std::unique_ptr<DeviceTeacher>>(const model::ModelSpec&)> teacher;
 };

@@ -66,4 +66,27 @@ Expected<runtime::CbFp4Reply> cb_fp4_host(const runtime::CbFp4Request& r) {
   return out;
 }
 
+Expected<double> half_trace_host(const float* W, const float* W_hat, int R, int C, const float* H) {
+  if (!W || !W_hat || !H || R <= 0 || C <= 0)
+    return err("gpu output proxy: W, W_hat and H are required, R, C > 0 (got [{}, {}])", R, C);
+  GRIDQ_ASSIGN_OR_RETURN(Stream stream, Stream::create());
+  const size_t RC = size_t(R) * C, CC = size_t(C) * C;
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer w, DeviceBuffer::alloc(RC * 4, "gpu output proxy W"));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer wh, DeviceBuffer::alloc(RC * 4, "gpu output proxy W_hat"));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer h, DeviceBuffer::alloc(CC * 4, "gpu output proxy H"));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer v, DeviceBuffer::alloc(RC * 8, "gpu output proxy rows"));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer half,
+                         DeviceBuffer::alloc((size_t(R) + 1) * 8, "gpu output proxy sums"));
+  GRIDQ_RETURN_IF_ERROR(w.upload(W, RC * 4));
+  GRIDQ_RETURN_IF_ERROR(wh.upload(W_hat, RC * 4));
+  GRIDQ_RETURN_IF_ERROR(h.upload(H, CC * 4));
+  double* sums = half.as<double>();
+  GRIDQ_CUDA(gptq::raw_output_half_trace(w.as<float>(), wh.as<float>(), h.as<float>(), R, C, v.as<double>(),
+                                         sums, sums + R, stream.get()));
+  GRIDQ_CUDA(cudaStreamSynchronize(stream.get()));
+  double total = 0.0;
+  GRIDQ_RETURN_IF_ERROR(half.download(&total, 8, size_t(R) * 8));
+  return total;
+}
+
 }  // namespace gridq::cuda

@@ -8,4 +8,8 @@ namespace gridq::cuda {
 
 Expected<runtime::CbFp4Reply> cb_fp4_host(const runtime::CbFp4Request& r);
 
+// runtime::CudaBackendHooks::half_trace: quant::output_half_trace's number (the same bits) for host W, W_hat
+// [R, C] and H [C, C], all finite (the caller checks, as output_half_trace does).
+Expected<double> half_trace_host(const float* W, const float* W_hat, int R, int C, const float* H);
+
 }  // namespace gridq::cuda

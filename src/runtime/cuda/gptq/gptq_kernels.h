@@ -103,4 +103,11 @@ cudaError_t raw_mirror_imatrix(float* H, int nH, int C, const long long* n, floa
 // fp32 [n] → float64 [n].
 cudaError_t raw_widen(const float* x, long long n, double* y, cudaStream_t s);
 
+// ---- output proxy (quant/output_proxy.cpp: output_half_trace) ----
+// d = double(W_hat) − double(W) per element; V [R, C] float64: V[r, j] = Σ_i d[r, i] · H[i, j], i ascending,
+// terms with d[r, i] == 0 skipped (as the CPU loop). half [R] = 0.5 · Σ_j d[r, j] · V[r, j] (j ascending),
+// *total = Σ_r half[r] (r ascending). W, W_hat [R, C] and H [C, C] fp32, all finite (the caller checks).
+cudaError_t raw_output_half_trace(const float* W, const float* W_hat, const float* H, int R, int C, double* V,
+                                  double* half, double* total, cudaStream_t s);
+
 }  // namespace gridq::cuda::gptq
