@@ -312,13 +312,13 @@ fi
 if has sanitize; then
   t0=$(date +%s)
   timeout 240 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 9 $T \
-    --gtest_filter="CudaInvariance.PrefillChunking*:CudaInvariance.LongPrefill*:CudaLinear.BundledModel*:CudaEngine.SyntheticArtifactsEveryRungRun:CudaMoeGrouped.*:CudaAttention.*:CudaForwardKernels.*:CudaRefMatvec.*:CudaCbGptq.*" \
+    --gtest_filter="CudaInvariance.PrefillChunking*:CudaInvariance.LongPrefill*:CudaLinear.BundledModel*:CudaEngine.SyntheticArtifactsEveryRungRun:CudaMoeGrouped.*:CudaAttention.*:CudaForwardKernels.*:CudaRefMatvec.*:CudaCbGptq.*:CudaTeacher.*:CudaOutputProxy.*" \
     > "$OUT/memcheck.txt" 2>&1
   rc=$?
   grep -E "ERROR SUMMARY|LEAK SUMMARY|Invalid|PASSED|FAILED" "$OUT/memcheck.txt" | head -12
   log "compute-sanitizer memcheck exit $rc ($(($(date +%s) - t0)) s)"
   for tool in racecheck synccheck; do  # the shared-memory kernels with barriers
-    timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 $T --gtest_filter="CudaAttention.*:CudaForwardKernels.*:CudaRefMatvec.*:CudaCbGptq.*" \
+    timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 $T --gtest_filter="CudaAttention.*:CudaForwardKernels.*:CudaRefMatvec.*:CudaCbGptq.*:CudaTeacher.*:CudaOutputProxy.*" \
       > "$OUT/$tool.txt" 2>&1
     rc=$?
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|FAILED" "$OUT/$tool.txt" | head -4
