@@ -98,6 +98,9 @@ struct LayerCapture {
   std::vector<int64_t> expert_counts;      // [E] routed rows of non-holdout tokens; Σ = n_tok · top_k
   std::vector<IdentityCheck> checks;       // every S4 check that ran (all passed, or run_layer failed)
   double seconds = 0.0;                    // wall time of run_layer
+  // device_forward: of those, the GPU teacher's layer upload, its steps (forward and copies back) and the
+  // hooks it fed (capture bookkeeping, the Hessian rows' uploads); the rest is the absorbs and the S4 checks.
+  double teacher_upload_s = 0.0, teacher_steps_s = 0.0, teacher_hooks_s = 0.0;
 };
 
 struct StreamerOptions {

@@ -455,6 +455,10 @@ Expected<LayerCapture> LayerStreamer::Impl::run(int l) {
     if (!c->acc.status().ok()) return err("layer {}: {}: {}", l, c->name, c->acc.status().message());
   out.expert_counts = counts;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  if (teacher) {
+    const auto ts = teacher->take_seconds();
+    out.teacher_upload_s = ts.upload, out.teacher_steps_s = ts.steps, out.teacher_hooks_s = ts.hooks;
+  }
   for (const IdentityCheck& c : out.checks)
     if (!c.pass)
       return err("layer {} capture check failed: {} {} = {:.6g} exceeds the threshold {:.6g}", l, c.input,

@@ -458,11 +458,16 @@ Status Driver::write_layer(int l, const LayerCapture& cap, std::unique_ptr<Layer
 
   const double tps = fwd_s > 0 ? static_cast<double>(calib.tokens()) / fwd_s : 0.0;
   progress->step_done(fmt::format(
-      "layer {}/{}: forward+capture {} ({:.0f} tok/s), encode {} ({} tensors, {} "
+      "layer {}/{}: forward+capture {} ({:.0f} tok/s{}), encode {} ({} tensors, {} "
       "quantized{}, {} cold, {} gate fallbacks), peak host memory {}{}",
-      l + 1, n_layers, format_duration(fwd_s), tps, format_duration(enc_s), n_tensors + n_tensors_budget,
-      n_quant, n_tensors_budget ? fmt::format(", {} priced for the budget", n_tensors_budget) : "", cold,
-      kept_nn, format_bytes(peak_rss_bytes()),
+      l + 1, n_layers, format_duration(fwd_s), tps,
+      cap.teacher_steps_s > 0
+          ? fmt::format("; GPU teacher: upload {}, steps {}, hooks {}", format_duration(cap.teacher_upload_s),
+                        format_duration(cap.teacher_steps_s), format_duration(cap.teacher_hooks_s))
+          : "",
+      format_duration(enc_s), n_tensors + n_tensors_budget, n_quant,
+      n_tensors_budget ? fmt::format(", {} priced for the budget", n_tensors_budget) : "", cold, kept_nn,
+      format_bytes(peak_rss_bytes()),
       st->peak_device_bytes() > 0 ? ", GPU teacher " + format_bytes(st->peak_device_bytes()) : ""));
   return Status();
 }

@@ -93,6 +93,12 @@ class DeviceTeacher {
   virtual Status layer(int l, const LayerWeights& lw, int64_t n_seq, int64_t S, float* x,
                        const cpu::LayerHooks* hooks) = 0;
   virtual int64_t peak_device_bytes() const = 0;  // weights + buffers, the largest so far
+  // Seconds in layer() since the last call: the uploads and steps (the device forward with its copies
+  // back), and the hooks; then zeroes them.
+  struct Seconds {
+    double upload = 0, steps = 0, hooks = 0;
+  };
+  virtual Seconds take_seconds() = 0;
 };
 
 struct CudaBackendHooks {

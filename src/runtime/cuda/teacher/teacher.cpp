@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "core/numerics.h"
@@ -138,8 +139,14 @@ Status Teacher::layer(int l, const runtime::LayerWeights& lw, int64_t n_seq, int
   if (S > kMaxStepRows)
     return err("cuda teacher: sequences of {} tokens exceed one step of {} rows (use a shorter seq_len)", S,
                kMaxStepRows);
+  auto since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  auto t0 = std::chrono::steady_clock::now();
   GRIDQ_RETURN_IF_ERROR(size_for(S));
   if (l != layer_) GRIDQ_RETURN_IF_ERROR(load_layer(l, lw));
+  seconds_.upload += since(t0);
+  t0 = std::chrono::steady_clock::now();
   const auto& L = spec_.layers[static_cast<size_t>(l)];
   const auto& M = spec_.moe;
   const bool moe = L.mlp == model::MlpKind::kMoe;
@@ -157,6 +164,8 @@ Status Teacher::layer(int l, const runtime::LayerWeights& lw, int64_t n_seq, int
     const int ns = static_cast<int>(std::min<int64_t>(seqs_per_step_, n_seq - s0));
     GRIDQ_RETURN_IF_ERROR(step(l, s0, ns, S, x, ck));
   }
+  seconds_.steps += since(t0);
+  t0 = std::chrono::steady_clock::now();
   if (hooks) {
     const auto Ti = static_cast<int64_t>(T);
     if (hooks->attn_in) hooks->attn_in(ck.a1.data(), x, Ti);
@@ -176,6 +185,7 @@ Status Teacher::layer(int l, const runtime::LayerWeights& lw, int64_t n_seq, int
     }
   }
   std::memcpy(x, ck.out.data(), T * H * 4);
+  seconds_.hooks += since(t0);
   return {};
 }
 

@@ -36,6 +36,11 @@ class Teacher final : public runtime::DeviceTeacher {
   Status layer(int l, const runtime::LayerWeights& lw, int64_t n_seq, int64_t S, float* x,
                const runtime::cpu::LayerHooks* hooks) override;
   int64_t peak_device_bytes() const override { return peak_; }
+  Seconds take_seconds() override {
+    const Seconds s = seconds_;
+    seconds_ = {};
+    return s;
+  }
 
  private:
   Teacher() = default;
@@ -78,6 +83,7 @@ class Teacher final : public runtime::DeviceTeacher {
   std::vector<DevSwiglu> experts_;  // [E] layer_'s routed experts, one SwiGLU block each
   size_t layer_bytes_ = 0;
   int64_t peak_ = 0;
+  Seconds seconds_;
 };
 
 }  // namespace gridq::cuda
