@@ -85,7 +85,7 @@ TEST(CudaTeacher, MatchesTheCpuTeacherOnTheTinyModel) {
       sum_g += g->expert_counts[e], sum_c += c->expert_counts[e];
       diff += std::abs(g->expert_counts[e] - c->expert_counts[e]);
       const double r = rel_l2(g->expert_in[e].H, c->expert_in[e].H);
-      num += r * r * 1.0, den += 1.0;
+      num += r * r, den += 1.0;
     }
     EXPECT_EQ(sum_g, sum_c) << "layer " << l;
     EXPECT_LE(static_cast<double>(diff), 0.02 * static_cast<double>(std::max<int64_t>(sum_c, 1)))

@@ -21,8 +21,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-uint64_t mix(uint64_t x) { return synthetic_hash(x); }
-
 struct Tensor {
   std::string name;
   std::vector<int64_t> shape;
@@ -76,14 +74,15 @@ Status write_shard(const std::string& path, const std::vector<Tensor>& ts, uint6
   constexpr int64_t kPiece = int64_t{1} << 25;
   std::vector<uint8_t> buf;
   for (const Tensor& t : ts) {
-    const uint64_t key = mix(seed ^ mix(++tensor_id));
+    const uint64_t key = synthetic_hash(seed ^ synthetic_hash(++tensor_id));
     const int64_t n = t.numel(), eb = t.f32 ? 4 : 2;
     for (int64_t i0 = 0; i0 < n; i0 += kPiece) {
       const int64_t m = std::min(kPiece, n - i0);
       buf.resize(static_cast<size_t>(m * eb));
 #pragma omp parallel for schedule(static)
       for (int64_t i = 0; i < m; ++i) {
-        const double u = static_cast<double>(mix(key + static_cast<uint64_t>(i0 + i)) >> 11) * 0x1.0p-53;
+        const double u =
+            static_cast<double>(synthetic_hash(key + static_cast<uint64_t>(i0 + i)) >> 11) * 0x1.0p-53;
         const float v = static_cast<float>(t.lo + (t.hi - t.lo) * u);
         if (t.f32) {
           std::memcpy(buf.data() + i * 4, &v, 4);

@@ -31,6 +31,16 @@ size_t CudaBackend::Work::bytes() const {
   return n;
 }
 
+Status check_device_spec(const model::ModelSpec& S, const char* who) {
+  for (const auto& L : S.layers)
+    if (L.head_dim % 32 || L.head_dim > detail::kMaxHeadDim)
+      return err("{}: head_dim {} is not a multiple of 32 up to {}", who, L.head_dim, detail::kMaxHeadDim);
+  if (S.moe.top_k > 32 || S.moe.n_experts > 1024)
+    return err("{}: MoE with {} experts top-{} (the router kernel serves ≤ 1024 experts, top-k ≤ 32)", who,
+               S.moe.n_experts, S.moe.top_k);
+  return {};
+}
+
 Status allocate_work(CudaBackend::Work& w, const WorkSizes& z) {
   const size_t R = z.R, LR = z.LR, A = z.A, W = z.W, Y = z.Y, G = z.G, I2 = z.I2, Ih = z.Ih, K = z.K, H = z.H,
                qw = z.qw, max_d = z.max_d;
@@ -124,18 +134,12 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
     return err("cuda backend: --gpu-memory-utilization {} is not in (0, 1]", opts.gpu_memory_utilization);
   if (opts.max_num_seqs < 1) return err("cuda backend: --max-num-seqs {} < 1", opts.max_num_seqs);
   const auto& S = spec_;
+  GRIDQ_RETURN_IF_ERROR(check_device_spec(S, "cuda backend"));
   int max_d = 0, max_nh = 0, max_qkv = 0;
   for (const auto& L : S.layers) {
-    if (L.head_dim % 32 || L.head_dim > detail::kMaxHeadDim)
-      return err("cuda backend: head_dim {} is not a multiple of 32 up to {}", L.head_dim,
-                 detail::kMaxHeadDim);
     max_d = std::max(max_d, L.head_dim);
     max_nh = std::max(max_nh, L.n_heads);
   }
-  if (S.moe.top_k > 32 || S.moe.n_experts > 1024)
-    return err(
-        "cuda backend: MoE with {} experts top-{} (the router kernel serves ≤ 1024 experts, top-k ≤ 32)",
-        S.moe.n_experts, S.moe.top_k);
   GRIDQ_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   GRIDQ_CUDA(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
   GRIDQ_CUDA(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));

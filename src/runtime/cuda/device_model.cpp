@@ -172,19 +172,6 @@ Expected<DevLinear> upload(const std::vector<std::vector<const QMatrix*>>& exper
 
 std::vector<std::vector<const QMatrix*>> one(std::initializer_list<const QMatrix*> parts) { return {parts}; }
 
-Status swiglu_upload(DevSwiglu& s, const QMatrix& gate, const QMatrix& up, const QMatrix& down,
-                     const std::string& what) {
-  s.inter = static_cast<int>(gate.rows);
-  GRIDQ_ASSIGN_OR_RETURN(s.gate_up, upload(one({&gate, &up}), what + " gate_up", true));
-  GRIDQ_ASSIGN_OR_RETURN(s.down, upload(one({&down}), what + " down", true));
-  // The fused kernel reads gate rows 0..I-1 and up rows I..2I-1 as 16-row tiles: I % 16 == 0, no padding.
-  const auto& m = s.gate_up.tiled.m;
-  s.fused = s.gate_up.path == DevLinear::Path::kTiled && s.inter % 16 == 0 && m.rows == 2 * s.inter &&
-            (m.format == WeightFormat::BF16 ||
-             (m.format == WeightFormat::CB && m.k == 16 && m.layout_version == 2));
-  return {};
-}
-
 }  // namespace
 
 size_t DevLinear::resident_bytes() const {
@@ -222,7 +209,15 @@ Expected<DevLinear> upload_linear(const std::vector<const QMatrix*>& stack, cons
 
 Status upload_swiglu(DevSwiglu& s, const QMatrix& gate, const QMatrix& up, const QMatrix& down,
                      const std::string& what) {
-  return swiglu_upload(s, gate, up, down, what);
+  s.inter = static_cast<int>(gate.rows);
+  GRIDQ_ASSIGN_OR_RETURN(s.gate_up, upload(one({&gate, &up}), what + " gate_up", true));
+  GRIDQ_ASSIGN_OR_RETURN(s.down, upload(one({&down}), what + " down", true));
+  // The fused kernel reads gate rows 0..I-1 and up rows I..2I-1 as 16-row tiles: I % 16 == 0, no padding.
+  const auto& m = s.gate_up.tiled.m;
+  s.fused = s.gate_up.path == DevLinear::Path::kTiled && s.inter % 16 == 0 && m.rows == 2 * s.inter &&
+            (m.format == WeightFormat::BF16 ||
+             (m.format == WeightFormat::CB && m.k == 16 && m.layout_version == 2));
+  return {};
 }
 
 Expected<DevLayer> upload_layer(const model::ModelSpec& spec, int l, const runtime::LayerWeights& lw,
@@ -267,7 +262,7 @@ Expected<DevLayer> upload_layer(const model::ModelSpec& spec, int l, const runti
   }
   GRIDQ_ASSIGN_OR_RETURN(dl.o, upload_linear({&lw.o}, p + "o_proj"));
   if (L.mlp == model::MlpKind::kDense) {
-    GRIDQ_RETURN_IF_ERROR(swiglu_upload(dl.mlp, lw.mlp_gate, lw.mlp_up, lw.mlp_down, p + "mlp"));
+    GRIDQ_RETURN_IF_ERROR(upload_swiglu(dl.mlp, lw.mlp_gate, lw.mlp_up, lw.mlp_down, p + "mlp"));
     for (const QMatrix* m : {&lw.mlp_gate, &lw.mlp_up, &lw.mlp_down}) count(*m);
   } else {
     const auto& M = spec.moe;
@@ -275,7 +270,7 @@ Expected<DevLayer> upload_layer(const model::ModelSpec& spec, int l, const runti
     count(lw.router);
     if (M.shared_intermediate > 0) {
       GRIDQ_RETURN_IF_ERROR(
-          swiglu_upload(dl.shared, lw.shared_gate, lw.shared_up, lw.shared_down, p + "shared expert"));
+          upload_swiglu(dl.shared, lw.shared_gate, lw.shared_up, lw.shared_down, p + "shared expert"));
       for (const QMatrix* m : {&lw.shared_gate, &lw.shared_up, &lw.shared_down}) count(*m);
     }
     auto k16v2 = [](const QMatrix& m) {

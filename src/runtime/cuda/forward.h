@@ -58,6 +58,9 @@ struct WorkSizes {
          E = 1, lm_rows = 0, vocab = 0;
   int max_splits = 1;
 };
+// What the device layer ops serve of a spec (head_dim a multiple of 32 up to kMaxHeadDim; ≤ 1024 experts,
+// top-k ≤ 32); `who` opens the error.
+Status check_device_spec(const model::ModelSpec& s, const char* who);
 // Allocates (and zeroes) every buffer of w for z; buffers a size makes empty get 16 bytes.
 Status allocate_work(CudaBackend::Work& w, const WorkSizes& z);
 

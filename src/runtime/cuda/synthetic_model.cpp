@@ -18,14 +18,12 @@ constexpr int kCbK = 16, kCbV = 2;
 constexpr size_t kCbTypeSize = 73;  // NVFP4-CB K16 v2: bytes per 256 weights
 constexpr float kBf16Scale = 0.05f;
 
-uint64_t splitmix64(uint64_t x) { return synthetic_hash(x); }
-
 struct Builder {
   cudaStream_t s = nullptr;
   uint64_t seed = 0, n = 0;
   size_t packed = 0;
   // A fresh, well separated seed per buffer (the fill kernels hash seed + index, so nearby seeds overlap).
-  uint64_t next() { return splitmix64(seed ^ splitmix64(++n)); }
+  uint64_t next() { return synthetic_hash(seed ^ synthetic_hash(++n)); }
 };
 
 struct Cfg {
@@ -79,7 +77,7 @@ Expected<DeviceWeights> bf16_weights(Builder& b, int rows, int in, int experts) 
     uint64_t st = b.next();
     for (int e = 0; e < experts; ++e)
       for (size_t i = 0; i < static_cast<size_t>(rows) * static_cast<size_t>(in); ++i) {
-        st = splitmix64(st);
+        st = synthetic_hash(st);
         const float u = static_cast<float>(st >> 40) * 0x1p-24f;
         w[per * static_cast<size_t>(e) + i] = f32_to_bf16((2.0f * u - 1.0f) * kBf16Scale);
       }
@@ -139,7 +137,7 @@ Expected<DeviceWeights> cb_weights(Builder& b, int rows, int in, int experts) {
   const uint16_t e2m1[8] = {0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0};
   uint64_t st = b.next();
   for (auto& x : cb) {
-    st = splitmix64(st);
+    st = synthetic_hash(st);
     x = static_cast<uint16_t>(e2m1[(st >> 33) & 7] | (((st >> 40) & 1) << 15));
   }
   GRIDQ_ASSIGN_OR_RETURN(d.codebook, DeviceBuffer::alloc(cb.size() * 2, "synthetic NVFP4-CB codebook"));

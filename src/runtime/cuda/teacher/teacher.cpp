@@ -32,14 +32,7 @@ Teacher::~Teacher() {
 }
 
 Expected<std::unique_ptr<Teacher>> Teacher::create(const model::ModelSpec& spec) {
-  for (const auto& L : spec.layers)
-    if (L.head_dim % 32 || L.head_dim > detail::kMaxHeadDim)
-      return err("cuda teacher: head_dim {} is not a multiple of 32 up to {}", L.head_dim,
-                 detail::kMaxHeadDim);
-  if (spec.moe.top_k > 32 || spec.moe.n_experts > 1024)
-    return err(
-        "cuda teacher: MoE with {} experts top-{} (the router kernel serves ≤ 1024 experts, top-k ≤ 32)",
-        spec.moe.n_experts, spec.moe.top_k);
+  GRIDQ_RETURN_IF_ERROR(check_device_spec(spec, "cuda teacher"));
   std::unique_ptr<Teacher> t(new Teacher());
   t->spec_ = spec;
   GRIDQ_CUDA(cudaStreamCreateWithFlags(&t->s_, cudaStreamNonBlocking));
@@ -154,12 +147,15 @@ Status Teacher::layer(int l, const runtime::LayerWeights& lw, int64_t n_seq, int
   const size_t K = static_cast<size_t>(moe ? M.top_k : 0);
   const size_t U =
       moe ? static_cast<size_t>(M.shared_intermediate) : static_cast<size_t>(L.dense_intermediate);
-  Chunk ck;
+  // The host rows are kept from call to call (a layer is several calls of one size): the steps write every
+  // element before the hooks read it; the experts' lists start empty.
+  Chunk& ck = ck_;
   ck.a1.resize(T * H), ck.hm.resize(T * H), ck.a2.resize(T * H), ck.out.resize(T * H);
   ck.o.resize(T * static_cast<size_t>(L.n_heads) * L.head_dim);
   ck.u.resize(T * U);
   ck.idx.resize(T * K), ck.wt.resize(T * K);
   ck.ex.resize(moe ? static_cast<size_t>(M.n_experts) : 0);
+  for (auto& e : ck.ex) e.rows.clear(), e.wt.clear(), e.u.clear();
   for (int64_t s0 = 0; s0 < n_seq; s0 += seqs_per_step_) {
     const int ns = static_cast<int>(std::min<int64_t>(seqs_per_step_, n_seq - s0));
     GRIDQ_RETURN_IF_ERROR(step(l, s0, ns, S, x, ck));

@@ -84,6 +84,7 @@ class Teacher final : public runtime::DeviceTeacher {
   size_t layer_bytes_ = 0;
   int64_t peak_ = 0;
   Seconds seconds_;
+  Chunk ck_;  // the last call's host rows, reused (no 2 GB allocation per call at Laguna-S-2.1's width)
 };
 
 }  // namespace gridq::cuda
