@@ -101,6 +101,10 @@ struct LayerCapture {
   // device_forward: of those, the GPU teacher's layer upload, its steps (forward and copies back) and the
   // hooks it fed (capture bookkeeping, the Hessian rows' uploads); the rest is the absorbs and the S4 checks.
   double teacher_upload_s = 0.0, teacher_steps_s = 0.0, teacher_hooks_s = 0.0;
+  // Every path: the chunks' Hessian absorbs, the S4 checks, and the statistics' finish (H and holdout
+  // handed over).
+  double absorb_s = 0.0, checks_s = 0.0, finish_s = 0.0;
+  double expert_hooks_s = 0.0;  // of the hooks' time, the routed experts' (rows into H, holdout, S4 sums)
 };
 
 struct StreamerOptions {

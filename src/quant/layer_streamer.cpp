@@ -301,8 +301,10 @@ Expected<LayerCapture> LayerStreamer::Impl::run(int l) {
         smp_wt.insert(smp_wt.end(), wt + r * K, wt + (r + 1) * K);
       }
   };
+  double expert_hooks_s = 0.0;
   hooks.expert = [&](int e, std::span<const int64_t> rows, std::span<const float> wt, const float* x,
                      const float* u) {
+    const auto t_hook = std::chrono::steady_clock::now();
     const auto ei = static_cast<size_t>(e);
     Capture& cx = *ex_in[ei];
     Capture& cu = *ex_down[ei];
@@ -326,9 +328,14 @@ Expected<LayerCapture> LayerStreamer::Impl::run(int l) {
         smp_ex_u[ei].insert(smp_ex_u[ei].end(), u + i * I, u + (i + 1) * I);
       }
     }
+    expert_hooks_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_hook).count();
   };
 
   int64_t cap_bytes = 0;
+  double absorb_s = 0.0;
+  auto since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
   for (s0 = 0, chunk = 0; s0 < n_seq; s0 += seqs_per_chunk, ++chunk) {
     const int64_t ns = std::min<int64_t>(seqs_per_chunk, n_seq - s0), T = ns * S;
     std::vector<cpu::LayerCache> caches;
@@ -377,9 +384,12 @@ Expected<LayerCapture> LayerStreamer::Impl::run(int l) {
     auto work = [](const HessianAccumulator* a) { return a->pending_rows() * a->cols() * a->cols(); };
     std::stable_sort(accs.begin(), accs.end(), [&](auto* x, auto* y) { return work(x) > work(y); });
     const auto n_acc = static_cast<int64_t>(accs.size());
+    const auto t_abs = std::chrono::steady_clock::now();
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t k = 0; k < n_acc; ++k) accs[static_cast<size_t>(k)]->absorb();
+    absorb_s += since(t_abs);
   }
+  const auto t_checks = std::chrono::steady_clock::now();
 
   // ---- S4 ----
   LayerCapture out;
@@ -442,6 +452,10 @@ Expected<LayerCapture> LayerStreamer::Impl::run(int l) {
     add_check(pre + "experts", "count", static_cast<double>(off), 0.0);
   }
 
+  out.checks_s = since(t_checks);
+  out.absorb_s = absorb_s;
+  out.expert_hooks_s = expert_hooks_s;
+  const auto t_finish = std::chrono::steady_clock::now();
   out.attn_in = attn_in.finish();
   out.o_in = o_in.finish();
   out.mlp_in = mlp_in.finish();
@@ -454,6 +468,7 @@ Expected<LayerCapture> LayerStreamer::Impl::run(int l) {
   for (const Capture* c : all)
     if (!c->acc.status().ok()) return err("layer {}: {}: {}", l, c->name, c->acc.status().message());
   out.expert_counts = counts;
+  out.finish_s = since(t_finish);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   if (teacher) {
     const auto ts = teacher->take_seconds();

@@ -501,6 +501,15 @@ Status Driver::run_layers(int start, QuantizeSummary& s) {
     const double t = now_seconds();
     auto cap = st->run_layer();
     if (!cap.ok()) return err("layer {}: {}", l, cap.message());
+    progress->log(fmt::format(
+        "layer {}/{}: captured in {} ({}absorb {}, S4 checks {}, finish {})", l + 1, n_layers,
+        format_duration(cap->seconds),
+        cap->teacher_steps_s > 0
+            ? fmt::format("GPU teacher: upload {}, steps {}, hooks {} (experts {}); ",
+                          format_duration(cap->teacher_upload_s), format_duration(cap->teacher_steps_s),
+                          format_duration(cap->teacher_hooks_s), format_duration(cap->expert_hooks_s))
+            : "",
+        format_duration(cap->absorb_s), format_duration(cap->checks_s), format_duration(cap->finish_s)));
     GRIDQ_RETURN_IF_ERROR(write_layer(l, *cap, st, now_seconds() - t));
     // With --budget-bpw the hook may also stop after the last layer: every candidate priced, none chosen.
     if (o.stop_after_layer == l && (l + 1 < n_layers || o.budget_bpw > 0.0)) {
