@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "core/status.h"
@@ -62,6 +63,10 @@ struct Fp4CbEncoding {
   std::vector<float> w_hat;               // [rows, cols] decoded weights (exact BF16 values)
   bool used_identity = false;             // CB-GPTQ ran with U = I (no tokens or zero H)
   double damp_used = 0.0;
+  // Set by the device batch (cb_gptq_device.h encode_fp4_batch_on_device): the holdout output-MSE it computed
+  // (holdout_output_mse's bits) and which of its candidates this is (runtime::DeviceCbBatch::Which).
+  std::optional<double> holdout_mse;
+  int candidate = -1;
 };
 
 // RTN: two-tier scales on the original weights and the q-weighted nearest codeword. W: [R, C], q: [C].

@@ -5,11 +5,16 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
 
 #include "core/status.h"
 #include "gridbook/codec.h"
+#include "quant/capture.h"
 #include "quant/cb_gptq.h"
 #include "quant/cb_refine.h"
+#include "runtime/device.h"
 
 namespace gridq::quant {
 
@@ -21,6 +26,27 @@ struct DeviceRefined {
   Fp4CbEncoding enc;
   RefineResult result;
 };
+
+// A chunk of a layer's routed experts encoded at once on the GPU (runtime::CudaBackendHooks::cb_fp4_batch):
+// matrix m is W[m] [R, C] with input in[h_of[m]] (its H, n, imatrix and holdout rows). Each matrix gets the
+// candidates asked for, every one carrying its holdout output-MSE (Fp4CbEncoding::holdout_mse, when its
+// input has holdout rows) and its place in the batch (Fp4CbEncoding::candidate); encode_tensor (with
+// `pre`) chooses among them as it would among its own, and `dev->half_traces` gives the output proxy of the
+// chosen ones. The bytes are encode_fp4_on_device's.
+struct DeviceFp4Candidates {
+  std::optional<Fp4CbEncoding> gptq, rtn;
+  DeviceRefined refined;  // gptq's refinement (refine_passes > 0 and not the identity)
+};
+struct DeviceFp4Batch {
+  std::vector<DeviceFp4Candidates> m;           // [M]
+  std::unique_ptr<runtime::DeviceCbBatch> dev;  // the batch on the device (its output proxies)
+};
+Expected<DeviceFp4Batch> encode_fp4_batch_on_device(const gridbook::Codebook& cb, int R, int C,
+                                                    const std::vector<const float*>& W,
+                                                    const std::vector<int>& h_of,
+                                                    const std::vector<const InputStats*>& in,
+                                                    const CbGptqOptions& opt, int refine_passes,
+                                                    bool refine_scales, bool gptq, bool rtn);
 
 Expected<Fp4CbEncoding> encode_fp4_on_device(const gridbook::Codebook& cb, const float* W, int R, int C,
                                              const float* H, int64_t n_tokens, const float* q,

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "core/numerics.h"
 #include "io/sha256.h"
@@ -31,12 +32,27 @@ CbGptqOptions gptq_options(const EncodeParams& p) {
   return o;
 }
 
+// Holdout output-MSE of an encoding: the one it carries (computed where it was made: the device batch), else
+// computed here.
+template <class Enc>
+double holdout_mse_of(const Enc& e, const float* Xh, int64_t n_hold, const float* W, int R, int C) {
+  if constexpr (std::is_same_v<Enc, Fp4CbEncoding>) {
+    if (e.holdout_mse) return *e.holdout_mse;
+  }
+  if constexpr (std::is_same_v<Enc, Fp8Weights>) {
+    const std::vector<float> hat = dequantize_fp8(e);
+    return holdout_output_mse(Xh, n_hold, W, hat.data(), R, C);
+  } else {
+    return holdout_output_mse(Xh, n_hold, W, e.w_hat.data(), R, C);
+  }
+}
+
 // The rule's encoder for every quantized format: CB-GPTQ, gated on held-out output-MSE against the
 // no-feedback encoding when holdout rows exist (quantizer.md §5 line 11), or RTN alone. `hat(e)` gives an
 // encoding's decoded weights [R, C]; the outcome goes into st.gate / st.mse_*.
-template <class Enc, class Gptq, class Rtn, class Hat>
-Expected<Enc> run_encoder(bool gptq, bool gate, const Gptq& run_gptq, const Rtn& run_rtn, const Hat& hat,
-                          const float* Xh, int64_t n_hold, const float* W, int R, int C, LinearStats& st) {
+template <class Enc, class Gptq, class Rtn>
+Expected<Enc> run_encoder(bool gptq, bool gate, const Gptq& run_gptq, const Rtn& run_rtn, const float* Xh,
+                          int64_t n_hold, const float* W, int R, int C, LinearStats& st) {
   if (!gptq) {
     st.gate = "rtn";
     return run_rtn();
@@ -47,8 +63,8 @@ Expected<Enc> run_encoder(bool gptq, bool gate, const Gptq& run_gptq, const Rtn&
     return g;
   }
   GRIDQ_ASSIGN_OR_RETURN(Enc nn, run_rtn());
-  st.mse_gptq = holdout_output_mse(Xh, n_hold, W, hat(g).data(), R, C);
-  st.mse_nn = holdout_output_mse(Xh, n_hold, W, hat(nn).data(), R, C);
+  st.mse_gptq = holdout_mse_of(g, Xh, n_hold, W, R, C);
+  st.mse_nn = holdout_mse_of(nn, Xh, n_hold, W, R, C);
   if (*st.mse_gptq <= *st.mse_nn) {
     st.gate = "kept_gptq";
     return g;
@@ -84,8 +100,8 @@ Expected<Fp4CbEncoding> refined_fp4(Fp4CbEncoding g, const gridbook::Codebook& c
                       {"codes_changed", rr.codes_changed},
                       {"scales_changed", rr.scales_changed}};
   if (n_hold > 0) {
-    const double m0 = holdout_output_mse(Xh, n_hold, W, g.w_hat.data(), R, C);
-    const double m1 = holdout_output_mse(Xh, n_hold, W, r.w_hat.data(), R, C);
+    const double m0 = holdout_mse_of(g, Xh, n_hold, W, R, C);
+    const double m1 = holdout_mse_of(r, Xh, n_hold, W, R, C);
     keep = m1 <= m0;
     j["holdout_mse_before"] = m0;
     j["holdout_mse_after"] = m1;
@@ -156,7 +172,8 @@ Expected<std::vector<float>> source_to_f32(const SourceWeight& w) {
 }
 
 Expected<EncodedTensor> encode_tensor(const SourceWeight& w, const InputStats* in, const EncodeParams& p,
-                                      const gridbook::Codebook* cb, const std::vector<float>* W32) {
+                                      const gridbook::Codebook* cb, const std::vector<float>* W32,
+                                      const DeviceFp4Candidates* pre) {
   EncodedTensor out;
   out.format = p.format;
   out.stats.tensor = w.name;
@@ -217,6 +234,9 @@ Expected<EncodedTensor> encode_tensor(const SourceWeight& w, const InputStats* i
   st.n_hold = n_hold;
   st.cold = in->n == 0;
 
+  std::optional<double> chosen_mse;  // the kept encoding's holdout MSE, when it carries one
+  if (pre && (fp8_dynamic || !is_cb_format(p.format) || p.format.rfind("NVFP4_CB_", 0) != 0))
+    return err("tensor '{}': device candidates are for NVFP4-CB rules, not {}", w.name, p.format);
   if (fp8_dynamic) {
     out.dtype = io::DType::F8_E4M3;
     const auto run_gptq = [&] {
@@ -224,9 +244,8 @@ Expected<EncodedTensor> encode_tensor(const SourceWeight& w, const InputStats* i
       return quantize_fp8_per_channel_gptq(W, R, C, H, in->n, p.cb_gptq.damp, p.cb_gptq.block);
     };
     const auto run_rtn = [&] { return quantize_fp8_per_channel(W, R, C); };
-    GRIDQ_ASSIGN_OR_RETURN(
-        Fp8Weights chosen,
-        run_encoder<Fp8Weights>(gptq, gate, run_gptq, run_rtn, dequantize_fp8, Xh, n_hold, W, R, C, st));
+    GRIDQ_ASSIGN_OR_RETURN(Fp8Weights chosen,
+                           run_encoder<Fp8Weights>(gptq, gate, run_gptq, run_rtn, Xh, n_hold, W, R, C, st));
     out.w_hat = dequantize_fp8(chosen);
     out.data = std::move(chosen.q);
     out.scale = std::move(chosen.scale);
@@ -238,7 +257,6 @@ Expected<EncodedTensor> encode_tensor(const SourceWeight& w, const InputStats* i
     out.rung = rung;
     out.dtype = io::DType::U8;
     const CbGptqOptions opt = gptq_options(p);
-    const auto w_hat_of = [](const auto& e) -> const std::vector<float>& { return e.w_hat; };
     // CB-GPTQ's damping as used (it may be raised on retries) goes into the stats.
     const auto with_damp = [&](auto enc) {
       if (enc.ok()) st.damp = enc->damp_used;
@@ -253,32 +271,39 @@ Expected<EncodedTensor> encode_tensor(const SourceWeight& w, const InputStats* i
       const bool on_gpu =
           p.device_encode && rung.mode == gridbook::Mode::Product && (rung.k == 12 || rung.k == 16);
       const auto run_gptq = [&]() -> Expected<Fp4CbEncoding> {
-        const bool dev = on_gpu && !p.cb_gptq.act_order;
+        const bool dev = (on_gpu && !p.cb_gptq.act_order) || pre;
         DeviceRefined refined;
+        if (pre && !pre->gptq) return err("tensor '{}': the device batch has no CB-GPTQ encoding", w.name);
         GRIDQ_ASSIGN_OR_RETURN(
             Fp4CbEncoding g,
-            with_damp(dev ? encode_fp4_on_device(*cb, W, R, C, H, in->n, q, opt, p.cb_gptq.refine_passes,
-                                                 p.cb_gptq.refine_scales, &refined)
+            with_damp(pre   ? Expected<Fp4CbEncoding>(*pre->gptq)
+                      : dev ? encode_fp4_on_device(*cb, W, R, C, H, in->n, q, opt, p.cb_gptq.refine_passes,
+                                                   p.cb_gptq.refine_scales, &refined)
                       : p.cb_gptq.act_order ? encode_fp4_cb_gptq_act_order(*cb, W, R, C, H, in->n, q, opt)
                                             : encode_fp4_cb_gptq(*cb, W, R, C, H, in->n, q, opt)));
+        if (pre) refined = pre->refined;
         return refined_fp4(std::move(g), *cb, W, R, C, H, Xh, n_hold, p.cb_gptq, st,
                            dev ? &refined : nullptr);
       };
-      const auto run_rtn = [&] {
+      const auto run_rtn = [&]() -> Expected<Fp4CbEncoding> {
+        if (pre) {
+          if (!pre->rtn) return err("tensor '{}': the device batch has no RTN encoding", w.name);
+          return *pre->rtn;
+        }
         return on_gpu ? encode_fp4_on_device(*cb, W, R, C, nullptr, 0, q, opt)
                       : encode_fp4_rtn(*cb, W, R, C, q, opt.two_tier);
       };
-      GRIDQ_ASSIGN_OR_RETURN(
-          Fp4CbEncoding enc,
-          run_encoder<Fp4CbEncoding>(gptq, gate, run_gptq, run_rtn, w_hat_of, Xh, n_hold, W, R, C, st));
+      GRIDQ_ASSIGN_OR_RETURN(Fp4CbEncoding enc, run_encoder<Fp4CbEncoding>(gptq, gate, run_gptq, run_rtn, Xh,
+                                                                           n_hold, W, R, C, st));
       GRIDQ_ASSIGN_OR_RETURN(out.data, pack_fp4_v2(rung, enc));
+      chosen_mse = enc.holdout_mse;
+      out.device_candidate = enc.candidate;
       out.w_hat = std::move(enc.w_hat);
     } else {
       const auto run_gptq = [&] { return with_damp(encode_fp8cb_cb_gptq(*cb, W, R, C, H, in->n, q, opt)); };
       const auto run_rtn = [&] { return encode_fp8cb_rtn(*cb, W, R, C, q, opt.two_tier.refits); };
-      GRIDQ_ASSIGN_OR_RETURN(
-          Fp8CbEncoding enc,
-          run_encoder<Fp8CbEncoding>(gptq, gate, run_gptq, run_rtn, w_hat_of, Xh, n_hold, W, R, C, st));
+      GRIDQ_ASSIGN_OR_RETURN(Fp8CbEncoding enc, run_encoder<Fp8CbEncoding>(gptq, gate, run_gptq, run_rtn, Xh,
+                                                                           n_hold, W, R, C, st));
       GRIDQ_ASSIGN_OR_RETURN(out.data, pack_fp8cb(rung, enc));
       out.scale = std::move(enc.row_scale);
       out.w_hat = std::move(enc.w_hat);
@@ -286,14 +311,16 @@ Expected<EncodedTensor> encode_tensor(const SourceWeight& w, const InputStats* i
   }
   // The NN-only number is what the chosen encoding is judged against; for RTN it is the chosen one.
   if (n_hold > 0 && !st.mse_nn) {
-    const double mse = holdout_output_mse(Xh, n_hold, W, out.w_hat.data(), R, C);
+    const double mse = chosen_mse ? *chosen_mse : holdout_output_mse(Xh, n_hold, W, out.w_hat.data(), R, C);
     if (gptq) {
       st.mse_gptq = mse;
     } else {
       st.mse_nn = mse;
     }
   }
-  GRIDQ_ASSIGN_OR_RETURN(st.half_trace, output_half_trace(W, out.w_hat.data(), R, C, H, w.name.c_str()));
+  if (out.device_candidate >= 0) return out;  // the caller's batch gives its output proxy
+  GRIDQ_ASSIGN_OR_RETURN(st.half_trace,
+                         output_half_trace_on(p.device_encode, W, out.w_hat.data(), R, C, H, w.name.c_str()));
   return out;
 }
 

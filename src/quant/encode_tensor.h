@@ -34,7 +34,9 @@ struct EncodeParams {
   CbGptqParams cb_gptq;
   TwoTierParams two_tier;
   // `--device cuda`: NVFP4-CB K12/K16 CB-GPTQ, its refinement and RTN run on the GPU (the same bytes;
-  // cb_gptq_device.h). Act-order, FP8, the other rungs and the gate's MSEs stay on the CPU.
+  // cb_gptq_device.h), and so does every output proxy (the same bits). The routed experts go through the
+  // device batch (pipeline.h encode_experts_on_device), which also takes their holdout MSEs; act-order, FP8
+  // and the other rungs stay on the CPU.
   bool device_encode = false;
 };
 
@@ -81,7 +83,12 @@ struct EncodedTensor {
   std::vector<float> scale;            // FP8_DYNAMIC and FP8-CB: [R] per-row scale, else empty
   std::vector<float> w_hat;            // non-BF16: [R, C] the dequantized weight the encoder meant
   LinearStats stats;
+  // Encoded from a device batch's candidates (encode_tensor's `pre`): which one was kept
+  // (runtime::DeviceCbBatch::Which). stats.half_trace is then the caller's to fill, from that batch.
+  int device_candidate = -1;
 };
+
+struct DeviceFp4Candidates;  // cb_gptq_device.h
 
 // The source values as fp32 [R, C] (BF16/F16 widen exactly). Refuses other dtypes and size mismatches.
 Expected<std::vector<float>> source_to_f32(const SourceWeight& w);
@@ -89,8 +96,11 @@ Expected<std::vector<float>> source_to_f32(const SourceWeight& w);
 // Encodes one Linear. `in` must be non-null for every format but BF16 (its H/imatrix/holdout drive the
 // encoder; n == 0 means a cold input: plain nearest). `cb` is the codebook of a CB format (else ignored).
 // `W32`, when given, is source_to_f32(w) computed by the caller (saves a conversion in budget mode).
+// `pre`, when given (an NVFP4-CB rule with the device batch's candidates for this matrix, cb_gptq_device.h),
+// replaces the encoders and their holdout MSEs: the same choices are made among the same encodings.
 Expected<EncodedTensor> encode_tensor(const SourceWeight& w, const InputStats* in, const EncodeParams& p,
-                                      const gridbook::Codebook* cb, const std::vector<float>* W32 = nullptr);
+                                      const gridbook::Codebook* cb, const std::vector<float>* W32 = nullptr,
+                                      const DeviceFp4Candidates* pre = nullptr);
 
 // SHA-256 (hex) of Ŵ as BF16 bits (little-endian u16, row-major): what S7 compares against a decode of the
 // stored bytes. Ŵ of CB formats is exactly representable in BF16 (format.md §7, §16).

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include "runtime/device.h"
+
 namespace gridq::quant {
 namespace {
 
@@ -15,12 +17,28 @@ bool all_finite(const float* p, int64_t n) {
 
 }  // namespace
 
-Expected<double> output_half_trace(const float* W, const float* W_hat, int R, int C, const float* H,
-                                   const char* what) {
+Status check_half_trace_inputs(const float* W, const float* W_hat, int R, int C, const float* H,
+                               const char* what) {
   if (R <= 0 || C <= 0) return err("{}: empty shape [{}, {}]", what, R, C);
   const int64_t n = int64_t(R) * C;
   if (!all_finite(W, n) || !all_finite(W_hat, n)) return err("{}: W or W_hat has a non-finite value", what);
   if (!all_finite(H, int64_t(C) * C)) return err("{}: H has a non-finite value", what);
+  return {};
+}
+
+Expected<double> output_half_trace_on(bool device, const float* W, const float* W_hat, int R, int C,
+                                      const float* H, const char* what) {
+  if (!device) return output_half_trace(W, W_hat, R, C, H, what);
+  const runtime::CudaBackendHooks* hooks = runtime::cuda_backend_hooks();
+  if (!hooks || !hooks->half_trace)
+    return err("{}: --device cuda: this gridq was built without the CUDA backend", what);
+  GRIDQ_RETURN_IF_ERROR(check_half_trace_inputs(W, W_hat, R, C, H, what));
+  return hooks->half_trace(W, W_hat, R, C, H);
+}
+
+Expected<double> output_half_trace(const float* W, const float* W_hat, int R, int C, const float* H,
+                                   const char* what) {
+  GRIDQ_RETURN_IF_ERROR(check_half_trace_inputs(W, W_hat, R, C, H, what));
   std::vector<double> row(static_cast<size_t>(R));
 #pragma omp parallel
   {

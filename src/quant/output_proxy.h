@@ -19,6 +19,15 @@ namespace gridq::quant {
 Expected<double> output_half_trace(const float* W, const float* W_hat, int R, int C, const float* H,
                                    const char* what = "output proxy");
 
+// output_half_trace's input rules (non-empty shape, finite W, W_hat and H), naming `what`.
+Status check_half_trace_inputs(const float* W, const float* W_hat, int R, int C, const float* H,
+                               const char* what);
+
+// output_half_trace on the GPU when `device` (runtime::CudaBackendHooks::half_trace: the same bits), else
+// on the CPU. Fails when `device` and this program has no CUDA backend.
+Expected<double> output_half_trace_on(bool device, const float* W, const float* W_hat, int R, int C,
+                                      const float* H, const char* what);
+
 // D = output_half_trace / T. T: the total calibration tokens (> 0).
 Expected<double> output_proxy(const float* W, const float* W_hat, int R, int C, const float* H, int64_t T,
                               const char* what = "output proxy");

@@ -111,6 +111,18 @@ Expected<std::vector<EncodedTensor>> encode_layer_tensors(
     const std::map<std::string, gridbook::Codebook>& codebooks,
     const std::function<void(const std::string&)>& on_tensor = {});
 
+// --device cuda: the routed experts of `layer` whose rule the GPU batch encodes (NVFP4-CB K12/K16 v2 by
+// CB-GPTQ without act-order, or RTN), in chunks of experts sharing one device call (encode_experts.cpp);
+// keyed by index into `tasks`. The bytes and records are encode_tensor's for each of them.
+Expected<std::map<size_t, EncodedTensor>> encode_experts_on_device(
+    const std::vector<TensorTask>& tasks, int layer, const LayerCapture& cap, const io::Checkpoint& ckpt,
+    const std::map<std::string, gridbook::Codebook>& codebooks,
+    const std::function<void(const std::string&)>& on_tensor = {});
+
+// The codebook of a CB format (nullptr for the other formats).
+Expected<const gridbook::Codebook*> codebook_for(const std::map<std::string, gridbook::Codebook>& codebooks,
+                                                 const std::string& format, const std::string& tensor);
+
 // --budget-bpw: every option of every budget unit of one layer, encoded for real, with its exact stored size
 // and its output-MSE proxy ½·Σ tr(ΔW H ΔWᵀ) over the unit's matrices (D = half_trace / T).
 struct BudgetOption {

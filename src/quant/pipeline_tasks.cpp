@@ -202,9 +202,19 @@ Expected<std::vector<EncodedTensor>> encode_layer_tensors(
     const std::vector<TensorTask>& tasks, int layer, const LayerCapture* cap, const io::Checkpoint& ckpt,
     const std::map<std::string, gridbook::Codebook>& codebooks,
     const std::function<void(const std::string&)>& on_tensor) {
+  std::map<size_t, EncodedTensor> batched;  // --device cuda: the routed experts, a chunk per device call
+  if (cap && std::any_of(tasks.begin(), tasks.end(),
+                         [&](const TensorTask& t) { return t.layer == layer && t.params.device_encode; })) {
+    GRIDQ_ASSIGN_OR_RETURN(batched, encode_experts_on_device(tasks, layer, *cap, ckpt, codebooks, on_tensor));
+  }
   std::vector<EncodedTensor> out;
-  for (const TensorTask& t : tasks) {
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const TensorTask& t = tasks[i];
     if (t.layer != layer || t.budget) continue;
+    if (auto it = batched.find(i); it != batched.end()) {
+      out.push_back(std::move(it->second));
+      continue;
+    }
     if (on_tensor) on_tensor(t.name);
     GRIDQ_ASSIGN_OR_RETURN(SourceWeight w, source_weight(ckpt, t.name));
     const InputStats* in = nullptr;

@@ -82,6 +82,46 @@ struct CbFp4Reply {
   int64_t codes_changed = 0, scales_changed = 0;
 };
 
+// A batch of NVFP4-CB v2 encodes on the GPU (`gridq quantize --device cuda`: a layer's routed experts, in
+// chunks): M matrices [R, C] of one shape over nH inputs (gate and up share their expert's), each encoded by
+// CB-GPTQ (and its refinement when refine_passes > 0) and/or round-to-nearest, with every candidate's
+// holdout output-MSE (quant/cb_gptq.h holdout_output_mse's bits); half_traces() then gives the output proxy
+// of the candidate the caller keeps (quant/output_proxy.h's bits). The bytes are the one-matrix encoders'.
+// Host memory in and out.
+struct CbFp4BatchRequest {
+  int R = 0, C = 0;
+  std::vector<const float*> W;     // [M] each [R, C]
+  std::vector<int> h_of;           // [M] the input of each matrix
+  std::vector<const float*> H;     // [nH] each [C, C], both triangles (RTN too: the output proxy)
+  std::vector<int64_t> n_tokens;   // [nH] rows behind each H (0: plain nearest neighbour)
+  std::vector<const float*> q;     // [nH] each [C] importances
+  std::vector<const float*> hold;  // [nH] each [n_hold, C] holdout rows (null when n_hold is 0)
+  std::vector<int64_t> n_hold;     // [nH]
+  int K = 0;                       // entries per sub-table; book [2, K, 4]
+  const double* book = nullptr;
+  double damp = 0.1;
+  int max_retries = 3, pilot_rows = 256, refits = 2;
+  int refine_passes = 0;  // CB-GPTQ only
+  bool refine_scales = false;
+  bool gptq = true;  // CB-GPTQ (and the refinement); false: RTN only
+  bool rtn = false;  // with gptq: RTN as well (the holdout gate's alternative)
+};
+struct CbFp4BatchMatrix {
+  CbFp4Reply enc;                     // CB-GPTQ and its refinement (sub_idx empty without gptq)
+  std::vector<uint32_t> rtn_sub_idx;  // RTN when asked (or without gptq): [R, C / 4]
+  std::vector<uint8_t> rtn_planes;    // [R, C / 256, kPlaneBytes]
+  // Holdout output-MSE of each candidate present (0 when its input has no holdout rows).
+  double mse_gptq = 0.0, mse_refined = 0.0, mse_rtn = 0.0;
+};
+class DeviceCbBatch {
+ public:
+  enum Which { kGptq = 0, kRefined = 1, kRtn = 2 };
+  virtual ~DeviceCbBatch() = default;
+  virtual const std::vector<CbFp4BatchMatrix>& matrices() const = 0;  // [M]
+  // ½·tr(ΔW H ΔWᵀ) of candidate which[m] of every matrix m (-1: skipped, 0 returned).
+  virtual Expected<std::vector<double>> half_traces(const std::vector<int>& which) = 0;
+};
+
 // The layer-streamed teacher's decoder layer on the GPU (`gridq quantize --device cuda`, cuda/teacher/
 // teacher.h): cpu::decoder_layer's contract for n_seq fresh sequences of S tokens each, starting at position
 // 0, with the device engine's numbers (BF16 activations between matrices, gpu-engine.md §3).
@@ -116,8 +156,10 @@ struct CudaBackendHooks {
   std::function<Expected<std::unique_ptr<DeviceHessianStore>>(int cols)> hessian;
   // `gridq quantize --device cuda`: the NVFP4-CB encoders on the GPU.
   std::function<Expected<CbFp4Reply>(const CbFp4Request&)> cb_fp4;
+  // `gridq quantize --device cuda`: a layer's routed experts encoded in batches.
+  std::function<Expected<std::unique_ptr<DeviceCbBatch>>(const CbFp4BatchRequest&)> cb_fp4_batch;
   // The output proxy tr(ΔW H ΔWᵀ)/2 of quant/output_proxy.h on the GPU, the same bits (W, W_hat [R, C], H
-  // [C, C] host, finite). Not yet called by the pipeline (issue 12: to be verified on the GPU first).
+  // [C, C] host, finite). The pipeline gets it through cb_fp4_batch; this one is for tests.
   std::function<Expected<double>(const float* W, const float* W_hat, int R, int C, const float* H)>
       half_trace;
   // `gridq quantize --device cuda`: the teacher forward on the GPU.

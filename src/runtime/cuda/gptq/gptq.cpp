@@ -313,6 +313,8 @@ Status refine_all(const CbGptqBatch& j, const CbGptqBook& book, const CbGptqSett
 
 }  // namespace
 
+Expected<gptq::V2Tables> device_v2_tables() { return tables(); }
+
 Expected<CbGptqResult> cb_gptq_fp4(const CbGptqBatch& j, const CbGptqBook& book, const CbGptqSettings& o,
                                    cudaStream_t s) {
   GRIDQ_RETURN_IF_ERROR(check_job(j, book, o, true));

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "runtime/cuda/gptq/gptq_kernels.h"
 
 namespace gridq::cuda {
 
@@ -67,6 +68,9 @@ struct CbGptqResult {
 // CB-GPTQ (lazy two-tier scales on the compensated block, 256-column blocks).
 Expected<CbGptqResult> cb_gptq_fp4(const CbGptqBatch& job, const CbGptqBook& book, const CbGptqSettings& opt,
                                    cudaStream_t stream);
+// The v2 code tables on the device (built and uploaded once per process), for kernels that decode planes.
+Expected<gptq::V2Tables> device_v2_tables();
+
 // Round-to-nearest: two-tier scales on the original weights and the nearest entries (H unused).
 Expected<CbGptqResult> cb_rtn_fp4(const CbGptqBatch& job, const CbGptqBook& book, const CbGptqSettings& opt,
                                   cudaStream_t stream);

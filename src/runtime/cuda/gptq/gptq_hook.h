@@ -1,6 +1,8 @@
 // The quantizer's hook for GPU NVFP4-CB encodes (runtime::CudaBackendHooks::cb_fp4).
 #pragma once
 
+#include <memory>
+
 #include "core/status.h"
 #include "runtime/device.h"
 
@@ -11,5 +13,8 @@ Expected<runtime::CbFp4Reply> cb_fp4_host(const runtime::CbFp4Request& r);
 // runtime::CudaBackendHooks::half_trace: quant::output_half_trace's number (the same bits) for host W, W_hat
 // [R, C] and H [C, C], all finite (the caller checks, as output_half_trace does).
 Expected<double> half_trace_host(const float* W, const float* W_hat, int R, int C, const float* H);
+
+// runtime::CudaBackendHooks::cb_fp4_batch (gptq_batch.cpp).
+Expected<std::unique_ptr<runtime::DeviceCbBatch>> cb_fp4_batch_host(const runtime::CbFp4BatchRequest& r);
 
 }  // namespace gridq::cuda

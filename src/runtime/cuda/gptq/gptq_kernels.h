@@ -110,4 +110,16 @@ cudaError_t raw_widen(const float* x, long long n, double* y, cudaStream_t s);
 cudaError_t raw_output_half_trace(const float* W, const float* W_hat, const float* H, int R, int C, double* V,
                                   double* half, double* total, cudaStream_t s);
 
+// The same from e = W − W_hat [R, C] float64 (refine_decode's): ΔW = −e, the same doubles.
+cudaError_t raw_output_half_trace_err(const double* e, const float* H, int R, int C, double* V, double* half,
+                                      double* total, cudaStream_t s);
+
+// ---- holdout output-MSE (quant/cb_gptq.cpp: holdout_output_mse) ----
+// acc [M, R]: acc[m, r] = Σ_t (Σ_j e[m, r, j]·x[t, j])², j and t ascending, over the n_hold[h] rows of X
+// starting at row x_row0[h] (h = h_of[m]; X [Σ n_hold, C] fp32). e = W − Ŵ [M, R, C] float64. Y2 [M, R,
+// t_max] scratch (t_max ≥ every n_hold, > 0). Rows of a matrix whose input has no holdout rows get acc 0.
+cudaError_t raw_holdout_rows(const double* e, int M, int R, int C, const int* h_of, const float* X,
+                             const long long* x_row0, const int* n_hold, int t_max, double* Y2, double* acc,
+                             cudaStream_t s);
+
 }  // namespace gridq::cuda::gptq

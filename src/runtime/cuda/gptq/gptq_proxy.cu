@@ -10,8 +10,22 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kRows = 4;
 
+// ΔW = W_hat − W from the fp32 pair, or as −e from a float64 e = W − W_hat (refine_decode's): the same
+// doubles either way (IEEE subtraction is sign-symmetric).
+struct PairDelta {
+  const float *W, *W_hat;
+  __device__ double operator()(long long o) const {
+    return static_cast<double>(W_hat[o]) - static_cast<double>(W[o]);
+  }
+};
+struct NegErrDelta {
+  const double* e;
+  __device__ double operator()(long long o) const { return -e[o]; }
+};
+
+template <class Delta>
 __global__ void __launch_bounds__(kThreads)
-    proxy_rows_kernel(const float* W, const float* W_hat, const float* H, int R, int C, double* V) {
+    proxy_rows_kernel(Delta delta, const float* H, int R, int C, double* V) {
   const int j = blockIdx.x * kThreads + threadIdx.x, r0 = blockIdx.y * kRows;
   if (j >= C) return;
   double v[kRows] = {};
@@ -20,8 +34,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int k = 0; k < kRows; ++k) {
       if (r0 + k >= R) break;
-      const long long o = static_cast<long long>(r0 + k) * C + i;
-      const double di = static_cast<double>(W_hat[o]) - static_cast<double>(W[o]);
+      const double di = delta(static_cast<long long>(r0 + k) * C + i);
       if (di != 0.0) v[k] += di * h;  // the CPU skips these terms (they add exactly 0)
     }
   }
@@ -30,14 +43,13 @@ __global__ void __launch_bounds__(kThreads)
     if (r0 + k < R) V[static_cast<long long>(r0 + k) * C + j] = v[k];
 }
 
-__global__ void proxy_dot_kernel(const float* W, const float* W_hat, const double* V, int R, int C,
-                                 double* half) {
+template <class Delta>
+__global__ void proxy_dot_kernel(Delta delta, const double* V, int R, int C, double* half) {
   const int r = blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= R) return;
   const long long off = static_cast<long long>(r) * C;
   double s = 0.0;
-  for (int j = 0; j < C; ++j)
-    s += (static_cast<double>(W_hat[off + j]) - static_cast<double>(W[off + j])) * V[off + j];
+  for (int j = 0; j < C; ++j) s += delta(off + j) * V[off + j];
   half[r] = 0.5 * s;
 }
 
@@ -47,17 +59,28 @@ __global__ void proxy_total_kernel(const double* half, int R, double* total) {
   *total = t;
 }
 
+template <class Delta>
+cudaError_t half_trace(Delta delta, const float* H, int R, int C, double* V, double* half, double* total,
+                       cudaStream_t s) {
+  if (R <= 0 || C <= 0) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>((C + kThreads - 1) / kThreads),
+                  static_cast<unsigned>((R + kRows - 1) / kRows));
+  proxy_rows_kernel<<<grid, kThreads, 0, s>>>(delta, H, R, C, V);
+  proxy_dot_kernel<<<(R + 127) / 128, 128, 0, s>>>(delta, V, R, C, half);
+  proxy_total_kernel<<<1, 1, 0, s>>>(half, R, total);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 cudaError_t raw_output_half_trace(const float* W, const float* W_hat, const float* H, int R, int C, double* V,
                                   double* half, double* total, cudaStream_t s) {
-  if (R <= 0 || C <= 0) return cudaErrorInvalidValue;
-  const dim3 grid(static_cast<unsigned>((C + kThreads - 1) / kThreads),
-                  static_cast<unsigned>((R + kRows - 1) / kRows));
-  proxy_rows_kernel<<<grid, kThreads, 0, s>>>(W, W_hat, H, R, C, V);
-  proxy_dot_kernel<<<(R + 127) / 128, 128, 0, s>>>(W, W_hat, V, R, C, half);
-  proxy_total_kernel<<<1, 1, 0, s>>>(half, R, total);
-  return cudaGetLastError();
+  return half_trace(PairDelta{W, W_hat}, H, R, C, V, half, total, s);
+}
+
+cudaError_t raw_output_half_trace_err(const double* e, const float* H, int R, int C, double* V, double* half,
+                                      double* total, cudaStream_t s) {
+  return half_trace(NegErrDelta{e}, H, R, C, V, half, total, s);
 }
 
 }  // namespace gridq::cuda::gptq

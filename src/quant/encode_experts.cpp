@@ -1,0 +1,158 @@
+// A layer's routed experts encoded on the GPU in chunks (`gridq quantize --device cuda`, pipeline.h
+// encode_experts_on_device): the experts' gate/up matrices of one rung in batches sharing each expert's
+// input statistics, then their down matrices, each batch one device call (cb_gptq_device.h
+// encode_fp4_batch_on_device) and one for the kept candidates' output proxies; encode_tensor makes each
+// matrix's choices among the batch's candidates, so the bytes and the records are those of the one-matrix
+// path.
+#include <omp.h>
+
+#include <algorithm>
+#include <tuple>
+
+#include "quant/cb_gptq_device.h"
+#include "quant/pipeline.h"
+
+namespace gridq::quant {
+
+namespace {
+
+// Experts per device batch: gate and up of 32 Laguna-S-2.1 experts take ≈ 15 GB of device memory with the
+// holdout buffers (bench quantize measured 10.2 GB without them).
+constexpr int kExpertsPerBatch = 32;
+
+// "layers.3.moe.experts.17.up" → 17 and "up"; false for other roles.
+bool expert_role(const std::string& role, int* e, std::string* proj) {
+  const size_t at = role.find(".moe.experts.");
+  if (at == std::string::npos) return false;
+  const size_t b = at + 13, dot = role.find('.', b);
+  if (dot == std::string::npos) return false;
+  *e = std::stoi(role.substr(b, dot - b));
+  *proj = role.substr(dot + 1);
+  return *proj == "gate" || *proj == "up" || *proj == "down";
+}
+
+// The rungs the device batch encodes: NVFP4-CB v2 products of 64- or 256-entry sub-tables (K12, K16), by
+// CB-GPTQ without act-order or by RTN.
+bool batchable(const TensorTask& t, const gridbook::Codebook* cb) {
+  if (!t.params.device_encode || t.budget || !cb || t.format.rfind("NVFP4_CB_", 0) != 0) return false;
+  const gridbook::Rung& r = cb->rung;
+  if (r.grid != gridbook::Grid::FP4 || r.layout_version != 2 || r.mode != gridbook::Mode::Product ||
+      (r.k != 12 && r.k != 16))
+    return false;
+  return t.params.encoder == "rtn" || (t.params.encoder == "cb_gptq" && !t.params.cb_gptq.act_order);
+}
+
+struct Member {
+  size_t task;  // index into tasks
+  int expert;
+  const InputStats* in;
+};
+
+// One device batch: members [M] (gate/up pairs share an input), encoded into out[task].
+Status encode_batch(const std::vector<TensorTask>& tasks, const std::vector<Member>& mem,
+                    const gridbook::Codebook& cb, const io::Checkpoint& ckpt,
+                    std::map<size_t, EncodedTensor>& out) {
+  const size_t M = mem.size();
+  const EncodeParams& p = tasks[mem.front().task].params;
+  std::vector<SourceWeight> src(M);
+  std::vector<std::vector<float>> W32(M);
+  std::vector<Status> bad(M);
+  for (size_t m = 0; m < M; ++m) {
+    GRIDQ_ASSIGN_OR_RETURN(src[m], source_weight(ckpt, tasks[mem[m].task].name));
+    if (src[m].shape.size() != 2 || src[m].shape != src[0].shape)
+      return err("tensor '{}': the experts of a device batch must share one 2-D shape", src[m].name);
+  }
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t m = 0; m < M; ++m) {
+    auto w = source_to_f32(src[m]);
+    if (w.ok())
+      W32[m] = std::move(*w);
+    else
+      bad[m] = w.status();
+  }
+  for (const Status& s : bad) GRIDQ_RETURN_IF_ERROR(s);
+  // Inputs in order of first use; matrix m reads inputs[h_of[m]].
+  std::vector<const InputStats*> inputs;
+  std::vector<int> h_of(M);
+  std::vector<const float*> W(M);
+  for (size_t m = 0; m < M; ++m) {
+    auto it = std::find(inputs.begin(), inputs.end(), mem[m].in);
+    h_of[m] = static_cast<int>(it - inputs.begin());
+    if (it == inputs.end()) inputs.push_back(mem[m].in);
+    W[m] = W32[m].data();
+  }
+  const bool gptq = p.encoder == "cb_gptq";
+  CbGptqOptions opt;
+  opt.damp = p.cb_gptq.damp;
+  opt.block = p.cb_gptq.block;
+  opt.two_tier.pilot_rows = p.two_tier.pilot_rows;
+  opt.two_tier.refits = p.two_tier.refits;
+  const auto R = static_cast<int>(src[0].shape[0]), C = static_cast<int>(src[0].shape[1]);
+  GRIDQ_ASSIGN_OR_RETURN(
+      DeviceFp4Batch batch,
+      encode_fp4_batch_on_device(cb, R, C, W, h_of, inputs, opt, p.cb_gptq.refine_passes,
+                                 p.cb_gptq.refine_scales, gptq, gptq && p.cb_gptq.holdout_gate));
+  std::vector<EncodedTensor> enc(M);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t m = 0; m < M; ++m) {
+    const TensorTask& t = tasks[mem[m].task];
+    auto e = encode_tensor(src[m], mem[m].in, t.params, &cb, &W32[m], &batch.m[m]);
+    if (e.ok())
+      enc[m] = std::move(*e);
+    else
+      bad[m] = err("{}: {}", t.name, e.message());
+    W32[m] = {};
+  }
+  for (const Status& s : bad) GRIDQ_RETURN_IF_ERROR(s);
+  std::vector<int> which(M);
+  for (size_t m = 0; m < M; ++m) which[m] = enc[m].device_candidate;
+  GRIDQ_ASSIGN_OR_RETURN(std::vector<double> half, batch.dev->half_traces(which));
+  for (size_t m = 0; m < M; ++m) enc[m].stats.half_trace = half[m];
+  for (size_t m = 0; m < M; ++m) out[mem[m].task] = std::move(enc[m]);
+  return {};
+}
+
+}  // namespace
+
+Expected<std::map<size_t, EncodedTensor>> encode_experts_on_device(
+    const std::vector<TensorTask>& tasks, int layer, const LayerCapture& cap, const io::Checkpoint& ckpt,
+    const std::map<std::string, gridbook::Codebook>& codebooks,
+    const std::function<void(const std::string&)>& on_tensor) {
+  // Groups by (format, encoder, gate/up or down), experts ascending.
+  std::map<std::tuple<std::string, std::string, bool>, std::vector<Member>> groups;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const TensorTask& t = tasks[i];
+    int e = -1;
+    std::string proj;
+    if (t.layer != layer || !expert_role(t.role, &e, &proj)) continue;
+    auto cb = codebook_for(codebooks, t.format, t.name);
+    if (!cb.ok() || !batchable(t, *cb)) continue;
+    const bool down = proj == "down";
+    GRIDQ_ASSIGN_OR_RETURN(const InputStats* in, input_for_role(cap, t.role));
+    if (!in) continue;
+    groups[{t.format, t.params.encoder, down}].push_back(Member{i, e, in});
+  }
+  std::map<size_t, EncodedTensor> out;
+  for (auto& [key, mem] : groups) {
+    std::stable_sort(mem.begin(), mem.end(),
+                     [](const Member& a, const Member& b) { return a.expert < b.expert; });
+    const gridbook::Codebook& cb = codebooks.at(std::get<0>(key));
+    std::vector<int> experts;  // distinct, ascending
+    for (const Member& m : mem)
+      if (experts.empty() || experts.back() != m.expert) experts.push_back(m.expert);
+    for (size_t c0 = 0; c0 < experts.size(); c0 += kExpertsPerBatch) {
+      const int lo = experts[c0], hi = experts[std::min(experts.size(), c0 + kExpertsPerBatch) - 1];
+      std::vector<Member> part;
+      for (const Member& m : mem)
+        if (m.expert >= lo && m.expert <= hi) part.push_back(m);
+      if (on_tensor)
+        on_tensor(fmt::format("{} experts {}-{} {} ({} matrices on the GPU)", std::get<0>(key), lo, hi,
+                              std::get<2>(key) ? "down" : "gate/up", part.size()));
+      auto st = encode_batch(tasks, part, cb, ckpt, out);
+      if (!st.ok()) return err("layer {}: {}", layer, st.message());
+    }
+  }
+  return out;
+}
+
+}  // namespace gridq::quant
