@@ -7,9 +7,12 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
+#include <regex>
 #include <tuple>
 
 #include "quant/cb_gptq_device.h"
+#include "quant/hessian_factor.h"
 #include "quant/pipeline.h"
 
 namespace gridq::quant {
@@ -47,6 +50,37 @@ struct Member {
   int expert;
   const InputStats* in;
 };
+
+// The device factorization names a failed input by its place in the batch ("H 3: ..."): which input that is,
+// what its H looks like, and whether the CPU factorization (the same rule) fails on it too.
+std::string describe_failed_input(const std::string& msg, const std::vector<const InputStats*>& inputs,
+                                  const CbGptqOptions& opt) {
+  std::smatch m;
+  static const std::regex re(R"(^H (\d+):)");
+  if (!std::regex_search(msg, m, re)) return "";
+  const size_t h = std::stoul(m[1].str());
+  if (h >= inputs.size()) return "";
+  const InputStats& s = *inputs[h];
+  const int C = s.cols;
+  double max_asym = 0.0, max_corr = 0.0, min_diag = INFINITY, mean_diag = 0.0;
+  for (int i = 0; i < C; ++i) {
+    const double di = s.H[size_t(i) * C + i];
+    min_diag = std::min(min_diag, di);
+    mean_diag += di / C;
+    for (int j = 0; j < i; ++j) {
+      const double a = s.H[size_t(i) * C + j], b = s.H[size_t(j) * C + i];
+      max_asym = std::max(max_asym, std::abs(a - b));
+      const double dj = s.H[size_t(j) * C + j];
+      if (di > 0 && dj > 0) max_corr = std::max(max_corr, std::abs(a) / std::sqrt(di * dj));
+    }
+  }
+  auto cpu = inverse_cholesky_upper(s.H.data(), C, s.n, opt.damp, opt.max_retries, "H");
+  return fmt::format(
+      " [input '{}': n {}, mean diag {:.6g}, min diag {:.6g}, max |H_ij|/sqrt(H_ii H_jj) {:.6g}, max "
+      "asymmetry {:.6g}; the CPU factorization {}]",
+      s.name, s.n, mean_diag, min_diag, max_corr, max_asym,
+      cpu.ok() ? fmt::format("succeeds (damping {})", cpu->damp_used) : "fails too");
+}
 
 // One device batch: members [M] (gate/up pairs share an input), encoded into out[task].
 Status encode_batch(const std::vector<TensorTask>& tasks, const std::vector<Member>& mem,
@@ -88,10 +122,10 @@ Status encode_batch(const std::vector<TensorTask>& tasks, const std::vector<Memb
   opt.two_tier.pilot_rows = p.two_tier.pilot_rows;
   opt.two_tier.refits = p.two_tier.refits;
   const auto R = static_cast<int>(src[0].shape[0]), C = static_cast<int>(src[0].shape[1]);
-  GRIDQ_ASSIGN_OR_RETURN(
-      DeviceFp4Batch batch,
-      encode_fp4_batch_on_device(cb, R, C, W, h_of, inputs, opt, p.cb_gptq.refine_passes,
-                                 p.cb_gptq.refine_scales, gptq, gptq && p.cb_gptq.holdout_gate));
+  auto made = encode_fp4_batch_on_device(cb, R, C, W, h_of, inputs, opt, p.cb_gptq.refine_passes,
+                                         p.cb_gptq.refine_scales, gptq, gptq && p.cb_gptq.holdout_gate);
+  if (!made.ok()) return err("{}{}", made.message(), describe_failed_input(made.message(), inputs, opt));
+  DeviceFp4Batch batch = std::move(*made);
   std::vector<EncodedTensor> enc(M);
 #pragma omp parallel for schedule(dynamic, 1)
   for (size_t m = 0; m < M; ++m) {
