@@ -104,7 +104,6 @@ struct LayerCapture {
   // Every path: the chunks' Hessian absorbs, the S4 checks, and the statistics' finish (H and holdout
   // handed over).
   double absorb_s = 0.0, checks_s = 0.0, finish_s = 0.0;
-  double expert_hooks_s = 0.0;  // of the hooks' time, the routed experts' (rows into H, holdout, S4 sums)
 };
 
 struct StreamerOptions {

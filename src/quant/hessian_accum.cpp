@@ -178,9 +178,13 @@ std::vector<float> HessianAccumulator::finish() {
   }
   const int64_t C = cols_;
   if (h_.empty()) h_.assign(static_cast<size_t>(C * C), 0.0f);  // no rows: H = 0
-  for (int64_t i = 0; i < C; ++i)
-    for (int64_t j = i + 1; j < C; ++j)
-      h_[static_cast<size_t>(j * C + i)] = h_[static_cast<size_t>(i * C + j)];
+  // Lower := upper, in 64×64 tiles (a row-by-row transpose misses the cache on every store at C = 3072).
+  constexpr int64_t kT = 64;
+  for (int64_t i0 = 0; i0 < C; i0 += kT)
+    for (int64_t j0 = i0; j0 < C; j0 += kT)
+      for (int64_t i = i0; i < std::min(C, i0 + kT); ++i)
+        for (int64_t j = std::max(i + 1, j0); j < std::min(C, j0 + kT); ++j)
+          h_[static_cast<size_t>(j * C + i)] = h_[static_cast<size_t>(i * C + j)];
   return std::move(h_);
 }
 

@@ -301,24 +301,27 @@ Expected<LayerCapture> LayerStreamer::Impl::run(int l) {
         smp_wt.insert(smp_wt.end(), wt + r * K, wt + (r + 1) * K);
       }
   };
-  double expert_hooks_s = 0.0;
+  // Touches expert e's state only: the device teacher calls it for several experts at once.
   hooks.expert = [&](int e, std::span<const int64_t> rows, std::span<const float> wt, const float* x,
                      const float* u) {
-    const auto t_hook = std::chrono::steady_clock::now();
     const auto ei = static_cast<size_t>(e);
     Capture& cx = *ex_in[ei];
     Capture& cu = *ex_down[ei];
     const int64_t I = cu.acc.cols(), n = static_cast<int64_t>(rows.size());
     delivered[ei] += n;
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t t = rows[static_cast<size_t>(i)];
-      if (holdout[static_cast<size_t>(s0 + t / S)]) {
-        cx.hold.add(x + i * H);
-        cu.hold.add(u + i * I);
+    auto held = [&](int64_t i) {
+      return holdout[static_cast<size_t>(s0 + rows[static_cast<size_t>(i)] / S)] != 0;
+    };
+    for (int64_t i = 0; i < n;) {
+      int64_t j = i + 1;  // rows [i, j) share their holdout status: one call each (H sees the same rows)
+      while (j < n && held(j) == held(i)) ++j;
+      if (held(i)) {
+        for (int64_t k = i; k < j; ++k) cx.hold.add(x + k * H), cu.hold.add(u + k * I);
       } else {
-        cx.acc.add_rows(x + i * H, 1, weighted ? &wt[static_cast<size_t>(i)] : nullptr);
-        cu.acc.add_rows(u + i * I, 1, weighted ? &wt[static_cast<size_t>(i)] : nullptr);
+        cx.acc.add_rows(x + i * H, j - i, weighted ? &wt[static_cast<size_t>(i)] : nullptr);
+        cu.acc.add_rows(u + i * I, j - i, weighted ? &wt[static_cast<size_t>(i)] : nullptr);
       }
+      i = j;
     }
     id_ex[ei].add_rows(x, h_mlp, rows);
     if (chunk == 0) {
@@ -328,7 +331,6 @@ Expected<LayerCapture> LayerStreamer::Impl::run(int l) {
         smp_ex_u[ei].insert(smp_ex_u[ei].end(), u + i * I, u + (i + 1) * I);
       }
     }
-    expert_hooks_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_hook).count();
   };
 
   int64_t cap_bytes = 0;
@@ -425,14 +427,22 @@ Expected<LayerCapture> LayerStreamer::Impl::run(int l) {
     add_check(shared_down->name, "recompute", re.value(), opts.recompute_threshold);
   }
   if (moe) {
+    // Each sampled expert's check is its own (one RelErr each): computed in parallel, reported in order.
+    std::vector<RelErr> ex_re(static_cast<size_t>(E));
+    std::vector<Status> ex_st(static_cast<size_t>(E));
+#pragma omp parallel for schedule(dynamic, 1)
     for (int64_t e = 0; e < E; ++e) {
       const auto ei = static_cast<size_t>(e);
       const int64_t n = static_cast<int64_t>(smp_ex_x[ei].size()) / H;
-      if (n == 0) continue;
-      RelErr re;
-      GRIDQ_RETURN_IF_ERROR(recompute_swiglu_input(lw.expert_gate[ei], lw.expert_up[ei], smp_ex_x[ei].data(),
-                                                   smp_ex_u[ei].data(), n, re));
-      add_check(ex_down[ei]->name, "recompute", re.value(), opts.recompute_threshold);
+      if (n > 0)
+        ex_st[ei] = recompute_swiglu_input(lw.expert_gate[ei], lw.expert_up[ei], smp_ex_x[ei].data(),
+                                           smp_ex_u[ei].data(), n, ex_re[ei]);
+    }
+    for (int64_t e = 0; e < E; ++e) {
+      const auto ei = static_cast<size_t>(e);
+      GRIDQ_RETURN_IF_ERROR(ex_st[ei]);
+      if (!smp_ex_x[ei].empty())
+        add_check(ex_down[ei]->name, "recompute", ex_re[ei].value(), opts.recompute_threshold);
     }
     RelErr rw;
     GRIDQ_ASSIGN_OR_RETURN(int64_t mism, recompute_routing(spec, lw, smp_a2.data(), n_smp, smp_idx.data(),
@@ -454,17 +464,24 @@ Expected<LayerCapture> LayerStreamer::Impl::run(int l) {
 
   out.checks_s = since(t_checks);
   out.absorb_s = absorb_s;
-  out.expert_hooks_s = expert_hooks_s;
   const auto t_finish = std::chrono::steady_clock::now();
-  out.attn_in = attn_in.finish();
-  out.o_in = o_in.finish();
-  out.mlp_in = mlp_in.finish();
-  if (dense_down) out.dense_down_in = dense_down->finish();
-  if (shared_down) out.shared_down_in = shared_down->finish();
+  // Every capture's statistics are independent of the others': finished in parallel, the largest first.
+  out.expert_in.resize(static_cast<size_t>(E));
+  out.expert_down_in.resize(static_cast<size_t>(E));
+  std::vector<std::pair<Capture*, InputStats*>> fin = {
+      {&attn_in, &out.attn_in}, {&o_in, &out.o_in}, {&mlp_in, &out.mlp_in}};
+  if (dense_down) fin.emplace_back(dense_down.get(), &out.dense_down_in);
+  if (shared_down) fin.emplace_back(shared_down.get(), &out.shared_down_in);
   for (int64_t e = 0; e < E; ++e) {
-    out.expert_in.push_back(ex_in[static_cast<size_t>(e)]->finish());
-    out.expert_down_in.push_back(ex_down[static_cast<size_t>(e)]->finish());
+    fin.emplace_back(ex_in[static_cast<size_t>(e)].get(), &out.expert_in[static_cast<size_t>(e)]);
+    fin.emplace_back(ex_down[static_cast<size_t>(e)].get(), &out.expert_down_in[static_cast<size_t>(e)]);
   }
+  std::stable_sort(fin.begin(), fin.end(),
+                   [](const auto& a, const auto& b) { return a.first->acc.cols() > b.first->acc.cols(); });
+  const auto n_fin = static_cast<int64_t>(fin.size());
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t k = 0; k < n_fin; ++k)
+    *fin[static_cast<size_t>(k)].second = fin[static_cast<size_t>(k)].first->finish();
   for (const Capture* c : all)
     if (!c->acc.status().ok()) return err("layer {}: {}: {}", l, c->name, c->acc.status().message());
   out.expert_counts = counts;

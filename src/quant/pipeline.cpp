@@ -505,9 +505,9 @@ Status Driver::run_layers(int start, QuantizeSummary& s) {
         "layer {}/{}: captured in {} ({}absorb {}, S4 checks {}, finish {})", l + 1, n_layers,
         format_duration(cap->seconds),
         cap->teacher_steps_s > 0
-            ? fmt::format("GPU teacher: upload {}, steps {}, hooks {} (experts {}); ",
+            ? fmt::format("GPU teacher: upload {}, steps {}, hooks {}; ",
                           format_duration(cap->teacher_upload_s), format_duration(cap->teacher_steps_s),
-                          format_duration(cap->teacher_hooks_s), format_duration(cap->expert_hooks_s))
+                          format_duration(cap->teacher_hooks_s))
             : "",
         format_duration(cap->absorb_s), format_duration(cap->checks_s), format_duration(cap->finish_s)));
     GRIDQ_RETURN_IF_ERROR(write_layer(l, *cap, st, now_seconds() - t));

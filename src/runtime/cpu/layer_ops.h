@@ -66,7 +66,8 @@ struct LayerHooks {
   // idx, weight [T, K]: the chosen experts of each row and their routing weights.
   std::function<void(const int* idx, const float* weight, int64_t T)> routing;
   // Expert e over the rows routed to it, ascending row index: rows[n], weight[n] (routing weights),
-  // x [n, H] (its gate/up input), u [n, I] (its down_proj input silu(gate·x) ⊙ (up·x)).
+  // x [n, H] (its gate/up input), u [n, I] (its down_proj input silu(gate·x) ⊙ (up·x)). A caller may run
+  // it for different experts concurrently (the GPU teacher does): it must touch expert e's state only.
   std::function<void(int e, std::span<const int64_t> rows, std::span<const float> weight, const float* x,
                      const float* u)>
       expert;

@@ -54,18 +54,29 @@ __global__ void factor_copy(const float* __restrict__ H, int C, const double* __
   }
 }
 
+// The diagonal block [p, p + 32)² of every active matrix into blk [nH, 32, 32], before chol_panel factors it.
+__global__ void chol_block_copy(const double* __restrict__ A, int C, int p,
+                                const uint8_t* __restrict__ active, double* __restrict__ blk) {
+  const int h = blockIdx.x;
+  if (!active[h]) return;
+  const double* M = mat(A, h, C);
+  for (int e = threadIdx.x; e < P * P; e += blockDim.x)
+    blk[static_cast<long long>(h) * P * P + e] = M[static_cast<long long>(p + e / P) * C + p + e % P];
+}
+
 // Panel [p, p + 32) of the left-looking Cholesky, the k < p terms already subtracted. Every CTA factors the
 // 32×32 diagonal block (redundantly: the same bits) and then its 128 rows below it; CTA 0 writes the block.
+// The CTAs read the block from chol_block_copy's copy: a CTA that starts after CTA 0 has written the
+// factored block into A (launches of more CTAs than the GPU holds at once) would factor it twice.
 __global__ void __launch_bounds__(128)
     chol_panel(double* __restrict__ A, int C, int p, const uint8_t* __restrict__ active,
-               uint8_t* __restrict__ fail) {
+               const double* __restrict__ blk, uint8_t* __restrict__ fail) {
   const int h = blockIdx.x;
   if (!active[h]) return;
   double* M = mat(A, h, C);
   __shared__ double D[P][P + 1];
   const int tid = threadIdx.x;
-  for (int e = tid; e < P * P; e += blockDim.x)
-    D[e / P][e % P] = M[static_cast<long long>(p + e / P) * C + p + e % P];
+  for (int e = tid; e < P * P; e += blockDim.x) D[e / P][e % P] = blk[static_cast<long long>(h) * P * P + e];
   __syncthreads();
   if (tid < 32) {
     const int i = tid;
@@ -273,13 +284,19 @@ cudaError_t raw_factor_init(const float* H, int nH, int C, const long long* n_to
 }
 
 cudaError_t raw_cholesky(double* A, int nH, int C, const uint8_t* active, uint8_t* fail, cudaStream_t s) {
+  double* blk = nullptr;  // [nH, 32, 32] the panel's diagonal blocks as they were before the panel
+  cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(&blk), static_cast<size_t>(nH) * P * P * 8, s);
+  if (e != cudaSuccess) return e;
   for (int p = 0; p < C; p += P) {
     const int below = C - p - P;
+    chol_block_copy<<<nH, 256, 0, s>>>(A, C, p, active, blk);
     chol_panel<<<dim3(nH, static_cast<unsigned>(below > 0 ? (below + 127) / 128 : 1)), 128, 0, s>>>(
-        A, C, p, active, fail);
+        A, C, p, active, blk, fail);
     if (below > 0) chol_update<<<dim3(tiles(below), tiles(below), nH), kTThreads, 0, s>>>(A, C, p, active);
   }
-  return cudaGetLastError();
+  e = cudaGetLastError();
+  const cudaError_t f = cudaFreeAsync(blk, s);
+  return e != cudaSuccess ? e : f;
 }
 
 cudaError_t raw_inverse_gram(double* L, double* Li, int nH, int C, const uint8_t* active, cudaStream_t s) {

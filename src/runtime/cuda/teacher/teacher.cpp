@@ -170,14 +170,20 @@ Status Teacher::layer(int l, const runtime::LayerWeights& lw, int64_t n_seq, int
     if (!moe && hooks->dense_down_in) hooks->dense_down_in(ck.u.data(), Ti);
     if (moe && U > 0 && hooks->shared_down_in) hooks->shared_down_in(ck.u.data(), Ti);
     if (moe && hooks->routing) hooks->routing(ck.idx.data(), ck.wt.data(), Ti);
-    std::vector<float> xr;
-    for (size_t e = 0; moe && hooks->expert && e < ck.ex.size(); ++e) {
-      const auto& ex = ck.ex[e];
-      if (ex.rows.empty()) continue;
-      xr.resize(ex.rows.size() * H);
-      for (size_t i = 0; i < ex.rows.size(); ++i)
-        std::memcpy(xr.data() + i * H, ck.a2.data() + static_cast<size_t>(ex.rows[i]) * H, H * 4);
-      hooks->expert(static_cast<int>(e), ex.rows, ex.wt, xr.data(), ex.u.data());
+    // The experts' hooks touch their own expert's state only (LayerHooks::expert): several at once.
+    const auto n_ex = static_cast<int64_t>(moe && hooks->expert ? ck.ex.size() : 0);
+#pragma omp parallel
+    {
+      std::vector<float> xr;
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t e = 0; e < n_ex; ++e) {
+        const auto& ex = ck.ex[static_cast<size_t>(e)];
+        if (ex.rows.empty()) continue;
+        xr.resize(ex.rows.size() * H);
+        for (size_t i = 0; i < ex.rows.size(); ++i)
+          std::memcpy(xr.data() + i * H, ck.a2.data() + static_cast<size_t>(ex.rows[i]) * H, H * 4);
+        hooks->expert(static_cast<int>(e), ex.rows, ex.wt, xr.data(), ex.u.data());
+      }
     }
   }
   std::memcpy(x, ck.out.data(), T * H * 4);
