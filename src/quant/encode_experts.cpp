@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <regex>
 #include <tuple>
@@ -83,9 +84,14 @@ std::string describe_failed_input(const std::string& msg, const std::vector<cons
 }
 
 // One device batch: members [M] (gate/up pairs share an input), encoded into out[task].
+double since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 Status encode_batch(const std::vector<TensorTask>& tasks, const std::vector<Member>& mem,
                     const gridbook::Codebook& cb, const io::Checkpoint& ckpt,
-                    std::map<size_t, EncodedTensor>& out) {
+                    std::map<size_t, EncodedTensor>& out, EncodeSeconds& secs) {
+  auto t0 = std::chrono::steady_clock::now();
   const size_t M = mem.size();
   const EncodeParams& p = tasks[mem.front().task].params;
   std::vector<SourceWeight> src(M);
@@ -122,10 +128,14 @@ Status encode_batch(const std::vector<TensorTask>& tasks, const std::vector<Memb
   opt.two_tier.pilot_rows = p.two_tier.pilot_rows;
   opt.two_tier.refits = p.two_tier.refits;
   const auto R = static_cast<int>(src[0].shape[0]), C = static_cast<int>(src[0].shape[1]);
+  secs.expert_host += since(t0);
+  t0 = std::chrono::steady_clock::now();
   auto made = encode_fp4_batch_on_device(cb, R, C, W, h_of, inputs, opt, p.cb_gptq.refine_passes,
                                          p.cb_gptq.refine_scales, gptq, gptq && p.cb_gptq.holdout_gate);
   if (!made.ok()) return err("{}{}", made.message(), describe_failed_input(made.message(), inputs, opt));
   DeviceFp4Batch batch = std::move(*made);
+  secs.expert_device += since(t0);
+  t0 = std::chrono::steady_clock::now();
   std::vector<EncodedTensor> enc(M);
 #pragma omp parallel for schedule(dynamic, 1)
   for (size_t m = 0; m < M; ++m) {
@@ -138,10 +148,13 @@ Status encode_batch(const std::vector<TensorTask>& tasks, const std::vector<Memb
     W32[m] = {};
   }
   for (const Status& s : bad) GRIDQ_RETURN_IF_ERROR(s);
+  secs.expert_host += since(t0);
+  t0 = std::chrono::steady_clock::now();
   std::vector<int> which(M);
   for (size_t m = 0; m < M; ++m) which[m] = enc[m].device_candidate;
   GRIDQ_ASSIGN_OR_RETURN(std::vector<double> half, batch.dev->half_traces(which));
   for (size_t m = 0; m < M; ++m) enc[m].stats.half_trace = half[m];
+  secs.expert_proxy += since(t0);
   for (size_t m = 0; m < M; ++m) out[mem[m].task] = std::move(enc[m]);
   return {};
 }
@@ -151,7 +164,9 @@ Status encode_batch(const std::vector<TensorTask>& tasks, const std::vector<Memb
 Expected<std::map<size_t, EncodedTensor>> encode_experts_on_device(
     const std::vector<TensorTask>& tasks, int layer, const LayerCapture& cap, const io::Checkpoint& ckpt,
     const std::map<std::string, gridbook::Codebook>& codebooks,
-    const std::function<void(const std::string&)>& on_tensor) {
+    const std::function<void(const std::string&)>& on_tensor, EncodeSeconds* secs) {
+  EncodeSeconds own;
+  EncodeSeconds& sec = secs ? *secs : own;
   // Groups by (format, encoder, gate/up or down), experts ascending.
   std::map<std::tuple<std::string, std::string, bool>, std::vector<Member>> groups;
   for (size_t i = 0; i < tasks.size(); ++i) {
@@ -182,7 +197,7 @@ Expected<std::map<size_t, EncodedTensor>> encode_experts_on_device(
       if (on_tensor)
         on_tensor(fmt::format("{} experts {}-{} {} ({} matrices on the GPU)", std::get<0>(key), lo, hi,
                               std::get<2>(key) ? "down" : "gate/up", part.size()));
-      auto st = encode_batch(tasks, part, cb, ckpt, out);
+      auto st = encode_batch(tasks, part, cb, ckpt, out, sec);
       if (!st.ok()) return err("layer {}: {}", layer, st.message());
     }
   }

@@ -137,12 +137,19 @@ Status recompute_attention(const model::ModelSpec& spec, const runtime::LayerWei
     GRIDQ_ASSIGN_OR_RETURN(Wg, widen(lw.g, "g_proj"));
   }
   const bool sliding = L.attn == model::AttnKind::kSliding;
-  // Keys and values of the context, computed on first use.
+  // The matrix-vector products first, each row its own computation (so in parallel, the same numbers): the
+  // key/value rows the positions read (K, V [n_ctx, kvw]), then every position's q and gate rows.
+  for (int64_t p : positions)
+    if (p < 0 || p >= n_ctx)
+      return err("identity check: sampled position {} outside the context of {}", p, n_ctx);
   std::vector<double> K(static_cast<size_t>(n_ctx * kvw)), V(static_cast<size_t>(n_ctx * kvw));
-  std::vector<char> have(static_cast<size_t>(n_ctx), 0);
-  auto kv = [&](int64_t j) {
-    if (have[static_cast<size_t>(j)]) return;
-    have[static_cast<size_t>(j)] = 1;
+  std::vector<char> need(static_cast<size_t>(n_ctx), 0);
+  for (int64_t p : positions)
+    for (int64_t j = sliding ? std::max<int64_t>(0, p - L.window + 1) : 0; j <= p; ++j)
+      need[static_cast<size_t>(j)] = 1;
+#pragma omp parallel for schedule(dynamic, 4)
+  for (int64_t j = 0; j < n_ctx; ++j) {
+    if (!need[static_cast<size_t>(j)]) continue;
     const auto x = to_f64(a + j * H, H);
     double* kj = K.data() + j * kvw;
     matvec(Wk, kvw, H, x.data(), kj);
@@ -151,19 +158,22 @@ Status recompute_attention(const model::ModelSpec& spec, const runtime::LayerWei
       if (L.qk_norm) head_norm(kj + h * d, d, lw.k_norm, eps);
       rope(kj + h * d, j, L.rope);
     }
-  };
-  std::vector<double> q(static_cast<size_t>(qw)), g(static_cast<size_t>(Wg.empty() ? 0 : lw.g.rows)), sc;
+  }
+  const auto n_pos = static_cast<int64_t>(positions.size());
+  const int64_t gw = Wg.empty() ? 0 : lw.g.rows;
+  std::vector<double> Q(static_cast<size_t>(n_pos * qw)), G(static_cast<size_t>(n_pos * gw)), sc;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t s = 0; s < n_pos; ++s) {
+    const auto x = to_f64(a + positions[static_cast<size_t>(s)] * H, H);
+    matvec(Wq, qw, H, x.data(), Q.data() + s * qw);
+    if (gw > 0) matvec(Wg, gw, H, x.data(), G.data() + s * gw);
+  }
   for (size_t s = 0; s < positions.size(); ++s) {
     const int64_t p = positions[s];
-    if (p < 0 || p >= n_ctx)
-      return err("identity check: sampled position {} outside the context of {}", p, n_ctx);
-    const auto x = to_f64(a + p * H, H);
-    matvec(Wq, qw, H, x.data(), q.data());
-    if (!g.empty()) matvec(Wg, lw.g.rows, H, x.data(), g.data());
+    const double* g = G.data() + static_cast<int64_t>(s) * gw;
     const int64_t j0 = sliding ? std::max<int64_t>(0, p - L.window + 1) : 0;
-    for (int64_t j = j0; j <= p; ++j) kv(j);
     for (int64_t h = 0; h < nh; ++h) {
-      double* qh = q.data() + h * d;
+      double* qh = Q.data() + static_cast<int64_t>(s) * qw + h * d;
       if (L.qk_norm) head_norm(qh, d, lw.q_norm, eps);
       rope(qh, p, L.rope);
       const int64_t kvh = h / group;
@@ -183,8 +193,8 @@ Status recompute_attention(const model::ModelSpec& spec, const runtime::LayerWei
         for (int64_t j = j0; j <= p; ++j)
           acc += sc[static_cast<size_t>(j - j0)] * V[static_cast<size_t>(j * kvw + kvh * d + e)];
         acc /= z;
-        if (L.gate == model::GateMode::kPerHead) acc *= softplus(g[static_cast<size_t>(h)]);
-        if (L.gate == model::GateMode::kPerElement) acc *= softplus(g[static_cast<size_t>(h * d + e)]);
+        if (L.gate == model::GateMode::kPerHead) acc *= softplus(g[h]);
+        if (L.gate == model::GateMode::kPerElement) acc *= softplus(g[h * d + e]);
         out.add(o[static_cast<int64_t>(s) * qw + h * d + e], acc);
       }
     }

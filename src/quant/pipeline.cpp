@@ -1,5 +1,6 @@
 #include "quant/pipeline.h"
 
+#include <malloc.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -380,8 +381,10 @@ Status Driver::write_layer(int l, const LayerCapture& cap, std::unique_ptr<Layer
   const double t_enc = now_seconds();
   auto label = fmt::format("layer {}/{}", l + 1, n_layers);
   auto on_tensor = [&](const std::string& n) { progress->update(label, "encode", n); };
+  EncodeSeconds es;
   GRIDQ_ASSIGN_OR_RETURN(std::vector<EncodedTensor> base,
-                         encode_layer_tensors(tasks, l, &cap, *model.checkpoint, codebooks, on_tensor));
+                         encode_layer_tensors(tasks, l, &cap, *model.checkpoint, codebooks, on_tensor, &es));
+  const double t_tensors = now_seconds() - t_enc;
   LayerRecord rec;
   rec.layer = l;
   int cold = 0, kept_nn = 0, n_quant = 0;
@@ -440,6 +443,14 @@ Status Driver::write_layer(int l, const LayerCapture& cap, std::unique_ptr<Layer
     GRIDQ_ASSIGN_OR_RETURN(rec.shard_sha256, write_shard(partial_file(rec.shard), content.tensors));
   }
   const double enc_s = now_seconds() - t_enc;
+  if (es.expert_device > 0)
+    progress->log(fmt::format(
+        "layer {}/{}: encode {}: routed experts on the GPU {} (device {}, host {}, output "
+        "proxies {}), the other tensors {}, assemble and write {}",
+        l + 1, n_layers, format_duration(enc_s),
+        format_duration(es.expert_device + es.expert_host + es.expert_proxy),
+        format_duration(es.expert_device), format_duration(es.expert_host), format_duration(es.expert_proxy),
+        format_duration(es.other), format_duration(enc_s - t_tensors)));
 
   // The carry h_{l+1} (the input of the next layer); keep the last two.
   if (l + 1 < n_layers) {
@@ -730,6 +741,11 @@ Status Driver::finish(QuantizeSummary& s) {
 
 // The run proper (o.src: the checkpoint to quantize, after --rotate the rotated copy).
 Expected<QuantizeSummary> quantize_impl(const QuantizeOptions& o, const json& rotation) {
+#if defined(__GLIBC__)
+  // Per-layer buffers of megabytes to gigabytes (H, Ŵ, captured rows) come and go every layer: mmap them so a
+  // freed one returns to the system (glibc's adaptive threshold would serve them from arenas that only grow).
+  mallopt(M_MMAP_THRESHOLD, 4 << 20);
+#endif
   const double t0 = now_seconds();
   Driver d(o);
   d.rotation = rotation;

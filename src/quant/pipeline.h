@@ -106,10 +106,15 @@ Expected<const InputStats*> input_for_role(const LayerCapture& cap, const std::s
 // Encodes every task of `layer` (or of the non-layer rest for layer = -1) whose format is final (budget
 // units are skipped; encode them with encode_budget_units). `codebooks`: rung name → book. `on_tensor` is
 // called before each tensor (progress). S4 results of `cap` are attached to the stats by input name.
+// Where a layer's encode time went (--device cuda's expert batches: the device calls, the host's decode and
+// choices, the output proxies of the kept candidates; the rest one tensor at a time).
+struct EncodeSeconds {
+  double expert_device = 0.0, expert_host = 0.0, expert_proxy = 0.0, other = 0.0;
+};
 Expected<std::vector<EncodedTensor>> encode_layer_tensors(
     const std::vector<TensorTask>& tasks, int layer, const LayerCapture* cap, const io::Checkpoint& ckpt,
     const std::map<std::string, gridbook::Codebook>& codebooks,
-    const std::function<void(const std::string&)>& on_tensor = {});
+    const std::function<void(const std::string&)>& on_tensor = {}, EncodeSeconds* secs = nullptr);
 
 // --device cuda: the routed experts of `layer` whose rule the GPU batch encodes (NVFP4-CB K12/K16 v2 by
 // CB-GPTQ without act-order, or RTN), in chunks of experts sharing one device call (encode_experts.cpp);
@@ -117,7 +122,7 @@ Expected<std::vector<EncodedTensor>> encode_layer_tensors(
 Expected<std::map<size_t, EncodedTensor>> encode_experts_on_device(
     const std::vector<TensorTask>& tasks, int layer, const LayerCapture& cap, const io::Checkpoint& ckpt,
     const std::map<std::string, gridbook::Codebook>& codebooks,
-    const std::function<void(const std::string&)>& on_tensor = {});
+    const std::function<void(const std::string&)>& on_tensor = {}, EncodeSeconds* secs = nullptr);
 
 // The codebook of a CB format (nullptr for the other formats).
 Expected<const gridbook::Codebook*> codebook_for(const std::map<std::string, gridbook::Codebook>& codebooks,

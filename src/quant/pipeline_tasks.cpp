@@ -3,6 +3,7 @@
 // layer's tensors (and, with --budget-bpw, every priced option of its budget units). Kept apart from the
 // streamer so tests can drive it with synthetic statistics.
 #include <algorithm>
+#include <chrono>
 #include <regex>
 
 #include "quant/pipeline.h"
@@ -201,12 +202,14 @@ Expected<const gridbook::Codebook*> codebook_for(const std::map<std::string, gri
 Expected<std::vector<EncodedTensor>> encode_layer_tensors(
     const std::vector<TensorTask>& tasks, int layer, const LayerCapture* cap, const io::Checkpoint& ckpt,
     const std::map<std::string, gridbook::Codebook>& codebooks,
-    const std::function<void(const std::string&)>& on_tensor) {
+    const std::function<void(const std::string&)>& on_tensor, EncodeSeconds* secs) {
   std::map<size_t, EncodedTensor> batched;  // --device cuda: the routed experts, a chunk per device call
   if (cap && std::any_of(tasks.begin(), tasks.end(),
                          [&](const TensorTask& t) { return t.layer == layer && t.params.device_encode; })) {
-    GRIDQ_ASSIGN_OR_RETURN(batched, encode_experts_on_device(tasks, layer, *cap, ckpt, codebooks, on_tensor));
+    GRIDQ_ASSIGN_OR_RETURN(batched,
+                           encode_experts_on_device(tasks, layer, *cap, ckpt, codebooks, on_tensor, secs));
   }
+  const auto t0 = std::chrono::steady_clock::now();
   std::vector<EncodedTensor> out;
   for (size_t i = 0; i < tasks.size(); ++i) {
     const TensorTask& t = tasks[i];
@@ -231,6 +234,7 @@ Expected<std::vector<EncodedTensor>> encode_layer_tensors(
     out.push_back(std::move(*enc));
   }
   attach_identity(cap, out);
+  if (secs) secs->other += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }
 
