@@ -18,12 +18,15 @@ namespace {
 Expected<std::vector<double>> widen(const QMatrix& m, const char* what) {
   if (!m.data) return err("identity check: {} has no data", what);
   std::vector<double> out(static_cast<size_t>(m.rows * m.cols));
+  const auto n = static_cast<int64_t>(out.size());
   if (m.format == WeightFormat::kBF16) {
     const auto* p = static_cast<const uint16_t*>(m.data);
-    for (size_t i = 0; i < out.size(); ++i) out[i] = std::bit_cast<float>(static_cast<uint32_t>(p[i]) << 16);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) out[i] = std::bit_cast<float>(static_cast<uint32_t>(p[i]) << 16);
   } else if (m.format == WeightFormat::kF32) {
     const auto* p = static_cast<const float*>(m.data);
-    for (size_t i = 0; i < out.size(); ++i) out[i] = p[i];
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) out[i] = p[i];
   } else {
     return err("identity check: {} is {}; the reference reads only BF16/F32 source weights", what,
                runtime::format_name(m.format));
@@ -207,16 +210,19 @@ Status recompute_swiglu_input(const QMatrix& gate, const QMatrix& up, const floa
   GRIDQ_ASSIGN_OR_RETURN(auto Wg, widen(gate, "gate_proj"));
   GRIDQ_ASSIGN_OR_RETURN(auto Wu, widen(up, "up_proj"));
   const int64_t I = gate.rows, C = gate.cols;
-  std::vector<double> yg(static_cast<size_t>(I)), yu(static_cast<size_t>(I));
+  // Rows in parallel (each its own products), then the errors added in row order.
+  std::vector<double> yg(static_cast<size_t>(n * I)), yu(static_cast<size_t>(n * I));
+#pragma omp parallel for schedule(dynamic, 1)
   for (int64_t t = 0; t < n; ++t) {
     const auto xt = to_f64(x + t * C, C);
-    matvec(Wg, I, C, xt.data(), yg.data());
-    matvec(Wu, I, C, xt.data(), yu.data());
-    for (int64_t i = 0; i < I; ++i) {
-      const double z = yg[static_cast<size_t>(i)];
-      out.add(u[t * I + i], z / (1.0 + std::exp(-z)) * yu[static_cast<size_t>(i)]);
-    }
+    matvec(Wg, I, C, xt.data(), yg.data() + t * I);
+    matvec(Wu, I, C, xt.data(), yu.data() + t * I);
   }
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t i = 0; i < I; ++i) {
+      const double z = yg[static_cast<size_t>(t * I + i)];
+      out.add(u[t * I + i], z / (1.0 + std::exp(-z)) * yu[static_cast<size_t>(t * I + i)]);
+    }
   return {};
 }
 
