@@ -29,6 +29,20 @@ Fp4CbEncoding fp4_encoding(const DenseBook& book, int R, int C, const std::vecto
   return enc;
 }
 
+runtime::CbFp4Settings device_settings(const DenseBook& book, const std::vector<double>& t,
+                                       const CbGptqOptions& opt, int refine_passes, bool refine_scales) {
+  runtime::CbFp4Settings s;
+  s.K = book.entries[0];
+  s.book = t.data();
+  s.damp = opt.damp;
+  s.max_retries = opt.max_retries;
+  s.pilot_rows = opt.two_tier.pilot_rows;
+  s.refits = opt.two_tier.refits;
+  s.refine_passes = refine_passes;
+  s.refine_scales = refine_scales;
+  return s;
+}
+
 RefineResult refine_result(const runtime::CbFp4Reply& rp) {
   RefineResult r;
   r.f_before = rp.f_before;
@@ -71,14 +85,7 @@ Expected<Fp4CbEncoding> encode_fp4_on_device(const gridbook::Codebook& cb, const
   rq.H = H;
   rq.n_tokens = n_tokens;
   rq.q = q;
-  rq.K = book.entries[0];
-  rq.book = t.data();
-  rq.damp = opt.damp;
-  rq.max_retries = opt.max_retries;
-  rq.pilot_rows = opt.two_tier.pilot_rows;
-  rq.refits = opt.two_tier.refits;
-  rq.refine_passes = refined ? refine_passes : 0;
-  rq.refine_scales = refine_scales;
+  rq.s = device_settings(book, t, opt, refined ? refine_passes : 0, refine_scales);
   GRIDQ_ASSIGN_OR_RETURN(runtime::CbFp4Reply rp, hooks->cb_fp4(rq));
   Fp4CbEncoding enc = fp4_encoding(book, R, C, rp.sub_idx, rp.planes, rp.identity, rp.damp_used);
   if (refined && rp.refined) {
@@ -121,14 +128,7 @@ Expected<DeviceFp4Batch> encode_fp4_batch_on_device(const gridbook::Codebook& cb
     rq.hold.push_back(s->n_hold > 0 ? s->holdout.data() : nullptr);
     rq.n_hold.push_back(s->n_hold);
   }
-  rq.K = book.entries[0];
-  rq.book = t.data();
-  rq.damp = opt.damp;
-  rq.max_retries = opt.max_retries;
-  rq.pilot_rows = opt.two_tier.pilot_rows;
-  rq.refits = opt.two_tier.refits;
-  rq.refine_passes = gptq ? refine_passes : 0;
-  rq.refine_scales = refine_scales;
+  rq.s = device_settings(book, t, opt, gptq ? refine_passes : 0, refine_scales);
   rq.gptq = gptq;
   rq.rtn = rtn;
   DeviceFp4Batch out;

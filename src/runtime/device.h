@@ -53,6 +53,15 @@ class DeviceHessianStore {
   virtual Expected<std::vector<float>> upper() = 0;  // H [cols, cols]: the upper triangle (j ≥ i) valid
 };
 
+// The book and encoder settings of a GPU NVFP4-CB encode (quant's CbGptqOptions and refinement).
+struct CbFp4Settings {
+  int K = 0;  // entries per sub-table; book [2, K, 4]
+  const double* book = nullptr;
+  double damp = 0.1;
+  int max_retries = 3, pilot_rows = 256, refits = 2;
+  int refine_passes = 0;  // CB-GPTQ only: > 0 also returns the refined encoding (quant/cb_refine.h)
+  bool refine_scales = false;
+};
 // One NVFP4-CB v2 encode on the GPU (`gridq quantize --device cuda`): CB-GPTQ, or round-to-nearest when H is
 // null, with the CPU encoder's bytes (cuda/gptq/gptq.h). Host memory in and out.
 struct CbFp4Request {
@@ -61,12 +70,7 @@ struct CbFp4Request {
   const float* H = nullptr;  // [C, C]; null: RTN
   int64_t n_tokens = 0;
   const float* q = nullptr;  // [C] importances
-  int K = 0;                 // entries per sub-table; book [2, K, 4]
-  const double* book = nullptr;
-  double damp = 0.1;
-  int max_retries = 3, pilot_rows = 256, refits = 2;
-  int refine_passes = 0;  // CB-GPTQ only: > 0 also returns the refined encoding (quant/cb_refine.h)
-  bool refine_scales = false;
+  CbFp4Settings s;
 };
 struct CbFp4Reply {
   std::vector<uint32_t> sub_idx;          // [R, C / 4]
@@ -97,12 +101,7 @@ struct CbFp4BatchRequest {
   std::vector<const float*> q;     // [nH] each [C] importances
   std::vector<const float*> hold;  // [nH] each [n_hold, C] holdout rows (null when n_hold is 0)
   std::vector<int64_t> n_hold;     // [nH]
-  int K = 0;                       // entries per sub-table; book [2, K, 4]
-  const double* book = nullptr;
-  double damp = 0.1;
-  int max_retries = 3, pilot_rows = 256, refits = 2;
-  int refine_passes = 0;  // CB-GPTQ only
-  bool refine_scales = false;
+  CbFp4Settings s;
   bool gptq = true;  // CB-GPTQ (and the refinement); false: RTN only
   bool rtn = false;  // with gptq: RTN as well (the holdout gate's alternative)
 };

@@ -53,9 +53,9 @@ class CbBatch final : public DeviceCbBatch {
 
 Status CbBatch::check(const CbFp4BatchRequest& r) const {
   const size_t M = r.W.size(), nH = r.q.size();
-  if (r.R <= 0 || r.C <= 0 || M == 0 || nH == 0 || r.K <= 0 || !r.book)
+  if (r.R <= 0 || r.C <= 0 || M == 0 || nH == 0 || r.s.K <= 0 || !r.s.book)
     return err("gpu cb batch: [{} × {}, {}] over {} inputs, K {}: every size > 0 and a book", M, r.R, r.C, nH,
-               r.K);
+               r.s.K);
   if (r.h_of.size() != M || r.n_tokens.size() != nH || r.hold.size() != nH || r.n_hold.size() != nH ||
       r.H.size() != nH)
     return err("gpu cb batch: h_of {} for {} matrices; n_tokens {}, H {}, hold {}, n_hold {} for {} inputs",
@@ -80,7 +80,7 @@ Status CbBatch::upload(const CbFp4BatchRequest& r) {
   for (int h = 0; h < nH_; ++h)
     GRIDQ_RETURN_IF_ERROR(put(s_->get(), H_.as<float>() + h * CC, r.H[h], CC * 4));
   GRIDQ_ASSIGN_OR_RETURN(book_, DeviceBuffer::alloc(size_t(2) * K_ * 4 * 8, "gpu cb batch book"));
-  GRIDQ_RETURN_IF_ERROR(put(s_->get(), book_.as(), r.book, size_t(2) * K_ * 4 * 8));
+  GRIDQ_RETURN_IF_ERROR(put(s_->get(), book_.as(), r.s.book, size_t(2) * K_ * 4 * 8));
   return s_->sync();  // gptq.h's encoders upload their own tables with plain copies
 }
 
@@ -171,7 +171,7 @@ Expected<std::unique_ptr<CbBatch>> CbBatch::create(const CbFp4BatchRequest& r) {
   GRIDQ_ASSIGN_OR_RETURN(Stream stream, Stream::create());
   b->s_.emplace(std::move(stream));
   GRIDQ_ASSIGN_OR_RETURN(b->t_, device_v2_tables());
-  b->R_ = r.R, b->C_ = r.C, b->K_ = r.K;
+  b->R_ = r.R, b->C_ = r.C, b->K_ = r.s.K;
   b->M_ = static_cast<int>(r.W.size()), b->nH_ = static_cast<int>(r.q.size());
   b->h_of_ = r.h_of, b->n_hold_ = r.n_hold;
   b->gptq_ = r.gptq, b->rtn_ = r.rtn || !r.gptq;
@@ -183,16 +183,8 @@ Expected<std::unique_ptr<CbBatch>> CbBatch::create(const CbFp4BatchRequest& r) {
   job.q = b->q_.as<float>();
   job.h_of = r.h_of;
   job.n_tokens = r.n_tokens;
-  CbGptqBook book;
-  book.K = r.K;
-  book.t.assign(r.book, r.book + size_t(2) * r.K * 4);
-  CbGptqSettings o;
-  o.damp = r.damp;
-  o.max_retries = r.max_retries;
-  o.pilot_rows = r.pilot_rows;
-  o.refits = r.refits;
-  o.refine_passes = r.refine_passes;
-  o.refine_scales = r.refine_scales;
+  const CbGptqBook book = gptq_book(r.s);
+  const CbGptqSettings o = gptq_settings(r.s);
   b->out_.resize(static_cast<size_t>(b->M_));
   const size_t ni = size_t(r.R) * (r.C / 4), np = size_t(r.R) * (r.C / 256) * 17;
   auto slice = [](auto& v, size_t m, size_t n) {

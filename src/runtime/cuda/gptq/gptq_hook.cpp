@@ -11,10 +11,28 @@ namespace gridq::cuda {
 
 static_assert(runtime::CbFp4Reply::kPlaneBytes == gptq::kPlaneBytes, "one plane layout on both sides");
 
+CbGptqBook gptq_book(const runtime::CbFp4Settings& s) {
+  CbGptqBook book;
+  book.K = s.K;
+  book.t.assign(s.book, s.book + size_t(2) * s.K * 4);
+  return book;
+}
+
+CbGptqSettings gptq_settings(const runtime::CbFp4Settings& s) {
+  CbGptqSettings o;
+  o.damp = s.damp;
+  o.max_retries = s.max_retries;
+  o.pilot_rows = s.pilot_rows;
+  o.refits = s.refits;
+  o.refine_passes = s.refine_passes;
+  o.refine_scales = s.refine_scales;
+  return o;
+}
+
 Expected<runtime::CbFp4Reply> cb_fp4_host(const runtime::CbFp4Request& r) {
-  if (!r.W || !r.q || !r.book || r.R <= 0 || r.C <= 0 || r.K <= 0)
+  if (!r.W || !r.q || !r.s.book || r.R <= 0 || r.C <= 0 || r.s.K <= 0)
     return err("gpu cb encode: W, q and the book are required, R, C, K > 0 (got [{}, {}], K {})", r.R, r.C,
-               r.K);
+               r.s.K);
   GRIDQ_ASSIGN_OR_RETURN(Stream stream, Stream::create());
   const size_t RC = size_t(r.R) * r.C, CC = size_t(r.C) * r.C;
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer W, DeviceBuffer::alloc(RC * 4, "gpu cb encode weights"));
@@ -36,16 +54,9 @@ Expected<runtime::CbFp4Reply> cb_fp4_host(const runtime::CbFp4Request& r) {
   job.q = q.as<float>();
   job.h_of = {0};
   job.n_tokens = {r.n_tokens};
-  CbGptqBook book;
-  book.K = r.K;
-  book.t.assign(r.book, r.book + size_t(2) * r.K * 4);
-  CbGptqSettings o;
-  o.damp = r.damp;
-  o.max_retries = r.max_retries;
-  o.pilot_rows = r.pilot_rows;
-  o.refits = r.refits;
-  o.refine_passes = r.H ? r.refine_passes : 0;
-  o.refine_scales = r.refine_scales;
+  const CbGptqBook book = gptq_book(r.s);
+  CbGptqSettings o = gptq_settings(r.s);
+  if (!r.H) o.refine_passes = 0;
   GRIDQ_ASSIGN_OR_RETURN(CbGptqResult res, r.H ? cb_gptq_fp4(job, book, o, stream.get())
                                                : cb_rtn_fp4(job, book, o, stream.get()));
   runtime::CbFp4Reply out;

@@ -4,11 +4,16 @@
 #include <memory>
 
 #include "core/status.h"
+#include "runtime/cuda/gptq/gptq.h"
 #include "runtime/device.h"
 
 namespace gridq::cuda {
 
 Expected<runtime::CbFp4Reply> cb_fp4_host(const runtime::CbFp4Request& r);
+
+// A request's book and settings in gptq.h's terms.
+CbGptqBook gptq_book(const runtime::CbFp4Settings& s);
+CbGptqSettings gptq_settings(const runtime::CbFp4Settings& s);
 
 // runtime::CudaBackendHooks::half_trace: quant::output_half_trace's number (the same bits) for host W, W_hat
 // [R, C] and H [C, C], all finite (the caller checks, as output_half_trace does).
