@@ -5,11 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <set>
 
 #include "pipeline_test_util.h"
 #include "quant/cb_gptq.h"
+#include "quant/cb_gptq_device.h"
+#include "quant/cb_refine.h"
 #include "quant/encode_tensor.h"
 #include "quant/lattice_codebook.h"
+#include "quant/output_proxy.h"
 
 namespace gridq::quant {
 namespace {
@@ -133,6 +137,77 @@ TEST(EncodeTensor, RefusesMalformedInputs) {
   auto e1 = encode_tensor(s.sw, &ok, EncodeParams{"NVFP4_CB_K16", "rtn", {}, {}}, &v1);
   ASSERT_FALSE(e1.ok());
   EXPECT_NE(e1.message().find("v1"), std::string::npos) << e1.message();
+}
+
+}  // namespace
+}  // namespace gridq::quant
+
+namespace gridq::quant {
+namespace {
+
+// The device batch's candidates (cb_gptq_device.h), made here by the CPU encoders with the numbers the
+// device computes for them (holdout MSEs, refinement): encode_tensor with `pre` must choose and record
+// exactly what it does without it, leaving only the output proxy to the caller. Covers the choice logic of
+// `quantize --device cuda`'s expert batches on machines without a GPU (tests/cuda/test_encode_experts.cpp
+// holds the device's numbers to the CPU's).
+TEST(EncodeTensor, DeviceCandidatesGiveTheSameChoicesAndRecords) {
+  const int R = 16, C = 512;
+  const gridbook::Codebook cb = book("NVFP4_CB_K16");
+  std::set<std::string> gates;
+  for (const char* encoder : {"cb_gptq", "rtn"})
+    for (int64_t n_hold : {int64_t{0}, int64_t{40}})
+      for (uint64_t seed : {31u, 32u}) {
+        Src s("w", R, C, seed);
+        // 1500 rows, and 12 (a rank-deficient H: CB-GPTQ fits the calibration rows and can lose on held-out
+        // ones).
+        const InputStats in = testing::synthetic_stats("x", C, seed == 31u ? 1500 : 12, n_hold, seed + 7);
+        EncodeParams p{"NVFP4_CB_K16", encoder, {}, {}};
+        p.cb_gptq.refine_passes = 2;
+        p.cb_gptq.refine_scales = true;
+        auto want = encode_tensor(s.sw, &in, p, &cb);
+        ASSERT_TRUE(want.ok()) << want.message();
+        const float* W = s.W.data();
+        auto tag = [&](Fp4CbEncoding e, int which) {
+          e.candidate = which;
+          if (n_hold > 0)
+            e.holdout_mse = holdout_output_mse(in.holdout.data(), n_hold, W, e.w_hat.data(), R, C);
+          return e;
+        };
+        DeviceFp4Candidates pre;
+        CbGptqOptions opt;
+        auto rtn = encode_fp4_rtn(cb, W, R, C, in.imatrix.data(), opt.two_tier);
+        ASSERT_TRUE(rtn.ok());
+        pre.rtn = tag(*rtn, 2);
+        if (std::string(encoder) == "cb_gptq") {
+          auto g = encode_fp4_cb_gptq(cb, W, R, C, in.H.data(), in.n, in.imatrix.data(), opt);
+          ASSERT_TRUE(g.ok());
+          Fp4CbEncoding r = *g;
+          RefineOptions ro;
+          ro.passes = 2;
+          ro.scales = true;
+          ro.damp = g->damp_used;
+          auto rr = refine_fp4(cb, W, in.H.data(), R, C, ro, r);
+          ASSERT_TRUE(rr.ok());
+          pre.gptq = tag(*g, 0);
+          pre.refined.ran = true;
+          pre.refined.enc = tag(r, 1);
+          pre.refined.result = *rr;
+        }
+        auto got = encode_tensor(s.sw, &in, p, &cb, nullptr, &pre);
+        ASSERT_TRUE(got.ok()) << got.message();
+        EXPECT_GE(got->device_candidate, 0);
+        auto half = output_half_trace(W, got->w_hat.data(), R, C, in.H.data());
+        ASSERT_TRUE(half.ok());
+        got->stats.half_trace = *half;
+        EXPECT_EQ(got->data, want->data) << encoder << " " << n_hold << " " << seed;
+        EXPECT_EQ(got->w_hat, want->w_hat);
+        EXPECT_EQ(got->stats.to_json().dump(), want->stats.to_json().dump()) << encoder << " " << n_hold;
+        gates.insert(want->stats.gate);
+      }
+  // Both sides of the holdout gate were taken, and both of the refinement's (kept or not) where it ran.
+  EXPECT_TRUE(gates.count("kept_gptq") && gates.count("kept_nn") && gates.count("ungated") &&
+              gates.count("rtn"))
+      << fmt::format("{}", fmt::join(gates, ", "));
 }
 
 }  // namespace
