@@ -123,6 +123,17 @@ Expected<ShardContent> assemble_tensors(std::vector<EncodedTensor> encoded) {
   std::map<std::string, Stack> stacks;
   std::sort(encoded.begin(), encoded.end(),
             [](const EncodedTensor& a, const EncodedTensor& b) { return a.stats.tensor < b.stats.tensor; });
+  // The S7 digest of every CB tensor's Ŵ first, in parallel (a MoE layer has hundreds of them, each a few MB
+  // to hash); sha[i] belongs to encoded[i].
+  std::vector<std::string> sha(encoded.size());
+  const auto n_enc = static_cast<int64_t>(encoded.size());
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t i = 0; i < n_enc; ++i)
+    if (encoded[static_cast<size_t>(i)].rung)
+      sha[static_cast<size_t>(i)] = w_hat_bf16_sha256(encoded[static_cast<size_t>(i)].w_hat);
+  auto sha_of = [&](const EncodedTensor* t) -> const std::string& {
+    return sha[static_cast<size_t>(t - encoded.data())];
+  };
   for (EncodedTensor& e : encoded) {
     const std::string& name = e.stats.tensor;
     const std::string module = strip_weight(name);
@@ -157,7 +168,7 @@ Expected<ShardContent> assemble_tensors(std::vector<EncodedTensor> encoded) {
     }
     const std::string q = module + ".cb_qweight";
     const int64_t rb = gridbook::row_bytes(*e.rung, e.cols);
-    CbSlice sl{name, q, "", 0, e.rows, e.cols, e.rung->name(), w_hat_bf16_sha256(e.w_hat)};
+    CbSlice sl{name, q, "", 0, e.rows, e.cols, e.rung->name(), sha_of(&e)};
     out.tensors.push_back({q, io::DType::U8, {e.rows, rb}, std::move(e.data), {}});
     if (e.rung->grid == gridbook::Grid::FP8) {
       sl.scale_tensor = module + ".weight_scale";
@@ -207,8 +218,7 @@ Expected<ShardContent> assemble_tensors(std::vector<EncodedTensor> encoded) {
         EncodedTensor* t = roles[r];
         StoredTensor& dst = r < 2 ? gu : dn;
         const int64_t row0 = r < 2 ? ei * 2 * I + (r == 1 ? I : 0) : ei * Hc;
-        CbSlice sl{t->stats.tensor, dst.name, "",          row0,
-                   t->rows,         t->cols,  rung.name(), w_hat_bf16_sha256(t->w_hat)};
+        CbSlice sl{t->stats.tensor, dst.name, "", row0, t->rows, t->cols, rung.name(), sha_of(t)};
         if (fp8) {
           sl.scale_tensor =
               r < 2 ? prefix + ".gate_up_proj.weight_scale" : prefix + ".down_proj.weight_scale";
