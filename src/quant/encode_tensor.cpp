@@ -48,8 +48,8 @@ double holdout_mse_of(const Enc& e, const float* Xh, int64_t n_hold, const float
 }
 
 // The rule's encoder for every quantized format: CB-GPTQ, gated on held-out output-MSE against the
-// no-feedback encoding when holdout rows exist (quantizer.md §5 line 11), or RTN alone. `hat(e)` gives an
-// encoding's decoded weights [R, C]; the outcome goes into st.gate / st.mse_*.
+// no-feedback encoding when holdout rows exist (quantizer.md §5 line 11), or RTN alone (holdout_mse_of
+// gives each side's number); the outcome goes into st.gate / st.mse_*.
 template <class Enc, class Gptq, class Rtn>
 Expected<Enc> run_encoder(bool gptq, bool gate, const Gptq& run_gptq, const Rtn& run_rtn, const float* Xh,
                           int64_t n_hold, const float* W, int R, int C, LinearStats& st) {
