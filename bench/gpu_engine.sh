@@ -10,6 +10,8 @@
 #   GRIDQ_QB_ARGS step "quantbench": `gridq bench quantize` arguments (default --experts 256)
 #   GRIDQ_QG_JOBS step "quantgpu": recipe:method pairs quantized on cpu and cuda, then evaluated (ALL-KL)
 #   GRIDQ_QS_*    step "quantsynth": SHAPE, LAYERS, TOKENS, RECIPE, TIMEOUT of the synthetic full-shape run
+#   GRIDQ_QR_KILL step "quantresume" (after quantsynth): seconds before the same quantize is killed (SIGKILL),
+#                 then resumed; the two artifacts are compared file by file
 #   GRIDQ_BENCH   arguments of `gridq bench decode` (default: --synthetic laguna-s-2.1)
 #   GRIDQ_BENCH_NOPDL  set: the same bench again with --no-pdl
 #   GRIDQ_BENCHX  step "benchx": '|'-separated extra argument lists, `bench decode $GRIDQ_BENCH` once with each
@@ -298,6 +300,27 @@ if has quantsynth; then  # issue 12: the whole pipeline on a synthetic Laguna-S-
     timeout 200 $G bench decode $B/q-synth --batches 1,16 --contexts 0 --out "$OUT/synth_decode.json" > "$OUT/synth_decode.txt" 2>&1
     echo "bench decode exit $?" | tee -a "$OUT/synth_decode.txt"; tail -5 "$OUT/synth_decode.txt"
   fi
+fi
+
+if has quantresume; then  # issue 12: a quantize killed mid-run resumes to the same bytes (after step quantsynth)
+  t0=$(date +%s)
+  SC=$B/synth-${GRIDQ_QS_SHAPE:-laguna-s-2.1}-${GRIDQ_QS_LAYERS:-3}
+  R=$B/q-synth-resumed
+  rm -rf $R $R.partial
+  args="--recipe ${GRIDQ_QS_RECIPE:-laguna} --calib data/code-calib.txt --calib-tokens ${GRIDQ_QS_TOKENS:-65536} --threads 16 --device cuda"
+  timeout -s KILL ${GRIDQ_QR_KILL:-120} $G quantize $SC $R $args > "$OUT/resume_killed.txt" 2>&1
+  echo "killed run exit $? ($(ls $R.partial 2>/dev/null | tr '\n' ' '))" | tee -a "$OUT/resume.txt"
+  timeout ${GRIDQ_QS_TIMEOUT:-500} $G quantize $SC $R $args > "$OUT/resume_rest.txt" 2>&1
+  echo "resumed run exit $?" | tee -a "$OUT/resume.txt"
+  tr '\r' '\n' < "$OUT/resume_rest.txt" | grep -E "resum|wrote|error" | tee -a "$OUT/resume.txt"
+  # The artifacts' digests, every file (only the two output folders' names differ).
+  if (cd $B/q-synth && sha256sum * | sort -k2) > /tmp/full.sha && (cd $R && sha256sum * | sort -k2) > /tmp/resumed.sha &&
+     cmp -s /tmp/full.sha /tmp/resumed.sha; then
+    echo "resumed artifact: every file identical to the uninterrupted run's ($(wc -l < /tmp/full.sha) files)" | tee -a "$OUT/resume.txt"
+  else
+    diff /tmp/full.sha /tmp/resumed.sha | tee -a "$OUT/resume.txt"
+  fi
+  log "quantize resume check ($(($(date +%s) - t0)) s)"
 fi
 
 if has prefill; then
