@@ -20,10 +20,6 @@ namespace gridq::quant {
 
 namespace {
 
-// Experts per device batch: gate and up of 32 Laguna-S-2.1 experts take ≈ 15 GB of device memory with the
-// holdout buffers (bench quantize measured 10.2 GB without them).
-constexpr int kExpertsPerBatch = 32;
-
 // "layers.3.moe.experts.17.up" → 17 and "up"; false for other roles.
 bool expert_role(const std::string& role, int* e, std::string* proj) {
   const size_t at = role.find(".moe.experts.");
@@ -189,8 +185,9 @@ Expected<std::map<size_t, EncodedTensor>> encode_experts_on_device(
     std::vector<int> experts;  // distinct, ascending
     for (const Member& m : mem)
       if (experts.empty() || experts.back() != m.expert) experts.push_back(m.expert);
-    for (size_t c0 = 0; c0 < experts.size(); c0 += kExpertsPerBatch) {
-      const int lo = experts[c0], hi = experts[std::min(experts.size(), c0 + kExpertsPerBatch) - 1];
+    const auto per = static_cast<size_t>(std::max(1, tasks[mem.front().task].params.device_batch_experts));
+    for (size_t c0 = 0; c0 < experts.size(); c0 += per) {
+      const int lo = experts[c0], hi = experts[std::min(experts.size(), c0 + per) - 1];
       std::vector<Member> part;
       for (const Member& m : mem)
         if (m.expert >= lo && m.expert <= hi) part.push_back(m);

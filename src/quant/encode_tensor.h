@@ -38,6 +38,9 @@ struct EncodeParams {
   // device batch (pipeline.h encode_experts_on_device), which also takes their holdout MSEs; act-order, FP8
   // and the other rungs stay on the CPU.
   bool device_encode = false;
+  // Routed experts per device batch (their gate/up, then down matrices in one call each): 32 Laguna-S-2.1
+  // experts take ≈ 15 GB of device memory with the holdout buffers (bench quantize: 10.2 GB without them).
+  int device_batch_experts = 32;
 };
 
 // A source tensor as stored: 2-D [R, C] for anything but BF16 (copy). BF16, F16 or F32 elements.
