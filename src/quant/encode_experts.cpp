@@ -79,11 +79,11 @@ std::string describe_failed_input(const std::string& msg, const std::vector<cons
       cpu.ok() ? fmt::format("succeeds (damping {})", cpu->damp_used) : "fails too");
 }
 
-// One device batch: members [M] (gate/up pairs share an input), encoded into out[task].
 double since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
+// One device batch: members [M] (gate/up pairs share an input), encoded into out[task].
 Status encode_batch(const std::vector<TensorTask>& tasks, const std::vector<Member>& mem,
                     const gridbook::Codebook& cb, const io::Checkpoint& ckpt,
                     std::map<size_t, EncodedTensor>& out, EncodeSeconds& secs) {
@@ -118,11 +118,7 @@ Status encode_batch(const std::vector<TensorTask>& tasks, const std::vector<Memb
     W[m] = W32[m].data();
   }
   const bool gptq = p.encoder == "cb_gptq";
-  CbGptqOptions opt;
-  opt.damp = p.cb_gptq.damp;
-  opt.block = p.cb_gptq.block;
-  opt.two_tier.pilot_rows = p.two_tier.pilot_rows;
-  opt.two_tier.refits = p.two_tier.refits;
+  const CbGptqOptions opt = gptq_options(p);
   const auto R = static_cast<int>(src[0].shape[0]), C = static_cast<int>(src[0].shape[1]);
   secs.expert_host += since(t0);
   t0 = std::chrono::steady_clock::now();

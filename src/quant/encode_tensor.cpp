@@ -23,15 +23,6 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return out + "]";
 }
 
-CbGptqOptions gptq_options(const EncodeParams& p) {
-  CbGptqOptions o;
-  o.damp = p.cb_gptq.damp;
-  o.block = p.cb_gptq.block;
-  o.two_tier.pilot_rows = p.two_tier.pilot_rows;
-  o.two_tier.refits = p.two_tier.refits;
-  return o;
-}
-
 // Holdout output-MSE of an encoding: the one it carries (computed where it was made: the device batch), else
 // computed here.
 template <class Enc>
@@ -112,6 +103,15 @@ Expected<Fp4CbEncoding> refined_fp4(Fp4CbEncoding g, const gridbook::Codebook& c
 }
 
 }  // namespace
+
+CbGptqOptions gptq_options(const EncodeParams& p) {
+  CbGptqOptions o;
+  o.damp = p.cb_gptq.damp;
+  o.block = p.cb_gptq.block;
+  o.two_tier.pilot_rows = p.two_tier.pilot_rows;
+  o.two_tier.refits = p.two_tier.refits;
+  return o;
+}
 
 nlohmann::json LinearStats::to_json() const {
   nlohmann::json j = {{"format", format}, {"encoder", encoder}, {"gate", gate}};

@@ -24,6 +24,7 @@
 #include "gridbook/rung.h"
 #include "io/safetensors.h"
 #include "quant/capture.h"
+#include "quant/cb_gptq.h"
 #include "quant/recipe.h"
 
 namespace gridq::quant {
@@ -42,6 +43,9 @@ struct EncodeParams {
   // experts take ≈ 15 GB of device memory with the holdout buffers (bench quantize: 10.2 GB without them).
   int device_batch_experts = 32;
 };
+
+// The CB encoders' options of a rule (its damping, GPTQ block and two-tier search).
+CbGptqOptions gptq_options(const EncodeParams& p);
 
 // A source tensor as stored: 2-D [R, C] for anything but BF16 (copy). BF16, F16 or F32 elements.
 struct SourceWeight {

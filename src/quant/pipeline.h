@@ -103,14 +103,15 @@ Expected<std::vector<TensorTask>> resolve_tasks(const Recipe& recipe, const Plan
 // Refuses a Linear role whose input is missing from the capture.
 Expected<const InputStats*> input_for_role(const LayerCapture& cap, const std::string& role);
 
-// Encodes every task of `layer` (or of the non-layer rest for layer = -1) whose format is final (budget
-// units are skipped; encode them with encode_budget_units). `codebooks`: rung name → book. `on_tensor` is
-// called before each tensor (progress). S4 results of `cap` are attached to the stats by input name.
 // Where a layer's encode time went (--device cuda's expert batches: the device calls, the host's decode and
 // choices, the output proxies of the kept candidates; the rest one tensor at a time).
 struct EncodeSeconds {
   double expert_device = 0.0, expert_host = 0.0, expert_proxy = 0.0, other = 0.0;
 };
+// Encodes every task of `layer` (or of the non-layer rest for layer = -1) whose format is final (budget
+// units are skipped; encode them with encode_budget_units). `codebooks`: rung name → book. `on_tensor` is
+// called before each tensor (progress). S4 results of `cap` are attached to the stats by input name.
+// `secs`, when given, accumulates the time split.
 Expected<std::vector<EncodedTensor>> encode_layer_tensors(
     const std::vector<TensorTask>& tasks, int layer, const LayerCapture* cap, const io::Checkpoint& ckpt,
     const std::map<std::string, gridbook::Codebook>& codebooks,

@@ -158,7 +158,7 @@ struct CudaBackendHooks {
   // `gridq quantize --device cuda`: a layer's routed experts encoded in batches.
   std::function<Expected<std::unique_ptr<DeviceCbBatch>>(const CbFp4BatchRequest&)> cb_fp4_batch;
   // The output proxy tr(ΔW H ΔWᵀ)/2 of quant/output_proxy.h on the GPU, the same bits (W, W_hat [R, C], H
-  // [C, C] host, finite). The pipeline gets it through cb_fp4_batch; this one is for tests.
+  // [C, C] host, finite): the proxy of every tensor the expert batches (cb_fp4_batch) do not cover.
   std::function<Expected<double>(const float* W, const float* W_hat, int R, int C, const float* H)>
       half_trace;
   // `gridq quantize --device cuda`: the teacher forward on the GPU.

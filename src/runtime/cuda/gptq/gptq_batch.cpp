@@ -4,7 +4,6 @@
 // on the device until the batch object goes.
 #include <algorithm>
 #include <optional>
-#include <type_traits>
 
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_buffer.h"
@@ -39,6 +38,9 @@ class CbBatch final : public DeviceCbBatch {
   Status decode_all(int which, DeviceBuffer& wh, DeviceBuffer& e);
   Status holdout(const CbFp4BatchRequest& r);
   const std::vector<uint32_t>& idx_of(int m, int which) const;
+  // One matrix's sub-indices [R, C/4] and plane bytes [R, C/256, 17].
+  size_t n_idx() const { return size_t(R_) * (C_ / gptq::kSubDim); }
+  size_t n_planes() const { return size_t(R_) * (C_ / gptq::kSB) * gptq::kPlaneBytes; }
   const std::vector<uint8_t>& planes_of(int m, int which) const;
 
   std::optional<Stream> s_;  // created in create()
@@ -94,7 +96,7 @@ const std::vector<uint8_t>& CbBatch::planes_of(int m, int which) const {
 }
 
 Status CbBatch::decode_all(int which, DeviceBuffer& wh, DeviceBuffer& e) {
-  const size_t RC = size_t(R_) * C_, ni = size_t(R_) * (C_ / 4), np = size_t(R_) * (C_ / 256) * 17;
+  const size_t RC = size_t(R_) * C_, ni = n_idx(), np = n_planes();
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer idx, DeviceBuffer::alloc(M_ * ni * 4, "gpu cb batch indices"));
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer pl, DeviceBuffer::alloc(M_ * np, "gpu cb batch planes"));
   for (int m = 0; m < M_; ++m) {
@@ -186,36 +188,17 @@ Expected<std::unique_ptr<CbBatch>> CbBatch::create(const CbFp4BatchRequest& r) {
   const CbGptqBook book = gptq_book(r.s);
   const CbGptqSettings o = gptq_settings(r.s);
   b->out_.resize(static_cast<size_t>(b->M_));
-  const size_t ni = size_t(r.R) * (r.C / 4), np = size_t(r.R) * (r.C / 256) * 17;
-  auto slice = [](auto& v, size_t m, size_t n) {
-    return std::vector<typename std::decay_t<decltype(v)>::value_type>(v.begin() + m * n,
-                                                                       v.begin() + (m + 1) * n);
-  };
   if (r.gptq) {
     GRIDQ_ASSIGN_OR_RETURN(CbGptqResult g, cb_gptq_fp4(job, book, o, b->s_->get()));
-    for (int m = 0; m < b->M_; ++m) {
-      runtime::CbFp4Reply& e = b->out_[static_cast<size_t>(m)].enc;
-      const int h = r.h_of[m];
-      e.sub_idx = slice(g.sub_idx, m, ni);
-      e.planes = slice(g.planes, m, np);
-      e.identity = g.identity[h] != 0;
-      e.damp_used = g.damp_used[h];
-      e.refined = o.refine_passes > 0 && !g.refine_skipped[m];
-      if (!e.refined) continue;
-      e.refined_sub_idx = slice(g.refined_sub_idx, m, ni);
-      e.refined_planes = slice(g.refined_planes, m, np);
-      e.f_before = g.refine_f_before[m];
-      e.f_after = g.refine_f_after[m];
-      e.rounds = g.refine_rounds[m];
-      e.codes_changed = g.refine_codes[m];
-      e.scales_changed = g.refine_scales[m];
-    }
+    for (int m = 0; m < b->M_; ++m)
+      b->out_[static_cast<size_t>(m)].enc = reply_of(g, m, r.h_of[m], r.R, r.C, o.refine_passes > 0);
   }
   if (b->rtn_) {
     GRIDQ_ASSIGN_OR_RETURN(CbGptqResult n, cb_rtn_fp4(job, book, o, b->s_->get()));
     for (int m = 0; m < b->M_; ++m) {
-      b->out_[static_cast<size_t>(m)].rtn_sub_idx = slice(n.sub_idx, m, ni);
-      b->out_[static_cast<size_t>(m)].rtn_planes = slice(n.planes, m, np);
+      runtime::CbFp4Reply x = reply_of(n, m, r.h_of[m], r.R, r.C, false);
+      b->out_[static_cast<size_t>(m)].rtn_sub_idx = std::move(x.sub_idx);
+      b->out_[static_cast<size_t>(m)].rtn_planes = std::move(x.planes);
     }
   }
   GRIDQ_RETURN_IF_ERROR(b->holdout(r));
@@ -225,9 +208,7 @@ Expected<std::unique_ptr<CbBatch>> CbBatch::create(const CbFp4BatchRequest& r) {
 Expected<std::vector<double>> CbBatch::half_traces(const std::vector<int>& which) {
   if (which.size() != static_cast<size_t>(M_))
     return err("gpu cb batch: {} choices for {} matrices", which.size(), M_);
-  std::vector<double> out(static_cast<size_t>(M_), 0.0);
-  const size_t RC = size_t(R_) * C_, CC = size_t(C_) * C_;
-  const size_t ni = size_t(R_) * (C_ / 4), np = size_t(R_) * (C_ / 256) * 17;
+  const size_t RC = size_t(R_) * C_, CC = size_t(C_) * C_, ni = n_idx(), np = n_planes();
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer idx, DeviceBuffer::alloc(ni * 4, "gpu cb batch proxy indices"));
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer pl, DeviceBuffer::alloc(np, "gpu cb batch proxy planes"));
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer wh, DeviceBuffer::alloc(RC * 8, "gpu cb batch proxy decoded"));
@@ -235,7 +216,8 @@ Expected<std::vector<double>> CbBatch::half_traces(const std::vector<int>& which
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer v, DeviceBuffer::alloc(RC * 8, "gpu cb batch proxy rows"));
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer half,
                          DeviceBuffer::alloc((size_t(M_) + R_) * 8, "gpu cb batch proxy sums"));
-  double* totals = half.as<double>() + R_;
+  double* totals = half.as<double>() + R_;  // [M]; 0 for the matrices skipped
+  GRIDQ_CUDA(cudaMemsetAsync(totals, 0, size_t(M_) * 8, s_->get()));
   for (int m = 0; m < M_; ++m) {
     const int w = which[static_cast<size_t>(m)];
     if (w < 0) continue;
@@ -249,11 +231,9 @@ Expected<std::vector<double>> CbBatch::half_traces(const std::vector<int>& which
     GRIDQ_CUDA(gptq::raw_output_half_trace_err(e.as<double>(), H_.as<float>() + h_of_[m] * CC, R_, C_,
                                                v.as<double>(), half.as<double>(), totals + m, s_->get()));
   }
-  std::vector<double> t(static_cast<size_t>(M_));
+  std::vector<double> out(static_cast<size_t>(M_));
   GRIDQ_RETURN_IF_ERROR(s_->sync());
-  GRIDQ_RETURN_IF_ERROR(half.download(t.data(), t.size() * 8, size_t(R_) * 8));
-  for (int m = 0; m < M_; ++m)
-    if (which[static_cast<size_t>(m)] >= 0) out[static_cast<size_t>(m)] = t[static_cast<size_t>(m)];
+  GRIDQ_RETURN_IF_ERROR(half.download(out.data(), out.size() * 8, size_t(R_) * 8));
   return out;
 }
 

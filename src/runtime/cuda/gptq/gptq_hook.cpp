@@ -2,6 +2,8 @@
 // encoders of gptq.h, on a stream of its own.
 #include "runtime/cuda/gptq/gptq_hook.h"
 
+#include <type_traits>
+
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/device_buffer.h"
 #include "runtime/cuda/gptq/gptq.h"
@@ -27,6 +29,30 @@ CbGptqSettings gptq_settings(const runtime::CbFp4Settings& s) {
   o.refine_passes = s.refine_passes;
   o.refine_scales = s.refine_scales;
   return o;
+}
+
+runtime::CbFp4Reply reply_of(const CbGptqResult& g, int m, int h, int R, int C, bool refine) {
+  const size_t ni = size_t(R) * (C / gptq::kSubDim), np = size_t(R) * (C / gptq::kSB) * gptq::kPlaneBytes;
+  auto slice = [m](const auto& v, size_t n) {
+    return std::vector<typename std::decay_t<decltype(v)>::value_type>(v.begin() + m * n,
+                                                                       v.begin() + (m + 1) * n);
+  };
+  runtime::CbFp4Reply out;
+  out.sub_idx = slice(g.sub_idx, ni);
+  out.planes = slice(g.planes, np);
+  out.identity = g.identity[size_t(h)] != 0;
+  out.damp_used = g.damp_used[size_t(h)];
+  out.refined = refine && !g.refine_skipped[size_t(m)];
+  if (out.refined) {
+    out.refined_sub_idx = slice(g.refined_sub_idx, ni);
+    out.refined_planes = slice(g.refined_planes, np);
+    out.f_before = g.refine_f_before[size_t(m)];
+    out.f_after = g.refine_f_after[size_t(m)];
+    out.rounds = g.refine_rounds[size_t(m)];
+    out.codes_changed = g.refine_codes[size_t(m)];
+    out.scales_changed = g.refine_scales[size_t(m)];
+  }
+  return out;
 }
 
 Expected<runtime::CbFp4Reply> cb_fp4_host(const runtime::CbFp4Request& r) {
@@ -59,21 +85,8 @@ Expected<runtime::CbFp4Reply> cb_fp4_host(const runtime::CbFp4Request& r) {
   if (!r.H) o.refine_passes = 0;
   GRIDQ_ASSIGN_OR_RETURN(CbGptqResult res, r.H ? cb_gptq_fp4(job, book, o, stream.get())
                                                : cb_rtn_fp4(job, book, o, stream.get()));
-  runtime::CbFp4Reply out;
-  out.sub_idx = std::move(res.sub_idx);
-  out.planes = std::move(res.planes);
-  out.identity = r.H ? res.identity[0] != 0 : false;
-  out.damp_used = res.damp_used[0];
-  out.refined = o.refine_passes > 0 && !res.refine_skipped[0];
-  if (out.refined) {
-    out.refined_sub_idx = std::move(res.refined_sub_idx);
-    out.refined_planes = std::move(res.refined_planes);
-    out.f_before = res.refine_f_before[0];
-    out.f_after = res.refine_f_after[0];
-    out.rounds = res.refine_rounds[0];
-    out.codes_changed = res.refine_codes[0];
-    out.scales_changed = res.refine_scales[0];
-  }
+  runtime::CbFp4Reply out = reply_of(res, 0, 0, r.R, r.C, o.refine_passes > 0);
+  if (!r.H) out.identity = false;  // RTN: no factorization (the batch result marks every input identity)
   return out;
 }
 

@@ -11,6 +11,10 @@ namespace gridq::cuda {
 
 Expected<runtime::CbFp4Reply> cb_fp4_host(const runtime::CbFp4Request& r);
 
+// Matrix m of a batch result (its input h) in the hooks' reply form: sub-indices and planes, the input's
+// identity flag and damping, and the refinement when `refine` asked for one and it ran.
+runtime::CbFp4Reply reply_of(const CbGptqResult& g, int m, int h, int R, int C, bool refine);
+
 // A request's book and settings in gptq.h's terms.
 CbGptqBook gptq_book(const runtime::CbFp4Settings& s);
 CbGptqSettings gptq_settings(const runtime::CbFp4Settings& s);
