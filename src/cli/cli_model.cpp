@@ -89,6 +89,16 @@ void add_run_options(CLI::App& sub, RunOptions& o) {
                "cuda: launch every kernel, no CUDA graph replay (debugging)");
   sub.add_option("--activation-contract", o.activation_contract, kActivationContractHelp)
       ->check(CLI::IsMember({"w4a4", "w4a16"}));
+  add_cpu_kernels_option(sub, o.cpu_kernels);
+}
+
+void add_cpu_kernels_option(CLI::App& sub, std::string& v) {
+  sub.add_option("--cpu-kernels", v,
+                 "cpu dot products: reference (fp32 activations, the one summation order: the oracle), bf16 "
+                 "(AVX512-BF16, activations rounded to BF16: faster, not bit-identical to reference; refused "
+                 "without AVX512-BF16), auto (bf16 where the CPU has it)")
+      ->check(CLI::IsMember({"auto", "reference", "bf16"}))
+      ->capture_default_str();
 }
 
 const char* const kActivationContractHelp =
@@ -161,6 +171,7 @@ Expected<std::unique_ptr<runtime::Engine>> open_engine(const std::string& model_
   eo.synthetic_seed = o.synthetic_seed;
   eo.synthetic_vocab = o.synthetic_vocab;
   eo.activation_contract = o.activation_contract;
+  eo.cpu_kernels = o.cpu_kernels;
   GRIDQ_ASSIGN_OR_RETURN(auto eng, runtime::Engine::open(model_dir, eo));
   if (log) {
     log(eng->device_log());

@@ -31,9 +31,14 @@ struct RunOptions {
   int synthetic_vocab = 0;  // the tokenizer's vocabulary size for a synthetic model
   // --activation-contract w4a4|w4a16 ("" = the artifact's own; runtime::EngineOptions::activation_contract)
   std::string activation_contract;
+  // --cpu-kernels auto|reference|bf16 (runtime::EngineOptions::cpu_kernels). The serving commands default to
+  // auto; logits and eval, which measure, to reference.
+  std::string cpu_kernels = "auto";
 };
 
 void add_run_options(CLI::App& sub, RunOptions& o);
+// --cpu-kernels, as every run command and serve declare it (the default shown is v's value).
+void add_cpu_kernels_option(CLI::App& sub, std::string& v);
 // --activation-contract, as every run command and serve declare it.
 extern const char* const kActivationContractHelp;
 // --device and --gpu-memory-utilization as serve and bench declare them too, so every command spells and

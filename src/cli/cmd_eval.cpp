@@ -152,6 +152,7 @@ int run_teacher_eval(const EvalArgs& a, std::span<const int32_t> ids) {
         a.teacher_dump.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(a.teacher_dump);
     j["activation_contract"] =
         a.run.activation_contract.empty() ? std::string("artifact") : a.run.activation_contract;
+    j["cpu_kernels"] = a.run.cpu_kernels;
     j["seconds"] = s.seconds;
     j["tokens_per_second"] = tps;
     std::printf("%s\n", j.dump().c_str());
@@ -231,6 +232,7 @@ Registrar reg{Command{
       sub.add_flag("--json", a->json,
                    "print one JSON object (keys ppl, positions, ...; with a teacher also teacher_ppl, "
                    "all_kl, confident_kl, top1_agree, teacher_sha256, ...)");
+      a->run.cpu_kernels = "reference";  // a measuring command: the oracle's kernels unless asked
       add_run_options(sub, a->run);
       return [a] {
         // --batch windows hold KV at once; a device backend sizes its per-sequence state for that many.

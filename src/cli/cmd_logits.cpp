@@ -60,6 +60,7 @@ Registrar reg{Command{
       sub.add_option("MODEL", a->model, "HF checkpoint or gridbook artifact directory")->required();
       sub.add_option("--input", a->input, "safetensors file with input_ids I32 [B, T]")->required();
       sub.add_option("--output", a->output, "safetensors file to write logits F32 [B, T, V] to")->required();
+      a->run.cpu_kernels = "reference";  // a measuring command: the oracle's kernels unless asked
       add_run_options(sub, a->run);
       return [a] { return run_logits(*a); };
     }}};

@@ -43,6 +43,7 @@ struct ServeOpts {
   std::string device = "auto";
   std::string kv_cache_dtype = "auto";
   std::string activation_contract;  // "" = the artifact's own
+  std::string cpu_kernels = "auto";  // --cpu-kernels (RunOptions::cpu_kernels)
   std::vector<std::string> api_keys;
   std::string api_key_file;
   std::string allowed_origins = "[\"*\"]";
@@ -236,6 +237,7 @@ int run_serve(ServeOpts o) {
   ro.num_gpu_blocks_override = o.num_gpu_blocks_override;
   ro.prefix_caching = o.prefix_caching;
   ro.activation_contract = o.activation_contract;
+  ro.cpu_kernels = o.cpu_kernels;
   ro.cpu_kv_budget = true;  // the cpu pool is fixed too, so admission and preemption work the same way
   auto tok = open_tokenizer(o.dir);
   if (!tok.ok()) return fail(tok.message());
@@ -396,6 +398,7 @@ Registrar reg(
        sub.add_option("--kv-cache-dtype", o->kv_cache_dtype, "auto (default), bf16, fp32");
        sub.add_option("--activation-contract", o->activation_contract, kActivationContractHelp)
            ->check(CLI::IsMember({"w4a4", "w4a16"}));
+       add_cpu_kernels_option(sub, o->cpu_kernels);
        sub.add_option("--api-key", o->api_keys, "required API key (repeatable)")->check(non_empty_check());
        sub.add_option(
            "--api-key-file", o->api_key_file,

@@ -103,15 +103,7 @@ Expected<int64_t> set_activation_contract(ModelWeights& w, const std::string& co
     ++n;
     if (!contract.empty()) m.act_bits = bits;
   };
-  set(w.embed);
-  set(w.lm_head);
-  for (LayerWeights& l : w.layers) {
-    for (QMatrix* m : {&l.q, &l.k, &l.v, &l.o, &l.g, &l.mlp_gate, &l.mlp_up, &l.mlp_down, &l.router,
-                       &l.shared_gate, &l.shared_up, &l.shared_down})
-      set(*m);
-    for (auto* v : {&l.expert_gate, &l.expert_up, &l.expert_down})
-      for (QMatrix& m : *v) set(m);
-  }
+  for_each_matrix(w, set);
   return n;
 }
 

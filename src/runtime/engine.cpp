@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "runtime/artifact_weights.h"
+#include "runtime/cpu/bf16_dot.h"
 #include "runtime/cpu/cpu_backend.h"
 #include "runtime/model_weights.h"
 
@@ -23,6 +24,23 @@ Status check_device_options(const DeviceOptions& d) {
   return Status::ok_status();
 }
 
+Expected<cpu::CpuKernels> cpu_kernels_of(const std::string& name) {
+  if (name == "reference") return cpu::CpuKernels::kReference;
+  if (name == "bf16") return cpu::CpuKernels::kBf16;
+  if (name == "auto") return cpu::have_avx512_bf16() ? cpu::CpuKernels::kBf16 : cpu::CpuKernels::kReference;
+  return err("engine: cpu kernels '{}': expected reference, bf16 or auto", name);
+}
+
+// "; cpu kernels bf16 (auto: this CPU has AVX512-BF16)", as the start-up line reports it.
+std::string cpu_kernels_log(const std::string& name, cpu::CpuKernels k) {
+  const bool bf16 = k == cpu::CpuKernels::kBf16;
+  const char* why = name != "auto" ? "as asked"
+                    : bf16         ? "auto: this CPU has AVX512-BF16"
+                                   : "auto: this CPU has no AVX512-BF16";
+  return fmt::format("; cpu kernels {} ({}{})", bf16 ? "bf16" : "reference", why,
+                     bf16 ? ", activations rounded to BF16" : "");
+}
+
 // The backend for the chosen device over host weights; `keepalive` owns what the weights point into.
 Expected<std::unique_ptr<Backend>> make_backend(DeviceKind kind, const model::ModelSpec& spec, ModelWeights w,
                                                 std::shared_ptr<void> keepalive, const EngineOptions& opts) {
@@ -34,6 +52,7 @@ Expected<std::unique_ptr<Backend>> make_backend(DeviceKind kind, const model::Mo
   }
   cpu::CpuOptions co;
   co.threads = opts.threads;
+  GRIDQ_ASSIGN_OR_RETURN(co.kernels, cpu_kernels_of(opts.cpu_kernels));
   if (opts.dev.num_gpu_blocks_override > 0) {
     co.kv_pages = opts.dev.num_gpu_blocks_override;
   } else if (opts.dev.cpu_kv_budget) {
@@ -68,6 +87,14 @@ Expected<std::unique_ptr<Engine>> Engine::open(const std::string& model_dir, con
   // Before any weight is read: a refused device costs nothing.
   GRIDQ_ASSIGN_OR_RETURN(DeviceChoice choice, choose_device(opts.device));
   if (!opts.synthetic.empty()) return open_synthetic(model_dir, opts, std::move(choice));
+  if (choice.kind == DeviceKind::kCpu) {
+    GRIDQ_ASSIGN_OR_RETURN(cpu::CpuKernels k, cpu_kernels_of(opts.cpu_kernels));
+    if (k == cpu::CpuKernels::kBf16 && !cpu::have_avx512_bf16())
+      return err(
+          "engine: --cpu-kernels bf16 needs AVX512-BF16 (vdpbf16ps), which this CPU does not have; "
+          "use --cpu-kernels reference or auto");
+    choice.log_line += cpu_kernels_log(opts.cpu_kernels, k);
+  }
   GRIDQ_ASSIGN_OR_RETURN(nlohmann::json cfg,
                          io::read_json_file((std::filesystem::path(model_dir) / "config.json").string()));
   std::unique_ptr<Backend> be;

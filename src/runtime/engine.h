@@ -28,6 +28,10 @@ struct EngineOptions {
   // act_bits 4, FP4 group-16 QDQ of their inputs), "w4a4" the same said explicitly, "w4a16" their inputs
   // unquantized (BF16). Other layers (FP8 W8A8, FP8-CB, BF16) keep their contracts. Named in device_log().
   std::string activation_contract;
+  // The CPU backend's dot products (cpu/bf16_dot.h): "reference" (the one summation order, the oracle),
+  // "bf16" (AVX512-BF16 with activations rounded to BF16: faster, not bit-identical to the reference;
+  // refused on a CPU without it), "auto" (bf16 where the CPU has it, else reference). Named in device_log().
+  std::string cpu_kernels = "reference";
   // A full-size synthetic model (cuda/synthetic_model.h names) built on the GPU instead of loading one; the
   // model_dir given to open() then only supplies the tokenizer side (tokenizer, template, generation config).
   std::string synthetic;

@@ -28,22 +28,38 @@ struct LayerWeights {
   QMatrix mlp_up;    // [D, H]
   QMatrix mlp_down;  // [H, D]
   // MoE.
-  QMatrix router;                   // [E, H], BF16/F32 only (never quantized)
-  std::vector<float> router_bias;   // [E] or empty
-  std::vector<QMatrix> expert_gate; // E x [I, H]
-  std::vector<QMatrix> expert_up;   // E x [I, H]
-  std::vector<QMatrix> expert_down; // E x [H, I]
-  QMatrix shared_gate;              // [I_s, H]; rows == 0 without a shared expert
-  QMatrix shared_up;                // [I_s, H]
-  QMatrix shared_down;              // [H, I_s]
+  QMatrix router;                    // [E, H], BF16/F32 only (never quantized)
+  std::vector<float> router_bias;    // [E] or empty
+  std::vector<QMatrix> expert_gate;  // E x [I, H]
+  std::vector<QMatrix> expert_up;    // E x [I, H]
+  std::vector<QMatrix> expert_down;  // E x [H, I]
+  QMatrix shared_gate;               // [I_s, H]; rows == 0 without a shared expert
+  QMatrix shared_up;                 // [I_s, H]
+  QMatrix shared_down;               // [H, I_s]
 };
 
 struct ModelWeights {
-  QMatrix embed;                 // [vocab, H]
-  QMatrix lm_head;               // [vocab, H]
-  std::vector<float> final_norm; // [H]
+  QMatrix embed;                  // [vocab, H]
+  QMatrix lm_head;                // [vocab, H]
+  std::vector<float> final_norm;  // [H]
   std::vector<LayerWeights> layers;
 };
+
+// f(m) for every Linear of `w` (ModelWeights, const or not): embed, each layer's matrices (q, k, v, o, g, the
+// dense MLP, router, shared expert, then the routed experts' gate, up and down stacks), lm_head. Absent
+// optional matrices (rows == 0) are visited too.
+template <typename W, typename F>
+void for_each_matrix(W& w, F&& f) {
+  f(w.embed);
+  for (auto& l : w.layers) {
+    for (auto* m : {&l.q, &l.k, &l.v, &l.o, &l.g, &l.mlp_gate, &l.mlp_up, &l.mlp_down, &l.router,
+                    &l.shared_gate, &l.shared_up, &l.shared_down})
+      f(*m);
+    for (auto* stack : {&l.expert_gate, &l.expert_up, &l.expert_down})
+      for (auto& m : *stack) f(m);
+  }
+  f(w.lm_head);
+}
 
 // Turns one weight role into a QMatrix (artifact loaders resolve FP8 / CB modules this way).
 using MatrixResolver = std::function<Expected<QMatrix>(const model::WeightRef&)>;

@@ -48,15 +48,7 @@ std::vector<WeightFormatUse> weight_format_uses(const runtime::ModelWeights& w) 
     ++it->matrices;
     it->params += m.rows * m.cols;
   };
-  add(w.embed);
-  for (const auto& l : w.layers) {
-    for (const auto* m : {&l.q, &l.k, &l.v, &l.o, &l.g, &l.mlp_gate, &l.mlp_up, &l.mlp_down, &l.router,
-                          &l.shared_gate, &l.shared_up, &l.shared_down})
-      add(*m);
-    for (const auto* experts : {&l.expert_gate, &l.expert_up, &l.expert_down})
-      for (const auto& m : *experts) add(m);
-  }
-  add(w.lm_head);
+  runtime::for_each_matrix(w, add);
   return uses;
 }
 

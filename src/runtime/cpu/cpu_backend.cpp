@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "runtime/cpu/bf16_dot.h"
 #include "runtime/cpu/dot_kernels.h"
 #include "runtime/cpu/matmul.h"
 #include "runtime/cpu/thread_pool.h"
@@ -16,9 +17,17 @@ Expected<std::unique_ptr<CpuBackend>> CpuBackend::create(model::ModelSpec spec, 
   if (opts.threads > 0) omp_set_num_threads(opts.threads);
   if (opts.kv_pages < 0) return err("cpu backend: kv_pages {} is negative", opts.kv_pages);
   if (opts.page_tokens < 1) return err("cpu backend: page_tokens {} < 1", opts.page_tokens);
+  if (opts.kernels == CpuKernels::kBf16 && !have_avx512_bf16())
+    return err(
+        "cpu backend: the bf16 kernels need AVX512-BF16 (vdpbf16ps), which this CPU does not have; "
+        "use the reference kernels");
   std::unique_ptr<CpuBackend> b(new CpuBackend());
   b->spec_ = std::move(spec);
   b->w_ = std::move(weights);
+  if (opts.kernels == CpuKernels::kBf16) {
+    for_each_matrix(b->w_, [](QMatrix& m) { m.cpu_bf16_dot = m.format == WeightFormat::kBF16; });
+    for (LayerWeights& l : b->w_.layers) l.router.cpu_bf16_dot = false;
+  }
   b->keepalive_ = std::move(keepalive);
   b->opts_ = opts;
   // One page: [K | V] of page_tokens positions per full layer, layers in order (kv_plan.h's layout, fp32).
@@ -27,6 +36,7 @@ Expected<std::unique_ptr<CpuBackend>> CpuBackend::create(model::ModelSpec spec, 
   auto fold = [&](uint64_t v) { salt = (salt ^ v) * 0x100000001B3ull; };
   fold(static_cast<uint64_t>(b->spec_.vocab_size));
   fold(static_cast<uint64_t>(b->spec_.hidden_size));
+  fold(static_cast<uint64_t>(opts.kernels));  // KV written by other kernels is other bits
   for (const auto& L : b->spec_.layers) {
     const int64_t kvw = static_cast<int64_t>(L.n_kv_heads) * L.head_dim;
     fold(static_cast<uint64_t>(kvw) * 4 + (L.attn == model::AttnKind::kFull ? 1 : 2));
@@ -229,10 +239,15 @@ Status CpuBackend::forward(std::span<const BatchItem> items, std::vector<float>&
 }
 
 std::vector<std::string> CpuBackend::kernel_report() const {
-  return {
+  std::vector<std::string> out = {
       fmt::format("cpu: {} thread(s) in one worker pool; {} kernels, one summation order on every path "
                   "(bit-identical across kernels, thread counts and batch sizes)",
                   pool_threads(), have_avx2() ? "AVX2+F16C" : "scalar")};
+  if (opts_.kernels == CpuKernels::kBf16)
+    out.push_back(
+        "cpu: --cpu-kernels bf16: BF16 matrices (not the router) run on AVX512-BF16 with activations rounded "
+        "to BF16 (bit-identical across thread counts and batch sizes, not to the reference kernels)");
+  return out;
 }
 
 }  // namespace gridq::runtime::cpu

@@ -16,8 +16,14 @@
 
 namespace gridq::runtime::cpu {
 
+// Which dot products the forward runs (bf16_dot.h): the reference order everywhere (fp32 activations,
+// bit-identical on every x86 with or without AVX2), or the BF16 fast path for the BF16 matrices (not the
+// router, whose fp32 scores choose the experts) on a CPU with AVX512-BF16.
+enum class CpuKernels { kReference, kBf16 };
+
 struct CpuOptions {
   int threads = 0;  // 0 = OpenMP default
+  CpuKernels kernels = CpuKernels::kReference;  // kBf16 is refused on a CPU without AVX512-BF16
   // Full-layer KV pages (kv_pages.h) of page_tokens positions: 0 = no budget (the pool grows on demand and
   // kv_pages() reports no page accounting); > 0 = a fixed pool, as a device backend has (`gridq serve` sets
   // it: --num-gpu-blocks-override, else max_num_seqs × max_model_len). Page memory is allocated on first use.

@@ -8,6 +8,7 @@
 
 #include "core/numerics.h"
 #include "runtime/cpu/act_contract.h"
+#include "runtime/cpu/bf16_dot.h"
 #include "runtime/cpu/cb_rows.h"
 #include "runtime/cpu/dot_kernels.h"
 #include "runtime/cpu/scratch.h"
@@ -34,32 +35,41 @@ Contract contract_of(const QMatrix& w) {
   return Contract::kNone;
 }
 
-// One job's input after its contract: xa [T, C], and (W8A8) the per-token scales.
+// One job's input after its contract: xa [T, C], (W8A8) the per-token scales, and (fast path) xa rounded
+// to BF16.
 struct Input {
   const float* x = nullptr;
   int64_t T = 0, C = 0;
   Contract k = Contract::kNone;
-  std::vector<float>* buf = nullptr;  // [T·C values | T scales]
+  bool bf16 = false;                      // the matrix runs on the fast path (bf16_dot.h)
+  std::vector<float>* buf = nullptr;      // [T·C values | T scales]
+  std::vector<uint16_t>* bbuf = nullptr;  // [T·C] bf16 values (bf16 only)
   const float* xa() const { return k == Contract::kNone ? x : buf->data(); }
   const float* scale() const { return buf->data() + T * C; }
+  const uint16_t* xb() const { return bbuf->data(); }
+  bool same_as(const Input& o) const {
+    return x == o.x && T == o.T && C == o.C && k == o.k && bf16 == o.bf16;
+  }
+  bool needs_work() const { return k != Contract::kNone || bf16; }
 };
 
 void apply_contract(const Input& in, int64_t t) {
   const float* x = in.x + t * in.C;
-  float* q = in.buf->data() + t * in.C;
+  float* q = in.k == Contract::kNone ? nullptr : in.buf->data() + t * in.C;
   switch (in.k) {
     case Contract::kW8A8:
       in.buf->data()[in.T * in.C + t] = fp8_token_values(x, in.C, q);
-      return;
+      break;
     case Contract::kQdq8:
       qdq_fp8_row(x, in.C, q);
-      return;
+      break;
     case Contract::kQdq4:
       qdq_fp4_row(x, in.C, q);
-      return;
+      break;
     case Contract::kNone:
-      return;
+      break;
   }
+  if (in.bf16) round_to_bf16(in.xa() + t * in.C, in.C, in.bbuf->data() + t * in.C);
 }
 
 // Rows [r0, r0 + nr) of w as fp32 into rows (kRowBlock × C); F32 rows are used in place.
@@ -118,8 +128,25 @@ void block_in_place(const QMatrix& w, int64_t r0, int64_t nr, const float* xt, c
   }
 }
 
+// Row blocks [b0, b1) of one job on the fast path (bf16_dot.h): rows read in place, tokens in tiles that
+// stay in L2 at prefill, each thread keeping its row blocks for every tile.
+void run_blocks_bf16(const MatJob& j, const Input& in, int64_t b0, int64_t b1) {
+  const QMatrix& w = *j.w;
+  const int64_t R = w.rows, C = w.cols, T = j.T;
+  const uint16_t* wb = static_cast<const uint16_t*>(w.data);
+  const int64_t tile = T < kFusedMaxTokens ? T : std::max<int64_t>(16, (int64_t{256} << 10) / (C * 2));
+  for (int64_t t0 = 0; t0 < T; t0 += tile) {
+    const int64_t nt = std::min(tile, T - t0);
+    for (int64_t rb = b0; rb < b1; ++rb) {
+      const int64_t r0 = rb * kRowBlock, nr = std::min(kRowBlock, R - r0);
+      bf16_dot_rows(wb + r0 * C, C, static_cast<int>(nr), in.xb() + t0 * C, nt, j.y + t0 * R + r0, R);
+    }
+  }
+}
+
 // Row blocks [b0, b1) of one job, all of its tokens.
 void run_blocks(const MatJob& j, const Input& in, int64_t b0, int64_t b1) {
+  if (in.bf16) return run_blocks_bf16(j, in, b0, b1);
   const QMatrix& w = *j.w;
   const int64_t R = w.rows, C = w.cols, T = j.T;
   const float* xa = in.xa();
@@ -180,31 +207,53 @@ void matmul(const QMatrix& w, const float* x, int64_t T, float* y) {
 void matmul_jobs(std::span<const MatJob> jobs) {
   // Kept per calling thread: a decode step allocates nothing here once warm. (Named references, because a
   // lambda run by a worker would otherwise see that worker's own thread_local instances.)
-  thread_local std::vector<Input> t_inputs;                // [jobs] each job's contract input
-  thread_local std::vector<std::vector<float>> t_buffers;  // contract outputs, one per distinct input
-  thread_local std::vector<int64_t> t_first, t_cost;       // [jobs + 1] first block; [blocks + 1] prefix cost
+  thread_local std::vector<Input> t_inputs;                    // [jobs] each job's contract input
+  thread_local std::vector<std::vector<float>> t_buffers;      // contract outputs, one per distinct input
+  thread_local std::vector<std::vector<uint16_t>> t_bbuffers;  // the same rounded to BF16 (fast path)
+  thread_local std::vector<int64_t> t_first, t_cost;  // [jobs + 1] first block; [blocks + 1] prefix cost
   thread_local std::vector<std::pair<const Input*, int64_t>> t_todo;  // (input, token) contract tasks
+  thread_local std::vector<bool> t_owner;  // [jobs] the job whose input buffers the others share
   auto& inputs = t_inputs;
   auto& buffers = t_buffers;
+  auto& bbuffers = t_bbuffers;
   auto& first = t_first;
   auto& cost = t_cost;
   auto& todo = t_todo;
   inputs.assign(jobs.size(), Input{});
-  if (buffers.size() < jobs.size()) buffers.resize(jobs.size());  // before taking pointers into it
+  if (buffers.size() < jobs.size()) buffers.resize(jobs.size());  // before taking pointers into them
+  if (bbuffers.size() < jobs.size()) bbuffers.resize(jobs.size());
   size_t n_buf = 0;
   int64_t contract_values = 0;
+  std::vector<bool>& owner = t_owner;
+  owner.assign(jobs.size(), false);
   for (size_t i = 0; i < jobs.size(); ++i) {
     const MatJob& j = jobs[i];
     Input& in = inputs[i];
-    in = Input{j.x, j.T, j.w->cols, contract_of(*j.w), nullptr};
-    if (in.k == Contract::kNone || j.T <= 0) continue;
-    for (size_t p = 0; p < i && !in.buf; ++p)
-      if (inputs[p].buf && inputs[p].x == in.x && inputs[p].T == in.T && inputs[p].C == in.C &&
-          inputs[p].k == in.k)
-        in.buf = inputs[p].buf;
-    if (in.buf) continue;
-    in.buf = &buffers[n_buf++];
-    in.buf->resize(static_cast<size_t>(in.T * (in.C + 1)));
+    in = Input{j.x,
+               j.T,
+               j.w->cols,
+               contract_of(*j.w),
+               j.w->cpu_bf16_dot && j.w->format == WeightFormat::kBF16,
+               nullptr,
+               nullptr};
+    if (!in.needs_work() || j.T <= 0) continue;
+    size_t p = 0;
+    while (p < i && !(owner[p] && inputs[p].same_as(in))) ++p;
+    if (p < i) {  // the same input as an earlier job's: share its copies
+      in.buf = inputs[p].buf;
+      in.bbuf = inputs[p].bbuf;
+      continue;
+    }
+    owner[i] = true;
+    const size_t b = n_buf++;
+    if (in.k != Contract::kNone) {
+      in.buf = &buffers[b];
+      in.buf->resize(static_cast<size_t>(in.T * (in.C + 1)));
+    }
+    if (in.bf16) {
+      in.bbuf = &bbuffers[b];
+      in.bbuf->resize(static_cast<size_t>(in.T * in.C));
+    }
     contract_values += in.T * in.C;
   }
   // Contracts: one task per (distinct input, token), in parallel when there are many (prefill).
@@ -212,10 +261,7 @@ void matmul_jobs(std::span<const MatJob> jobs) {
     todo.clear();
     for (size_t i = 0; i < inputs.size(); ++i) {
       const Input& in = inputs[i];
-      if (!in.buf) continue;
-      bool owner = true;
-      for (size_t p = 0; p < i; ++p) owner = owner && inputs[p].buf != in.buf;
-      if (owner)
+      if (owner[i])
         for (int64_t t = 0; t < in.T; ++t) todo.emplace_back(&in, t);
     }
     auto body = [&](int64_t b, int64_t e) {
@@ -250,8 +296,10 @@ void matmul_jobs(std::span<const MatJob> jobs) {
   else
     body(0, blocks);
   // A prompt's (or the quantizer's chunk's) contract copies are not kept: only decode-sized ones are.
-  for (size_t i = 0; i < n_buf; ++i)
+  for (size_t i = 0; i < n_buf; ++i) {
     if (buffers[i].capacity() > Scratch::kKeepFloats) std::vector<float>().swap(buffers[i]);
+    if (bbuffers[i].capacity() > Scratch::kKeepFloats) std::vector<uint16_t>().swap(bbuffers[i]);
+  }
 }
 
 }  // namespace gridq::runtime::cpu

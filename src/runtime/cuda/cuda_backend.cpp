@@ -107,15 +107,7 @@ Expected<std::unique_ptr<CudaBackend>> CudaBackend::create(const model::ModelSpe
   // What the start-up report needs of the host weights, which are released after the upload.
   b->meta_ = w;
   auto strip = [](runtime::QMatrix& m) { m.data = nullptr, m.row_scale = nullptr, m.codebook = nullptr; };
-  strip(b->meta_.embed);
-  strip(b->meta_.lm_head);
-  for (auto& l : b->meta_.layers) {
-    for (auto* m : {&l.q, &l.k, &l.v, &l.o, &l.g, &l.mlp_gate, &l.mlp_up, &l.mlp_down, &l.router,
-                    &l.shared_gate, &l.shared_up, &l.shared_down})
-      strip(*m);
-    for (auto* ex : {&l.expert_gate, &l.expert_up, &l.expert_down})
-      for (auto& m : *ex) strip(m);
-  }
+  runtime::for_each_matrix(b->meta_, strip);
   return b;
 }
 

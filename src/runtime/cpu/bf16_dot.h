@@ -1,0 +1,32 @@
+// The CPU's fast path for BF16 weights (`--cpu-kernels bf16`, CpuKernels::kBf16): a product's activations
+// are rounded to BF16 once (round to nearest even, VCVTNEPS2BF16), then every dot product runs on
+// AVX512-BF16's VDPBF16PS, which multiplies pairs of BF16 values and adds them to fp32 lanes: twice the
+// multiply-adds per instruction of an fp32 FMA, and 16 columns per 32-byte weight load instead of 8.
+//
+// It is a different numeric path from the reference (dot_kernels.h): the activations lose their low 16
+// bits and the instruction rounds inside a pair as the CPU implements it. So the reference stays the
+// oracle (HF parity, the quantizer's teacher, `logits` and `eval` by default) and this one serves.
+// The "fast order", fixed by the matrix alone: 16 fp32 lanes, lane j taking columns 32s + 2j and
+// 32s + 2j + 1 of step s = 0, 1, ... in ascending s (columns past the end are zeros), then the reference
+// tree lane[j] += lane[j + s] for s = 8, 4, 2, 1. Every token of every call sums in that order whatever
+// shares the call (tokens in tiles of 1-4, rows in blocks of 4), so batch and thread invariance hold here
+// as on the reference path.
+#pragma once
+
+#include <cstdint>
+
+namespace gridq::runtime::cpu {
+
+// Whether this CPU (and OS) runs AVX512-BF16 (with AVX512F/BW/VL). Fixed at start-up.
+bool have_avx512_bf16();
+
+// xb[i] = bf16_rne(x[i]) for i < n, as VCVTNEPS2BF16 rounds (NaN kept quiet). Needs have_avx512_bf16().
+void round_to_bf16(const float* x, int64_t n, uint16_t* xb);
+
+// y[t·ldy + i] = Σ_c w[i·C + c]·xb[t·C + c] in the fast order, for rows i < nr (1 ≤ nr ≤ 4) and tokens
+// t < T. Weight rows are read in place: one after another for T < 4 (decode), as a 4-row × 4-token
+// register tile otherwise. Needs have_avx512_bf16().
+void bf16_dot_rows(const uint16_t* w, int64_t C, int nr, const uint16_t* xb, int64_t T, float* y,
+                   int64_t ldy);
+
+}  // namespace gridq::runtime::cpu
