@@ -96,6 +96,7 @@ int run_teacher_eval(const EvalArgs& a, std::span<const int32_t> ids) {
     RunOptions teacher_run = a.run;
     teacher_run.activation_contract
         .clear();  // --activation-contract is the student's; the teacher runs as is
+    teacher_run.cpu_kernels = "reference";  // so is --cpu-kernels: the teacher is the oracle
     auto te = open_engine(a.teacher, teacher_run, [](const std::string& line) {
       std::fprintf(stderr, "gridq: teacher %s\n", line.c_str());
     });

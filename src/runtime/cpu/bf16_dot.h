@@ -1,4 +1,4 @@
-// The CPU's fast path for BF16 weights (`--cpu-kernels bf16`, CpuKernels::kBf16): a product's activations
+// The CPU's fast path for BF16 and FP8 weights (`--cpu-kernels bf16`, CpuKernels::kBf16): a product's activations
 // are rounded to BF16 once (round to nearest even, VCVTNEPS2BF16), then every dot product runs on
 // AVX512-BF16's VDPBF16PS, which multiplies pairs of BF16 values and adds them to fp32 lanes: twice the
 // multiply-adds per instruction of an fp32 FMA, and 16 columns per 32-byte weight load instead of 8.
@@ -28,5 +28,9 @@ void round_to_bf16(const float* x, int64_t n, uint16_t* xb);
 // register tile otherwise. Needs have_avx512_bf16().
 void bf16_dot_rows(const uint16_t* w, int64_t C, int nr, const uint16_t* xb, int64_t T, float* y,
                    int64_t ldy);
+// The same with E4M3 rows (FP8 W8A8: xb holds the FP8 activations, exact in BF16), each code taken as the
+// BF16 of its value (exact); a row holding a NaN code (0x7F/0xFF) gives NaN.
+void bf16_dot_rows_e4m3(const uint8_t* w, int64_t C, int nr, const uint16_t* xb, int64_t T, float* y,
+                        int64_t ldy);
 
 }  // namespace gridq::runtime::cpu

@@ -128,18 +128,32 @@ void block_in_place(const QMatrix& w, int64_t r0, int64_t nr, const float* xt, c
   }
 }
 
+// FP8 W8A8's epilogue (format.md §12) on y[t, r0 .. r0+nr): y = bf16_rn(s_tok · weight_scale[r] · dot).
+void w8a8_epilogue(const QMatrix& w, const Input& in, int64_t t, int64_t r0, int64_t nr, float* yt) {
+  const float ts = in.scale()[t];
+  for (int64_t i = 0; i < nr; ++i) yt[i] = bf16_round(ts * w.row_scale[r0 + i] * yt[i]);
+}
+
 // Row blocks [b0, b1) of one job on the fast path (bf16_dot.h): rows read in place, tokens in tiles that
 // stay in L2 at prefill, each thread keeping its row blocks for every tile.
 void run_blocks_bf16(const MatJob& j, const Input& in, int64_t b0, int64_t b1) {
   const QMatrix& w = *j.w;
   const int64_t R = w.rows, C = w.cols, T = j.T;
-  const uint16_t* wb = static_cast<const uint16_t*>(w.data);
+  const bool w8a8 = w.format == WeightFormat::kFP8;
   const int64_t tile = T < kFusedMaxTokens ? T : std::max<int64_t>(16, (int64_t{256} << 10) / (C * 2));
   for (int64_t t0 = 0; t0 < T; t0 += tile) {
     const int64_t nt = std::min(tile, T - t0);
     for (int64_t rb = b0; rb < b1; ++rb) {
       const int64_t r0 = rb * kRowBlock, nr = std::min(kRowBlock, R - r0);
-      bf16_dot_rows(wb + r0 * C, C, static_cast<int>(nr), in.xb() + t0 * C, nt, j.y + t0 * R + r0, R);
+      float* y = j.y + t0 * R + r0;
+      if (w8a8) {
+        bf16_dot_rows_e4m3(static_cast<const uint8_t*>(w.data) + r0 * C, C, static_cast<int>(nr),
+                           in.xb() + t0 * C, nt, y, R);
+        for (int64_t t = 0; t < nt; ++t) w8a8_epilogue(w, in, t0 + t, r0, nr, y + t * R);
+      } else {
+        bf16_dot_rows(static_cast<const uint16_t*>(w.data) + r0 * C, C, static_cast<int>(nr),
+                      in.xb() + t0 * C, nt, y, R);
+      }
     }
   }
 }
@@ -152,9 +166,7 @@ void run_blocks(const MatJob& j, const Input& in, int64_t b0, int64_t b1) {
   const float* xa = in.xa();
   const bool w8a8 = w.format == WeightFormat::kFP8;
   auto epilogue = [&](int64_t t, int64_t r0, int64_t nr, float* yt) {
-    if (!w8a8) return;
-    const float ts = in.scale()[t];
-    for (int64_t i = 0; i < nr; ++i) yt[i] = bf16_round(ts * w.row_scale[r0 + i] * yt[i]);
+    if (w8a8) w8a8_epilogue(w, in, t, r0, nr, yt);
   };
   if (T < kFusedMaxTokens) {
     thread_local std::vector<float> x256;  // [T, C] 256·xa for the E4M3 kernel (exact)
@@ -233,7 +245,7 @@ void matmul_jobs(std::span<const MatJob> jobs) {
                j.T,
                j.w->cols,
                contract_of(*j.w),
-               j.w->cpu_bf16_dot && j.w->format == WeightFormat::kBF16,
+               j.w->cpu_bf16_dot && (j.w->format == WeightFormat::kBF16 || j.w->format == WeightFormat::kFP8),
                nullptr,
                nullptr};
     if (!in.needs_work() || j.T <= 0) continue;
