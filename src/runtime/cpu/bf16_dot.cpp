@@ -114,12 +114,11 @@ void tile(const typename W::T* const* w, int64_t C, int nr, const uint16_t* xb, 
   int64_t c = 0;
   for (; c + kStep <= C; c += kStep) step<W, NT, false>(w, C, xb, c, acc);
   if (c < C) step<W, NT, true>(w, C, xb, c, acc);
-  alignas(16) float out[4];
+  const __mmask8 rows =
+      static_cast<__mmask8>((1u << nr) - 1);  // a masked store (a loop became a memcpy call)
 #pragma GCC unroll 4
-  for (int t = 0; t < NT; ++t) {
-    _mm_store_ps(out, tree4(acc[0][t], acc[1][t], acc[2][t], acc[3][t]));
-    for (int i = 0; i < nr; ++i) y[t * ldy + i] = out[i];
-  }
+  for (int t = 0; t < NT; ++t)
+    _mm_mask_storeu_ps(y + t * ldy, rows, tree4(acc[0][t], acc[1][t], acc[2][t], acc[3][t]));
 }
 
 // Decode: one row at a time, front to back, the next kilobyte prefetched into L2: out of cache one
@@ -146,12 +145,8 @@ void rows_one_by_one(const typename W::T* w, int64_t C, int nr, const uint16_t* 
       step1.template operator()<false>(c);
     }
     if (c < C) step1.template operator()<true>(c);
-    alignas(16) float out[4];
 #pragma GCC unroll 4
-    for (int t = 0; t < NT; ++t) {
-      _mm_store_ps(out, tree4(acc[t], acc[t], acc[t], acc[t]));
-      y[t * ldy + i] = out[0];
-    }
+    for (int t = 0; t < NT; ++t) y[t * ldy + i] = _mm_cvtss_f32(tree4(acc[t], acc[t], acc[t], acc[t]));
   }
 }
 
