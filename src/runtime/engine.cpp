@@ -8,6 +8,7 @@
 #include "runtime/artifact_weights.h"
 #include "runtime/cpu/bf16_dot.h"
 #include "runtime/cpu/cpu_backend.h"
+#include "runtime/cpu/dot_kernels.h"
 #include "runtime/model_weights.h"
 
 namespace gridq::runtime {
@@ -31,14 +32,15 @@ Expected<cpu::CpuKernels> cpu_kernels_of(const std::string& name) {
   return err("engine: cpu kernels '{}': expected reference, bf16 or auto", name);
 }
 
-// "; cpu kernels bf16 (auto: this CPU has AVX512-BF16)", as the start-up line reports it.
+// "; cpu kernels bf16 (auto: this CPU has AVX512-BF16; activations rounded to BF16)", "; cpu kernels
+// reference (AVX-512)", as the start-up line reports it: which dot products run, and why when auto chose.
 std::string cpu_kernels_log(const std::string& name, cpu::CpuKernels k) {
-  const bool bf16 = k == cpu::CpuKernels::kBf16;
-  const char* why = name != "auto" ? "as asked"
-                    : bf16         ? "auto: this CPU has AVX512-BF16"
-                                   : "auto: this CPU has no AVX512-BF16";
-  return fmt::format("; cpu kernels {} ({}{})", bf16 ? "bf16" : "reference", why,
-                     bf16 ? ", activations rounded to BF16" : "");
+  if (k == cpu::CpuKernels::kBf16)
+    return fmt::format("; cpu kernels bf16 ({}activations rounded to BF16)",
+                       name == "auto" ? "auto: this CPU has AVX512-BF16; " : "");
+  const char* isa = cpu::have_avx512() ? "AVX-512" : cpu::have_avx2() ? "AVX2" : "scalar";
+  return fmt::format("; cpu kernels reference ({}{})",
+                     name == "auto" ? "auto: this CPU has no AVX512-BF16; " : "", isa);
 }
 
 // The backend for the chosen device over host weights; `keepalive` owns what the weights point into.

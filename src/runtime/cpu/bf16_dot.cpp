@@ -8,6 +8,7 @@
 #include <array>
 
 #include "core/numerics.h"
+#include "runtime/cpu/simd_tree.h"
 
 namespace gridq::runtime::cpu {
 
@@ -28,20 +29,6 @@ bool have_avx512_bf16() {
 namespace {
 
 constexpr int64_t kStep = 32;  // columns per VDPBF16PS (16 lanes × a pair)
-
-// The tree of the fast order on four accumulators at once: out[k] = tree(acc k). Each level adds lane j
-// and lane j + s of every accumulator, exactly the pairs tree16_avx2 adds, only gathered four at a time:
-// s = 8 pairs 256-bit halves, s = 4 128-bit quarters, s = 2 and 1 lanes within a quarter.
-inline __m128 tree4(__m512 a, __m512 b, __m512 c, __m512 d) {
-  const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
-  const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
-  // Quarter k holds accumulator k's lanes j + (j + 4) for j < 4.
-  const __m512 s4 = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
-  const __m512 s2 = _mm512_add_ps(s4, _mm512_permute_ps(s4, 0x4E));
-  const __m512 s1 = _mm512_add_ps(s2, _mm512_permute_ps(s2, 0xB1));
-  return _mm512_castps512_ps128(
-      _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), s1));
-}
 
 inline __mmask32 first(int64_t n) { return static_cast<__mmask32>((uint64_t{1} << n) - 1); }
 
@@ -118,7 +105,7 @@ void tile(const typename W::T* const* w, int64_t C, int nr, const uint16_t* xb, 
       static_cast<__mmask8>((1u << nr) - 1);  // a masked store (a loop became a memcpy call)
 #pragma GCC unroll 4
   for (int t = 0; t < NT; ++t)
-    _mm_mask_storeu_ps(y + t * ldy, rows, tree4(acc[0][t], acc[1][t], acc[2][t], acc[3][t]));
+    _mm_mask_storeu_ps(y + t * ldy, rows, tree16x4_avx512(acc[0][t], acc[1][t], acc[2][t], acc[3][t]));
 }
 
 // Decode: one row at a time, front to back, the next kilobyte prefetched into L2: out of cache one
@@ -146,7 +133,8 @@ void rows_one_by_one(const typename W::T* w, int64_t C, int nr, const uint16_t* 
     }
     if (c < C) step1.template operator()<true>(c);
 #pragma GCC unroll 4
-    for (int t = 0; t < NT; ++t) y[t * ldy + i] = _mm_cvtss_f32(tree4(acc[t], acc[t], acc[t], acc[t]));
+    for (int t = 0; t < NT; ++t)
+      y[t * ldy + i] = _mm_cvtss_f32(tree16x4_avx512(acc[t], acc[t], acc[t], acc[t]));
   }
 }
 

@@ -244,7 +244,10 @@ std::vector<std::string> CpuBackend::kernel_report() const {
   std::vector<std::string> out = {
       fmt::format("cpu: {} thread(s) in one worker pool; {} kernels, one summation order on every path "
                   "(bit-identical across kernels, thread counts and batch sizes)",
-                  pool_threads(), have_avx2() ? "AVX2+F16C" : "scalar")};
+                  pool_threads(),
+                  have_avx512() ? "AVX-512 and AVX2+F16C"
+                  : have_avx2() ? "AVX2+F16C"
+                                : "scalar")};
   if (opts_.kernels == CpuKernels::kBf16)
     out.push_back(
         "cpu: --cpu-kernels bf16: BF16 matrices (not the router) and FP8 W8A8 ones run on AVX512-BF16, "

@@ -1,7 +1,7 @@
 // Dot products of the CPU reference forward, one summation order for every path (the "reference order"):
 // 16 lanes, lane j accumulating columns c ≡ j (mod 16) in ascending c, each step a product then a sum (no
 // FMA), then the tree lane[j] += lane[j + s] for s = 8, 4, 2, 1. Every variant below (fp32, BF16 or E4M3
-// rows read in place, one row or four at a time, AVX2 or scalar) gives the bits of that order, so the
+// rows read in place, one row or four at a time, AVX-512, AVX2 or scalar) gives the bits of that order, so the
 // kernel a call takes never changes a logit. Bound: weight bandwidth at decode (rows are read straight
 // from the weights, widened in registers), load ports at prefill (rows widened once per token tile).
 #pragma once
@@ -12,6 +12,9 @@ namespace gridq::runtime::cpu {
 
 // Whether the AVX2 (+F16C) kernels run; otherwise scalar loops of the same order. Fixed at start-up.
 bool have_avx2();
+// Whether the AVX-512 forms of dot4 (fp32, BF16 rows) and weighted_sum run: the same lanes in one zmm,
+// the same bits, about half the instructions. Fixed at start-up.
+bool have_avx512();
 
 float dot(const float* a, const float* b, int64_t n);
 // y[r] = dot(x, w[r], n) for r < 4, bit-identical to four dot() calls (x is read once; faster).
