@@ -109,8 +109,9 @@ void tile(const typename W::T* const* w, int64_t C, int nr, const uint16_t* xb, 
 }
 
 // Decode: one row at a time, front to back, the next kilobyte prefetched into L2: out of cache one
-// sequential stream is read faster than interleaved ones (measured here: 4-row tiles decoded ~35 % slower
-// at one thread), and one accumulator chain still outruns DRAM. The same per-output order as tile().
+// sequential stream is read faster than interleaved ones (measured here, one core, 512-column rows: 21.5
+// GB/s from DRAM one row at a time, 12.8 two rows, 11.8 four; in L3 all three at ~57 GB/s), and one
+// accumulator chain still outruns both. The same per-output order as tile().
 constexpr int64_t kDecodePrefetchBytes = 1024;
 
 template <typename W, int NT>
