@@ -36,7 +36,7 @@ struct QMatrix {
   const gridbook::Rung* rung = nullptr;          // kCB
   const gridbook::Codebook* codebook = nullptr;  // kCB
   int act_bits = 16;  // 16: no activation QDQ; 8: FP8 per-token QDQ (§14.2); 4: FP4 group-16 QDQ (§14.1)
-  // CPU backend, kBF16 and kFP8: products run on the fast path (cpu/bf16_dot.h: activations rounded to
+  // CPU backend, kBF16, kFP8 and kCB: products run on the fast path (cpu/bf16_dot.h: activations rounded to
   // BF16, AVX512-BF16 dots) instead of the reference order. Set by the CPU backend for --cpu-kernels bf16.
   bool cpu_bf16_dot = false;
 };

@@ -16,6 +16,7 @@
 #include "gridbook/codec.h"
 #include "gridbook/scale_coding.h"
 #include "runtime/cpu/act_contract.h"
+#include "runtime/cpu/bf16_dot.h"
 #include "runtime/cpu/cb_rows.h"
 #include "runtime/cpu/dot_kernels.h"
 #include "runtime/cpu/thread_pool.h"
@@ -235,6 +236,37 @@ TEST(CpuKernels, CbRowsMatchTheReferenceDecode) {
           ref_dot([&](int64_t i) { return bf16_to_f32(ref[static_cast<size_t>(i)]); }, x.data(), C);
       EXPECT_TRUE(same_bits(y[static_cast<size_t>(r)], want))
           << "layout " << layout << " seed " << seed << " r " << r;
+    }
+  }
+}
+
+// The BF16 fast path's CB rows (cb_rows.h): the bits of the BF16 kernels on the rows decoded to BF16,
+// whatever the token count (registers at decode for v2, decoded rows otherwise) and the row block.
+TEST(CpuKernels, CbRowsOnTheBf16PathAreTheBf16KernelsOnTheDecodedRows) {
+  if (!have_avx512_bf16()) GTEST_SKIP() << "this CPU has no AVX512-BF16";
+  const uint32_t seed = fresh_seed();
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (int layout : {1, 2}) {
+    const int64_t R = 7, C = 512, T = 5;
+    CbMatrix cm = make_k16(g, layout, R, C);
+    std::vector<uint16_t> rows(static_cast<size_t>(R * C)), ref(static_cast<size_t>(C)),
+        xb(static_cast<size_t>(T * C));
+    for (auto& v : xb) v = f32_to_bf16(d(g));
+    for (int64_t r = 0; r < R; ++r) {
+      decode_cb_row_bf16(cm.m, r, rows.data() + r * C);
+      gridbook::decode_row(cm.rung, cm.book, cm.data.data() + r * cm.m.row_bytes, C, 0.0f, ref.data());
+      ASSERT_EQ(0, std::memcmp(ref.data(), rows.data() + r * C, static_cast<size_t>(C) * 2)) << "row " << r;
+    }
+    for (int64_t n : {1, 2, 3, 5}) {
+      std::vector<float> want(static_cast<size_t>(n * R)), got(static_cast<size_t>(n * R));
+      for (int64_t r0 = 0; r0 < R; r0 += 4) {
+        const int nr = static_cast<int>(std::min<int64_t>(4, R - r0));
+        bf16_dot_rows(rows.data() + r0 * C, C, nr, xb.data(), n, want.data() + r0, R);
+        cb_dot_rows_bf16(cm.m, r0, nr, xb.data(), n, got.data() + r0, R);
+      }
+      for (size_t i = 0; i < got.size(); ++i)
+        EXPECT_TRUE(same_bits(got[i], want[i])) << "layout " << layout << " tokens " << n << " i " << i;
     }
   }
 }

@@ -1,5 +1,5 @@
-// The CPU's fast path for BF16 and FP8 weights (`--cpu-kernels bf16`, CpuKernels::kBf16): a product's activations
-// are rounded to BF16 once (round to nearest even, VCVTNEPS2BF16), then every dot product runs on
+// The CPU's fast path for BF16 and FP8 weights (`--cpu-kernels bf16`, CpuKernels::kBf16): a product's
+// activations are rounded to BF16 once (round to nearest even, VCVTNEPS2BF16), then every dot product runs on
 // AVX512-BF16's VDPBF16PS, which multiplies pairs of BF16 values and adds them to fp32 lanes: twice the
 // multiply-adds per instruction of an fp32 FMA, and 16 columns per 32-byte weight load instead of 8.
 //

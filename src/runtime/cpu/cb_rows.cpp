@@ -10,6 +10,7 @@
 #include "core/numerics.h"
 #include "gridbook/codec.h"
 #include "gridbook/scale_coding.h"
+#include "runtime/cpu/bf16_dot.h"
 #include "runtime/cpu/dot_kernels.h"
 #include "runtime/cpu/simd_tree.h"
 
@@ -172,6 +173,95 @@ bool k16v2(const QMatrix& m) {
 }  // namespace
 
 #pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16")
+// GCC 12's false positive on _mm512_undefined_ps() inside its own intrinsics (as in bf16_dot.cpp).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace {
+
+// NR K16 v2 rows against NT ≤ 3 tokens in the BF16 fast order (bf16_dot.h): each 32-column step's
+// weights decoded in registers (v·scale exact in fp32, then exact in BF16, format.md §16) and taken by
+// one VDPBF16PS per token, so the bits are those of bf16_dot_rows on the decoded rows. Several rows at
+// once: the rows are small (L2/L3) and a step's decode is long, so independent rows hide it.
+template <int NR, int NT>
+void cb_rows_k16v2_bf16(const QMatrix& m, int64_t r0, const uint16_t* xb, float* y, int64_t ldy) {
+  const gridbook::Codebook& cb = *m.codebook;
+  const int ts = m.rung->type_size();
+  const float* t0 = cb.sub[0].data();
+  const float* t1 = cb.sub[1].data();
+  const float* compose = gridbook::v2_compose_table().data();
+  const uint8_t* rows[NR];
+  for (int i = 0; i < NR; ++i) rows[i] = static_cast<const uint8_t*>(m.data) + (r0 + i) * m.row_bytes;
+  __m512 acc[NR][NT];
+  for (int i = 0; i < NR; ++i)
+    for (int t = 0; t < NT; ++t) acc[i][t] = _mm512_setzero_ps();
+  // 16 weights: codewords (b0 b1) and (b2 b3) as [t0[b0] | t1[b1] | t0[b2] | t1[b3]] times the group scale.
+  auto group = [&](const uint8_t* b, float scale) {
+    const __m256 lo = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(t0 + b[0] * 4)),
+                                           _mm_loadu_ps(t1 + b[1] * 4), 1);
+    const __m256 hi = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(t0 + b[2] * 4)),
+                                           _mm_loadu_ps(t1 + b[3] * 4), 1);
+    return _mm512_mul_ps(_mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)),
+                                                             _mm256_castps_pd(hi), 1)),
+                         _mm512_set1_ps(scale));
+  };
+  for (int64_t s = 0; s < m.cols / kSuperblock; ++s) {
+    for (int k = 0; k < kSuperblock / 32; ++k) {  // groups 2k, 2k+1 = codewords 4k .. 4k+3
+      const int64_t c = s * kSuperblock + 32 * k;
+      __m512bh x[NT];
+      for (int t = 0; t < NT; ++t) x[t] = (__m512bh)_mm512_loadu_si512(xb + t * m.cols + c);
+#pragma GCC unroll 4
+      for (int i = 0; i < NR; ++i) {
+        const uint8_t* sb = rows[i] + s * ts;
+        const uint8_t nib = sb[64 + 1 + k];  // the v2 plane follows the 32 16-bit codes
+        const float* comp = compose + sb[64] * 16;
+        const __m512bh wv =
+            _mm512_cvtne2ps_pbh(group(sb + 8 * k + 4, comp[nib >> 4]), group(sb + 8 * k, comp[nib & 0xF]));
+        for (int t = 0; t < NT; ++t) acc[i][t] = _mm512_dpbf16_ps(acc[i][t], wv, x[t]);
+      }
+    }
+  }
+  for (int i = 0; i < NR; ++i)
+    for (int t = 0; t < NT; ++t)
+      y[t * ldy + i] = _mm_cvtss_f32(tree16x4_avx512(acc[i][t], acc[i][t], acc[i][t], acc[i][t]));
+}
+
+template <int NT>
+void cb_k16v2_bf16(const QMatrix& m, int64_t r0, int nr, const uint16_t* xb, float* y, int64_t ldy) {
+  int i = 0;
+  for (; i + 4 <= nr; i += 4) cb_rows_k16v2_bf16<4, NT>(m, r0 + i, xb, y + i, ldy);
+  for (; i < nr; ++i) cb_rows_k16v2_bf16<1, NT>(m, r0 + i, xb, y + i, ldy);
+}
+
+}  // namespace
+
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+
+void decode_cb_row_bf16(const QMatrix& m, int64_t r, uint16_t* out) {
+  thread_local std::vector<float> row;  // [cols] the row as fp32 (BF16 values), reused
+  row.resize(static_cast<size_t>(m.cols));
+  decode_cb_row(m, r, row.data());
+  round_to_bf16(row.data(), m.cols, out);  // exact: every decoded weight is a BF16 value
+}
+
+void cb_dot_rows_bf16(const QMatrix& m, int64_t r0, int nr, const uint16_t* xb, int64_t T, float* y,
+                      int64_t ldy) {
+  if (fused_fp4(m) && k16v2(m) && T < 4) {
+    if (T == 1) return cb_k16v2_bf16<1>(m, r0, nr, xb, y, ldy);
+    if (T == 2) return cb_k16v2_bf16<2>(m, r0, nr, xb, y, ldy);
+    return cb_k16v2_bf16<3>(m, r0, nr, xb, y, ldy);
+  }
+  // Other rungs, and prefill: the rows decoded to BF16 once, then the BF16 kernels' tiles.
+  thread_local std::vector<uint16_t> rows;  // [4, cols]
+  rows.resize(static_cast<size_t>(4 * m.cols));
+  for (int i = 0; i < nr; ++i) decode_cb_row_bf16(m, r0 + i, rows.data() + i * m.cols);
+  bf16_dot_rows(rows.data(), m.cols, nr, xb, T, y, ldy);
+}
 
 void cb_dot_rows(const QMatrix& m, int64_t r0, int n, const float* x, float* y) {
   if (fused_fp4(m) && k16v2(m)) {

@@ -25,9 +25,7 @@ Expected<std::unique_ptr<CpuBackend>> CpuBackend::create(model::ModelSpec spec, 
   b->spec_ = std::move(spec);
   b->w_ = std::move(weights);
   if (opts.kernels == CpuKernels::kBf16) {
-    for_each_matrix(b->w_, [](QMatrix& m) {
-      m.cpu_bf16_dot = m.format == WeightFormat::kBF16 || m.format == WeightFormat::kFP8;
-    });
+    for_each_matrix(b->w_, [](QMatrix& m) { m.cpu_bf16_dot = m.format != WeightFormat::kF32; });
     for (LayerWeights& l : b->w_.layers) l.router.cpu_bf16_dot = false;
   }
   b->keepalive_ = std::move(keepalive);
@@ -250,9 +248,9 @@ std::vector<std::string> CpuBackend::kernel_report() const {
                                 : "scalar")};
   if (opts_.kernels == CpuKernels::kBf16)
     out.push_back(
-        "cpu: --cpu-kernels bf16: BF16 matrices (not the router) and FP8 W8A8 ones run on AVX512-BF16, "
-        "activations rounded to BF16 (FP8's are exact in it); bit-identical across thread counts and batch "
-        "sizes, not to the reference kernels");
+        "cpu: --cpu-kernels bf16: BF16, FP8 W8A8 and CB matrices (not the router) run on AVX512-BF16, "
+        "weights as their exact BF16 values, activations rounded to BF16 (FP8's are exact in it); "
+        "bit-identical across thread counts and batch sizes, not to the reference kernels");
   return out;
 }
 

@@ -22,7 +22,7 @@ namespace gridq::runtime::cpu {
 enum class CpuKernels { kReference, kBf16 };
 
 struct CpuOptions {
-  int threads = 0;  // 0 = OpenMP default
+  int threads = 0;                              // 0 = OpenMP default
   CpuKernels kernels = CpuKernels::kReference;  // kBf16 is refused on a CPU without AVX512-BF16
   // Full-layer KV pages (kv_pages.h) of page_tokens positions: 0 = no budget (the pool grows on demand and
   // kv_pages() reports no page accounting); > 0 = a fixed pool, as a device backend has (`gridq serve` sets

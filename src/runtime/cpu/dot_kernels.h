@@ -1,8 +1,8 @@
 // Dot products of the CPU reference forward, one summation order for every path (the "reference order"):
 // 16 lanes, lane j accumulating columns c ≡ j (mod 16) in ascending c, each step a product then a sum (no
 // FMA), then the tree lane[j] += lane[j + s] for s = 8, 4, 2, 1. Every variant below (fp32, BF16 or E4M3
-// rows read in place, one row or four at a time, AVX-512, AVX2 or scalar) gives the bits of that order, so the
-// kernel a call takes never changes a logit. Bound: weight bandwidth at decode (rows are read straight
+// rows read in place, one row or four at a time, AVX-512, AVX2 or scalar) gives the bits of that order, so
+// the kernel a call takes never changes a logit. Bound: weight bandwidth at decode (rows are read straight
 // from the weights, widened in registers), load ports at prefill (rows widened once per token tile).
 #pragma once
 

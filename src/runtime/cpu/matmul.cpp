@@ -146,7 +146,9 @@ void run_blocks_bf16(const MatJob& j, const Input& in, int64_t b0, int64_t b1) {
     for (int64_t rb = b0; rb < b1; ++rb) {
       const int64_t r0 = rb * kRowBlock, nr = std::min(kRowBlock, R - r0);
       float* y = j.y + t0 * R + r0;
-      if (w8a8) {
+      if (w.format == WeightFormat::kCB) {
+        cb_dot_rows_bf16(w, r0, static_cast<int>(nr), in.xb() + t0 * C, nt, y, R);
+      } else if (w8a8) {
         bf16_dot_rows_e4m3(static_cast<const uint8_t*>(w.data) + r0 * C, C, static_cast<int>(nr),
                            in.xb() + t0 * C, nt, y, R);
         for (int64_t t = 0; t < nt; ++t) w8a8_epilogue(w, in, t0 + t, r0, nr, y + t * R);
@@ -245,7 +247,7 @@ void matmul_jobs(std::span<const MatJob> jobs) {
                j.T,
                j.w->cols,
                contract_of(*j.w),
-               j.w->cpu_bf16_dot && (j.w->format == WeightFormat::kBF16 || j.w->format == WeightFormat::kFP8),
+               j.w->cpu_bf16_dot && j.w->format != WeightFormat::kF32,  // F32 rows stay fp32
                nullptr,
                nullptr};
     if (!in.needs_work() || j.T <= 0) continue;
