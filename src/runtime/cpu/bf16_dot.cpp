@@ -6,6 +6,8 @@
 #include <immintrin.h>
 
 #include <array>
+#include <type_traits>
+#include <vector>
 
 #include "core/numerics.h"
 #include "runtime/cpu/simd_tree.h"
@@ -141,6 +143,26 @@ void rows_one_by_one(const typename W::T* w, int64_t C, int nr, const uint16_t* 
 
 template <typename W>
 void dot_rows(const typename W::T* w, int64_t C, int nr, const uint16_t* xb, int64_t T, float* y,
+              int64_t ldy);
+
+// Prefill over E4M3 rows: the block's rows widened to BF16 once (exact), then the BF16 tiles, instead of
+// converting every step again for every 4 tokens. The same bits: the tile sees the same BF16 values.
+void e4m3_prefill(const uint8_t* w, int64_t C, int nr, const uint16_t* xb, int64_t T, float* y, int64_t ldy) {
+  thread_local std::vector<uint16_t> rows;  // [4, C]
+  rows.resize(static_cast<size_t>(4 * C));
+  for (int i = 0; i < nr; ++i) {
+    int64_t c = 0;
+    for (; c + kStep <= C; c += kStep)
+      _mm512_storeu_si512(rows.data() + i * C + c, (__m512i)E4m3Rows::load<false>(w + i * C + c, 0));
+    if (c < C)
+      _mm512_mask_storeu_epi16(rows.data() + i * C + c, first(C - c),
+                               (__m512i)E4m3Rows::load<true>(w + i * C + c, C - c));
+  }
+  dot_rows<Bf16Rows>(rows.data(), C, nr, xb, T, y, ldy);
+}
+
+template <typename W>
+void dot_rows(const typename W::T* w, int64_t C, int nr, const uint16_t* xb, int64_t T, float* y,
               int64_t ldy) {
   switch (T) {  // decode
     case 1:
@@ -152,6 +174,7 @@ void dot_rows(const typename W::T* w, int64_t C, int nr, const uint16_t* xb, int
     default:
       break;
   }
+  if constexpr (std::is_same_v<W, E4m3Rows>) return e4m3_prefill(w, C, nr, xb, T, y, ldy);
   // Rows past nr repeat the last one (computed, never stored): one tile shape for every block.
   const typename W::T* rows[4];
   for (int i = 0; i < 4; ++i) rows[i] = w + (i < nr ? i : nr - 1) * C;

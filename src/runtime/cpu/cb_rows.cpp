@@ -183,6 +183,35 @@ bool k16v2(const QMatrix& m) {
 
 namespace {
 
+// Columns 32k .. 32k + 31 of a K16 v2 superblock `sb` as BF16 (groups 2k and 2k + 1, codewords 4k .. 4k+3):
+// each group [t0[b0] | t1[b1] | t0[b2] | t1[b3]] times its scale, exact in fp32 and then in BF16.
+inline __m512bh k16v2_step(const float* t0, const float* t1, const float* compose, const uint8_t* sb, int k) {
+  auto group = [&](const uint8_t* b, float scale) {
+    const __m256 lo = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(t0 + b[0] * 4)),
+                                           _mm_loadu_ps(t1 + b[1] * 4), 1);
+    const __m256 hi = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(t0 + b[2] * 4)),
+                                           _mm_loadu_ps(t1 + b[3] * 4), 1);
+    return _mm512_mul_ps(_mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)),
+                                                             _mm256_castps_pd(hi), 1)),
+                         _mm512_set1_ps(scale));
+  };
+  const uint8_t nib = sb[64 + 1 + k];  // the v2 plane follows the 32 16-bit codes
+  const float* comp = compose + sb[64] * 16;
+  return _mm512_cvtne2ps_pbh(group(sb + 8 * k + 4, comp[nib >> 4]), group(sb + 8 * k, comp[nib & 0xF]));
+}
+
+// A K16 v2 row as BF16, 32 columns at a time.
+void k16v2_row_bf16(const QMatrix& m, int64_t r, uint16_t* out) {
+  const gridbook::Codebook& cb = *m.codebook;
+  const int ts = m.rung->type_size();
+  const float* compose = gridbook::v2_compose_table().data();
+  const uint8_t* row = static_cast<const uint8_t*>(m.data) + r * m.row_bytes;
+  for (int64_t s = 0; s < m.cols / kSuperblock; ++s)
+    for (int k = 0; k < kSuperblock / 32; ++k)
+      _mm512_storeu_si512(out + s * kSuperblock + 32 * k,
+                          (__m512i)k16v2_step(cb.sub[0].data(), cb.sub[1].data(), compose, row + s * ts, k));
+}
+
 // NR K16 v2 rows against NT ≤ 3 tokens in the BF16 fast order (bf16_dot.h): each 32-column step's
 // weights decoded in registers (v·scale exact in fp32, then exact in BF16, format.md §16) and taken by
 // one VDPBF16PS per token, so the bits are those of bf16_dot_rows on the decoded rows. Several rows at
@@ -199,16 +228,6 @@ void cb_rows_k16v2_bf16(const QMatrix& m, int64_t r0, const uint16_t* xb, float*
   __m512 acc[NR][NT];
   for (int i = 0; i < NR; ++i)
     for (int t = 0; t < NT; ++t) acc[i][t] = _mm512_setzero_ps();
-  // 16 weights: codewords (b0 b1) and (b2 b3) as [t0[b0] | t1[b1] | t0[b2] | t1[b3]] times the group scale.
-  auto group = [&](const uint8_t* b, float scale) {
-    const __m256 lo = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(t0 + b[0] * 4)),
-                                           _mm_loadu_ps(t1 + b[1] * 4), 1);
-    const __m256 hi = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(t0 + b[2] * 4)),
-                                           _mm_loadu_ps(t1 + b[3] * 4), 1);
-    return _mm512_mul_ps(_mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)),
-                                                             _mm256_castps_pd(hi), 1)),
-                         _mm512_set1_ps(scale));
-  };
   for (int64_t s = 0; s < m.cols / kSuperblock; ++s) {
     for (int k = 0; k < kSuperblock / 32; ++k) {  // groups 2k, 2k+1 = codewords 4k .. 4k+3
       const int64_t c = s * kSuperblock + 32 * k;
@@ -216,11 +235,7 @@ void cb_rows_k16v2_bf16(const QMatrix& m, int64_t r0, const uint16_t* xb, float*
       for (int t = 0; t < NT; ++t) x[t] = (__m512bh)_mm512_loadu_si512(xb + t * m.cols + c);
 #pragma GCC unroll 4
       for (int i = 0; i < NR; ++i) {
-        const uint8_t* sb = rows[i] + s * ts;
-        const uint8_t nib = sb[64 + 1 + k];  // the v2 plane follows the 32 16-bit codes
-        const float* comp = compose + sb[64] * 16;
-        const __m512bh wv =
-            _mm512_cvtne2ps_pbh(group(sb + 8 * k + 4, comp[nib >> 4]), group(sb + 8 * k, comp[nib & 0xF]));
+        const __m512bh wv = k16v2_step(t0, t1, compose, rows[i] + s * ts, k);
         for (int t = 0; t < NT; ++t) acc[i][t] = _mm512_dpbf16_ps(acc[i][t], wv, x[t]);
       }
     }
@@ -243,6 +258,7 @@ void cb_k16v2_bf16(const QMatrix& m, int64_t r0, int nr, const uint16_t* xb, flo
 #pragma GCC pop_options
 
 void decode_cb_row_bf16(const QMatrix& m, int64_t r, uint16_t* out) {
+  if (fused_fp4(m) && k16v2(m)) return k16v2_row_bf16(m, r, out);
   thread_local std::vector<float> row;  // [cols] the row as fp32 (BF16 values), reused
   row.resize(static_cast<size_t>(m.cols));
   decode_cb_row(m, r, row.data());
