@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <random>
 
 #include "../gridbook/synthetic_artifact.h"
@@ -123,6 +124,25 @@ TEST(CpuBf16Kernels, E4m3RowsAreTheirExactValuesAndNanCodesGiveNan) {
     EXPECT_TRUE(std::isnan(y[static_cast<size_t>(t * 4 + 2)]));
     EXPECT_FALSE(std::isnan(y[static_cast<size_t>(t * 4 + 3)]));
   }
+}
+
+TEST(CpuBf16Kernels, FastSiluIsWithinAFewUlpOfTheReference) {
+  SKIP_WITHOUT_AVX512_BF16();
+  std::mt19937 g(11);
+  std::uniform_real_distribution<float> wide(-100.0f, 100.0f), near(-8.0f, 8.0f);
+  std::vector<float> z = {0.0f, -0.0f, 1e-30f, -1e-30f, 88.0f, -88.0f, 104.0f, -104.0f, 1e4f, -1e4f};
+  while (z.size() < 1000) z.push_back(z.size() % 2 ? wide(g) : near(g));
+  std::vector<float> hu(z.size()), got = z;
+  for (auto& u : hu) u = near(g);
+  cpu::silu_mul_fast(got.data(), hu.data(), static_cast<int64_t>(z.size()));  // 1000: a masked tail too
+  for (size_t i = 0; i < z.size(); ++i) {
+    const double want = double(z[i]) / (1.0 + std::exp(-double(z[i]))) * hu[i];
+    EXPECT_NEAR(got[i], want, 4 * std::numeric_limits<float>::epsilon() * std::fabs(want) + 1e-30)
+        << "z " << z[i] << " hu " << hu[i];
+  }
+  float nan = std::nanf(""), one = 1.0f;
+  cpu::silu_mul_fast(&nan, &one, 1);
+  EXPECT_TRUE(std::isnan(nan));
 }
 
 // Prefill in chunks of `chunk` (every logit), then greedy decode steps: every logit, in order.

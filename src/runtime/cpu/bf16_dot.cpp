@@ -5,12 +5,14 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <array>
 #include <type_traits>
 #include <vector>
 
 #include "core/numerics.h"
 #include "runtime/cpu/simd_tree.h"
+#include "runtime/cpu/thread_pool.h"
 
 namespace gridq::runtime::cpu {
 
@@ -203,6 +205,47 @@ void round_to_bf16(const float* x, int64_t n, uint16_t* xb) {
     const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
     _mm256_mask_storeu_epi16(xb + i, m, (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + i)));
   }
+}
+
+namespace {
+
+// exp(x) for 16 lanes: x = n·ln2 + r, |r| ≤ ln2/2 (ln2 in two parts, so r is exact to a few ulp), e^r by
+// its Taylor polynomial to degree 6 (truncation < 2^-26 relative there), times 2^n by VSCALEFPS. Inputs are
+// clamped to [-104, 88.7]: below, the result is 0 or a subnormal flushed by the scale; above, +inf.
+__m512 exp16(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-104.0f)), _mm512_set1_ps(88.72f));
+  const __m512 n =
+      _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145752f), x);  // ln2's high part: exact product
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.42860677e-6f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 720);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+}  // namespace
+
+void silu_mul_fast(float* hg, const float* hu, int64_t n) {
+  auto body = [&](int64_t b, int64_t e) {
+    int64_t i = b;
+    for (; i < e; i += 16) {
+      const __mmask16 m = e - i >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (e - i)) - 1);
+      const __m512 z = _mm512_maskz_loadu_ps(m, hg + i);
+      const __m512 s =
+          _mm512_div_ps(z, _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(_mm512_sub_ps(_mm512_setzero_ps(), z))));
+      _mm512_mask_storeu_ps(hg + i, m, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(m, hu + i)));
+    }
+  };
+  // Chunks of 1,024 values: fixed by n, so the split never depends on the thread count (elementwise anyway).
+  if (n >= 8192)
+    parallel_for((n + 1023) / 1024, [&](int64_t b, int64_t e) { body(b * 1024, std::min(n, e * 1024)); });
+  else
+    body(0, n);
 }
 
 void bf16_dot_rows(const uint16_t* w, int64_t C, int nr, const uint16_t* xb, int64_t T, float* y,

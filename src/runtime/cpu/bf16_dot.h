@@ -33,4 +33,9 @@ void bf16_dot_rows(const uint16_t* w, int64_t C, int nr, const uint16_t* xb, int
 void bf16_dot_rows_e4m3(const uint8_t* w, int64_t C, int nr, const uint16_t* xb, int64_t T, float* y,
                         int64_t ldy);
 
+// hg[i] = silu(hg[i])·hu[i] for i < n with a vectorised exp (a degree-6 polynomial after range reduction,
+// within 2 ulp of std::exp over the range it is used on), for layers on the fast path, whose products
+// round this input to BF16 anyway. The reference keeps glibc's expf.
+void silu_mul_fast(float* hg, const float* hu, int64_t n);
+
 }  // namespace gridq::runtime::cpu

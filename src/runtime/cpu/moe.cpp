@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "runtime/cpu/bf16_dot.h"
 #include "runtime/cpu/layer_ops.h"
 #include "runtime/cpu/matmul.h"
 #include "runtime/cpu/mlp_ops.h"
@@ -20,8 +21,10 @@ namespace {
 
 inline float silu(float z) { return z / (1.0f + std::exp(-z)); }
 
-// hg[i] = silu(hg[i]) · hu[i] for i < n, over the pool when n is large (prefill).
-void silu_mul(float* hg, const float* hu, int64_t n) {
+// hg[i] = silu(hg[i]) · hu[i] for i < n, over the pool when n is large (prefill). `fast`: the layer runs on
+// the bf16 path (its matrices' cpu_bf16_dot), which takes a vectorised exp.
+void silu_mul(float* hg, const float* hu, int64_t n, bool fast) {
+  if (fast) return silu_mul_fast(hg, hu, n);
   auto body = [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) hg[i] = silu(hg[i]) * hu[i];
   };
@@ -38,7 +41,7 @@ void swiglu(const QMatrix& g, const QMatrix& u, const QMatrix& d, const float* a
   const int64_t I = g.rows;
   const MatJob up[2] = {{&g, a, T, hg}, {&u, a, T, hu}};
   matmul_jobs(up);
-  silu_mul(hg, hu, T * I);
+  silu_mul(hg, hu, T * I, g.cpu_bf16_dot);
   matmul(d, hg, T, out);
 }
 
@@ -137,7 +140,7 @@ void moe(const model::ModelSpec& spec, const LayerWeights& lw, int64_t T, const 
       jobs.push_back({&lw.shared_up, a, T, shu});
     }
     matmul_jobs(jobs);
-    silu_mul(hg, hu, Ng * I + Ts * Is);
+    silu_mul(hg, hu, Ng * I + Ts * Is, !jobs.empty() && jobs.front().w->cpu_bf16_dot);
     jobs.clear();
     for (int64_t e = e0; e < e1; ++e) {
       const int64_t s0 = first[static_cast<size_t>(e)], n = first[static_cast<size_t>(e + 1)] - s0,
