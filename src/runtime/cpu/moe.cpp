@@ -118,20 +118,27 @@ void moe(const model::ModelSpec& spec, const LayerWeights& lw, int64_t T, const 
     float* shu = hu + Ng * I;
     xe.assign(static_cast<size_t>(E), nullptr);
     jobs.clear();
+    // Gathered inputs: slot s's row copied to xes[s - g0], over the pool for a prompt (a copy of T·K rows).
+    // A single row is read in place instead (at decode every expert then shares one quantized copy of it).
+    bool gather = false;
+    for (int64_t e = e0; e < e1; ++e)
+      gather = gather || first[static_cast<size_t>(e + 1)] - first[static_cast<size_t>(e)] > 1;
+    if (gather) {
+      auto copy = [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i)
+          std::memcpy(xes.data() + i * H, a + rows[static_cast<size_t>(g0 + i)] * H,
+                      static_cast<size_t>(H) * sizeof(float));
+      };
+      if (Ng * H >= (int64_t{1} << 16))
+        parallel_for(Ng, copy);
+      else
+        copy(0, Ng);
+    }
     for (int64_t e = e0; e < e1; ++e) {
       const int64_t s0 = first[static_cast<size_t>(e)], n = first[static_cast<size_t>(e + 1)] - s0,
                     l0 = s0 - g0;
       if (n == 0) continue;
-      // A single row is read in place (at decode every expert then shares one quantized copy of it).
-      if (n == 1) {
-        xe[static_cast<size_t>(e)] = a + rows[static_cast<size_t>(s0)] * H;
-      } else {
-        float* dst = xes.data() + l0 * H;
-        for (int64_t i = 0; i < n; ++i)
-          std::memcpy(dst + i * H, a + rows[static_cast<size_t>(s0 + i)] * H,
-                      static_cast<size_t>(H) * sizeof(float));
-        xe[static_cast<size_t>(e)] = dst;
-      }
+      xe[static_cast<size_t>(e)] = n == 1 ? a + rows[static_cast<size_t>(s0)] * H : xes.data() + l0 * H;
       jobs.push_back({&lw.expert_gate[static_cast<size_t>(e)], xe[static_cast<size_t>(e)], n, hg + l0 * I});
       jobs.push_back({&lw.expert_up[static_cast<size_t>(e)], xe[static_cast<size_t>(e)], n, hu + l0 * I});
     }
