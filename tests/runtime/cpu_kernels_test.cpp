@@ -240,6 +240,48 @@ TEST(CpuKernels, CbRowsMatchTheReferenceDecode) {
   }
 }
 
+// Attention's multi-head kernels: the bits of one call per head (which the test above checks against the
+// reference order), for every head count of a pass, widths with and without a tail.
+TEST(CpuKernels, MultiHeadAttentionKernelsAreTheSingleHeadCalls) {
+  const uint32_t seed = fresh_seed();
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  auto fill = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = d(g);
+    return v;
+  };
+  for (int64_t n : {128, 72}) {
+    for (int nq = 1; nq <= kHeadsPerPass; ++nq) {
+      const int64_t nv = 37;
+      std::vector<std::vector<float>> q, a, k, v;
+      for (int i = 0; i < nq; ++i) q.push_back(fill(n)), a.push_back(fill(nv));
+      for (int64_t j = 0; j < nv; ++j) k.push_back(fill(n)), v.push_back(fill(n));
+      const float *qp[kHeadsPerPass], *ap[kHeadsPerPass], *kp[4], *vp[64];
+      for (int i = 0; i < nq; ++i)
+        qp[i] = q[static_cast<size_t>(i)].data(), ap[i] = a[static_cast<size_t>(i)].data();
+      for (int r = 0; r < 4; ++r) kp[r] = k[static_cast<size_t>(r)].data();
+      for (int64_t j = 0; j < nv; ++j) vp[j] = v[static_cast<size_t>(j)].data();
+      float s[kHeadsPerPass * 4], s1[4];
+      dot4_heads(qp, nq, kp, n, s);
+      std::vector<std::vector<float>> out(static_cast<size_t>(nq),
+                                          std::vector<float>(static_cast<size_t>(n)));
+      float* op[kHeadsPerPass];
+      for (int i = 0; i < nq; ++i) op[i] = out[static_cast<size_t>(i)].data();
+      weighted_sum_heads(ap, nq, vp, nv, n, op);
+      std::vector<float> want(static_cast<size_t>(n));
+      for (int i = 0; i < nq; ++i) {
+        dot4(qp[i], kp, n, s1);
+        for (int r = 0; r < 4; ++r)
+          EXPECT_TRUE(same_bits(s[i * 4 + r], s1[r])) << "seed " << seed << " n " << n << " nq " << nq;
+        weighted_sum(ap[i], vp, nv, n, want.data());
+        EXPECT_EQ(0, std::memcmp(want.data(), op[i], static_cast<size_t>(n) * sizeof(float)))
+            << "seed " << seed << " n " << n << " nq " << nq;
+      }
+    }
+  }
+}
+
 // The BF16 fast path's CB rows (cb_rows.h): the bits of the BF16 kernels on the rows decoded to BF16,
 // whatever the token count (registers at decode for v2, decoded rows otherwise) and the row block.
 TEST(CpuKernels, CbRowsOnTheBf16PathAreTheBf16KernelsOnTheDecodedRows) {

@@ -1,6 +1,7 @@
 // Attention of one decoder layer (layer_ops.h, laguna.md §1.3): q/k/v/g projections in one parallel op,
-// QK norm and RoPE per token, one task per (token, head) for scores, softmax, values and the output gate,
-// then o_proj. The arithmetic is the reference's, operation for operation; only where it runs changed.
+// QK norm and RoPE per token, one task per (token, KV head) for its query heads' scores, softmax, values and
+// output gates, then o_proj. The arithmetic is the reference's, operation for operation; only where it runs
+// changed.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -130,8 +131,15 @@ void attention(const model::ModelSpec& spec, const LayerWeights& lw, int l, cons
     const int64_t p = lay.pos[static_cast<size_t>(t)];
     return sliding ? std::max<int64_t>(0, p - W + 1) : 0;
   };
-  auto head = [&](int64_t th, std::vector<float>& sc, std::vector<const float*>& vp) {
-    const int64_t t = th / nh, h = th % nh, kvh = h / group;
+  // One task per (token, KV head): the group's query heads read the same keys and values, so each key and
+  // value row is located and loaded once for all of them. Per head the arithmetic is the reference's.
+  struct Buffers {
+    std::vector<float> sc;         // [group, keys] the heads' scores, then weights
+    std::vector<const float*> kp;  // [keys] key rows
+    std::vector<const float*> vp;  // [keys] value rows
+  };
+  auto kv_group = [&](int64_t tg, Buffers& bf) {
+    const int64_t t = tg / nkv, kvh = tg % nkv;
     const AttnSeq& S = lay.seqs[lay.seq_of[static_cast<size_t>(t)]];
     const LayerCache& c = *S.cache;
     const int64_t p = lay.pos[static_cast<size_t>(t)], p0 = S.past, t0 = S.start;
@@ -153,53 +161,67 @@ void attention(const model::ModelSpec& spec, const LayerWeights& lw, int l, cons
       if (j >= p0) return v + (t0 + j - p0) * kvw + kvh * d;
       return c.v.data() + (j % W) * kvw + kvh * d;
     };
-    const float* qh = q + t * qw + h * d;
     const int64_t nk = p - j0 + 1;
-    sc.resize(static_cast<size_t>(nk));
-    float mx = -INFINITY;
-    int64_t j = 0;
-    for (; j + 4 <= nk; j += 4) {  // four keys per pass: the same dots, x read once
-      const float* kp[4] = {key(j0 + j), key(j0 + j + 1), key(j0 + j + 2), key(j0 + j + 3)};
-      float s4[4];
-      dot4(qh, kp, d, s4);
-      for (int i = 0; i < 4; ++i) {
-        sc[static_cast<size_t>(j + i)] = s4[i] * scale;
-        mx = std::max(mx, sc[static_cast<size_t>(j + i)]);
+    bf.sc.resize(static_cast<size_t>(group * nk));
+    bf.kp.resize(static_cast<size_t>(nk));
+    bf.vp.resize(static_cast<size_t>(nk));
+    for (int64_t j = 0; j < nk; ++j) {
+      bf.kp[static_cast<size_t>(j)] = key(j0 + j);
+      bf.vp[static_cast<size_t>(j)] = val(j0 + j);
+    }
+    // The group's heads in runs of up to kHeadsPerPass: scores four keys at a time, then per head the
+    // softmax (max, then exp and sum ascending, then the division), then the value sums.
+    for (int64_t h0 = 0; h0 < group; h0 += kHeadsPerPass) {
+      const int nq = static_cast<int>(std::min<int64_t>(kHeadsPerPass, group - h0));
+      const float* qh[kHeadsPerPass];
+      float* sc[kHeadsPerPass];
+      float* oh[kHeadsPerPass];
+      for (int i = 0; i < nq; ++i) {
+        const int64_t h = kvh * group + h0 + i;
+        qh[i] = q + t * qw + h * d;
+        sc[i] = bf.sc.data() + (h0 + i) * nk;
+        oh[i] = o + t * qw + h * d;
+      }
+      int64_t j = 0;
+      for (; j + 4 <= nk; j += 4) {
+        float s[kHeadsPerPass * 4];
+        dot4_heads(qh, nq, bf.kp.data() + j, d, s);
+        for (int i = 0; i < nq; ++i)
+          for (int r = 0; r < 4; ++r) sc[i][j + r] = s[i * 4 + r] * scale;
+      }
+      for (; j < nk; ++j)
+        for (int i = 0; i < nq; ++i) sc[i][j] = dot(qh[i], bf.kp[static_cast<size_t>(j)], d) * scale;
+      for (int i = 0; i < nq; ++i) {
+        float mx = -INFINITY;
+        for (int64_t jj = 0; jj < nk; ++jj) mx = std::max(mx, sc[i][jj]);
+        float sum = 0.0f;
+        for (int64_t jj = 0; jj < nk; ++jj) sum += (sc[i][jj] = std::exp(sc[i][jj] - mx));
+        for (int64_t jj = 0; jj < nk; ++jj) sc[i][jj] /= sum;
+      }
+      weighted_sum_heads(sc, nq, bf.vp.data(), nk, d, oh);
+      // Output gate: softplus in fp32, per head or per element (elementwise on the finished head).
+      for (int i = 0; i < nq; ++i) {
+        const int64_t h = kvh * group + h0 + i;
+        if (L.gate == GateMode::kPerHead) {
+          const float gh = softplus(g[t * nh + h]);
+          for (int64_t e = 0; e < d; ++e) oh[i][e] *= gh;
+        } else if (L.gate == GateMode::kPerElement) {
+          for (int64_t e = 0; e < d; ++e) oh[i][e] *= softplus(g[t * qw + h * d + e]);
+        }
       }
     }
-    for (; j < nk; ++j) {
-      sc[static_cast<size_t>(j)] = dot(qh, key(j0 + j), d) * scale;
-      mx = std::max(mx, sc[static_cast<size_t>(j)]);
-    }
-    float sum = 0.0f;
-    for (int64_t jj = 0; jj < nk; ++jj)
-      sum += (sc[static_cast<size_t>(jj)] = std::exp(sc[static_cast<size_t>(jj)] - mx));
-    float* oh = o + t * qw + h * d;
-    vp.resize(static_cast<size_t>(nk));
-    for (int64_t jj = 0; jj < nk; ++jj) {
-      sc[static_cast<size_t>(jj)] /= sum;
-      vp[static_cast<size_t>(jj)] = val(j0 + jj);
-    }
-    weighted_sum(sc.data(), vp.data(), nk, d, oh);
-    // Output gate: softplus in fp32, per head or per element (elementwise on the finished head).
-    if (L.gate == GateMode::kPerHead) {
-      const float gh = softplus(g[t * nh + h]);
-      for (int64_t e = 0; e < d; ++e) oh[e] *= gh;
-    } else if (L.gate == GateMode::kPerElement) {
-      for (int64_t e = 0; e < d; ++e) oh[e] *= softplus(g[t * qw + h * d + e]);
-    }
   };
-  // One task per (token, head), the ranges cut at equal key counts (causal prefill is triangular).
-  thread_local std::vector<int64_t> cost;  // [T·nh + 1]
+  // The ranges cut at equal key counts (causal prefill is triangular).
+  thread_local std::vector<int64_t> cost;  // [T·nkv + 1]
   cost.assign(1, 0);
-  for (int64_t th = 0; th < T * nh; ++th)
-    cost.push_back(cost.back() + lay.pos[static_cast<size_t>(th / nh)] - first_key(th / nh) + 1 + 8);
+  for (int64_t tg = 0; tg < T * nkv; ++tg)
+    cost.push_back(cost.back() +
+                   (lay.pos[static_cast<size_t>(tg / nkv)] - first_key(tg / nkv) + 1 + 8) * group);
   parallel_for(
-      T * nh,
+      T * nkv,
       [&](int64_t b, int64_t e) {
-        thread_local std::vector<float> sc;         // [keys] one head's scores, then weights
-        thread_local std::vector<const float*> vp;  // [keys] their value rows
-        for (int64_t th = b; th < e; ++th) head(th, sc, vp);
+        thread_local Buffers bf;
+        for (int64_t tg = b; tg < e; ++tg) kv_group(tg, bf);
       },
       cost.data());
   // Sliding layers: the call's last W keys enter the ring after every query has read the old ones.

@@ -324,6 +324,65 @@ void weighted_sum_avx512(const float* a, const float* const* v, int64_t nv, int6
   }
 }
 
+// Up to four heads × four keys: 16 accumulators, each key and query chunk loaded once per step.
+template <int NQ>
+void dot4_heads_avx512(const float* const* q, const float* const* k, int64_t n, float* s) {
+  __m512 acc[NQ][4];
+#pragma GCC unroll 4
+  for (int i = 0; i < NQ; ++i)
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) acc[i][r] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < n; c += kLanes) {
+    __m512 kv[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) kv[r] = _mm512_loadu_ps(k[r] + c);
+#pragma GCC unroll 4
+    for (int i = 0; i < NQ; ++i) {
+      const __m512 qv = _mm512_loadu_ps(q[i] + c);
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) acc[i][r] = _mm512_add_ps(acc[i][r], _mm512_mul_ps(kv[r], qv));
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < NQ; ++i)
+    _mm_storeu_ps(s + 4 * i, tree16x4_avx512(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
+}
+
+// Up to four heads' value sums over the same rows, 64 outputs of each at a time (16 accumulators).
+template <int NQ>
+void weighted_sum_heads_avx512(const float* const* a, const float* const* v, int64_t nv, int64_t d,
+                               float* const* out) {
+  int64_t e = 0;
+  for (; e + 64 <= d; e += 64) {
+    __m512 o[NQ][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < NQ; ++i)
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) o[i][u] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < nv; ++j) {
+      __m512 vv[4];
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) vv[u] = _mm512_loadu_ps(v[j] + e + 16 * u);
+#pragma GCC unroll 4
+      for (int i = 0; i < NQ; ++i) {
+        const __m512 aj = _mm512_set1_ps(a[i][j]);
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u) o[i][u] = _mm512_add_ps(o[i][u], _mm512_mul_ps(aj, vv[u]));
+      }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < NQ; ++i)
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) _mm512_storeu_ps(out[i] + e + 16 * u, o[i][u]);
+  }
+  for (; e < d; ++e)
+    for (int i = 0; i < NQ; ++i) {
+      float o = 0.0f;
+      for (int64_t j = 0; j < nv; ++j) o += a[i][j] * v[j][e];
+      out[i][e] = o;
+    }
+}
+
 }  // namespace
 
 #pragma GCC diagnostic pop
@@ -402,6 +461,47 @@ void weighted_sum(const float* a, const float* const* v, int64_t nv, int64_t d, 
 void axpy(float a, const float* x, float* y, int64_t n) {
   if (have_avx2()) return axpy_avx2(a, x, y, n);
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+}  // namespace gridq::runtime::cpu
+
+namespace gridq::runtime::cpu {
+
+void dot4_heads(const float* const* q, int nq, const float* const* k, int64_t n, float* s) {
+  if (have_avx512() && n % kLanes == 0) {
+    switch (nq) {
+      case 4:
+        return dot4_heads_avx512<4>(q, k, n, s);
+      case 3:
+        return dot4_heads_avx512<3>(q, k, n, s);
+      case 2:
+        return dot4_heads_avx512<2>(q, k, n, s);
+      case 1:
+        return dot4_heads_avx512<1>(q, k, n, s);
+      default:
+        break;
+    }
+  }
+  for (int i = 0; i < nq; ++i) dot4(q[i], k, n, s + 4 * i);
+}
+
+void weighted_sum_heads(const float* const* a, int nq, const float* const* v, int64_t nv, int64_t d,
+                        float* const* out) {
+  if (have_avx512()) {
+    switch (nq) {
+      case 4:
+        return weighted_sum_heads_avx512<4>(a, v, nv, d, out);
+      case 3:
+        return weighted_sum_heads_avx512<3>(a, v, nv, d, out);
+      case 2:
+        return weighted_sum_heads_avx512<2>(a, v, nv, d, out);
+      case 1:
+        return weighted_sum_heads_avx512<1>(a, v, nv, d, out);
+      default:
+        break;
+    }
+  }
+  for (int i = 0; i < nq; ++i) weighted_sum(a[i], v, nv, d, out[i]);
 }
 
 }  // namespace gridq::runtime::cpu

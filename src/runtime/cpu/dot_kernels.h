@@ -39,6 +39,14 @@ void widen_e4m3(const uint8_t* in, float* out, int64_t n);
 // out[e] = Σ_j a[j]·v[j][e] for e < d, j ascending, each step a product then a sum from out = 0: the bits of
 // fill(out, 0) and then axpy(a[j], v[j], out, d) for each j (attention's value sum).
 void weighted_sum(const float* a, const float* const* v, int64_t nv, int64_t d, float* out);
+// Several query heads against the same rows at once (attention's GQA groups: each key and value row is
+// loaded once for all of them), the bits of the single-head calls.
+inline constexpr int kHeadsPerPass = 4;
+// s[i·4 + r] = dot(q[i], k[r], n) for i < nq ≤ kHeadsPerPass, r < 4.
+void dot4_heads(const float* const* q, int nq, const float* const* k, int64_t n, float* s);
+// weighted_sum(a[i], v, nv, d, out[i]) for i < nq ≤ kHeadsPerPass.
+void weighted_sum_heads(const float* const* a, int nq, const float* const* v, int64_t nv, int64_t d,
+                        float* const* out);
 // y[i] += a * x[i] for i < n, rounded exactly as that scalar loop (vectorised, no FMA).
 void axpy(float a, const float* x, float* y, int64_t n);
 
