@@ -216,8 +216,8 @@ Expected<LayerCapture> LayerStreamer::Impl::run(int l) {
   std::vector<float> smp_wt;         // [|mlp_rows|, K]
   std::vector<std::vector<float>> smp_ex_x(static_cast<size_t>(E)), smp_ex_u(static_cast<size_t>(E));
 
-  std::vector<float> a_scratch;
-  const float* h_mlp = nullptr;  // the residual the mlp_in rows normalised (valid during the MLP)
+  cpu::LineVector<float> a_scratch;  // the layers' normalised inputs (cpu/scratch.h: line-aligned)
+  const float* h_mlp = nullptr;      // the residual the mlp_in rows normalised (valid during the MLP)
   int64_t chunk = 0, s0 = 0;
   const bool weighted = opts.router_weighted_hessian;
 

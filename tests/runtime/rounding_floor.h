@@ -33,7 +33,7 @@ inline std::vector<float> forward_all(const model::ModelSpec& spec, const ModelW
   }
   std::vector<float> x(static_cast<size_t>(T * H));  // [T, H] residual stream
   for (int64_t t = 0; t < T; ++t) dequantize_row(w.embed, tokens[static_cast<size_t>(t)], x.data() + t * H);
-  std::vector<float> a;
+  cpu::LineVector<float> a;
   for (int l = 0; l < spec.n_layers; ++l) {
     lay.seqs[0].cache = &caches[static_cast<size_t>(l)];
     cpu::decoder_layer(spec, w.layers[static_cast<size_t>(l)], l, lay, x.data(), a);

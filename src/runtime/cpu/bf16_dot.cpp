@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/numerics.h"
+#include "runtime/cpu/scratch.h"
 #include "runtime/cpu/simd_tree.h"
 #include "runtime/cpu/thread_pool.h"
 
@@ -150,7 +151,7 @@ void dot_rows(const typename W::T* w, int64_t C, int nr, const uint16_t* xb, int
 // Prefill over E4M3 rows: the block's rows widened to BF16 once (exact), then the BF16 tiles, instead of
 // converting every step again for every 4 tokens. The same bits: the tile sees the same BF16 values.
 void e4m3_prefill(const uint8_t* w, int64_t C, int nr, const uint16_t* xb, int64_t T, float* y, int64_t ldy) {
-  thread_local std::vector<uint16_t> rows;  // [4, C]
+  thread_local LineVector<uint16_t> rows;  // [4, C]
   rows.resize(static_cast<size_t>(4 * C));
   for (int i = 0; i < nr; ++i) {
     int64_t c = 0;

@@ -12,6 +12,7 @@
 #include "gridbook/scale_coding.h"
 #include "runtime/cpu/bf16_dot.h"
 #include "runtime/cpu/dot_kernels.h"
+#include "runtime/cpu/scratch.h"
 #include "runtime/cpu/simd_tree.h"
 
 namespace gridq::runtime::cpu {
@@ -273,7 +274,7 @@ void cb_dot_rows_bf16(const QMatrix& m, int64_t r0, int nr, const uint16_t* xb, 
     return cb_k16v2_bf16<3>(m, r0, nr, xb, y, ldy);
   }
   // Other rungs, and prefill: the rows decoded to BF16 once, then the BF16 kernels' tiles.
-  thread_local std::vector<uint16_t> rows;  // [4, cols]
+  thread_local LineVector<uint16_t> rows;  // [4, cols]
   rows.resize(static_cast<size_t>(4 * m.cols));
   for (int i = 0; i < nr; ++i) decode_cb_row_bf16(m, r0 + i, rows.data() + i * m.cols);
   bf16_dot_rows(rows.data(), m.cols, nr, xb, T, y, ldy);

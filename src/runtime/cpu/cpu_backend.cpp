@@ -186,14 +186,14 @@ Status CpuBackend::forward(std::span<const BatchItem> items, std::vector<float>&
     for (int p : state[i]->pages) page_ptrs[i].push_back(page_mem_[static_cast<size_t>(p)].data());
   }
 
-  std::vector<float>& x = step_.x;  // [T, H] residual stream
+  LineVector<float>& x = step_.x;  // [T, H] residual stream
   x.resize(static_cast<size_t>(T * H));
   {
     int64_t t = 0;
     for (const auto& item : items)
       for (int32_t tok : item.tokens) dequantize_row(w_.embed, tok, x.data() + (t++) * H);
   }
-  std::vector<float>& a = step_.a;  // [T, H] normalised input of a block (scratch)
+  LineVector<float>& a = step_.a;  // [T, H] normalised input of a block (scratch)
   for (int l = 0; l < spec_.n_layers; ++l) {
     for (size_t i = 0; i < items.size(); ++i) {
       LayerCache& c = state[i]->layers[static_cast<size_t>(l)];
@@ -227,7 +227,7 @@ Status CpuBackend::forward(std::span<const BatchItem> items, std::vector<float>&
   }
   if (rows.empty()) return {};
   const int64_t R = static_cast<int64_t>(rows.size());
-  std::vector<float>& h = step_.h;  // [R, H] the final norm of the rows with logits
+  LineVector<float>& h = step_.h;  // [R, H] the final norm of the rows with logits
   h.resize(static_cast<size_t>(R * H));
   for (int64_t r = 0; r < R; ++r)
     rmsnorm_rows(x.data() + rows[static_cast<size_t>(r)] * H, w_.final_norm.data(), 1, H, spec_.norm_eps,

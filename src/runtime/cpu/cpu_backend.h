@@ -77,8 +77,8 @@ class CpuBackend final : public Backend {
   std::unordered_map<SeqId, SeqState> seqs_;
   CpuOptions opts_;
   PagePool pool_;
-  std::vector<std::vector<float>> page_mem_;  // [page] the page's K and V of every full layer
-  std::vector<int64_t> k_off_;                // [layer] float offset of a full layer's K inside a page
+  std::vector<LineVector<float>> page_mem_;  // [page] the page's K and V of every full layer
+  std::vector<int64_t> k_off_;               // [layer] float offset of a full layer's K inside a page
   int64_t page_floats_ = 0;
   int64_t reach_ = 0;  // Σ over sliding layers of (window − 1): PrefixHit::resume
   // A forward's layout and buffers, kept between calls so a decode step does not allocate.
@@ -86,8 +86,8 @@ class CpuBackend final : public Backend {
     AttnLayout lay;
     std::vector<SeqState*> state;                // [n_items]
     std::vector<std::vector<float*>> page_ptrs;  // [n_items] page memory of the sequence's pages
-    std::vector<float> x, a;                     // [T, H] residual stream; a block's normalised input
-    std::vector<float> h;                        // [R, H] final norm of the rows that want logits
+    LineVector<float> x, a;                      // [T, H] residual stream; a block's normalised input
+    LineVector<float> h;                         // [R, H] final norm of the rows that want logits
     std::vector<int64_t> rows;                   // [R] those rows
   } step_;
 };

@@ -127,7 +127,7 @@ void rmsnorm_rows(const float* in, const float* w, int64_t T, int64_t n, float e
 }
 
 void decoder_layer(const model::ModelSpec& spec, const LayerWeights& lw, int l, const AttnLayout& lay,
-                   float* x, std::vector<float>& a, const LayerHooks* hooks) {
+                   float* x, LineVector<float>& a, const LayerHooks* hooks) {
   const int64_t T = lay.tokens(), H = spec.hidden_size;
   a.resize(static_cast<size_t>(T * H));
   rmsnorm_rows(x, lw.input_norm.data(), T, H, spec.norm_eps, a.data());

@@ -12,6 +12,7 @@
 
 #include "core/status.h"
 #include "model/model_spec.h"
+#include "runtime/cpu/scratch.h"
 #include "runtime/model_weights.h"
 
 namespace gridq::runtime::cpu {
@@ -26,8 +27,8 @@ struct PagedKv {
 
 // One layer's KV state of one sequence.
 struct LayerCache {
-  std::vector<float> k;  // full: [len, n_kv*d], grows; sliding: [W, n_kv*d] ring, slot = pos % W
-  std::vector<float> v;
+  LineVector<float> k;  // full: [len, n_kv*d], grows; sliding: [W, n_kv*d] ring, slot = pos % W
+  LineVector<float> v;
   PagedKv paged;  // full layers: pages set: k and v unused
 };
 
@@ -83,7 +84,7 @@ void rmsnorm_rows(const float* in, const float* w, int64_t T, int64_t n, float e
 // that ends up holding the post_attention_layernorm output. The sequences' caches advance by their rows;
 // the caller bumps `past` for the next call.
 void decoder_layer(const model::ModelSpec& spec, const LayerWeights& lw, int l, const AttnLayout& lay,
-                   float* x, std::vector<float>& a, const LayerHooks* hooks = nullptr);
+                   float* x, LineVector<float>& a, const LayerHooks* hooks = nullptr);
 
 // x += o_proj(gate ⊙ attention(a)) over the layout's sequences.
 void attention(const model::ModelSpec& spec, const LayerWeights& lw, int l, const AttnLayout& lay,

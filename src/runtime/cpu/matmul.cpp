@@ -41,9 +41,9 @@ struct Input {
   const float* x = nullptr;
   int64_t T = 0, C = 0;
   Contract k = Contract::kNone;
-  bool bf16 = false;                      // the matrix runs on the fast path (bf16_dot.h)
-  std::vector<float>* buf = nullptr;      // [T·C values | T scales]
-  std::vector<uint16_t>* bbuf = nullptr;  // [T·C] bf16 values (bf16 only)
+  bool bf16 = false;                     // the matrix runs on the fast path (bf16_dot.h)
+  LineVector<float>* buf = nullptr;      // [T·C values | T scales]
+  LineVector<uint16_t>* bbuf = nullptr;  // [T·C] bf16 values (bf16 only)
   const float* xa() const { return k == Contract::kNone ? x : buf->data(); }
   const float* scale() const { return buf->data() + T * C; }
   const uint16_t* xb() const { return bbuf->data(); }
@@ -188,7 +188,7 @@ void run_blocks(const MatJob& j, const Input& in, int64_t b0, int64_t b1) {
   }
   // Prefill walks the tokens in tiles that stay in L2 (x is re-read once per 4-row block); each thread
   // keeps its row blocks for every tile.
-  thread_local std::vector<float> wrow;  // [kRowBlock, C] the block's rows widened
+  thread_local LineVector<float> wrow;  // [kRowBlock, C] the block's rows widened
   wrow.resize(static_cast<size_t>(kRowBlock * C));
   const int64_t tile =
       std::max<int64_t>(16, (int64_t{256} << 10) / (C * static_cast<int64_t>(sizeof(float))));
@@ -221,9 +221,9 @@ void matmul(const QMatrix& w, const float* x, int64_t T, float* y) {
 void matmul_jobs(std::span<const MatJob> jobs) {
   // Kept per calling thread: a decode step allocates nothing here once warm. (Named references, because a
   // lambda run by a worker would otherwise see that worker's own thread_local instances.)
-  thread_local std::vector<Input> t_inputs;                    // [jobs] each job's contract input
-  thread_local std::vector<std::vector<float>> t_buffers;      // contract outputs, one per distinct input
-  thread_local std::vector<std::vector<uint16_t>> t_bbuffers;  // the same rounded to BF16 (fast path)
+  thread_local std::vector<Input> t_inputs;                   // [jobs] each job's contract input
+  thread_local std::vector<LineVector<float>> t_buffers;      // contract outputs, one per distinct input
+  thread_local std::vector<LineVector<uint16_t>> t_bbuffers;  // the same rounded to BF16 (fast path)
   thread_local std::vector<int64_t> t_first, t_cost;  // [jobs + 1] first block; [blocks + 1] prefix cost
   thread_local std::vector<std::pair<const Input*, int64_t>> t_todo;  // (input, token) contract tasks
   thread_local std::vector<bool> t_owner;  // [jobs] the job whose input buffers the others share
@@ -311,8 +311,8 @@ void matmul_jobs(std::span<const MatJob> jobs) {
     body(0, blocks);
   // A prompt's (or the quantizer's chunk's) contract copies are not kept: only decode-sized ones are.
   for (size_t i = 0; i < n_buf; ++i) {
-    if (buffers[i].capacity() > Scratch::kKeepFloats) std::vector<float>().swap(buffers[i]);
-    if (bbuffers[i].capacity() > Scratch::kKeepFloats) std::vector<uint16_t>().swap(bbuffers[i]);
+    if (buffers[i].capacity() > Scratch::kKeepFloats) LineVector<float>().swap(buffers[i]);
+    if (bbuffers[i].capacity() > Scratch::kKeepFloats) LineVector<uint16_t>().swap(bbuffers[i]);
   }
 }
 
