@@ -9,6 +9,7 @@
 #include <bit>
 
 #include "core/numerics.h"
+#include "runtime/cpu/dot_kernels_avx512.h"
 #include "runtime/cpu/simd_tree.h"
 
 namespace gridq::runtime::cpu {
@@ -238,156 +239,6 @@ void axpy_avx2(float a, const float* __restrict x, float* __restrict y, int64_t 
 
 #pragma GCC pop_options
 
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx2,f16c")
-// AVX-512F brings FMA with it, and GCC would fuse a product and its sum (vector intrinsics and scalar
-// tails alike): the order wants them rounded apart.
-#pragma GCC optimize("fp-contract=off")
-// GCC 12 reports the self-initialised _mm512_undefined_ps() inside its own shuffle and permute intrinsics
-// as uninitialised (a false positive of the header, not of this code).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
-namespace {
-
-// The 16 lanes of the order in one zmm (lane j = lane j of the AVX2 kernels' lo|hi): the same products
-// and sums, half the instructions, and the four trees in one pass (tree16x4_avx512).
-struct F32z {
-  using T = float;
-  using Y = F32;  // the AVX2 loader, for tails
-  static __m512 load(const float* p) { return _mm512_loadu_ps(p); }
-};
-struct Bf16z {
-  using T = uint16_t;
-  using Y = Bf16;
-  static __m512 load(const uint16_t* p) {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-};
-
-template <typename L>
-void dot4_avx512(const typename L::T* const* w, const float* x, int64_t n, float* y, int64_t pf = 0) {
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  const typename L::T *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    constexpr int64_t kLine = 64 / sizeof(typename L::T);  // elements per cache line
-    if (pf > 0 && i % kLine == 0) {
-      _mm_prefetch(reinterpret_cast<const char*>(w0 + i + pf), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(w1 + i + pf), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(w2 + i + pf), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(w3 + i + pf), _MM_HINT_T0);
-    }
-    const __m512 xv = _mm512_loadu_ps(x + i);
-    a0 = _mm512_add_ps(a0, _mm512_mul_ps(L::load(w0 + i), xv));
-    a1 = _mm512_add_ps(a1, _mm512_mul_ps(L::load(w1 + i), xv));
-    a2 = _mm512_add_ps(a2, _mm512_mul_ps(L::load(w2 + i), xv));
-    a3 = _mm512_add_ps(a3, _mm512_mul_ps(L::load(w3 + i), xv));
-  }
-  if (i == n) return _mm_storeu_ps(y, tree16x4_avx512(a0, a1, a2, a3));
-  const __m512 a[4] = {a0, a1, a2, a3};
-  for (int r = 0; r < 4; ++r)
-    y[r] = finish_tail<typename L::Y>(_mm512_castps512_ps256(a[r]),
-                                      _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a[r]), 1)),
-                                      w[r], x, i, n);
-}
-
-// weighted_sum_avx2 with 128 outputs held in eight zmm registers; each output element still takes its
-// products and sums in j order.
-void weighted_sum_avx512(const float* a, const float* const* v, int64_t nv, int64_t d, float* out) {
-  int64_t e = 0;
-  for (; e + 128 <= d; e += 128) {
-    __m512 o[8];
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k) o[k] = _mm512_setzero_ps();
-    for (int64_t j = 0; j < nv; ++j) {
-      const __m512 aj = _mm512_set1_ps(a[j]);
-      const float* vj = v[j] + e;
-#pragma GCC unroll 8
-      for (int k = 0; k < 8; ++k) o[k] = _mm512_add_ps(o[k], _mm512_mul_ps(aj, _mm512_loadu_ps(vj + 16 * k)));
-    }
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; ++k) _mm512_storeu_ps(out + e + 16 * k, o[k]);
-  }
-  for (; e + 16 <= d; e += 16) {
-    __m512 o = _mm512_setzero_ps();
-    for (int64_t j = 0; j < nv; ++j)
-      o = _mm512_add_ps(o, _mm512_mul_ps(_mm512_set1_ps(a[j]), _mm512_loadu_ps(v[j] + e)));
-    _mm512_storeu_ps(out + e, o);
-  }
-  for (; e < d; ++e) {
-    float o = 0.0f;
-    for (int64_t j = 0; j < nv; ++j) o += a[j] * v[j][e];
-    out[e] = o;
-  }
-}
-
-// Up to four heads × four keys: 16 accumulators, each key and query chunk loaded once per step.
-template <int NQ>
-void dot4_heads_avx512(const float* const* q, const float* const* k, int64_t n, float* s) {
-  __m512 acc[NQ][4];
-#pragma GCC unroll 4
-  for (int i = 0; i < NQ; ++i)
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r) acc[i][r] = _mm512_setzero_ps();
-  for (int64_t c = 0; c < n; c += kLanes) {
-    __m512 kv[4];
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r) kv[r] = _mm512_loadu_ps(k[r] + c);
-#pragma GCC unroll 4
-    for (int i = 0; i < NQ; ++i) {
-      const __m512 qv = _mm512_loadu_ps(q[i] + c);
-#pragma GCC unroll 4
-      for (int r = 0; r < 4; ++r) acc[i][r] = _mm512_add_ps(acc[i][r], _mm512_mul_ps(kv[r], qv));
-    }
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < NQ; ++i)
-    _mm_storeu_ps(s + 4 * i, tree16x4_avx512(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
-}
-
-// Up to four heads' value sums over the same rows, 64 outputs of each at a time (16 accumulators).
-template <int NQ>
-void weighted_sum_heads_avx512(const float* const* a, const float* const* v, int64_t nv, int64_t d,
-                               float* const* out) {
-  int64_t e = 0;
-  for (; e + 64 <= d; e += 64) {
-    __m512 o[NQ][4];
-#pragma GCC unroll 4
-    for (int i = 0; i < NQ; ++i)
-#pragma GCC unroll 4
-      for (int u = 0; u < 4; ++u) o[i][u] = _mm512_setzero_ps();
-    for (int64_t j = 0; j < nv; ++j) {
-      __m512 vv[4];
-#pragma GCC unroll 4
-      for (int u = 0; u < 4; ++u) vv[u] = _mm512_loadu_ps(v[j] + e + 16 * u);
-#pragma GCC unroll 4
-      for (int i = 0; i < NQ; ++i) {
-        const __m512 aj = _mm512_set1_ps(a[i][j]);
-#pragma GCC unroll 4
-        for (int u = 0; u < 4; ++u) o[i][u] = _mm512_add_ps(o[i][u], _mm512_mul_ps(aj, vv[u]));
-      }
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < NQ; ++i)
-#pragma GCC unroll 4
-      for (int u = 0; u < 4; ++u) _mm512_storeu_ps(out[i] + e + 16 * u, o[i][u]);
-  }
-  for (; e < d; ++e)
-    for (int i = 0; i < NQ; ++i) {
-      float o = 0.0f;
-      for (int64_t j = 0; j < nv; ++j) o += a[i][j] * v[j][e];
-      out[i][e] = o;
-    }
-}
-
-}  // namespace
-
-#pragma GCC diagnostic pop
-#pragma GCC pop_options
-
 bool have_avx512() {
   static const bool ok =
       have_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
@@ -400,7 +251,7 @@ float dot(const float* a, const float* b, int64_t n) {
 }
 
 void dot4(const float* x, const float* const* w, int64_t n, float* y) {
-  if (have_avx512()) return dot4_avx512<F32z>(w, x, n, y);
+  if (have_avx512() && n % kLanes == 0) return dot4_f32_avx512(w, x, n, y);
   if (have_avx2()) return dot4_avx2<F32>(w, x, n, y);
   for (int r = 0; r < 4; ++r) y[r] = dot(w[r], x, n);
 }
@@ -411,7 +262,7 @@ float dot_bf16(const uint16_t* w, const float* x, int64_t n, int64_t pf) {
 }
 
 void dot4_bf16(const float* x, const uint16_t* const* w, int64_t n, float* y, int64_t pf) {
-  if (have_avx512()) return dot4_avx512<Bf16z>(w, x, n, y, pf);
+  if (have_avx512() && n % kLanes == 0) return dot4_bf16_avx512(w, x, n, y, pf);
   if (have_avx2()) return dot4_avx2<Bf16>(w, x, n, y, pf);
   for (int r = 0; r < 4; ++r) y[r] = dot_bf16(w[r], x, n);
 }
@@ -463,44 +314,15 @@ void axpy(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
-}  // namespace gridq::runtime::cpu
-
-namespace gridq::runtime::cpu {
-
 void dot4_heads(const float* const* q, int nq, const float* const* k, int64_t n, float* s) {
-  if (have_avx512() && n % kLanes == 0) {
-    switch (nq) {
-      case 4:
-        return dot4_heads_avx512<4>(q, k, n, s);
-      case 3:
-        return dot4_heads_avx512<3>(q, k, n, s);
-      case 2:
-        return dot4_heads_avx512<2>(q, k, n, s);
-      case 1:
-        return dot4_heads_avx512<1>(q, k, n, s);
-      default:
-        break;
-    }
-  }
+  if (have_avx512() && n % kLanes == 0 && nq >= 1 && nq <= kHeadsPerPass)
+    return dot4_heads_avx512(q, nq, k, n, s);
   for (int i = 0; i < nq; ++i) dot4(q[i], k, n, s + 4 * i);
 }
 
 void weighted_sum_heads(const float* const* a, int nq, const float* const* v, int64_t nv, int64_t d,
                         float* const* out) {
-  if (have_avx512()) {
-    switch (nq) {
-      case 4:
-        return weighted_sum_heads_avx512<4>(a, v, nv, d, out);
-      case 3:
-        return weighted_sum_heads_avx512<3>(a, v, nv, d, out);
-      case 2:
-        return weighted_sum_heads_avx512<2>(a, v, nv, d, out);
-      case 1:
-        return weighted_sum_heads_avx512<1>(a, v, nv, d, out);
-      default:
-        break;
-    }
-  }
+  if (have_avx512() && nq >= 1 && nq <= kHeadsPerPass) return weighted_sum_heads_avx512(a, nq, v, nv, d, out);
   for (int i = 0; i < nq; ++i) weighted_sum(a[i], v, nv, d, out[i]);
 }
 

@@ -1,0 +1,195 @@
+// The AVX-512 forms of the reference-order kernels (dot_kernels_avx512.h): the 16 lanes of the order in
+// one zmm, so the same products and sums as the AVX2 kernels with half the instructions and the four
+// trees in one pass. Compiled for AVX-512F/BW; called only when have_avx512().
+#include "runtime/cpu/dot_kernels_avx512.h"
+
+#include <immintrin.h>
+
+#include "runtime/cpu/simd_tree.h"
+
+namespace gridq::runtime::cpu {
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx2,f16c")
+// AVX-512F brings FMA with it, and GCC would fuse a product and its sum (vector intrinsics and scalar
+// tails alike): the order wants them rounded apart.
+#pragma GCC optimize("fp-contract=off")
+// GCC 12 reports the self-initialised _mm512_undefined_ps() inside its own shuffle and permute intrinsics
+// as uninitialised (a false positive of the header, not of this code).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace {
+
+constexpr int kLanes = 16;
+
+// The 16 lanes of the order in one zmm (lane j = lane j of the AVX2 kernels' lo|hi): the same products
+// and sums, half the instructions, and the four trees in one pass (tree16x4_avx512).
+struct F32z {
+  using T = float;
+  static __m512 load(const float* p) { return _mm512_loadu_ps(p); }
+};
+struct Bf16z {
+  using T = uint16_t;
+  static __m512 load(const uint16_t* p) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+};
+
+template <typename L>
+void dot4_avx512(const typename L::T* const* w, const float* x, int64_t n, float* y, int64_t pf = 0) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  const typename L::T *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3];
+  for (int64_t i = 0; i < n; i += kLanes) {
+    constexpr int64_t kLine = 64 / sizeof(typename L::T);  // elements per cache line
+    if (pf > 0 && i % kLine == 0) {
+      _mm_prefetch(reinterpret_cast<const char*>(w0 + i + pf), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(w1 + i + pf), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(w2 + i + pf), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(w3 + i + pf), _MM_HINT_T0);
+    }
+    const __m512 xv = _mm512_loadu_ps(x + i);
+    a0 = _mm512_add_ps(a0, _mm512_mul_ps(L::load(w0 + i), xv));
+    a1 = _mm512_add_ps(a1, _mm512_mul_ps(L::load(w1 + i), xv));
+    a2 = _mm512_add_ps(a2, _mm512_mul_ps(L::load(w2 + i), xv));
+    a3 = _mm512_add_ps(a3, _mm512_mul_ps(L::load(w3 + i), xv));
+  }
+  _mm_storeu_ps(y, tree16x4_avx512(a0, a1, a2, a3));
+}
+
+// weighted_sum (the AVX2 form) with 128 outputs held in eight zmm registers; each output element still takes
+// its products and sums in j order.
+void weighted_sum_1_avx512(const float* a, const float* const* v, int64_t nv, int64_t d, float* out) {
+  int64_t e = 0;
+  for (; e + 128 <= d; e += 128) {
+    __m512 o[8];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) o[k] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < nv; ++j) {
+      const __m512 aj = _mm512_set1_ps(a[j]);
+      const float* vj = v[j] + e;
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k) o[k] = _mm512_add_ps(o[k], _mm512_mul_ps(aj, _mm512_loadu_ps(vj + 16 * k)));
+    }
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) _mm512_storeu_ps(out + e + 16 * k, o[k]);
+  }
+  for (; e + 16 <= d; e += 16) {
+    __m512 o = _mm512_setzero_ps();
+    for (int64_t j = 0; j < nv; ++j)
+      o = _mm512_add_ps(o, _mm512_mul_ps(_mm512_set1_ps(a[j]), _mm512_loadu_ps(v[j] + e)));
+    _mm512_storeu_ps(out + e, o);
+  }
+  for (; e < d; ++e) {
+    float o = 0.0f;
+    for (int64_t j = 0; j < nv; ++j) o += a[j] * v[j][e];
+    out[e] = o;
+  }
+}
+
+// Up to four heads × four keys: 16 accumulators, each key and query chunk loaded once per step.
+template <int NQ>
+void dot4_heads_n(const float* const* q, const float* const* k, int64_t n, float* s) {
+  __m512 acc[NQ][4];
+#pragma GCC unroll 4
+  for (int i = 0; i < NQ; ++i)
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) acc[i][r] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < n; c += kLanes) {
+    __m512 kv[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) kv[r] = _mm512_loadu_ps(k[r] + c);
+#pragma GCC unroll 4
+    for (int i = 0; i < NQ; ++i) {
+      const __m512 qv = _mm512_loadu_ps(q[i] + c);
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) acc[i][r] = _mm512_add_ps(acc[i][r], _mm512_mul_ps(kv[r], qv));
+    }
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < NQ; ++i)
+    _mm_storeu_ps(s + 4 * i, tree16x4_avx512(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
+}
+
+// Up to four heads' value sums over the same rows, 64 outputs of each at a time (16 accumulators).
+template <int NQ>
+void weighted_sum_heads_n(const float* const* a, const float* const* v, int64_t nv, int64_t d,
+                          float* const* out) {
+  int64_t e = 0;
+  for (; e + 64 <= d; e += 64) {
+    __m512 o[NQ][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < NQ; ++i)
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) o[i][u] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < nv; ++j) {
+      __m512 vv[4];
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) vv[u] = _mm512_loadu_ps(v[j] + e + 16 * u);
+#pragma GCC unroll 4
+      for (int i = 0; i < NQ; ++i) {
+        const __m512 aj = _mm512_set1_ps(a[i][j]);
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u) o[i][u] = _mm512_add_ps(o[i][u], _mm512_mul_ps(aj, vv[u]));
+      }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < NQ; ++i)
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) _mm512_storeu_ps(out[i] + e + 16 * u, o[i][u]);
+  }
+  for (; e < d; ++e)
+    for (int i = 0; i < NQ; ++i) {
+      float o = 0.0f;
+      for (int64_t j = 0; j < nv; ++j) o += a[i][j] * v[j][e];
+      out[i][e] = o;
+    }
+}
+
+}  // namespace
+
+void dot4_f32_avx512(const float* const* w, const float* x, int64_t n, float* y) {
+  dot4_avx512<F32z>(w, x, n, y);
+}
+
+void dot4_bf16_avx512(const uint16_t* const* w, const float* x, int64_t n, float* y, int64_t pf) {
+  dot4_avx512<Bf16z>(w, x, n, y, pf);
+}
+
+void weighted_sum_avx512(const float* a, const float* const* v, int64_t nv, int64_t d, float* out) {
+  weighted_sum_1_avx512(a, v, nv, d, out);
+}
+
+void dot4_heads_avx512(const float* const* q, int nq, const float* const* k, int64_t n, float* s) {
+  switch (nq) {
+    case 4:
+      return dot4_heads_n<4>(q, k, n, s);
+    case 3:
+      return dot4_heads_n<3>(q, k, n, s);
+    case 2:
+      return dot4_heads_n<2>(q, k, n, s);
+    default:
+      return dot4_heads_n<1>(q, k, n, s);
+  }
+}
+
+void weighted_sum_heads_avx512(const float* const* a, int nq, const float* const* v, int64_t nv, int64_t d,
+                               float* const* out) {
+  switch (nq) {
+    case 4:
+      return weighted_sum_heads_n<4>(a, v, nv, d, out);
+    case 3:
+      return weighted_sum_heads_n<3>(a, v, nv, d, out);
+    case 2:
+      return weighted_sum_heads_n<2>(a, v, nv, d, out);
+    default:
+      return weighted_sum_heads_n<1>(a, v, nv, d, out);
+  }
+}
+
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+
+}  // namespace gridq::runtime::cpu
