@@ -15,6 +15,7 @@
 
 #include "../gridbook/synthetic_artifact.h"
 #include "core/numerics.h"
+#include "greedy_logits.h"
 #include "parity_util.h"
 #include "runtime/cpu/bf16_dot.h"
 #include "runtime/engine.h"
@@ -157,21 +158,8 @@ std::vector<float> run(const std::string& kernels, int threads, int chunk, const
   if (!eng.ok()) return {};
   Engine& e = **eng;
   EXPECT_NE(e.device_log().find("cpu kernels " + kernels), std::string::npos) << e.device_log();
-  SeqId s = e.create_sequence();
-  auto lg =
-      e.prefill(s, std::span<const int32_t>(fx.ids.data(), static_cast<size_t>(fx.T)), LogitsMode::kAll);
-  EXPECT_TRUE(lg.ok());
-  std::vector<float> all = *lg;
-  std::vector<float> last(all.end() - e.vocab_size(), all.end());
-  for (int step = 0; step < 6; ++step) {
-    SeqId ids[1] = {s};
-    int32_t tk[1] = {argmax(last)};
-    auto d = e.decode(ids, tk);
-    EXPECT_TRUE(d.ok());
-    last = *d;
-    all.insert(all.end(), last.begin(), last.end());
-  }
-  return all;
+  return testing::prefill_then_greedy(e, std::span<const int32_t>(fx.ids.data(), static_cast<size_t>(fx.T)),
+                                      6);
 }
 
 TEST(CpuBf16, SameBitsAcrossThreadCountsAndPrefillChunks) {

@@ -5,9 +5,9 @@
 
 #include <cstring>
 
+#include "greedy_logits.h"
 #include "parity_util.h"
 #include "runtime/engine.h"
-#include "runtime/sampler.h"
 
 namespace gridq::runtime {
 namespace {
@@ -19,22 +19,9 @@ std::vector<float> run(int threads, const testing::Fixture& fx) {
   auto eng = Engine::open(testing::repo_path("models/laguna-tiny-code"), o);
   EXPECT_TRUE(eng.ok()) << eng.message();
   if (!eng.ok()) return {};
-  Engine& e = **eng;
   const int64_t n = testing::kSanitized ? 40 : std::min<int64_t>(fx.T, 120);
-  SeqId s = e.create_sequence();
-  auto lg = e.prefill(s, std::span<const int32_t>(fx.ids.data(), static_cast<size_t>(n)), LogitsMode::kAll);
-  EXPECT_TRUE(lg.ok());
-  std::vector<float> all = *lg;
-  std::vector<float> last(all.end() - e.vocab_size(), all.end());
-  for (int step = 0; step < (testing::kSanitized ? 3 : 10); ++step) {
-    SeqId ids[1] = {s};
-    int32_t tk[1] = {argmax(last)};
-    auto d = e.decode(ids, tk);
-    EXPECT_TRUE(d.ok());
-    last = *d;
-    all.insert(all.end(), last.begin(), last.end());
-  }
-  return all;
+  return testing::prefill_then_greedy(**eng, std::span<const int32_t>(fx.ids.data(), static_cast<size_t>(n)),
+                                      testing::kSanitized ? 3 : 10);
 }
 
 TEST(CpuThreads, LogitsAreBitIdenticalAcrossThreadCounts) {

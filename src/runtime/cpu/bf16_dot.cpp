@@ -25,11 +25,7 @@ bool have_avx512_bf16() {
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16")
-// GCC 12 reports the self-initialised _mm512_undefined_ps() inside its own shuffle and permute intrinsics
-// as uninitialised (a false positive of the header, not of this code).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+GRIDQ_AVX512_WARNINGS_OFF
 
 namespace {
 
@@ -259,7 +255,7 @@ void bf16_dot_rows_e4m3(const uint8_t* w, int64_t C, int nr, const uint16_t* xb,
   dot_rows<E4m3Rows>(w, C, nr, xb, T, y, ldy);
 }
 
-#pragma GCC diagnostic pop
+GRIDQ_AVX512_WARNINGS_ON
 #pragma GCC pop_options
 
 }  // namespace gridq::runtime::cpu

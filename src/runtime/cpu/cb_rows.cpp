@@ -177,10 +177,7 @@ bool k16v2(const QMatrix& m) {
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16")
-// GCC 12's false positive on _mm512_undefined_ps() inside its own intrinsics (as in bf16_dot.cpp).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+GRIDQ_AVX512_WARNINGS_OFF
 
 namespace {
 
@@ -255,7 +252,7 @@ void cb_k16v2_bf16(const QMatrix& m, int64_t r0, int nr, const uint16_t* xb, flo
 
 }  // namespace
 
-#pragma GCC diagnostic pop
+GRIDQ_AVX512_WARNINGS_ON
 #pragma GCC pop_options
 
 void decode_cb_row_bf16(const QMatrix& m, int64_t r, uint16_t* out) {

@@ -14,11 +14,7 @@ namespace gridq::runtime::cpu {
 // AVX-512F brings FMA with it, and GCC would fuse a product and its sum (vector intrinsics and scalar
 // tails alike): the order wants them rounded apart.
 #pragma GCC optimize("fp-contract=off")
-// GCC 12 reports the self-initialised _mm512_undefined_ps() inside its own shuffle and permute intrinsics
-// as uninitialised (a false positive of the header, not of this code).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+GRIDQ_AVX512_WARNINGS_OFF
 
 namespace {
 
@@ -189,7 +185,7 @@ void weighted_sum_heads_avx512(const float* const* a, int nq, const float* const
   }
 }
 
-#pragma GCC diagnostic pop
+GRIDQ_AVX512_WARNINGS_ON
 #pragma GCC pop_options
 
 }  // namespace gridq::runtime::cpu
