@@ -1,0 +1,255 @@
+// The layer steps of the quantize driver (pipeline_driver.h): codebooks, then per layer the capture and the
+// encode.
+#include <algorithm>
+#include <set>
+
+#include "quant/pipeline_driver.h"
+
+namespace gridq::quant::pipeline_detail {
+
+using nlohmann::json;
+
+Status Driver::build_codebooks(int start_layer) {
+  std::set<std::string> rungs;
+  for (const TensorTask& t : tasks) {
+    if (is_cb_format(t.format)) rungs.insert(t.format);
+    if (t.budget)
+      for (const std::string& f : t.options)
+        if (is_cb_format(f)) rungs.insert(f);
+  }
+  if (codebook_source == "lattice") {
+    for (const std::string& f : rungs) {
+      GRIDQ_ASSIGN_OR_RETURN(gridbook::Rung r, gridbook::parse_rung_name(f, 2));
+      GRIDQ_ASSIGN_OR_RETURN(gridbook::Codebook cb, lattice_codebook(r));
+      codebooks.emplace(f, std::move(cb));
+    }
+    return Status();
+  }
+  // Learned pooled books need diag(H) of every routed matrix before any is encoded: one capture-only pass
+  // over all layers (quantizer.md §3). The books are kept in resume/ so a resumed run does not redo it.
+  const std::string books_path = resume_file(kLearnedBooksFile);
+  std::error_code ec;
+  if (start_layer > 0 && fs::exists(books_path, ec)) {
+    GRIDQ_ASSIGN_OR_RETURN(gridbook::Sidecar sc, gridbook::Sidecar::read(books_path));
+    for (const std::string& f : rungs) {
+      GRIDQ_ASSIGN_OR_RETURN(gridbook::Rung r, gridbook::parse_rung_name(f, 2));
+      std::vector<std::span<const uint16_t>> spans;
+      for (int i = 0; i < r.n_sub(); ++i) {
+        const gridbook::CodebookTable* t = sc.find(gridbook::codebook_table_name(kLearnedBookRef, r, i));
+        if (!t) return err("{}: no learned table for {} sub{}; pass --no-resume", books_path, f, i);
+        spans.emplace_back(t->f16);
+      }
+      GRIDQ_ASSIGN_OR_RETURN(gridbook::Codebook cb,
+                             gridbook::Codebook::from_f16_tables(r, spans, books_path));
+      codebooks.emplace(f, std::move(cb));
+    }
+    return Status();
+  }
+  std::map<std::string, std::unique_ptr<CodebookLearner>> learners;
+  for (const std::string& f : rungs) {
+    GRIDQ_ASSIGN_OR_RETURN(gridbook::Rung r, gridbook::parse_rung_name(f, 2));
+    int64_t cw = 0;
+    for (const TensorTask& t : tasks) {
+      if (!learns_from(t, f)) continue;
+      const io::TensorInfo* ti = model.checkpoint->find(t.name);
+      cw += ti->shape[0] * ti->shape[1] / 8;
+    }
+    LearnOptions lo;
+    lo.two_tier.pilot_rows = recipe.two_tier.pilot_rows;
+    lo.two_tier.refits = recipe.two_tier.refits;
+    GRIDQ_ASSIGN_OR_RETURN(learners[f], CodebookLearner::create(r, cw, lo));
+  }
+  GRIDQ_ASSIGN_OR_RETURN(auto st, LayerStreamer::create(o.src, calib, streamer_options(o, recipe)));
+  for (int l = 0; l < n_layers; ++l) {
+    progress->update(fmt::format("books: layer {}/{}", l + 1, n_layers), "capture");
+    GRIDQ_ASSIGN_OR_RETURN(LayerCapture cap, st->run_layer());
+    for (const TensorTask& t : tasks) {
+      if (t.layer != l) continue;
+      for (auto& [f, learner] : learners) {
+        if (!learns_from(t, f)) continue;
+        GRIDQ_ASSIGN_OR_RETURN(const InputStats* in, input_for_role(cap, t.role));
+        GRIDQ_ASSIGN_OR_RETURN(SourceWeight w, source_weight(*model.checkpoint, t.name));
+        GRIDQ_ASSIGN_OR_RETURN(std::vector<float> W, source_to_f32(w));
+        LearnInput li{W.data(),           static_cast<int>(w.shape[0]), static_cast<int>(w.shape[1]),
+                      in->imatrix.data(), static_cast<double>(in->n),   t.name};
+        GRIDQ_RETURN_IF_ERROR(learner->add(li));
+      }
+    }
+  }
+  std::vector<gridbook::CodebookTable> tables;
+  for (auto& [f, learner] : learners) {
+    GRIDQ_ASSIGN_OR_RETURN(gridbook::Codebook cb, learner->finish());
+    for (int i = 0; i < cb.rung.n_sub(); ++i) {
+      gridbook::CodebookTable t;
+      t.name = gridbook::codebook_table_name(kLearnedBookRef, cb.rung, i);
+      t.cols = cb.rung.sub_dim();
+      t.rows = static_cast<int64_t>(cb.sub[static_cast<size_t>(i)].size()) / t.cols;
+      for (float v : cb.sub[static_cast<size_t>(i)]) t.f16.push_back(f32_to_f16(v));
+      t.sha256 = gridbook::codebook_digest(t.f16);
+      tables.push_back(std::move(t));
+    }
+    codebooks.emplace(f, std::move(cb));
+  }
+  std::sort(tables.begin(), tables.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  GRIDQ_RETURN_IF_ERROR(gridbook::write_sidecar(books_path, tables));
+  progress->log(fmt::format("learned codebooks: {} rung(s) from a capture pass over {} layers",
+                            learners.size(), n_layers));
+  return Status();
+}
+
+Status Driver::write_layer(int l, const LayerCapture& cap, std::unique_ptr<LayerStreamer>& st, double fwd_s) {
+  const double t_enc = now_seconds();
+  auto label = fmt::format("layer {}/{}", l + 1, n_layers);
+  auto on_tensor = [&](const std::string& n) { progress->update(label, "encode", n); };
+  EncodeSeconds es;
+  GRIDQ_ASSIGN_OR_RETURN(std::vector<EncodedTensor> base,
+                         encode_layer_tensors(tasks, l, &cap, *model.checkpoint, codebooks, on_tensor, &es));
+  const double t_tensors = now_seconds() - t_enc;
+  LayerRecord rec;
+  rec.layer = l;
+  int cold = 0, kept_nn = 0, n_quant = 0;
+  auto note = [&](const LinearStats& s) {
+    if (s.format == "BF16") return;
+    ++n_quant;
+    cold += s.cold ? 1 : 0;
+    kept_nn += s.gate == "kept_nn" ? 1 : 0;
+  };
+  for (const EncodedTensor& e : base) {
+    rec.stats[e.stats.tensor] = e.stats.to_json();
+    note(e.stats);
+  }
+  for (const IdentityCheck& c : cap.checks) rec.checks.push_back(check_to_json(c));
+  const size_t n_tensors = base.size();
+  int n_tensors_budget = 0;  // tensors whose format the allocator picks at the end
+  GRIDQ_ASSIGN_OR_RETURN(ShardContent content, assemble_tensors(std::move(base)));
+  for (const CbSlice& s : content.cb_slices) rec.cb_slices.push_back(s.to_json());
+
+  if (o.budget_bpw > 0.0) {
+    // Every option of every budget unit of this layer, staged under "<unit>|<format>|<name>".
+    auto on_option = [&](const std::string& f, const std::string& n) {
+      progress->update(label, "budget " + f, n);
+    };
+    GRIDQ_ASSIGN_OR_RETURN(std::vector<BudgetUnit> bus,
+                           encode_budget_units(tasks, l, cap, *model.checkpoint, codebooks, on_option));
+    json ujs = json::object();
+    for (const TensorTask& t : tasks) {
+      if (t.layer != l || !t.budget) continue;
+      ++n_tensors_budget;
+    }
+    for (BudgetUnit& bu : bus) {
+      json uj = {{"params", bu.params}, {"options", json::array()}};
+      for (BudgetOption& op : bu.options) {
+        json slices = json::array();
+        for (const CbSlice& s : op.cb_slices) slices.push_back(s.to_json());
+        uj["options"].push_back({{"format", op.format},
+                                 {"bits", op.bits},
+                                 {"half_trace", op.half_trace},
+                                 {"stats", op.stats},
+                                 {"cb_slices", slices}});
+        for (StoredTensor& t : op.tensors) {
+          t.name = bu.unit + "|" + op.format + "|" + t.name;
+          content.tensors.push_back(std::move(t));
+        }
+      }
+      ujs[bu.unit] = std::move(uj);
+    }
+    rec.extra["units"] = std::move(ujs);
+    std::sort(content.tensors.begin(), content.tensors.end(),
+              [](const StoredTensor& a, const StoredTensor& b) { return a.name < b.name; });
+    rec.shard = stage_file(l);
+    GRIDQ_ASSIGN_OR_RETURN(rec.shard_sha256, write_shard(resume_file(rec.shard), content.tensors));
+  } else {
+    rec.shard = shard_file_name(l, n_layers + 1);
+    GRIDQ_ASSIGN_OR_RETURN(rec.shard_sha256, write_shard(partial_file(rec.shard), content.tensors));
+  }
+  const double enc_s = now_seconds() - t_enc;
+  if (es.expert_device > 0)
+    progress->log(fmt::format(
+        "layer {}/{}: encode {}: routed experts on the GPU {} (device {}, host {}, output "
+        "proxies {}), the other tensors {}, assemble and write {}",
+        l + 1, n_layers, format_duration(enc_s),
+        format_duration(es.expert_device + es.expert_host + es.expert_proxy),
+        format_duration(es.expert_device), format_duration(es.expert_host), format_duration(es.expert_proxy),
+        format_duration(es.other), format_duration(enc_s - t_tensors)));
+
+  // The carry h_{l+1} (the input of the next layer); keep the last two.
+  if (l + 1 < n_layers) {
+    progress->update(label, "carry");
+    rec.carry = carry_file(l + 1);
+    GRIDQ_RETURN_IF_ERROR(st->save_carry(resume_file(rec.carry)));
+    rec.carry_sha256 = st->carry_sha256();
+  }
+  manifest.layers.push_back(std::move(rec));
+  GRIDQ_RETURN_IF_ERROR(manifest.write(manifest_path()));
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(resume_dir, ec)) {
+    const std::string n = entry.path().filename().string();
+    if (n.starts_with("carry-") && n != carry_file(l + 1) && n != carry_file(l)) fs::remove(entry.path(), ec);
+  }
+
+  const double tps = fwd_s > 0 ? static_cast<double>(calib.tokens()) / fwd_s : 0.0;
+  progress->step_done(fmt::format(
+      "layer {}/{}: forward+capture {} ({:.0f} tok/s{}), encode {} ({} tensors, {} "
+      "quantized{}, {} cold, {} gate fallbacks), peak host memory {}{}",
+      l + 1, n_layers, format_duration(fwd_s), tps,
+      cap.teacher_steps_s > 0
+          ? fmt::format("; GPU teacher: upload {}, steps {}, hooks {}", format_duration(cap.teacher_upload_s),
+                        format_duration(cap.teacher_steps_s), format_duration(cap.teacher_hooks_s))
+          : "",
+      format_duration(enc_s), n_tensors + n_tensors_budget, n_quant,
+      n_tensors_budget ? fmt::format(", {} priced for the budget", n_tensors_budget) : "", cold, kept_nn,
+      format_bytes(peak_rss_bytes()),
+      st->peak_device_bytes() > 0 ? ", GPU teacher " + format_bytes(st->peak_device_bytes()) : ""));
+  return Status();
+}
+
+Status Driver::run_layers(int start, QuantizeSummary& s) {
+  s.resumed_at = start;
+  if (start >= n_layers) return Status();
+  GRIDQ_ASSIGN_OR_RETURN(auto st, LayerStreamer::create(o.src, calib, streamer_options(o, recipe)));
+  // Resume at the latest layer whose carry verifies (the last two are kept); layer 0 needs none.
+  while (start > 0) {
+    const LayerRecord& prev = manifest.layers[static_cast<size_t>(start - 1)];
+    const std::string path = resume_file(prev.carry);
+    Status ls = prev.carry.empty() ? Status(err("no carry recorded")) : st->load_carry(path, start);
+    if (ls.ok() && st->carry_sha256() == prev.carry_sha256) break;
+    progress->log(fmt::format("resume: the carry into layer {} does not verify ({}); stepping back one layer",
+                              start + 1, ls.ok() ? "SHA-256 mismatch" : ls.message()));
+    --start;
+    manifest.layers.resize(static_cast<size_t>(start));
+  }
+  if (start == 0 && !manifest.layers.empty()) manifest.layers.clear();
+  if (start == 0 && s.resumed_at > 0) {  // nothing usable: a fresh streamer from the embeddings
+    GRIDQ_ASSIGN_OR_RETURN(st, LayerStreamer::create(o.src, calib, streamer_options(o, recipe)));
+  }
+  s.resumed_at = start;
+  progress->skip_steps(start);
+  if (start > 0)
+    progress->log(fmt::format("resuming {} at layer {}/{} (layers 1-{} verified)", partial, start + 1,
+                              n_layers, start));
+  for (int l = start; l < n_layers; ++l) {
+    progress->update(fmt::format("layer {}/{}", l + 1, n_layers), "forward+capture");
+    const double t = now_seconds();
+    auto cap = st->run_layer();
+    if (!cap.ok()) return err("layer {}: {}", l, cap.message());
+    progress->log(fmt::format(
+        "layer {}/{}: captured in {} ({}absorb {}, S4 checks {}, finish {})", l + 1, n_layers,
+        format_duration(cap->seconds),
+        cap->teacher_steps_s > 0
+            ? fmt::format("GPU teacher: upload {}, steps {}, hooks {}; ",
+                          format_duration(cap->teacher_upload_s), format_duration(cap->teacher_steps_s),
+                          format_duration(cap->teacher_hooks_s))
+            : "",
+        format_duration(cap->absorb_s), format_duration(cap->checks_s), format_duration(cap->finish_s)));
+    GRIDQ_RETURN_IF_ERROR(write_layer(l, *cap, st, now_seconds() - t));
+    // With --budget-bpw the hook may also stop after the last layer: every candidate priced, none chosen.
+    if (o.stop_after_layer == l && (l + 1 < n_layers || o.budget_bpw > 0.0)) {
+      s.finished = false;
+      return Status();
+    }
+  }
+  s.finished = true;
+  return Status();
+}
+
+}  // namespace gridq::quant::pipeline_detail
