@@ -1,6 +1,7 @@
 // gridq quantize SRC OUT --recipe NAME|FILE --calib FILE: BF16 Hugging Face checkpoint -> gridbook artifact
-// (quantizer.md). The work is in quant/pipeline.cpp; this file maps flags to QuantizeOptions and prints the
-// outcome (progress goes to stderr, --json prints one summary object on stdout).
+// (quantizer.md). The work is in quant/pipeline*.cpp (the driver: pipeline_driver.h); this file maps flags to
+// QuantizeOptions and prints the outcome (progress goes to stderr, --json prints one summary object on
+// stdout).
 #include <filesystem>
 
 #include "cli/command.h"
