@@ -25,11 +25,17 @@ Status check_device_options(const DeviceOptions& d) {
   return Status::ok_status();
 }
 
+// --cpu-kernels as the CPU backend's choice, refused where this CPU cannot run it (before any weight is
+// read).
 Expected<cpu::CpuKernels> cpu_kernels_of(const std::string& name) {
   if (name == "reference") return cpu::CpuKernels::kReference;
-  if (name == "bf16") return cpu::CpuKernels::kBf16;
   if (name == "auto") return cpu::have_avx512_bf16() ? cpu::CpuKernels::kBf16 : cpu::CpuKernels::kReference;
-  return err("engine: cpu kernels '{}': expected reference, bf16 or auto", name);
+  if (name != "bf16") return err("engine: cpu kernels '{}': expected reference, bf16 or auto", name);
+  if (!cpu::have_avx512_bf16())
+    return err(
+        "engine: --cpu-kernels bf16 needs AVX512-BF16 (vdpbf16ps), which this CPU does not have; "
+        "use --cpu-kernels reference or auto");
+  return cpu::CpuKernels::kBf16;
 }
 
 // "; cpu kernels bf16 (auto: this CPU has AVX512-BF16; activations rounded to BF16)", "; cpu kernels
@@ -45,7 +51,8 @@ std::string cpu_kernels_log(const std::string& name, cpu::CpuKernels k) {
 
 // The backend for the chosen device over host weights; `keepalive` owns what the weights point into.
 Expected<std::unique_ptr<Backend>> make_backend(DeviceKind kind, const model::ModelSpec& spec, ModelWeights w,
-                                                std::shared_ptr<void> keepalive, const EngineOptions& opts) {
+                                                std::shared_ptr<void> keepalive, const EngineOptions& opts,
+                                                cpu::CpuKernels kernels) {
   if (kind == DeviceKind::kCuda) {
     const CudaBackendHooks* hooks = cuda_backend_hooks();
     // choose_device only picks CUDA with hooks registered; a null here means they were cleared since.
@@ -54,7 +61,7 @@ Expected<std::unique_ptr<Backend>> make_backend(DeviceKind kind, const model::Mo
   }
   cpu::CpuOptions co;
   co.threads = opts.threads;
-  GRIDQ_ASSIGN_OR_RETURN(co.kernels, cpu_kernels_of(opts.cpu_kernels));
+  co.kernels = kernels;
   if (opts.dev.num_gpu_blocks_override > 0) {
     co.kv_pages = opts.dev.num_gpu_blocks_override;
   } else if (opts.dev.cpu_kv_budget) {
@@ -89,13 +96,10 @@ Expected<std::unique_ptr<Engine>> Engine::open(const std::string& model_dir, con
   // Before any weight is read: a refused device costs nothing.
   GRIDQ_ASSIGN_OR_RETURN(DeviceChoice choice, choose_device(opts.device));
   if (!opts.synthetic.empty()) return open_synthetic(model_dir, opts, std::move(choice));
+  cpu::CpuKernels kernels = cpu::CpuKernels::kReference;
   if (choice.kind == DeviceKind::kCpu) {
-    GRIDQ_ASSIGN_OR_RETURN(cpu::CpuKernels k, cpu_kernels_of(opts.cpu_kernels));
-    if (k == cpu::CpuKernels::kBf16 && !cpu::have_avx512_bf16())
-      return err(
-          "engine: --cpu-kernels bf16 needs AVX512-BF16 (vdpbf16ps), which this CPU does not have; "
-          "use --cpu-kernels reference or auto");
-    choice.log_line += cpu_kernels_log(opts.cpu_kernels, k);
+    GRIDQ_ASSIGN_OR_RETURN(kernels, cpu_kernels_of(opts.cpu_kernels));
+    choice.log_line += cpu_kernels_log(opts.cpu_kernels, kernels);
   }
   GRIDQ_ASSIGN_OR_RETURN(nlohmann::json cfg,
                          io::read_json_file((std::filesystem::path(model_dir) / "config.json").string()));
@@ -108,13 +112,13 @@ Expected<std::unique_ptr<Engine>> Engine::open(const std::string& model_dir, con
     GRIDQ_ASSIGN_OR_RETURN(std::shared_ptr<ArtifactModel> am, load_artifact_model(model_dir));
     GRIDQ_ASSIGN_OR_RETURN(int64_t n_fp4, set_activation_contract(am->weights, contract));
     choice.log_line += contract_log(contract, n_fp4);
-    GRIDQ_ASSIGN_OR_RETURN(be, make_backend(choice.kind, am->spec, am->weights, am, opts));
+    GRIDQ_ASSIGN_OR_RETURN(be, make_backend(choice.kind, am->spec, am->weights, am, opts, kernels));
   } else {
     GRIDQ_ASSIGN_OR_RETURN(model::LoadedModel lm, model::load_model(model_dir));
     GRIDQ_ASSIGN_OR_RETURN(ModelWeights w, build_model_weights(lm.spec, lm.weights));
     choice.log_line += contract_log(contract, 0);
     std::shared_ptr<void> keep(std::move(lm.checkpoint));
-    GRIDQ_ASSIGN_OR_RETURN(be, make_backend(choice.kind, lm.spec, std::move(w), keep, opts));
+    GRIDQ_ASSIGN_OR_RETURN(be, make_backend(choice.kind, lm.spec, std::move(w), keep, opts, kernels));
   }
   return finish_open(std::move(be), model_dir, opts, std::move(choice));
 }

@@ -31,13 +31,14 @@ struct QMatrix {
   int64_t rows = 0;
   int64_t cols = 0;
   const void* data = nullptr;
-  const float* row_scale = nullptr;  // kFP8, kCB with an fp8 grid: [rows]
-  int64_t row_bytes = 0;              // kCB: (cols / 256) * type_size
+  const float* row_scale = nullptr;              // kFP8, kCB with an fp8 grid: [rows]
+  int64_t row_bytes = 0;                         // kCB: (cols / 256) * type_size
   const gridbook::Rung* rung = nullptr;          // kCB
   const gridbook::Codebook* codebook = nullptr;  // kCB
   int act_bits = 16;  // 16: no activation QDQ; 8: FP8 per-token QDQ (§14.2); 4: FP4 group-16 QDQ (§14.1)
-  // CPU backend, kBF16, kFP8 and kCB: products run on the fast path (cpu/bf16_dot.h: activations rounded to
-  // BF16, AVX512-BF16 dots) instead of the reference order. Set by the CPU backend for --cpu-kernels bf16.
+  // CPU backend: products run on the fast path (cpu/bf16_dot.h: activations rounded to BF16, AVX512-BF16
+  // dots) instead of the reference order. Set by the CPU backend for --cpu-kernels bf16, on kBF16, kFP8 and
+  // kCB matrices only (never kF32, never the router).
   bool cpu_bf16_dot = false;
 };
 

@@ -102,8 +102,8 @@ void tile(const typename W::T* const* w, int64_t C, int nr, const uint16_t* xb, 
   int64_t c = 0;
   for (; c + kStep <= C; c += kStep) step<W, NT, false>(w, C, xb, c, acc);
   if (c < C) step<W, NT, true>(w, C, xb, c, acc);
-  const __mmask8 rows =
-      static_cast<__mmask8>((1u << nr) - 1);  // a masked store (a loop became a memcpy call)
+  // A masked store of the nr rows (a copy loop here became a memcpy call per token).
+  const __mmask8 rows = static_cast<__mmask8>((1u << nr) - 1);
 #pragma GCC unroll 4
   for (int t = 0; t < NT; ++t)
     _mm_mask_storeu_ps(y + t * ldy, rows, tree16x4_avx512(acc[0][t], acc[1][t], acc[2][t], acc[3][t]));

@@ -171,6 +171,9 @@ bool k16v2(const QMatrix& m) {
          sp.width[1] == 8;
 }
 
+// The artifact's expert format, which has the register-decoding kernels (AVX2 reference, AVX-512 bf16).
+bool fused_k16v2(const QMatrix& m) { return fused_fp4(m) && k16v2(m); }
+
 }  // namespace
 
 #pragma GCC pop_options
@@ -256,7 +259,7 @@ GRIDQ_AVX512_WARNINGS_ON
 #pragma GCC pop_options
 
 void decode_cb_row_bf16(const QMatrix& m, int64_t r, uint16_t* out) {
-  if (fused_fp4(m) && k16v2(m)) return k16v2_row_bf16(m, r, out);
+  if (fused_k16v2(m)) return k16v2_row_bf16(m, r, out);
   thread_local std::vector<float> row;  // [cols] the row as fp32 (BF16 values), reused
   row.resize(static_cast<size_t>(m.cols));
   decode_cb_row(m, r, row.data());
@@ -265,7 +268,7 @@ void decode_cb_row_bf16(const QMatrix& m, int64_t r, uint16_t* out) {
 
 void cb_dot_rows_bf16(const QMatrix& m, int64_t r0, int nr, const uint16_t* xb, int64_t T, float* y,
                       int64_t ldy) {
-  if (fused_fp4(m) && k16v2(m) && T < 4) {
+  if (fused_k16v2(m) && T < 4) {
     if (T == 1) return cb_k16v2_bf16<1>(m, r0, nr, xb, y, ldy);
     if (T == 2) return cb_k16v2_bf16<2>(m, r0, nr, xb, y, ldy);
     return cb_k16v2_bf16<3>(m, r0, nr, xb, y, ldy);
@@ -278,7 +281,7 @@ void cb_dot_rows_bf16(const QMatrix& m, int64_t r0, int nr, const uint16_t* xb, 
 }
 
 void cb_dot_rows(const QMatrix& m, int64_t r0, int n, const float* x, float* y) {
-  if (fused_fp4(m) && k16v2(m)) {
+  if (fused_k16v2(m)) {
     int i = 0;
     for (; i + 4 <= n; i += 4) cb_dot_k16v2_avx2<4>(m, r0 + i, x, y + i);
     for (; i < n; ++i) cb_dot_k16v2_avx2<1>(m, r0 + i, x, y + i);

@@ -24,7 +24,7 @@ Expected<std::unique_ptr<CpuBackend>> CpuBackend::create(model::ModelSpec spec, 
   std::unique_ptr<CpuBackend> b(new CpuBackend());
   b->spec_ = std::move(spec);
   b->w_ = std::move(weights);
-  if (opts.kernels == CpuKernels::kBf16) {
+  if (opts.kernels == CpuKernels::kBf16) {  // the one place that says which matrices take the fast path
     for_each_matrix(b->w_, [](QMatrix& m) { m.cpu_bf16_dot = m.format != WeightFormat::kF32; });
     for (LayerWeights& l : b->w_.layers) l.router.cpu_bf16_dot = false;
   }

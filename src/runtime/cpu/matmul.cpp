@@ -243,13 +243,7 @@ void matmul_jobs(std::span<const MatJob> jobs) {
   for (size_t i = 0; i < jobs.size(); ++i) {
     const MatJob& j = jobs[i];
     Input& in = inputs[i];
-    in = Input{j.x,
-               j.T,
-               j.w->cols,
-               contract_of(*j.w),
-               j.w->cpu_bf16_dot && j.w->format != WeightFormat::kF32,  // F32 rows stay fp32
-               nullptr,
-               nullptr};
+    in = Input{j.x, j.T, j.w->cols, contract_of(*j.w), j.w->cpu_bf16_dot, nullptr, nullptr};
     if (!in.needs_work() || j.T <= 0) continue;
     size_t p = 0;
     while (p < i && !(owner[p] && inputs[p].same_as(in))) ++p;

@@ -57,8 +57,7 @@ class Scratch {
   Scratch(Slot s, size_t n) {
     thread_local LineVector<float> kept[static_cast<size_t>(Slot::kCount)];
     if (n > kKeepFloats) {
-      // Uninitialised: every caller writes before it reads.
-      own_.reset(static_cast<float*>(::operator new (n * sizeof(float), std::align_val_t{64})));
+      own_.reset(LineAllocator<float>().allocate(n));  // uninitialised: every caller writes before it reads
       p_ = own_.get();
       return;
     }
@@ -72,7 +71,7 @@ class Scratch {
 
  private:
   struct LineDelete {
-    void operator()(float* p) const { ::operator delete (p, std::align_val_t{64}); }
+    void operator()(float* p) const { LineAllocator<float>().deallocate(p, 0); }
   };
   std::unique_ptr<float, LineDelete> own_;
   float* p_ = nullptr;
