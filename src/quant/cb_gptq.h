@@ -67,6 +67,9 @@ struct Fp4CbEncoding {
   // (holdout_output_mse's bits) and which of its candidates this is (runtime::DeviceCbBatch::Which).
   std::optional<double> holdout_mse;
   int candidate = -1;
+  // Set instead of codes and w_hat by the device batch ([rows, cols / 4] sub-indices): a matrix has up to
+  // three candidates and keeps one, so only the kept one is decoded (cb_gptq_device.h decode_candidate).
+  std::vector<uint32_t> sub_idx;
 };
 
 // RTN: two-tier scales on the original weights and the q-weighted nearest codeword. W: [R, C], q: [C].

@@ -9,9 +9,10 @@ namespace gridq::quant {
 
 namespace {
 
-// The CPU encoders' form of a device encoding: composed codewords and decoded weights.
+// The CPU encoders' form of a device encoding: composed codewords and decoded weights, or (`lazy`, a batch
+// candidate) the sub-indices that decode_candidate turns into them if the candidate is kept.
 Fp4CbEncoding fp4_encoding(const DenseBook& book, int R, int C, const std::vector<uint32_t>& sub_idx,
-                           const std::vector<uint8_t>& planes, bool identity, double damp) {
+                           const std::vector<uint8_t>& planes, bool identity, double damp, bool lazy = false) {
   const int nsb = C / gridbook::kSuperblock;
   Fp4CbEncoding enc;
   enc.rows = R;
@@ -23,6 +24,10 @@ Fp4CbEncoding fp4_encoding(const DenseBook& book, int R, int C, const std::vecto
     const uint8_t* p = &planes[i * runtime::CbFp4Reply::kPlaneBytes];
     enc.planes[i].E = p[0];
     for (int g = 0; g < gridbook::kFp4Groups; ++g) enc.planes[i].c[g] = p[1 + g];
+  }
+  if (lazy) {
+    enc.sub_idx = sub_idx;
+    return enc;
   }
   enc.codes = compose_codes(book, sub_idx.data(), R, C);
   enc.w_hat = decode_fp4(book, sub_idx.data(), enc.planes.data(), R, C);
@@ -69,6 +74,14 @@ Expected<const runtime::CudaBackendHooks*> device_hooks(const gridbook::Codebook
 }
 
 }  // namespace
+
+void decode_candidate(const gridbook::Codebook& cb, Fp4CbEncoding& enc) {
+  if (enc.sub_idx.empty()) return;
+  const DenseBook book = DenseBook::from(cb);
+  enc.codes = compose_codes(book, enc.sub_idx.data(), enc.rows, enc.cols);
+  enc.w_hat = decode_fp4(book, enc.sub_idx.data(), enc.planes.data(), enc.rows, enc.cols);
+  std::vector<uint32_t>().swap(enc.sub_idx);
+}
 
 Expected<Fp4CbEncoding> encode_fp4_on_device(const gridbook::Codebook& cb, const float* W, int R, int C,
                                              const float* H, int64_t n_tokens, const float* q,
@@ -135,7 +148,8 @@ Expected<DeviceFp4Batch> encode_fp4_batch_on_device(const gridbook::Codebook& cb
   GRIDQ_ASSIGN_OR_RETURN(out.dev, hooks->cb_fp4_batch(rq));
   const auto& ms = out.dev->matrices();
   out.m.resize(ms.size());
-  // The host decode of every candidate (codewords and Ŵ), one matrix per thread.
+  // Every candidate in the CPU encoders' form, one matrix per thread; only the kept one is decoded later
+  // (encode_tensor → decode_candidate).
 #pragma omp parallel for schedule(dynamic, 1)
   for (size_t m = 0; m < ms.size(); ++m) {
     const runtime::CbFp4BatchMatrix& x = ms[m];
@@ -147,18 +161,18 @@ Expected<DeviceFp4Batch> encode_fp4_batch_on_device(const gridbook::Codebook& cb
     };
     DeviceFp4Candidates& c = out.m[m];
     if (gptq) {
-      c.gptq = tag(fp4_encoding(book, R, C, x.enc.sub_idx, x.enc.planes, x.enc.identity, x.enc.damp_used),
+      c.gptq = tag(fp4_encoding(book, R, C, x.enc.sub_idx, x.enc.planes, x.enc.identity, x.enc.damp_used, true),
                    runtime::DeviceCbBatch::kGptq, x.mse_gptq);
       if (x.enc.refined) {
         c.refined.ran = true;
         c.refined.enc = tag(fp4_encoding(book, R, C, x.enc.refined_sub_idx, x.enc.refined_planes,
-                                         x.enc.identity, x.enc.damp_used),
+                                         x.enc.identity, x.enc.damp_used, true),
                             runtime::DeviceCbBatch::kRefined, x.mse_refined);
         c.refined.result = refine_result(x.enc);
       }
     }
     if (rtn || !gptq)
-      c.rtn = tag(fp4_encoding(book, R, C, x.rtn_sub_idx, x.rtn_planes, false, 0.0),
+      c.rtn = tag(fp4_encoding(book, R, C, x.rtn_sub_idx, x.rtn_planes, false, 0.0, true),
                   runtime::DeviceCbBatch::kRtn, x.mse_rtn);
   }
   return out;

@@ -48,6 +48,10 @@ Expected<DeviceFp4Batch> encode_fp4_batch_on_device(const gridbook::Codebook& cb
                                                     const CbGptqOptions& opt, int refine_passes,
                                                     bool refine_scales, bool gptq, bool rtn);
 
+// Fills codes and w_hat of a device batch's candidate from its sub-indices (which it then drops); a no-op on
+// an encoding that already has them.
+void decode_candidate(const gridbook::Codebook& cb, Fp4CbEncoding& enc);
+
 Expected<Fp4CbEncoding> encode_fp4_on_device(const gridbook::Codebook& cb, const float* W, int R, int C,
                                              const float* H, int64_t n_tokens, const float* q,
                                              const CbGptqOptions& opt, int refine_passes = 0,

@@ -295,6 +295,7 @@ Expected<EncodedTensor> encode_tensor(const SourceWeight& w, const InputStats* i
       };
       GRIDQ_ASSIGN_OR_RETURN(Fp4CbEncoding enc, run_encoder<Fp4CbEncoding>(gptq, gate, run_gptq, run_rtn, Xh,
                                                                            n_hold, W, R, C, st));
+      decode_candidate(*cb, enc);
       GRIDQ_ASSIGN_OR_RETURN(out.data, pack_fp4_v2(rung, enc));
       chosen_mse = enc.holdout_mse;
       out.device_candidate = enc.candidate;
