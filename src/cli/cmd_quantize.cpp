@@ -105,6 +105,10 @@ Registrar reg{Command{
                      "cpu, or cuda: the teacher forward, the Hessians and the NVFP4-CB encoders on the GPU "
                      "(default cpu)")
           ->check(CLI::IsMember({"cpu", "cuda"}));
+      sub.add_option("--overlap-capture", a->o.overlap_capture,
+                     "capture layer N+1 while layer N is encoded: auto (default: with --device cuda), on or "
+                     "off; the output does not depend on it, host memory holds two layers' statistics")
+          ->check(CLI::IsMember({"auto", "on", "off"}));
       sub.add_flag("--strict", a->o.strict, "a recipe rule that matches no tensor is an error");
       sub.add_flag("--overwrite", a->o.overwrite, "replace OUT if it exists");
       sub.add_flag("--no-resume", a->no_resume, "discard OUT.partial from an earlier run and start over");

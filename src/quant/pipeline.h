@@ -51,6 +51,9 @@ struct QuantizeOptions {
   // "cpu" or "cuda": where the capture's Hessians are accumulated (the bytes do not depend on it; the
   // teacher forward and the encoders run on the CPU either way, for now)
   std::string device = "cpu";
+  // "auto" (on with --device cuda), "on" or "off": capture layer l+1 while layer l is encoded (the bytes do
+  // not depend on it; host memory holds two layers' input statistics)
+  std::string overlap_capture = "auto";
   bool strict = false;        // a recipe rule that matches nothing is an error
   bool overwrite = false;     // replace an existing OUT at the end
   bool resume = true;         // continue a matching OUT.partial; false: start over

@@ -100,7 +100,13 @@ struct Driver {
   Status build_codebooks(int start_layer);
   Status run_layers(int start, QuantizeSummary& s);
   Status finish(QuantizeSummary& s);
-  Status write_layer(int layer, const LayerCapture& cap, std::unique_ptr<LayerStreamer>& st, double fwd_s);
+  // The carry into the next layer as saved right after the capture (its file in resume/, its SHA-256): with
+  // overlapped layers the streamer has moved on by the time the layer is written.
+  struct SavedCarry {
+    std::string file, sha256;
+  };
+  Status write_layer(int layer, const LayerCapture& cap, const SavedCarry& carry, size_t device_peak,
+                     double fwd_s);
 };
 
 }  // namespace gridq::quant::pipeline_detail

@@ -1,6 +1,9 @@
 // The layer steps of the quantize driver (pipeline_driver.h): codebooks, then per layer the capture and the
 // encode.
+#include <omp.h>
+
 #include <algorithm>
+#include <future>
 #include <set>
 
 #include "quant/pipeline_driver.h"
@@ -97,7 +100,8 @@ Status Driver::build_codebooks(int start_layer) {
   return Status();
 }
 
-Status Driver::write_layer(int l, const LayerCapture& cap, std::unique_ptr<LayerStreamer>& st, double fwd_s) {
+Status Driver::write_layer(int l, const LayerCapture& cap, const SavedCarry& carry, size_t device_peak,
+                           double fwd_s) {
   const double t_enc = now_seconds();
   auto label = fmt::format("layer {}/{}", l + 1, n_layers);
   auto on_tensor = [&](const std::string& n) { progress->update(label, "encode", n); };
@@ -172,13 +176,9 @@ Status Driver::write_layer(int l, const LayerCapture& cap, std::unique_ptr<Layer
         format_duration(es.expert_device), format_duration(es.expert_host), format_duration(es.expert_proxy),
         format_duration(es.other), format_duration(enc_s - t_tensors)));
 
-  // The carry h_{l+1} (the input of the next layer); keep the last two.
-  if (l + 1 < n_layers) {
-    progress->update(label, "carry");
-    rec.carry = carry_file(l + 1);
-    GRIDQ_RETURN_IF_ERROR(st->save_carry(resume_file(rec.carry)));
-    rec.carry_sha256 = st->carry_sha256();
-  }
+  // The carry h_{l+1} (the input of the next layer, saved by run_layers); keep the last two.
+  rec.carry = carry.file;
+  rec.carry_sha256 = carry.sha256;
   manifest.layers.push_back(std::move(rec));
   GRIDQ_RETURN_IF_ERROR(manifest.write(manifest_path()));
   std::error_code ec;
@@ -199,7 +199,7 @@ Status Driver::write_layer(int l, const LayerCapture& cap, std::unique_ptr<Layer
       format_duration(enc_s), n_tensors + n_tensors_budget, n_quant,
       n_tensors_budget ? fmt::format(", {} priced for the budget", n_tensors_budget) : "", cold, kept_nn,
       format_bytes(peak_rss_bytes()),
-      st->peak_device_bytes() > 0 ? ", GPU teacher " + format_bytes(st->peak_device_bytes()) : ""));
+      device_peak > 0 ? ", GPU teacher " + format_bytes(device_peak) : ""));
   return Status();
 }
 
@@ -227,23 +227,50 @@ Status Driver::run_layers(int start, QuantizeSummary& s) {
   if (start > 0)
     progress->log(fmt::format("resuming {} at layer {}/{} (layers 1-{} verified)", partial, start + 1,
                               n_layers, start));
+  // Overlapped layers: the capture of layer l+1 (a pure function of the checkpoint, the calibration set and
+  // the carry, capture.h) runs on a second thread while layer l is encoded, so the GPU teacher and the
+  // encoders share the machine instead of taking turns. The bytes are the serial run's; the cost is a second
+  // layer's statistics in host memory.
+  const bool overlap = o.overlap_capture == "on" || (o.overlap_capture == "auto" && o.device == "cuda");
+  const int threads = o.threads;
+  std::future<Expected<LayerCapture>> next;
   for (int l = start; l < n_layers; ++l) {
     progress->update(fmt::format("layer {}/{}", l + 1, n_layers), "forward+capture");
     const double t = now_seconds();
-    auto cap = st->run_layer();
+    const bool prefetched = next.valid();
+    auto cap = prefetched ? next.get() : st->run_layer();
     if (!cap.ok()) return err("layer {}: {}", l, cap.message());
+    // An overlapped capture's own wall time (it started during the previous layer's encode).
+    const double waited = now_seconds() - t;
+    const double fwd_s = prefetched ? cap->seconds : waited;
+    SavedCarry carry;
+    if (l + 1 < n_layers) {
+      carry.file = carry_file(l + 1);
+      GRIDQ_RETURN_IF_ERROR(st->save_carry(resume_file(carry.file)));
+      carry.sha256 = st->carry_sha256();
+    }
+    const size_t device_peak = st->peak_device_bytes();
+    const bool stop_here = o.stop_after_layer == l && (l + 1 < n_layers || o.budget_bpw > 0.0);
+    if (overlap && l + 1 < n_layers && !stop_here) {
+      next = std::async(std::launch::async, [&st, threads] {
+        if (threads > 0) omp_set_num_threads(threads);  // OpenMP's team size is per thread
+        return st->run_layer();
+      });
+    }
     progress->log(fmt::format(
-        "layer {}/{}: captured in {} ({}absorb {}, S4 checks {}, finish {})", l + 1, n_layers,
+        "layer {}/{}: captured in {} ({}absorb {}, S4 checks {}, finish {}{})", l + 1, n_layers,
         format_duration(cap->seconds),
         cap->teacher_steps_s > 0
             ? fmt::format("GPU teacher: upload {}, steps {}, hooks {}; ",
                           format_duration(cap->teacher_upload_s), format_duration(cap->teacher_steps_s),
                           format_duration(cap->teacher_hooks_s))
             : "",
-        format_duration(cap->absorb_s), format_duration(cap->checks_s), format_duration(cap->finish_s)));
-    GRIDQ_RETURN_IF_ERROR(write_layer(l, *cap, st, now_seconds() - t));
+        format_duration(cap->absorb_s), format_duration(cap->checks_s), format_duration(cap->finish_s),
+        prefetched ? fmt::format("; overlapped with the previous encode, {} waited", format_duration(waited))
+                   : ""));
+    GRIDQ_RETURN_IF_ERROR(write_layer(l, *cap, carry, device_peak, fwd_s));
     // With --budget-bpw the hook may also stop after the last layer: every candidate priced, none chosen.
-    if (o.stop_after_layer == l && (l + 1 < n_layers || o.budget_bpw > 0.0)) {
+    if (stop_here) {
       s.finished = false;
       return Status();
     }

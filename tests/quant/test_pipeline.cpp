@@ -1,6 +1,7 @@
 // The quantize driver end to end with the real layer streamer, on a small BF16 Laguna checkpoint (2 layers,
 // 4 experts, the bundled tokenizer) and a few calibration sequences: the run produces a valid artifact; a run
-// stopped after layer 0 and resumed is byte-identical to an uninterrupted one; a resume with different
+// stopped after layer 0 and resumed is byte-identical to an uninterrupted one (with layers captured while the
+// previous one is encoded, or one after the other); a resume with different
 // inputs is refused naming what differs; malformed inputs are refused before anything is written.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -52,12 +53,15 @@ class PipelineTest : public ::testing::Test {
 
 TEST_F(PipelineTest, ResumedRunIsByteIdenticalToAnUninterruptedOne) {
   const std::string a = tmp_dir("a"), b = tmp_dir("b");
-  auto sa = quantize(opts(a));
+  QuantizeOptions oa = opts(a);
+  oa.overlap_capture = "on";  // layer 1 captured while layer 0 is encoded; the bytes are the serial run's
+  auto sa = quantize(oa);
   ASSERT_TRUE(sa.ok()) << sa.message();
   EXPECT_TRUE(sa->finished);
   EXPECT_TRUE(gridbook::Artifact::open(a).ok());
 
   QuantizeOptions ob = opts(b);
+  ob.overlap_capture = "off";
   ob.stop_after_layer = 0;
   auto s1 = quantize(ob);
   ASSERT_TRUE(s1.ok()) << s1.message();
@@ -75,6 +79,7 @@ TEST_F(PipelineTest, ResumedRunIsByteIdenticalToAnUninterruptedOne) {
 
   ob.stop_after_layer = -1;
   ob.threads = 1;  // and the thread count does not matter
+  ob.overlap_capture = "on";
   auto s2 = quantize(ob);
   ASSERT_TRUE(s2.ok()) << s2.message();
   EXPECT_TRUE(s2->finished);
