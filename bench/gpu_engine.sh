@@ -9,7 +9,8 @@
 #   GRIDQ_STEPS   which steps to run (default "build tests artifacts generate serve pysuite bench sanitize"), space separated
 #   GRIDQ_QB_ARGS step "quantbench": `gridq bench quantize` arguments (default --experts 256)
 #   GRIDQ_QG_JOBS step "quantgpu": recipe:method pairs quantized on cpu and cuda, then evaluated (ALL-KL)
-#   GRIDQ_QS_*    step "quantsynth": SHAPE, LAYERS, TOKENS, RECIPE, TIMEOUT of the synthetic full-shape run
+#   GRIDQ_QS_*    step "quantsynth": SHAPE, LAYERS, TOKENS, RECIPE, TIMEOUT, ARGS (more quantize flags) of the
+#                 synthetic full-shape run
 #   GRIDQ_QR_KILL step "quantresume" (after quantsynth): seconds before the same quantize is killed (SIGKILL),
 #                 then resumed; the two artifacts are compared file by file
 #   GRIDQ_BENCH   arguments of `gridq bench decode` (default: --synthetic laguna-s-2.1)
@@ -291,7 +292,7 @@ if has quantsynth; then  # issue 12: the whole pipeline on a synthetic Laguna-S-
   TM=""; [ -x /usr/bin/time ] && TM="/usr/bin/time -v"
   $TM timeout ${GRIDQ_QS_TIMEOUT:-500} $G quantize $SC $B/q-synth --recipe ${GRIDQ_QS_RECIPE:-laguna} \
     --calib data/code-calib.txt --calib-tokens ${GRIDQ_QS_TOKENS:-65536} --threads 16 --device cuda --json \
-    > "$OUT/synth_quantize.json" 2> "$OUT/synth_quantize.err"
+    ${GRIDQ_QS_ARGS:-} > "$OUT/synth_quantize.json" 2> "$OUT/synth_quantize.err"
   echo "exit $?" >> "$OUT/synth_quantize.err"
   grep -E "layer [0-9]+/|Maximum resident|Elapsed|exit|error" "$OUT/synth_quantize.err" | tr '\r' '\n' | grep -E "layer [0-9]+/[0-9]+:|Maximum|Elapsed|exit|rror" | tail -12
   log "synthetic quantize ($(($(date +%s) - t0)) s)"
