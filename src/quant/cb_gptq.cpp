@@ -396,31 +396,6 @@ Expected<std::vector<uint8_t>> pack_fp8cb(const gridbook::Rung& rung, const Fp8C
 
 // ---- gate ----
 
-double holdout_output_mse(const float* X, int64_t n, const float* W, const float* W_hat, int R, int C) {
-  if (n <= 0 || R <= 0) return 0.0;
-  std::vector<double> per_row(R, 0.0);
-#pragma omp parallel
-  {
-    std::vector<double> D(C);
-#pragma omp for schedule(static)
-    for (int r = 0; r < R; ++r) {
-      for (int j = 0; j < C; ++j)
-        D[j] = static_cast<double>(W_hat[size_t(r) * C + j]) - static_cast<double>(W[size_t(r) * C + j]);
-      double acc = 0.0;
-      for (int64_t t = 0; t < n; ++t) {
-        const float* x = X + t * C;
-        double y = 0.0;
-        for (int j = 0; j < C; ++j) y += D[j] * x[j];
-        acc += y * y;
-      }
-      per_row[r] = acc;
-    }
-  }
-  double total = 0.0;
-  for (int r = 0; r < R; ++r) total += per_row[r];
-  return total / (static_cast<double>(n) * R);
-}
-
 Expected<Fp4CbEncoding> encode_fp4_gated(const gridbook::Codebook& cb, const float* W, int R, int C,
                                          const float* H, int64_t n_tokens, const float* q,
                                          const float* X_hold, int64_t n_hold, const CbGptqOptions& opt,
