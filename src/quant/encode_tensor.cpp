@@ -151,10 +151,12 @@ Expected<std::vector<float>> source_to_f32(const SourceWeight& w) {
   const uint8_t* p = w.bytes.data();
   switch (w.dtype) {
     case io::DType::BF16:
+#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 20))
       for (int64_t i = 0; i < n; ++i)
         out[i] = bf16_to_f32(static_cast<uint16_t>(p[2 * i] | (p[2 * i + 1] << 8)));
       break;
     case io::DType::F16:
+#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 20))
       for (int64_t i = 0; i < n; ++i)
         out[i] = f16_to_f32(static_cast<uint16_t>(p[2 * i] | (p[2 * i + 1] << 8)));
       break;

@@ -21,6 +21,7 @@ Status check_weight(const float* W, int R, int C) {
 
 std::vector<float> channel_scales(const float* W, int R, int C) {
   std::vector<float> s(R);
+#pragma omp parallel for schedule(static)
   for (int r = 0; r < R; ++r) {
     float amax = 0.0f;
     for (int j = 0; j < C; ++j) amax = std::max(amax, std::fabs(W[size_t(r) * C + j]));
@@ -38,6 +39,7 @@ Expected<Fp8Weights> quantize_fp8_per_channel(const float* W, int R, int C) {
   out.cols = C;
   out.scale = channel_scales(W, R, C);
   out.q.resize(size_t(R) * C);
+#pragma omp parallel for schedule(static)
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < C; ++j)
       out.q[size_t(r) * C + j] = f32_to_e4m3_rne(W[size_t(r) * C + j] / out.scale[r]);
@@ -76,6 +78,7 @@ Expected<Fp8Weights> quantize_fp8_per_channel_gptq(const float* W, int R, int C,
 
 std::vector<float> dequantize_fp8(const Fp8Weights& w) {
   std::vector<float> out(size_t(w.rows) * w.cols);
+#pragma omp parallel for schedule(static)
   for (int r = 0; r < w.rows; ++r)
     for (int j = 0; j < w.cols; ++j)
       out[size_t(r) * w.cols + j] = e4m3_to_f32(w.q[size_t(r) * w.cols + j]) * w.scale[r];
