@@ -3,12 +3,13 @@
 // input statistics, then their down matrices, each batch one device call (cb_gptq_device.h
 // encode_fp4_batch_on_device) and one for the kept candidates' output proxies; encode_tensor makes each
 // matrix's choices among the batch's candidates, so the bytes and the records are those of the one-matrix
-// path.
+// path. The next batch's device call runs while the host chooses among the current one's candidates.
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <future>
 #include <regex>
 #include <tuple>
 
@@ -83,61 +84,75 @@ double since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-// One device batch: members [M] (gate/up pairs share an input), encoded into out[task].
-Status encode_batch(const std::vector<TensorTask>& tasks, const std::vector<Member>& mem,
-                    const gridbook::Codebook& cb, const io::Checkpoint& ckpt,
-                    std::map<size_t, EncodedTensor>& out, EncodeSeconds& secs) {
-  auto t0 = std::chrono::steady_clock::now();
-  const size_t M = mem.size();
-  const EncodeParams& p = tasks[mem.front().task].params;
-  std::vector<SourceWeight> src(M);
-  std::vector<std::vector<float>> W32(M);
+// One device batch: members [M] (gate/up pairs share an input) with their source weights as fp32.
+struct Batch {
+  std::vector<Member> mem;
+  const gridbook::Codebook* cb = nullptr;
+  std::vector<SourceWeight> src;
+  std::vector<std::vector<float>> W32;
+  std::vector<const InputStats*> inputs;  // in order of first use; matrix m reads inputs[h_of[m]]
+  std::vector<int> h_of;
+};
+
+Status prepare(const std::vector<TensorTask>& tasks, const io::Checkpoint& ckpt, Batch& b) {
+  const size_t M = b.mem.size();
+  b.src.resize(M);
+  b.W32.resize(M);
   std::vector<Status> bad(M);
   for (size_t m = 0; m < M; ++m) {
-    GRIDQ_ASSIGN_OR_RETURN(src[m], source_weight(ckpt, tasks[mem[m].task].name));
-    if (src[m].shape.size() != 2 || src[m].shape != src[0].shape)
-      return err("tensor '{}': the experts of a device batch must share one 2-D shape", src[m].name);
+    GRIDQ_ASSIGN_OR_RETURN(b.src[m], source_weight(ckpt, tasks[b.mem[m].task].name));
+    if (b.src[m].shape.size() != 2 || b.src[m].shape != b.src[0].shape)
+      return err("tensor '{}': the experts of a device batch must share one 2-D shape", b.src[m].name);
   }
 #pragma omp parallel for schedule(dynamic, 1)
   for (size_t m = 0; m < M; ++m) {
-    auto w = source_to_f32(src[m]);
+    auto w = source_to_f32(b.src[m]);
     if (w.ok())
-      W32[m] = std::move(*w);
+      b.W32[m] = std::move(*w);
     else
       bad[m] = w.status();
   }
   for (const Status& s : bad) GRIDQ_RETURN_IF_ERROR(s);
-  // Inputs in order of first use; matrix m reads inputs[h_of[m]].
-  std::vector<const InputStats*> inputs;
-  std::vector<int> h_of(M);
-  std::vector<const float*> W(M);
+  b.h_of.resize(M);
   for (size_t m = 0; m < M; ++m) {
-    auto it = std::find(inputs.begin(), inputs.end(), mem[m].in);
-    h_of[m] = static_cast<int>(it - inputs.begin());
-    if (it == inputs.end()) inputs.push_back(mem[m].in);
-    W[m] = W32[m].data();
+    auto it = std::find(b.inputs.begin(), b.inputs.end(), b.mem[m].in);
+    b.h_of[m] = static_cast<int>(it - b.inputs.begin());
+    if (it == b.inputs.end()) b.inputs.push_back(b.mem[m].in);
   }
+  return {};
+}
+
+// The batch's device call: every candidate of every matrix with its holdout MSE.
+Expected<DeviceFp4Batch> run_on_device(const std::vector<TensorTask>& tasks, const Batch& b) {
+  const EncodeParams& p = tasks[b.mem.front().task].params;
+  std::vector<const float*> W(b.mem.size());
+  for (size_t m = 0; m < W.size(); ++m) W[m] = b.W32[m].data();
   const bool gptq = p.encoder == "cb_gptq";
   const CbGptqOptions opt = gptq_options(p);
-  const auto R = static_cast<int>(src[0].shape[0]), C = static_cast<int>(src[0].shape[1]);
-  secs.expert_host += since(t0);
-  t0 = std::chrono::steady_clock::now();
-  auto made = encode_fp4_batch_on_device(cb, R, C, W, h_of, inputs, opt, p.cb_gptq.refine_passes,
+  const auto R = static_cast<int>(b.src[0].shape[0]), C = static_cast<int>(b.src[0].shape[1]);
+  auto made = encode_fp4_batch_on_device(*b.cb, R, C, W, b.h_of, b.inputs, opt, p.cb_gptq.refine_passes,
                                          p.cb_gptq.refine_scales, gptq, gptq && p.cb_gptq.holdout_gate);
-  if (!made.ok()) return err("{}{}", made.message(), describe_failed_input(made.message(), inputs, opt));
-  DeviceFp4Batch batch = std::move(*made);
-  secs.expert_device += since(t0);
-  t0 = std::chrono::steady_clock::now();
+  if (!made.ok()) return err("{}{}", made.message(), describe_failed_input(made.message(), b.inputs, opt));
+  return made;
+}
+
+// The host's choices among the batch's candidates (encode_tensor with `pre`), then the kept ones' output
+// proxies on the device, into out[task].
+Status finish(const std::vector<TensorTask>& tasks, Batch& b, DeviceFp4Batch& batch,
+              std::map<size_t, EncodedTensor>& out, EncodeSeconds& secs) {
+  auto t0 = std::chrono::steady_clock::now();
+  const size_t M = b.mem.size();
   std::vector<EncodedTensor> enc(M);
+  std::vector<Status> bad(M);
 #pragma omp parallel for schedule(dynamic, 1)
   for (size_t m = 0; m < M; ++m) {
-    const TensorTask& t = tasks[mem[m].task];
-    auto e = encode_tensor(src[m], mem[m].in, t.params, &cb, &W32[m], &batch.m[m]);
+    const TensorTask& t = tasks[b.mem[m].task];
+    auto e = encode_tensor(b.src[m], b.mem[m].in, t.params, b.cb, &b.W32[m], &batch.m[m]);
     if (e.ok())
       enc[m] = std::move(*e);
     else
       bad[m] = err("{}: {}", t.name, e.message());
-    W32[m] = {};
+    b.W32[m] = {};
   }
   for (const Status& s : bad) GRIDQ_RETURN_IF_ERROR(s);
   secs.expert_host += since(t0);
@@ -147,7 +162,7 @@ Status encode_batch(const std::vector<TensorTask>& tasks, const std::vector<Memb
   GRIDQ_ASSIGN_OR_RETURN(std::vector<double> half, batch.dev->half_traces(which));
   for (size_t m = 0; m < M; ++m) enc[m].stats.half_trace = half[m];
   secs.expert_proxy += since(t0);
-  for (size_t m = 0; m < M; ++m) out[mem[m].task] = std::move(enc[m]);
+  for (size_t m = 0; m < M; ++m) out[b.mem[m].task] = std::move(enc[m]);
   return {};
 }
 
@@ -173,26 +188,53 @@ Expected<std::map<size_t, EncodedTensor>> encode_experts_on_device(
     if (!in) continue;
     groups[{t.format, t.params.encoder, down}].push_back(Member{i, e, in});
   }
-  std::map<size_t, EncodedTensor> out;
+  // The batches in order: per group, chunks of device_batch_experts experts.
+  std::vector<Batch> batches;
+  std::vector<std::string> labels;
   for (auto& [key, mem] : groups) {
     std::stable_sort(mem.begin(), mem.end(),
                      [](const Member& a, const Member& b) { return a.expert < b.expert; });
-    const gridbook::Codebook& cb = codebooks.at(std::get<0>(key));
     std::vector<int> experts;  // distinct, ascending
     for (const Member& m : mem)
       if (experts.empty() || experts.back() != m.expert) experts.push_back(m.expert);
     const auto per = static_cast<size_t>(std::max(1, tasks[mem.front().task].params.device_batch_experts));
     for (size_t c0 = 0; c0 < experts.size(); c0 += per) {
       const int lo = experts[c0], hi = experts[std::min(experts.size(), c0 + per) - 1];
-      std::vector<Member> part;
+      Batch b;
+      b.cb = &codebooks.at(std::get<0>(key));
       for (const Member& m : mem)
-        if (m.expert >= lo && m.expert <= hi) part.push_back(m);
-      if (on_tensor)
-        on_tensor(fmt::format("{} experts {}-{} {} ({} matrices on the GPU)", std::get<0>(key), lo, hi,
-                              std::get<2>(key) ? "down" : "gate/up", part.size()));
-      auto st = encode_batch(tasks, part, cb, ckpt, out, sec);
-      if (!st.ok()) return err("layer {}: {}", layer, st.message());
+        if (m.expert >= lo && m.expert <= hi) b.mem.push_back(m);
+      labels.push_back(fmt::format("{} experts {}-{} {} ({} matrices on the GPU)", std::get<0>(key), lo, hi,
+                                   std::get<2>(key) ? "down" : "gate/up", b.mem.size()));
+      batches.push_back(std::move(b));
     }
+  }
+  // Batch i+1 is prepared and its device call runs on a second thread while the host chooses among batch
+  // i's candidates and the device computes their proxies: the GPU waits for the host less. Every batch's
+  // results are its own, so the bytes do not depend on the overlap.
+  std::map<size_t, EncodedTensor> out;
+  std::future<Expected<DeviceFp4Batch>> next;
+  auto launch = [&](size_t i) -> Status {
+    auto t0 = std::chrono::steady_clock::now();
+    GRIDQ_RETURN_IF_ERROR(prepare(tasks, ckpt, batches[i]));
+    sec.expert_host += since(t0);
+    next = std::async(std::launch::async, [&tasks, &b = batches[i], threads = omp_get_max_threads()] {
+      omp_set_num_threads(threads);  // OpenMP's team size is per thread: keep --threads
+      return run_on_device(tasks, b);
+    });
+    return {};
+  };
+  if (!batches.empty()) GRIDQ_RETURN_IF_ERROR(launch(0));
+  for (size_t i = 0; i < batches.size(); ++i) {
+    if (on_tensor) on_tensor(labels[i]);
+    auto t0 = std::chrono::steady_clock::now();
+    auto made = next.get();
+    sec.expert_device += since(t0);  // the device time the host waited for
+    if (!made.ok()) return err("layer {}: {}", layer, made.message());
+    if (i + 1 < batches.size()) GRIDQ_RETURN_IF_ERROR(launch(i + 1));
+    auto st = finish(tasks, batches[i], *made, out, sec);
+    if (!st.ok()) return err("layer {}: {}", layer, st.message());
+    batches[i] = Batch{};
   }
   return out;
 }
