@@ -44,6 +44,10 @@ Stacked stack_rows(const std::vector<std::vector<const QMatrix*>>& experts, int 
   const QMatrix& m0 = *experts[0][0];
   const size_t rb = host_row_bytes(m0);
   const bool scaled = m0.row_scale != nullptr;
+  // One allocation each (the quantizer's teacher uploads hundreds of experts per layer; every grown or extra
+  // buffer of megabytes is fresh pages to fault in).
+  s.bytes.reserve(rb * static_cast<size_t>(rows_pad) * experts.size());
+  if (scaled) s.scales.reserve(static_cast<size_t>(rows_pad) * experts.size());
   for (const auto& parts : experts) {
     int64_t rows = 0;
     for (const QMatrix* p : parts) {
@@ -118,8 +122,8 @@ Expected<DevLinear> upload(const std::vector<std::vector<const QMatrix*>>& exper
     Stacked s = stack_rows(experts, rows16);
     d.path = DevLinear::Path::kTiled;
     if (m0.format == RF::kBF16) {
-      std::vector<uint16_t> w(s.bytes.size() / 2);
-      std::memcpy(w.data(), s.bytes.data(), s.bytes.size());
+      // The stacked bytes as BF16 values in place (a vector's storage is aligned for any scalar).
+      const std::span<const uint16_t> w(reinterpret_cast<const uint16_t*>(s.bytes.data()), s.bytes.size() / 2);
       GRIDQ_ASSIGN_OR_RETURN(d.tiled, upload_bf16(rows16, C, E, w));
       d.kernel = "tiled BF16";
     } else if (m0.format == RF::kFP8) {

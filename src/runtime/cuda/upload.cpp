@@ -21,6 +21,20 @@ Status upload_tiles(DeviceWeights& d, const void* data, size_t bytes, const char
   return {};
 }
 
+// Expert e's relaid-out tiles `t` into the experts' buffer: a lone expert's buffer is its own (no copy, no
+// second allocation).
+template <class T>
+Status join_expert(std::vector<T>& all, std::vector<T>&& t, int e, int experts, size_t per) {
+  if (t.size() != per) return err("relayout of expert {}: {} values, expected {}", e, t.size(), per);
+  if (experts == 1) {
+    all = std::move(t);
+    return {};
+  }
+  if (e == 0) all.resize(per * static_cast<size_t>(experts));
+  std::memcpy(all.data() + per * static_cast<size_t>(e), t.data(), per * sizeof(T));
+  return {};
+}
+
 }  // namespace
 
 Expected<DeviceWeights> upload_cb(int k, int v, int rows, int in, int experts,
@@ -34,10 +48,10 @@ Expected<DeviceWeights> upload_cb(int k, int v, int rows, int in, int experts,
   if (codebook_f16.size() != entries * 4)
     return err("upload_cb: codebook has {} FP16 values, expected {} (2 sub-tables × 2^{} × 4)",
                codebook_f16.size(), entries * 4, k / 2);
-  std::vector<uint8_t> tiled(canonical.size());
+  std::vector<uint8_t> tiled;
   for (int e = 0; e < experts; ++e) {
     GRIDQ_ASSIGN_OR_RETURN(auto t, cb_relayout(k, v, rows, in, canonical.subspan(per * e, per)));
-    std::memcpy(tiled.data() + per * e, t.data(), per);
+    GRIDQ_RETURN_IF_ERROR(join_expert(tiled, std::move(t), e, experts, per));
   }
   std::vector<uint16_t> cb(codebook_f16.size());
   for (size_t i = 0; i < cb.size(); ++i) {
@@ -81,10 +95,10 @@ Expected<DeviceWeights> upload_fp8(int rows, int in, int experts, std::span<cons
   for (size_t i = 0; i < weight_scale.size(); ++i)
     if (!std::isfinite(weight_scale[i]) || !(weight_scale[i] > 0.0f))
       return err("upload_fp8: weight_scale[{}] = {} is not finite and > 0", i, weight_scale[i]);
-  std::vector<uint8_t> tiled(e4m3.size());
+  std::vector<uint8_t> tiled;
   for (int e = 0; e < experts; ++e) {
     GRIDQ_ASSIGN_OR_RETURN(auto t, fp8_relayout(rows, in, e4m3.subspan(per * e, per)));
-    std::memcpy(tiled.data() + per * e, t.data(), per);
+    GRIDQ_RETURN_IF_ERROR(join_expert(tiled, std::move(t), e, experts, per));
   }
   DeviceWeights d;
   GRIDQ_RETURN_IF_ERROR(upload_tiles(d, tiled.data(), tiled.size(), "FP8 tiles"));
@@ -105,10 +119,10 @@ Expected<DeviceWeights> upload_bf16(int rows, int in, int experts, std::span<con
   const size_t per = static_cast<size_t>(rows) * static_cast<size_t>(in);
   if (w.size() != per * static_cast<size_t>(experts))
     return err("upload_bf16: {} values, expected {}", w.size(), per * static_cast<size_t>(experts));
-  std::vector<uint16_t> tiled(w.size());
+  std::vector<uint16_t> tiled;
   for (int e = 0; e < experts; ++e) {
     GRIDQ_ASSIGN_OR_RETURN(auto t, bf16_relayout(rows, in, w.subspan(per * e, per)));
-    std::memcpy(tiled.data() + per * e, t.data(), per * 2);
+    GRIDQ_RETURN_IF_ERROR(join_expert(tiled, std::move(t), e, experts, per));
   }
   DeviceWeights d;
   GRIDQ_RETURN_IF_ERROR(upload_tiles(d, tiled.data(), tiled.size() * 2, "BF16 tiles"));
