@@ -113,9 +113,15 @@ Status Teacher::load_layer(int l, const runtime::LayerWeights& lw) {
       return err("cuda teacher: layer {} has {} / {} / {} expert matrices, the spec {}", l,
                  lw.expert_gate.size(), lw.expert_up.size(), lw.expert_down.size(), E);
     experts_.resize(E);
+    // Experts in parallel: each is host relayouts of megabytes (fresh pages) then a copy; one after another
+    // they took seconds per layer.
+    std::vector<Status> bad(E);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (size_t e = 0; e < E; ++e)
+      bad[e] = upload_swiglu(experts_[e], lw.expert_gate[e], lw.expert_up[e], lw.expert_down[e],
+                             fmt::format("layer {} expert {}", l, e));
     for (size_t e = 0; e < E; ++e) {
-      GRIDQ_RETURN_IF_ERROR(upload_swiglu(experts_[e], lw.expert_gate[e], lw.expert_up[e], lw.expert_down[e],
-                                          fmt::format("layer {} expert {}", l, e)));
+      GRIDQ_RETURN_IF_ERROR(bad[e]);
       wb += experts_[e].gate_up.resident_bytes() + experts_[e].down.resident_bytes();
     }
   }
