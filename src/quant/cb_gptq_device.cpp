@@ -12,7 +12,8 @@ namespace {
 // The CPU encoders' form of a device encoding: composed codewords and decoded weights, or (`lazy`, a batch
 // candidate) the sub-indices that decode_candidate turns into them if the candidate is kept.
 Fp4CbEncoding fp4_encoding(const DenseBook& book, int R, int C, const std::vector<uint32_t>& sub_idx,
-                           const std::vector<uint8_t>& planes, bool identity, double damp, bool lazy = false) {
+                           const std::vector<uint8_t>& planes, bool identity, double damp,
+                           bool lazy = false) {
   const int nsb = C / gridbook::kSuperblock;
   Fp4CbEncoding enc;
   enc.rows = R;
@@ -161,8 +162,9 @@ Expected<DeviceFp4Batch> encode_fp4_batch_on_device(const gridbook::Codebook& cb
     };
     DeviceFp4Candidates& c = out.m[m];
     if (gptq) {
-      c.gptq = tag(fp4_encoding(book, R, C, x.enc.sub_idx, x.enc.planes, x.enc.identity, x.enc.damp_used, true),
-                   runtime::DeviceCbBatch::kGptq, x.mse_gptq);
+      c.gptq =
+          tag(fp4_encoding(book, R, C, x.enc.sub_idx, x.enc.planes, x.enc.identity, x.enc.damp_used, true),
+              runtime::DeviceCbBatch::kGptq, x.mse_gptq);
       if (x.enc.refined) {
         c.refined.ran = true;
         c.refined.enc = tag(fp4_encoding(book, R, C, x.enc.refined_sub_idx, x.enc.refined_planes,

@@ -13,6 +13,7 @@
 #include <regex>
 #include <tuple>
 
+#include "core/async.h"
 #include "quant/cb_gptq_device.h"
 #include "quant/hessian_factor.h"
 #include "quant/pipeline.h"
@@ -86,6 +87,7 @@ double since(std::chrono::steady_clock::time_point t) {
 
 // One device batch: members [M] (gate/up pairs share an input) with their source weights as fp32.
 struct Batch {
+  std::string label;  // progress: rung, experts, role, matrices
   std::vector<Member> mem;
   const gridbook::Codebook* cb = nullptr;
   std::vector<SourceWeight> src;
@@ -190,7 +192,6 @@ Expected<std::map<size_t, EncodedTensor>> encode_experts_on_device(
   }
   // The batches in order: per group, chunks of device_batch_experts experts.
   std::vector<Batch> batches;
-  std::vector<std::string> labels;
   for (auto& [key, mem] : groups) {
     std::stable_sort(mem.begin(), mem.end(),
                      [](const Member& a, const Member& b) { return a.expert < b.expert; });
@@ -204,8 +205,8 @@ Expected<std::map<size_t, EncodedTensor>> encode_experts_on_device(
       b.cb = &codebooks.at(std::get<0>(key));
       for (const Member& m : mem)
         if (m.expert >= lo && m.expert <= hi) b.mem.push_back(m);
-      labels.push_back(fmt::format("{} experts {}-{} {} ({} matrices on the GPU)", std::get<0>(key), lo, hi,
-                                   std::get<2>(key) ? "down" : "gate/up", b.mem.size()));
+      b.label = fmt::format("{} experts {}-{} {} ({} matrices on the GPU)", std::get<0>(key), lo, hi,
+                            std::get<2>(key) ? "down" : "gate/up", b.mem.size());
       batches.push_back(std::move(b));
     }
   }
@@ -218,15 +219,12 @@ Expected<std::map<size_t, EncodedTensor>> encode_experts_on_device(
     auto t0 = std::chrono::steady_clock::now();
     GRIDQ_RETURN_IF_ERROR(prepare(tasks, ckpt, batches[i]));
     sec.expert_host += since(t0);
-    next = std::async(std::launch::async, [&tasks, &b = batches[i], threads = omp_get_max_threads()] {
-      omp_set_num_threads(threads);  // OpenMP's team size is per thread: keep --threads
-      return run_on_device(tasks, b);
-    });
+    next = async_like_caller([&tasks, &b = batches[i]] { return run_on_device(tasks, b); });
     return {};
   };
   if (!batches.empty()) GRIDQ_RETURN_IF_ERROR(launch(0));
   for (size_t i = 0; i < batches.size(); ++i) {
-    if (on_tensor) on_tensor(labels[i]);
+    if (on_tensor) on_tensor(batches[i].label);
     auto t0 = std::chrono::steady_clock::now();
     auto made = next.get();
     sec.expert_device += since(t0);  // the device time the host waited for

@@ -25,7 +25,7 @@ constexpr int kRows = 16;  // weight rows per task
 // y[i, k] = Σ_j D_i[j]·x[j, k] for two rows (a, b) of D and the 8 holdout rows of block x [C, 8].
 // AVX2 without FMA: a product and its sum stay two roundings.
 __attribute__((target("avx2"))) void chains_avx2(const double* Da, const double* Db, const double* x, int C,
-                                                  double* ya, double* yb) {
+                                                 double* ya, double* yb) {
   __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
   __m256d b0 = _mm256_setzero_pd(), b1 = _mm256_setzero_pd();
   for (int j = 0; j < C; ++j) {

@@ -1,11 +1,10 @@
 // The layer steps of the quantize driver (pipeline_driver.h): codebooks, then per layer the capture and the
 // encode.
-#include <omp.h>
-
 #include <algorithm>
 #include <future>
 #include <set>
 
+#include "core/async.h"
 #include "quant/pipeline_driver.h"
 
 namespace gridq::quant::pipeline_detail {
@@ -198,8 +197,7 @@ Status Driver::write_layer(int l, const LayerCapture& cap, const SavedCarry& car
           : "",
       format_duration(enc_s), n_tensors + n_tensors_budget, n_quant,
       n_tensors_budget ? fmt::format(", {} priced for the budget", n_tensors_budget) : "", cold, kept_nn,
-      format_bytes(peak_rss_bytes()),
-      device_peak > 0 ? ", GPU teacher " + format_bytes(device_peak) : ""));
+      format_bytes(peak_rss_bytes()), device_peak > 0 ? ", GPU teacher " + format_bytes(device_peak) : ""));
   return Status();
 }
 
@@ -232,7 +230,6 @@ Status Driver::run_layers(int start, QuantizeSummary& s) {
   // encoders share the machine instead of taking turns. The bytes are the serial run's; the cost is a second
   // layer's statistics in host memory.
   const bool overlap = o.overlap_capture == "on" || (o.overlap_capture == "auto" && o.device == "cuda");
-  const int threads = o.threads;
   std::future<Expected<LayerCapture>> next;
   for (int l = start; l < n_layers; ++l) {
     progress->update(fmt::format("layer {}/{}", l + 1, n_layers), "forward+capture");
@@ -252,10 +249,7 @@ Status Driver::run_layers(int start, QuantizeSummary& s) {
     const size_t device_peak = st->peak_device_bytes();
     const bool stop_here = o.stop_after_layer == l && (l + 1 < n_layers || o.budget_bpw > 0.0);
     if (overlap && l + 1 < n_layers && !stop_here) {
-      next = std::async(std::launch::async, [&st, threads] {
-        if (threads > 0) omp_set_num_threads(threads);  // OpenMP's team size is per thread
-        return st->run_layer();
-      });
+      next = async_like_caller([&st] { return st->run_layer(); });
     }
     progress->log(fmt::format(
         "layer {}/{}: captured in {} ({}absorb {}, S4 checks {}, finish {}{})", l + 1, n_layers,

@@ -14,15 +14,16 @@ namespace gridq::quant {
 namespace {
 
 // The definition: per row, Σ_t (Σ_j (Ŵ − W)[r, j]·x[t, j])², j and t ascending, rows added in order.
-double naive(const std::vector<float>& X, int64_t n, const std::vector<float>& W, const std::vector<float>& Wh,
-             int R, int C) {
+double naive(const std::vector<float>& X, int64_t n, const std::vector<float>& W,
+             const std::vector<float>& Wh, int R, int C) {
   double total = 0.0;
   for (int r = 0; r < R; ++r) {
     double acc = 0.0;
     for (int64_t t = 0; t < n; ++t) {
       double y = 0.0;
       for (int j = 0; j < C; ++j) {
-        const double d = static_cast<double>(Wh[size_t(r) * C + j]) - static_cast<double>(W[size_t(r) * C + j]);
+        const double d =
+            static_cast<double>(Wh[size_t(r) * C + j]) - static_cast<double>(W[size_t(r) * C + j]);
         const double p = d * static_cast<double>(X[size_t(t) * C + j]);  // rounded apart from the sum
         y += p;
       }
@@ -54,8 +55,8 @@ TEST(HoldoutMse, SameBitsAsOneChainAtATime) {
     for (int threads : {1, 3}) {
       omp_set_num_threads(threads);
       const double got = holdout_output_mse(X.data(), n, W.data(), Wh.data(), R, C);
-      EXPECT_EQ(bits(got), bits(want)) << R << "×" << C << ", n " << n << ", threads " << threads << ": " << got
-                                       << " vs " << want;
+      EXPECT_EQ(bits(got), bits(want))
+          << R << "×" << C << ", n " << n << ", threads " << threads << ": " << got << " vs " << want;
     }
   }
   omp_set_num_threads(omp_get_num_procs());

@@ -123,7 +123,8 @@ Expected<DevLinear> upload(const std::vector<std::vector<const QMatrix*>>& exper
     d.path = DevLinear::Path::kTiled;
     if (m0.format == RF::kBF16) {
       // The stacked bytes as BF16 values in place (a vector's storage is aligned for any scalar).
-      const std::span<const uint16_t> w(reinterpret_cast<const uint16_t*>(s.bytes.data()), s.bytes.size() / 2);
+      const std::span<const uint16_t> w(reinterpret_cast<const uint16_t*>(s.bytes.data()),
+                                        s.bytes.size() / 2);
       GRIDQ_ASSIGN_OR_RETURN(d.tiled, upload_bf16(rows16, C, E, w));
       d.kernel = "tiled BF16";
     } else if (m0.format == RF::kFP8) {

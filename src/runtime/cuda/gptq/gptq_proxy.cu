@@ -1,8 +1,8 @@
 // The output proxy tr(ΔW H ΔWᵀ)/2 of quant/output_proxy.cpp on the device (gptq_kernels.h): the same float64
 // products and sums in the same order (-fmad=false), so the same bits. V = ΔW·H: a thread per column j for
 // kRows rows at once (each H element read once per kRows rows; the d values are broadcasts; 16 rows: a
-// [1024, 3072] expert reads its 36 MB H 64 times, not 256, and each thread has 16 chains in flight), then a thread
-// per row for its ascending-j dot product, then one thread for the ascending-r total.
+// [1024, 3072] expert reads its 36 MB H 64 times, not 256, and each thread has 16 chains in flight), then a
+// thread per row for its ascending-j dot product, then one thread for the ascending-r total.
 #include "runtime/cuda/gptq/gptq_kernels.h"
 
 namespace gridq::cuda::gptq {
