@@ -90,6 +90,17 @@ void add_run_options(CLI::App& sub, RunOptions& o) {
   sub.add_option("--activation-contract", o.activation_contract, kActivationContractHelp)
       ->check(CLI::IsMember({"w4a4", "w4a16"}));
   add_cpu_kernels_option(sub, o.cpu_kernels);
+  add_cpu_weights_option(sub, o.cpu_weights);
+}
+
+void add_cpu_weights_option(CLI::App& sub, std::string& v) {
+  sub.add_option(
+         "--cpu-weights", v,
+         "where the cpu backend's weights live: huge-pages (copied once at start onto 2 MiB transparent "
+         "huge pages: fewer TLB misses, faster decode; refused where the kernel has THP off), mmap (read "
+         "in place from the files), auto (huge-pages where THP is on); the same results either way")
+      ->check(CLI::IsMember({"auto", "huge-pages", "mmap"}))
+      ->capture_default_str();
 }
 
 void add_cpu_kernels_option(CLI::App& sub, std::string& v) {
@@ -172,6 +183,7 @@ Expected<std::unique_ptr<runtime::Engine>> open_engine(const std::string& model_
   eo.synthetic_vocab = o.synthetic_vocab;
   eo.activation_contract = o.activation_contract;
   eo.cpu_kernels = o.cpu_kernels;
+  eo.cpu_weights = o.cpu_weights;
   GRIDQ_ASSIGN_OR_RETURN(auto eng, runtime::Engine::open(model_dir, eo));
   if (log) {
     log(eng->device_log());

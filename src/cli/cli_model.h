@@ -34,11 +34,15 @@ struct RunOptions {
   // --cpu-kernels auto|reference|bf16 (runtime::EngineOptions::cpu_kernels). The serving commands default to
   // auto; logits and eval, which measure, to reference.
   std::string cpu_kernels = "auto";
+  // --cpu-weights auto|huge-pages|mmap (runtime::EngineOptions::cpu_weights).
+  std::string cpu_weights = "auto";
 };
 
 void add_run_options(CLI::App& sub, RunOptions& o);
 // --cpu-kernels, as every run command and serve declare it (the default shown is v's value).
 void add_cpu_kernels_option(CLI::App& sub, std::string& v);
+// --cpu-weights, as every run command and serve declare it.
+void add_cpu_weights_option(CLI::App& sub, std::string& v);
 // --activation-contract, as every run command and serve declare it.
 extern const char* const kActivationContractHelp;
 // --device and --gpu-memory-utilization as serve and bench declare them too, so every command spells and

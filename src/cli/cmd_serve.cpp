@@ -42,8 +42,9 @@ struct ServeOpts {
   bool enforce_eager = false;
   std::string device = "auto";
   std::string kv_cache_dtype = "auto";
-  std::string activation_contract;  // "" = the artifact's own
+  std::string activation_contract;   // "" = the artifact's own
   std::string cpu_kernels = "auto";  // --cpu-kernels (RunOptions::cpu_kernels)
+  std::string cpu_weights = "auto";  // --cpu-weights (RunOptions::cpu_weights)
   std::vector<std::string> api_keys;
   std::string api_key_file;
   std::string allowed_origins = "[\"*\"]";
@@ -238,6 +239,7 @@ int run_serve(ServeOpts o) {
   ro.prefix_caching = o.prefix_caching;
   ro.activation_contract = o.activation_contract;
   ro.cpu_kernels = o.cpu_kernels;
+  ro.cpu_weights = o.cpu_weights;
   ro.cpu_kv_budget = true;  // the cpu pool is fixed too, so admission and preemption work the same way
   auto tok = open_tokenizer(o.dir);
   if (!tok.ok()) return fail(tok.message());
@@ -399,6 +401,7 @@ Registrar reg(
        sub.add_option("--activation-contract", o->activation_contract, kActivationContractHelp)
            ->check(CLI::IsMember({"w4a4", "w4a16"}));
        add_cpu_kernels_option(sub, o->cpu_kernels);
+       add_cpu_weights_option(sub, o->cpu_weights);
        sub.add_option("--api-key", o->api_keys, "required API key (repeatable)")->check(non_empty_check());
        sub.add_option(
            "--api-key-file", o->api_key_file,

@@ -52,7 +52,7 @@ std::string cpu_kernels_log(const std::string& name, cpu::CpuKernels k) {
 // The backend for the chosen device over host weights; `keepalive` owns what the weights point into.
 Expected<std::unique_ptr<Backend>> make_backend(DeviceKind kind, const model::ModelSpec& spec, ModelWeights w,
                                                 std::shared_ptr<void> keepalive, const EngineOptions& opts,
-                                                cpu::CpuKernels kernels) {
+                                                cpu::CpuKernels kernels, std::string* log_line) {
   if (kind == DeviceKind::kCuda) {
     const CudaBackendHooks* hooks = cuda_backend_hooks();
     // choose_device only picks CUDA with hooks registered; a null here means they were cleared since.
@@ -62,6 +62,7 @@ Expected<std::unique_ptr<Backend>> make_backend(DeviceKind kind, const model::Mo
   cpu::CpuOptions co;
   co.threads = opts.threads;
   co.kernels = kernels;
+  GRIDQ_ASSIGN_OR_RETURN(co.weight_pages, cpu::weight_pages_of(opts.cpu_weights));
   if (opts.dev.num_gpu_blocks_override > 0) {
     co.kv_pages = opts.dev.num_gpu_blocks_override;
   } else if (opts.dev.cpu_kv_budget) {
@@ -69,6 +70,7 @@ Expected<std::unique_ptr<Backend>> make_backend(DeviceKind kind, const model::Mo
     co.kv_pages = static_cast<int64_t>(opts.dev.max_num_seqs) * ((std::max<int64_t>(len, 1) + 15) / 16);
   }
   GRIDQ_ASSIGN_OR_RETURN(auto be, cpu::CpuBackend::create(spec, std::move(w), std::move(keepalive), co));
+  *log_line += "; " + be->weight_pages_report();
   return std::unique_ptr<Backend>(std::move(be));
 }
 
@@ -99,6 +101,7 @@ Expected<std::unique_ptr<Engine>> Engine::open(const std::string& model_dir, con
   cpu::CpuKernels kernels = cpu::CpuKernels::kReference;
   if (choice.kind == DeviceKind::kCpu) {
     GRIDQ_ASSIGN_OR_RETURN(kernels, cpu_kernels_of(opts.cpu_kernels));
+    GRIDQ_RETURN_IF_ERROR(cpu::weight_pages_of(opts.cpu_weights).status());
     choice.log_line += cpu_kernels_log(opts.cpu_kernels, kernels);
   }
   GRIDQ_ASSIGN_OR_RETURN(nlohmann::json cfg,
@@ -112,13 +115,15 @@ Expected<std::unique_ptr<Engine>> Engine::open(const std::string& model_dir, con
     GRIDQ_ASSIGN_OR_RETURN(std::shared_ptr<ArtifactModel> am, load_artifact_model(model_dir));
     GRIDQ_ASSIGN_OR_RETURN(int64_t n_fp4, set_activation_contract(am->weights, contract));
     choice.log_line += contract_log(contract, n_fp4);
-    GRIDQ_ASSIGN_OR_RETURN(be, make_backend(choice.kind, am->spec, am->weights, am, opts, kernels));
+    GRIDQ_ASSIGN_OR_RETURN(
+        be, make_backend(choice.kind, am->spec, am->weights, am, opts, kernels, &choice.log_line));
   } else {
     GRIDQ_ASSIGN_OR_RETURN(model::LoadedModel lm, model::load_model(model_dir));
     GRIDQ_ASSIGN_OR_RETURN(ModelWeights w, build_model_weights(lm.spec, lm.weights));
     choice.log_line += contract_log(contract, 0);
     std::shared_ptr<void> keep(std::move(lm.checkpoint));
-    GRIDQ_ASSIGN_OR_RETURN(be, make_backend(choice.kind, lm.spec, std::move(w), keep, opts, kernels));
+    GRIDQ_ASSIGN_OR_RETURN(
+        be, make_backend(choice.kind, lm.spec, std::move(w), keep, opts, kernels, &choice.log_line));
   }
   return finish_open(std::move(be), model_dir, opts, std::move(choice));
 }

@@ -32,6 +32,10 @@ struct EngineOptions {
   // "bf16" (AVX512-BF16 with activations rounded to BF16: faster, not bit-identical to the reference;
   // refused on a CPU without it), "auto" (bf16 where the CPU has it, else reference). Named in device_log().
   std::string cpu_kernels = "reference";
+  // Where the CPU backend's matrices live (cpu/weight_pages.h): "auto" (copied onto transparent huge pages
+  // where the kernel grants them, else read from the mmap), "huge-pages" (refused without THP), "mmap". The
+  // bits are the same; named in device_log().
+  std::string cpu_weights = "auto";
   // A full-size synthetic model (cuda/synthetic_model.h names) built on the GPU instead of loading one; the
   // model_dir given to open() then only supplies the tokenizer side (tokenizer, template, generation config).
   std::string synthetic;

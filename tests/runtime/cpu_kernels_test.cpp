@@ -263,7 +263,7 @@ TEST(CpuKernels, MultiHeadAttentionKernelsAreTheSingleHeadCalls) {
       for (int r = 0; r < 4; ++r) kp[r] = k[static_cast<size_t>(r)].data();
       for (int64_t j = 0; j < nv; ++j) vp[j] = v[static_cast<size_t>(j)].data();
       float s[kHeadsPerPass * 4], s1[4];
-      dot4_heads(qp, nq, kp, n, s);
+      dot4_heads(qp, nq, kp, 4, n, s);
       std::vector<std::vector<float>> out(static_cast<size_t>(nq),
                                           std::vector<float>(static_cast<size_t>(n)));
       float* op[kHeadsPerPass];

@@ -185,7 +185,7 @@ void attention(const model::ModelSpec& spec, const LayerWeights& lw, int l, cons
       int64_t j = 0;
       for (; j + 4 <= nk; j += 4) {
         float s[kHeadsPerPass * 4];
-        dot4_heads(qh, nq, bf.kp.data() + j, d, s);
+        dot4_heads(qh, nq, bf.kp.data() + j, nk - j, d, s);
         for (int i = 0; i < nq; ++i)
           for (int r = 0; r < 4; ++r) sc[i][j + r] = s[i * 4 + r] * scale;
       }

@@ -30,6 +30,9 @@ Expected<std::unique_ptr<CpuBackend>> CpuBackend::create(model::ModelSpec spec, 
   }
   b->keepalive_ = std::move(keepalive);
   b->opts_ = opts;
+  if (opts.weight_pages == WeightPages::kHuge) {
+    GRIDQ_ASSIGN_OR_RETURN(b->weight_copy_, copy_weights_to_huge_pages(b->w_));
+  }
   // One page: [K | V] of page_tokens positions per full layer, layers in order (kv_plan.h's layout, fp32).
   // The salt keys the prefix cache to this model's shapes and KV type (the pool lives in this backend).
   uint64_t salt = 0x6b76'6670'3332ull;  // "kv fp32"

@@ -314,9 +314,9 @@ void axpy(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
-void dot4_heads(const float* const* q, int nq, const float* const* k, int64_t n, float* s) {
+void dot4_heads(const float* const* q, int nq, const float* const* k, int64_t nk, int64_t n, float* s) {
   if (have_avx512() && n % kLanes == 0 && nq >= 1 && nq <= kHeadsPerPass)
-    return dot4_heads_avx512(q, nq, k, n, s);
+    return dot4_heads_avx512(q, nq, k, nk, n, s);
   for (int i = 0; i < nq; ++i) dot4(q[i], k, n, s + 4 * i);
 }
 

@@ -42,8 +42,9 @@ void weighted_sum(const float* a, const float* const* v, int64_t nv, int64_t d, 
 // Several query heads against the same rows at once (attention's GQA groups: each key and value row is
 // loaded once for all of them), the bits of the single-head calls.
 inline constexpr int kHeadsPerPass = 4;
-// s[i·4 + r] = dot(q[i], k[r], n) for i < nq ≤ kHeadsPerPass, r < 4.
-void dot4_heads(const float* const* q, int nq, const float* const* k, int64_t n, float* s);
+// s[i·4 + r] = dot(q[i], k[r], n) for i < nq ≤ kHeadsPerPass, r < 4. k holds nk ≥ 4 row pointers: rows
+// k[4..nk) are the ones read next (only prefetched).
+void dot4_heads(const float* const* q, int nq, const float* const* k, int64_t nk, int64_t n, float* s);
 // weighted_sum(a[i], v, nv, d, out[i]) for i < nq ≤ kHeadsPerPass.
 void weighted_sum_heads(const float* const* a, int nq, const float* const* v, int64_t nv, int64_t d,
                         float* const* out);

@@ -19,6 +19,7 @@ GRIDQ_AVX512_WARNINGS_OFF
 namespace {
 
 constexpr int kLanes = 16;
+constexpr int kRowsAhead = 8;  // rows of a KV cache requested ahead of their use
 
 // The 16 lanes of the order in one zmm (lane j = lane j of the AVX2 kernels' lo|hi): the same products
 // and sums, half the instructions, and the four trees in one pass (tree16x4_avx512).
@@ -87,13 +88,16 @@ void weighted_sum_1_avx512(const float* a, const float* const* v, int64_t nv, in
 
 // Up to four heads × four keys: 16 accumulators, each key and query chunk loaded once per step.
 template <int NQ>
-void dot4_heads_n(const float* const* q, const float* const* k, int64_t n, float* s) {
+void dot4_heads_n(const float* const* q, const float* const* k, int64_t nk, int64_t n, float* s) {
   __m512 acc[NQ][4];
 #pragma GCC unroll 4
   for (int i = 0; i < NQ; ++i)
 #pragma GCC unroll 4
     for (int r = 0; r < 4; ++r) acc[i][r] = _mm512_setzero_ps();
   for (int64_t c = 0; c < n; c += kLanes) {
+    // The keys kRowsAhead rows on (k[4..]: the caller passes the pointer list's tail), this line of each.
+    for (int r = 4; r < 4 + kRowsAhead && r < nk; ++r)
+      _mm_prefetch(reinterpret_cast<const char*>(k[r] + c), _MM_HINT_T0);
     __m512 kv[4];
 #pragma GCC unroll 4
     for (int r = 0; r < 4; ++r) kv[r] = _mm512_loadu_ps(k[r] + c);
@@ -121,6 +125,12 @@ void weighted_sum_heads_n(const float* const* a, const float* const* v, int64_t 
 #pragma GCC unroll 4
       for (int u = 0; u < 4; ++u) o[i][u] = _mm512_setzero_ps();
     for (int64_t j = 0; j < nv; ++j) {
+      // The rows are a cache's (strided, often out of the last-level cache at decode): ask for a later
+      // row's four lines now; the hardware prefetcher does not follow a list of row pointers.
+      if (j + kRowsAhead < nv)
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u)
+          _mm_prefetch(reinterpret_cast<const char*>(v[j + kRowsAhead] + e + 16 * u), _MM_HINT_T0);
       __m512 vv[4];
 #pragma GCC unroll 4
       for (int u = 0; u < 4; ++u) vv[u] = _mm512_loadu_ps(v[j] + e + 16 * u);
@@ -158,16 +168,17 @@ void weighted_sum_avx512(const float* a, const float* const* v, int64_t nv, int6
   weighted_sum_1_avx512(a, v, nv, d, out);
 }
 
-void dot4_heads_avx512(const float* const* q, int nq, const float* const* k, int64_t n, float* s) {
+void dot4_heads_avx512(const float* const* q, int nq, const float* const* k, int64_t nk, int64_t n,
+                       float* s) {
   switch (nq) {
     case 4:
-      return dot4_heads_n<4>(q, k, n, s);
+      return dot4_heads_n<4>(q, k, nk, n, s);
     case 3:
-      return dot4_heads_n<3>(q, k, n, s);
+      return dot4_heads_n<3>(q, k, nk, n, s);
     case 2:
-      return dot4_heads_n<2>(q, k, n, s);
+      return dot4_heads_n<2>(q, k, nk, n, s);
     default:
-      return dot4_heads_n<1>(q, k, n, s);
+      return dot4_heads_n<1>(q, k, nk, n, s);
   }
 }
 

@@ -11,7 +11,7 @@ void dot4_f32_avx512(const float* const* w, const float* x, int64_t n, float* y)
 void dot4_bf16_avx512(const uint16_t* const* w, const float* x, int64_t n, float* y, int64_t pf);
 void weighted_sum_avx512(const float* a, const float* const* v, int64_t nv, int64_t d, float* out);
 // dot4_heads (n % 16 == 0) and weighted_sum_heads for 1 ≤ nq ≤ 4.
-void dot4_heads_avx512(const float* const* q, int nq, const float* const* k, int64_t n, float* s);
+void dot4_heads_avx512(const float* const* q, int nq, const float* const* k, int64_t nk, int64_t n, float* s);
 void weighted_sum_heads_avx512(const float* const* a, int nq, const float* const* v, int64_t nv, int64_t d,
                                float* const* out);
 

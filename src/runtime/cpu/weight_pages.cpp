@@ -1,0 +1,94 @@
+#include "runtime/cpu/weight_pages.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/cpu/thread_pool.h"
+
+namespace gridq::runtime::cpu {
+
+namespace {
+
+constexpr size_t kLine = 64;
+
+// Bytes of a matrix's `data` (qmatrix.h: uint16 / float / e4m3 [rows, cols], CB [rows, row_bytes]).
+size_t data_bytes(const QMatrix& m) {
+  const size_t n = static_cast<size_t>(m.rows);
+  switch (m.format) {
+    case WeightFormat::kBF16:
+      return n * static_cast<size_t>(m.cols) * 2;
+    case WeightFormat::kF32:
+      return n * static_cast<size_t>(m.cols) * 4;
+    case WeightFormat::kFP8:
+      return n * static_cast<size_t>(m.cols);
+    case WeightFormat::kCB:
+      return n * static_cast<size_t>(m.row_bytes);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Expected<WeightPages> weight_pages_of(const std::string& name) {
+  const ThpMode t = thp_mode();
+  if (name == "mmap") return WeightPages::kMapped;
+  if (name == "auto") return thp_available(t) ? WeightPages::kHuge : WeightPages::kMapped;
+  if (name != "huge-pages") return err("engine: cpu weights '{}': expected auto, huge-pages or mmap", name);
+  if (!thp_available(t))
+    return err(
+        "engine: --cpu-weights huge-pages needs transparent huge pages, and this kernel's are {} "
+        "(/sys/kernel/mm/transparent_hugepage/enabled); use --cpu-weights mmap or auto",
+        thp_mode_name(t));
+  return WeightPages::kHuge;
+}
+
+Expected<WeightCopy> copy_weights_to_huge_pages(ModelWeights& w) {
+  // Pass 1: one slot per distinct source (a tied lm_head shares the embedding's bytes), each on a line.
+  struct Slot {
+    const void* src;
+    size_t bytes, off;
+  };
+  std::vector<Slot> slots;
+  std::unordered_map<const void*, size_t> slot_of;  // source -> index into slots
+  size_t total = 0;
+  for_each_matrix(w, [&](const QMatrix& m) {
+    if (m.rows == 0 || !m.data || slot_of.count(m.data)) return;
+    slot_of.emplace(m.data, slots.size());
+    const size_t b = data_bytes(m);
+    slots.push_back({m.data, b, total});
+    total += (b + kLine - 1) / kLine * kLine;
+  });
+  WeightCopy c;
+  GRIDQ_ASSIGN_OR_RETURN(c.region, HugeRegion::allocate(total));
+  uint8_t* base = c.region.data();
+  // Pass 2: the copies, matrices spread over the pool (first touch of the huge pages is most of the cost).
+  parallel_for(static_cast<int64_t>(slots.size()), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const Slot& s = slots[static_cast<size_t>(i)];
+      std::memcpy(base + s.off, s.src, s.bytes);
+    }
+  });
+  for_each_matrix(w, [&](QMatrix& m) {
+    if (m.rows == 0 || !m.data) return;
+    m.data = base + slots[slot_of.at(m.data)].off;
+  });
+  c.matrices = static_cast<int64_t>(slots.size());
+  c.bytes = static_cast<int64_t>(total);
+  return c;
+}
+
+std::string weight_pages_log(WeightPages p, const WeightCopy& c) {
+  if (p == WeightPages::kMapped) return "weights read in place from the mmap (4 KiB pages)";
+  const int64_t huge = c.region.huge_bytes();
+  const double mib = 1.0 / (1 << 20);
+  return fmt::format("weights {:.1f} MiB copied onto 2 MiB pages ({}; transparent huge pages: {})",
+                     static_cast<double>(c.bytes) * mib,
+                     huge < 0 ? std::string("huge-page share unknown")
+                              : fmt::format("{:.1f} MiB huge", static_cast<double>(huge) * mib),
+                     thp_mode_name(thp_mode()));
+}
+
+}  // namespace gridq::runtime::cpu
