@@ -5,9 +5,7 @@
 // does not leave hundreds of MiB parked in the calling thread.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
-#include <cstdlib>
 #include <memory>
 #include <new>
 #include <vector>
@@ -17,18 +15,14 @@ namespace gridq::runtime::cpu {
 // Storage on 64-byte boundaries (a cache line, one zmm): a kernel's rows and tiles must not start mid-line,
 // or every 64-byte load of them splits across two lines (measured: a 4-row prefill kernel ~10 % slower
 // when its widened rows happened to land 16 bytes off a line).
-// Buffers of 2 MiB and more start on a 2 MiB boundary and are advised onto transparent huge pages: a
-// prefill's activations are tens of MiB touched for the first time, and on 4 KiB pages each page is a fault
-// (~9,000 of them in a 514-token prefill of the bundled model) and a TLB entry.
-void* line_alloc(size_t bytes);
 template <typename T>
 struct LineAllocator {
   using value_type = T;
   LineAllocator() = default;
   template <typename U>
   LineAllocator(const LineAllocator<U>&) {}
-  T* allocate(size_t n) { return static_cast<T*>(line_alloc(n * sizeof(T))); }
-  void deallocate(T* p, size_t) { std::free(p); }
+  T* allocate(size_t n) { return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{64})); }
+  void deallocate(T* p, size_t) { ::operator delete (p, std::align_val_t{64}); }
   template <typename U>
   bool operator==(const LineAllocator<U>&) const {
     return true;
