@@ -79,7 +79,7 @@ CLI::Validator non_empty_check() {
 void add_run_options(CLI::App& sub, RunOptions& o) {
   sub.add_option("--threads", o.threads, "CPU threads (0 = all cores)")->check(CLI::Range(0, kMaxThreads));
   sub.add_option("--prefill-chunk", o.prefill_chunk,
-                 "tokens per prefill forward (default 0: 512 on cpu, 2048 on cuda)")
+                 "tokens per prefill forward (default 0: 256 on cpu, 2048 on cuda)")
       ->check(CLI::NonNegativeNumber);
   sub.add_option("--device", o.device, kDeviceHelp)->check(device_check());
   sub.add_option("--gpu-memory-utilization", o.gpu_memory_utilization,

@@ -60,7 +60,7 @@ struct ServeOpts {
   double shutdown_timeout = 30.0;
   bool metrics_public = false, skip_pin_check = false;
   std::string access_log;
-  int64_t max_batch_tokens = 0;  // 0: by device (cuda 2048: one prefill step of the engine; cpu 512)
+  int64_t max_batch_tokens = 0;  // 0: by device (cuda 2048: one prefill step of the engine; cpu 256)
   int64_t num_gpu_blocks_override = 0;
   bool prefix_caching = true, prefix_caching_explicit = false;  // explicit: a backend without it is an error
 };
@@ -329,9 +329,10 @@ int run_serve(ServeOpts o) {
   serve::SchedulerOptions so;
   so.max_num_seqs = o.max_num_seqs;
   // The default step budget fills one CUDA forward step (kMaxStepRows: a prefill chunk shares every weight
-  // read, so smaller chunks re-read the routed experts); the CPU's throughput is flat past 512.
+  // read, so smaller chunks re-read the routed experts); the CPU's, its prefill chunk (runtime/engine.cpp:
+  // 256 is its fastest).
   so.max_batch_tokens =
-      o.max_batch_tokens > 0 ? o.max_batch_tokens : (dev_kind == runtime::DeviceKind::kCuda ? 2048 : 512);
+      o.max_batch_tokens > 0 ? o.max_batch_tokens : (dev_kind == runtime::DeviceKind::kCuda ? 2048 : 256);
   log(fmt::format("max_num_batched_tokens {}", so.max_batch_tokens));
   so.max_queue = o.max_queue;
   so.queue_timeout_s = o.queue_timeout;
@@ -425,7 +426,7 @@ Registrar reg(
        sub.add_option("--shutdown-timeout", o->shutdown_timeout, "drain seconds on SIGTERM (default 30)")
            ->check(finite_check(0.0, 1e7));
        sub.add_option("--max-num-batched-tokens", o->max_batch_tokens,
-                      "token budget per step (default: 2048 on cuda, 512 on cpu)")
+                      "token budget per step (default: 2048 on cuda, 256 on cpu)")
            ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
        sub.add_option("--num-gpu-blocks-override", o->num_gpu_blocks_override,
                       "KV pages of 16 tokens (cuda: at most this many; cpu: exactly; default: from memory, "

@@ -166,7 +166,11 @@ std::unique_ptr<Engine> Engine::from_backend(std::unique_ptr<Backend> backend, c
   std::unique_ptr<Engine> e(new Engine());
   e->backend_ = std::move(backend);
   e->opts_ = opts;
-  if (e->opts_.prefill_chunk <= 0) e->opts_.prefill_chunk = 512;
+  // The CPU's chunk: 256 tokens prefill a 514-token prompt of the bundled model at 2 threads ~16 % faster
+  // than 512 (a chunk's activations are tens of MiB touched fresh, and two threads fault them in one after
+  // the other) and as fast at 1 thread; 128-192 are within noise of 256, 64 slower (weights re-read per
+  // chunk).
+  if (e->opts_.prefill_chunk <= 0) e->opts_.prefill_chunk = 256;
   return e;
 }
 

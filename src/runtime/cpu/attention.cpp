@@ -1,12 +1,16 @@
 // Attention of one decoder layer (layer_ops.h, laguna.md §1.3): q/k/v/g projections in one parallel op,
 // QK norm and RoPE per token, one task per (token, KV head) for its query heads' scores, softmax, values and
-// output gates, then o_proj. The arithmetic is the reference's, operation for operation; only where it runs
-// changed.
+// output gates, then o_proj. The arithmetic is the reference's, operation for operation, unless the layer
+// runs on the fast path (--cpu-kernels bf16: its projections' cpu_bf16_dot): then the scores and value sums
+// fuse each product into its sum and the softmax takes the vectorised exp (attend_fast). Either way each
+// query row's arithmetic is fixed by its keys alone, so batch, chunk and thread invariance hold.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "runtime/cpu/bf16_dot.h"
 #include "runtime/cpu/dot_kernels.h"
+#include "runtime/cpu/dot_kernels_avx512.h"
 #include "runtime/cpu/layer_ops.h"
 #include "runtime/cpu/matmul.h"
 #include "runtime/cpu/scratch.h"
@@ -55,6 +59,50 @@ const RopeTable& rope_table(const model::RopeParams& rope, int64_t positions) {
     t->n = n;
   }
   return *t;
+}
+
+// The reference's scores (four keys at a time), softmax (max, then exp and sum ascending, then the division)
+// and value sums for nq ≤ kHeadsPerPass heads over the same nk keys; arguments as attend_fast's.
+void attend_reference(const float* const* qh, int nq, const float* const* kp, const float* const* vp,
+                      int64_t nk, int64_t d, float scale, float* const* sc, float* const* oh) {
+  int64_t j = 0;
+  for (; j + 4 <= nk; j += 4) {
+    float s[kHeadsPerPass * 4];
+    dot4_heads(qh, nq, kp + j, nk - j, d, s);
+    for (int i = 0; i < nq; ++i)
+      for (int r = 0; r < 4; ++r) sc[i][j + r] = s[i * 4 + r] * scale;
+  }
+  for (; j < nk; ++j)
+    for (int i = 0; i < nq; ++i) sc[i][j] = dot(qh[i], kp[j], d) * scale;
+  for (int i = 0; i < nq; ++i) {
+    float mx = -INFINITY;
+    for (int64_t jj = 0; jj < nk; ++jj) mx = std::max(mx, sc[i][jj]);
+    float sum = 0.0f;
+    for (int64_t jj = 0; jj < nk; ++jj) sum += (sc[i][jj] = std::exp(sc[i][jj] - mx));
+    for (int64_t jj = 0; jj < nk; ++jj) sc[i][jj] /= sum;
+  }
+  weighted_sum_heads(sc, nq, vp, nk, d, oh);
+}
+
+// The fast path's scores, softmax and value sums for nq ≤ kHeadsPerPass heads over the same nk keys:
+// sc[i] [nk] ends as head i's weights, oh[i] [d] its output. Needs AVX-512 and d % 16 == 0.
+void attend_fast(const float* const* qh, int nq, const float* const* kp, const float* const* vp, int64_t nk,
+                 int64_t d, float scale, float* const* sc, float* const* oh) {
+  float s[kHeadsPerPass * 4];
+  for (int64_t j = 0; j < nk; j += 4) {
+    const int64_t n = std::min<int64_t>(4, nk - j);
+    if (n == 4) {
+      dot4_heads_fused(qh, nq, kp + j, nk - j, d, s);
+    } else {  // the last keys, the missing ones repeating the last (computed, never stored)
+      const float* tail[4];
+      for (int r = 0; r < 4; ++r) tail[r] = kp[j + std::min<int64_t>(r, n - 1)];
+      dot4_heads_fused(qh, nq, tail, 4, d, s);
+    }
+    for (int i = 0; i < nq; ++i)
+      for (int64_t r = 0; r < n; ++r) sc[i][j + r] = s[i * 4 + r] * scale;
+  }
+  for (int i = 0; i < nq; ++i) softmax_fast(sc[i], nk);
+  weighted_sum_heads_fused(sc, nq, vp, nk, d, oh);
 }
 
 }  // namespace
@@ -127,6 +175,7 @@ void attention(const model::ModelSpec& spec, const LayerWeights& lw, int l, cons
   float* o = os.data();
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const int64_t group = nh / nkv;
+  const bool fast = lw.q.cpu_bf16_dot && have_avx512() && d % 16 == 0;  // the layer on the fast path
   auto first_key = [&](int64_t t) {
     const int64_t p = lay.pos[static_cast<size_t>(t)];
     return sliding ? std::max<int64_t>(0, p - W + 1) : 0;
@@ -169,8 +218,7 @@ void attention(const model::ModelSpec& spec, const LayerWeights& lw, int l, cons
       bf.kp[static_cast<size_t>(j)] = key(j0 + j);
       bf.vp[static_cast<size_t>(j)] = val(j0 + j);
     }
-    // The group's heads in runs of up to kHeadsPerPass: scores four keys at a time, then per head the
-    // softmax (max, then exp and sum ascending, then the division), then the value sums.
+    // The group's heads in runs of up to kHeadsPerPass: scores, softmax and value sums, then the gates.
     for (int64_t h0 = 0; h0 < group; h0 += kHeadsPerPass) {
       const int nq = static_cast<int>(std::min<int64_t>(kHeadsPerPass, group - h0));
       const float* qh[kHeadsPerPass];
@@ -182,23 +230,10 @@ void attention(const model::ModelSpec& spec, const LayerWeights& lw, int l, cons
         sc[i] = bf.sc.data() + (h0 + i) * nk;
         oh[i] = o + t * qw + h * d;
       }
-      int64_t j = 0;
-      for (; j + 4 <= nk; j += 4) {
-        float s[kHeadsPerPass * 4];
-        dot4_heads(qh, nq, bf.kp.data() + j, nk - j, d, s);
-        for (int i = 0; i < nq; ++i)
-          for (int r = 0; r < 4; ++r) sc[i][j + r] = s[i * 4 + r] * scale;
-      }
-      for (; j < nk; ++j)
-        for (int i = 0; i < nq; ++i) sc[i][j] = dot(qh[i], bf.kp[static_cast<size_t>(j)], d) * scale;
-      for (int i = 0; i < nq; ++i) {
-        float mx = -INFINITY;
-        for (int64_t jj = 0; jj < nk; ++jj) mx = std::max(mx, sc[i][jj]);
-        float sum = 0.0f;
-        for (int64_t jj = 0; jj < nk; ++jj) sum += (sc[i][jj] = std::exp(sc[i][jj] - mx));
-        for (int64_t jj = 0; jj < nk; ++jj) sc[i][jj] /= sum;
-      }
-      weighted_sum_heads(sc, nq, bf.vp.data(), nk, d, oh);
+      if (fast)
+        attend_fast(qh, nq, bf.kp.data(), bf.vp.data(), nk, d, scale, sc, oh);
+      else
+        attend_reference(qh, nq, bf.kp.data(), bf.vp.data(), nk, d, scale, sc, oh);
       // Output gate: softplus in fp32, per head or per element (elementwise on the finished head).
       for (int i = 0; i < nq; ++i) {
         const int64_t h = kvh * group + h0 + i;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <type_traits>
 #include <vector>
 
@@ -243,6 +244,27 @@ void silu_mul_fast(float* hg, const float* hu, int64_t n) {
     parallel_for((n + 1023) / 1024, [&](int64_t b, int64_t e) { body(b * 1024, std::min(n, e * 1024)); });
   else
     body(0, n);
+}
+
+void softmax_fast(float* s, int64_t n) {
+  auto mask = [&](int64_t i) {
+    return n - i >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - i)) - 1);
+  };
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  for (int64_t i = 0; i < n; i += 16) mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(mx, mask(i), s + i));
+  const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = mask(i);
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + i), m));
+    _mm512_mask_storeu_ps(s + i, k, e);
+    sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(k, e));
+  }
+  const __m512 inv = _mm512_set1_ps(1.0f / _mm_cvtss_f32(tree16x4_avx512(sum, sum, sum, sum)));
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = mask(i);
+    _mm512_mask_storeu_ps(s + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + i), inv));
+  }
 }
 
 void bf16_dot_rows(const uint16_t* w, int64_t C, int nr, const uint16_t* xb, int64_t T, float* y,

@@ -38,4 +38,9 @@ void bf16_dot_rows_e4m3(const uint8_t* w, int64_t C, int nr, const uint16_t* xb,
 // round this input to BF16 anyway. The reference keeps glibc's expf.
 void silu_mul_fast(float* hg, const float* hu, int64_t n);
 
+// s[j] = exp(s[j] - max) / Σ exp(s[k] - max) for j < n, the fast path's attention softmax: the same
+// vectorised exp, the sum over 16 lanes in ascending j then the lanes' tree, a multiply by its reciprocal.
+// Fixed by n alone, so a query row's weights never depend on the batch.
+void softmax_fast(float* s, int64_t n);
+
 }  // namespace gridq::runtime::cpu

@@ -86,8 +86,15 @@ void weighted_sum_1_avx512(const float* a, const float* const* v, int64_t nv, in
   }
 }
 
+// acc + a·b: rounded apart (the reference order) or fused (the fast path's attention, fewer instructions).
+template <bool kFused>
+inline __m512 madd(__m512 acc, __m512 a, __m512 b) {
+  if constexpr (kFused) return _mm512_fmadd_ps(a, b, acc);
+  return _mm512_add_ps(acc, _mm512_mul_ps(a, b));
+}
+
 // Up to four heads × four keys: 16 accumulators, each key and query chunk loaded once per step.
-template <int NQ>
+template <int NQ, bool kFused>
 void dot4_heads_n(const float* const* q, const float* const* k, int64_t nk, int64_t n, float* s) {
   __m512 acc[NQ][4];
 #pragma GCC unroll 4
@@ -105,7 +112,7 @@ void dot4_heads_n(const float* const* q, const float* const* k, int64_t nk, int6
     for (int i = 0; i < NQ; ++i) {
       const __m512 qv = _mm512_loadu_ps(q[i] + c);
 #pragma GCC unroll 4
-      for (int r = 0; r < 4; ++r) acc[i][r] = _mm512_add_ps(acc[i][r], _mm512_mul_ps(kv[r], qv));
+      for (int r = 0; r < 4; ++r) acc[i][r] = madd<kFused>(acc[i][r], kv[r], qv);
     }
   }
 #pragma GCC unroll 4
@@ -114,7 +121,7 @@ void dot4_heads_n(const float* const* q, const float* const* k, int64_t nk, int6
 }
 
 // Up to four heads' value sums over the same rows, 64 outputs of each at a time (16 accumulators).
-template <int NQ>
+template <int NQ, bool kFused>
 void weighted_sum_heads_n(const float* const* a, const float* const* v, int64_t nv, int64_t d,
                           float* const* out) {
   int64_t e = 0;
@@ -138,7 +145,7 @@ void weighted_sum_heads_n(const float* const* a, const float* const* v, int64_t 
       for (int i = 0; i < NQ; ++i) {
         const __m512 aj = _mm512_set1_ps(a[i][j]);
 #pragma GCC unroll 4
-        for (int u = 0; u < 4; ++u) o[i][u] = _mm512_add_ps(o[i][u], _mm512_mul_ps(aj, vv[u]));
+        for (int u = 0; u < 4; ++u) o[i][u] = madd<kFused>(o[i][u], aj, vv[u]);
       }
     }
 #pragma GCC unroll 4
@@ -168,32 +175,52 @@ void weighted_sum_avx512(const float* a, const float* const* v, int64_t nv, int6
   weighted_sum_1_avx512(a, v, nv, d, out);
 }
 
-void dot4_heads_avx512(const float* const* q, int nq, const float* const* k, int64_t nk, int64_t n,
-                       float* s) {
+template <bool kFused>
+void dot4_heads_any(const float* const* q, int nq, const float* const* k, int64_t nk, int64_t n, float* s) {
   switch (nq) {
     case 4:
-      return dot4_heads_n<4>(q, k, nk, n, s);
+      return dot4_heads_n<4, kFused>(q, k, nk, n, s);
     case 3:
-      return dot4_heads_n<3>(q, k, nk, n, s);
+      return dot4_heads_n<3, kFused>(q, k, nk, n, s);
     case 2:
-      return dot4_heads_n<2>(q, k, nk, n, s);
+      return dot4_heads_n<2, kFused>(q, k, nk, n, s);
     default:
-      return dot4_heads_n<1>(q, k, nk, n, s);
+      return dot4_heads_n<1, kFused>(q, k, nk, n, s);
   }
+}
+
+template <bool kFused>
+void weighted_sum_heads_any(const float* const* a, int nq, const float* const* v, int64_t nv, int64_t d,
+                            float* const* out) {
+  switch (nq) {
+    case 4:
+      return weighted_sum_heads_n<4, kFused>(a, v, nv, d, out);
+    case 3:
+      return weighted_sum_heads_n<3, kFused>(a, v, nv, d, out);
+    case 2:
+      return weighted_sum_heads_n<2, kFused>(a, v, nv, d, out);
+    default:
+      return weighted_sum_heads_n<1, kFused>(a, v, nv, d, out);
+  }
+}
+
+void dot4_heads_avx512(const float* const* q, int nq, const float* const* k, int64_t nk, int64_t n,
+                       float* s) {
+  dot4_heads_any<false>(q, nq, k, nk, n, s);
 }
 
 void weighted_sum_heads_avx512(const float* const* a, int nq, const float* const* v, int64_t nv, int64_t d,
                                float* const* out) {
-  switch (nq) {
-    case 4:
-      return weighted_sum_heads_n<4>(a, v, nv, d, out);
-    case 3:
-      return weighted_sum_heads_n<3>(a, v, nv, d, out);
-    case 2:
-      return weighted_sum_heads_n<2>(a, v, nv, d, out);
-    default:
-      return weighted_sum_heads_n<1>(a, v, nv, d, out);
-  }
+  weighted_sum_heads_any<false>(a, nq, v, nv, d, out);
+}
+
+void dot4_heads_fused(const float* const* q, int nq, const float* const* k, int64_t nk, int64_t n, float* s) {
+  dot4_heads_any<true>(q, nq, k, nk, n, s);
+}
+
+void weighted_sum_heads_fused(const float* const* a, int nq, const float* const* v, int64_t nv, int64_t d,
+                              float* const* out) {
+  weighted_sum_heads_any<true>(a, nq, v, nv, d, out);
 }
 
 GRIDQ_AVX512_WARNINGS_ON

@@ -1,5 +1,6 @@
 // The AVX-512 forms of the reference-order kernels (dot_kernels.h): the bits of the AVX2 and scalar forms.
-// Internal to dot_kernels.cpp, which calls them only when have_avx512() and, where noted, n % 16 == 0.
+// Internal to the CPU backend: dot_kernels.cpp calls them only when have_avx512() and, where noted,
+// n % 16 == 0; attention.cpp calls the fused forms on the fast path (--cpu-kernels bf16).
 #pragma once
 
 #include <cstdint>
@@ -14,5 +15,9 @@ void weighted_sum_avx512(const float* a, const float* const* v, int64_t nv, int6
 void dot4_heads_avx512(const float* const* q, int nq, const float* const* k, int64_t nk, int64_t n, float* s);
 void weighted_sum_heads_avx512(const float* const* a, int nq, const float* const* v, int64_t nv, int64_t d,
                                float* const* out);
+// The same loops with each product and sum fused (FMA): not the reference's bits, the fast path's attention.
+void dot4_heads_fused(const float* const* q, int nq, const float* const* k, int64_t nk, int64_t n, float* s);
+void weighted_sum_heads_fused(const float* const* a, int nq, const float* const* v, int64_t nv, int64_t d,
+                              float* const* out);
 
 }  // namespace gridq::runtime::cpu

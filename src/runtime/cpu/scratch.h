@@ -1,4 +1,4 @@
-// Per-thread scratch for the forward: a decoded token, and a prompt chunk of the CPU's default 512 tokens
+// Per-thread scratch for the forward: a decoded token, and a prompt chunk of the CPU's default 256 tokens
 // on a small model, reuse the same buffers (no allocation per call once warm: a fresh buffer per layer
 // cost a prefill ~10 % in page faults and zero-filling). Larger requests (long chunks of large models, the
 // quantizer's chunks) get an uninitialised buffer of their own that is freed on return, so a long prompt
