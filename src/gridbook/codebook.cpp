@@ -43,6 +43,13 @@ Expected<Codebook> Codebook::from_tables(const Rung& r, std::vector<std::vector<
     }
   }
   cb.sub = std::move(tables);
+  if (r.grid == Grid::FP4 && sub_dim == 4)
+    for (const auto& t : cb.sub)
+      for (size_t e = 0; e < t.size(); e += 4) {
+        uint16_t q = 0;
+        for (size_t j = 0; j < 4; ++j) q = static_cast<uint16_t>(q | f32_to_e2m1_rne(t[e + j]) << (4 * j));
+        cb.fp4_quads.push_back(q);
+      }
   return cb;
 }
 

@@ -25,6 +25,10 @@ struct Codebook {
   Rung rung;
   SubSplit split;
   std::vector<std::vector<float>> sub;  // sub[i]: [2^{b_i}, sub_dim], row-major
+  // FP4 books with sub_dim 4 (the product rungs' 4+4 split): every entry of sub[0], sub[1], ... in turn as
+  // its four E2M1 codes, coordinate j in bits 4j..4j+3 (exact: the values are on the grid). The CPU's
+  // register decoder looks these up 32 at a time; empty for other books.
+  std::vector<uint16_t> fp4_quads;
 
   // Validates the rung (product only), the table count (n_sub), each table's size (2^{b_i}·sub_dim) and that
   // every value is finite and on the rung's grid. `label` names the book in errors.

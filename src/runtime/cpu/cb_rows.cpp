@@ -171,8 +171,9 @@ bool k16v2(const QMatrix& m) {
          sp.width[1] == 8;
 }
 
-// The artifact's expert format, which has the register-decoding kernels (AVX2 reference, AVX-512 bf16).
-bool fused_k16v2(const QMatrix& m) { return fused_fp4(m) && k16v2(m); }
+// The artifact's expert format, which has the register-decoding kernels (AVX2 reference, AVX-512 bf16; the
+// latter reads the book's E2M1 quads).
+bool fused_k16v2(const QMatrix& m) { return fused_fp4(m) && k16v2(m) && m.codebook->fp4_quads.size() == 512; }
 
 }  // namespace
 
@@ -184,45 +185,87 @@ GRIDQ_AVX512_WARNINGS_OFF
 
 namespace {
 
-// Columns 32k .. 32k + 31 of a K16 v2 superblock `sb` as BF16 (groups 2k and 2k + 1, codewords 4k .. 4k+3):
-// each group [t0[b0] | t1[b1] | t0[b2] | t1[b3]] times its scale, exact in fp32 and then in BF16.
-inline __m512bh k16v2_step(const float* t0, const float* t1, const float* compose, const uint8_t* sb, int k) {
-  auto group = [&](const uint8_t* b, float scale) {
-    const __m256 lo = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(t0 + b[0] * 4)),
-                                           _mm_loadu_ps(t1 + b[1] * 4), 1);
-    const __m256 hi = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(t0 + b[2] * 4)),
-                                           _mm_loadu_ps(t1 + b[3] * 4), 1);
-    return _mm512_mul_ps(_mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)),
-                                                             _mm256_castps_pd(hi), 1)),
-                         _mm512_set1_ps(scale));
-  };
-  const uint8_t nib = sb[64 + 1 + k];  // the v2 plane follows the 32 16-bit codes
-  const float* comp = compose + sb[64] * 16;
-  return _mm512_cvtne2ps_pbh(group(sb + 8 * k + 4, comp[nib >> 4]), group(sb + 8 * k, comp[nib & 0xF]));
+// The two sub-books of a K16 v2 codebook as E2M1 quads (Codebook::fp4_quads: 256 + 256 words) in 16
+// registers, and the 16 E2M1 values.
+struct K16v2Books {
+  __m512i t[16];  // t[0..7]: sub-book 0, entries 32i .. 32i + 31; t[8..15]: sub-book 1
+  __m512 fp4;     // lane n: e2m1_to_f32(n)
+};
+
+K16v2Books load_books(const gridbook::Codebook& cb) {
+  K16v2Books b;
+  for (int i = 0; i < 16; ++i) b.t[i] = _mm512_loadu_si512(cb.fp4_quads.data() + 32 * i);
+  alignas(64) float v[16];
+  for (int n = 0; n < 16; ++n) v[n] = e2m1_to_f32(static_cast<uint8_t>(n));
+  b.fp4 = _mm512_load_ps(v);
+  return b;
 }
 
-// A K16 v2 row as BF16, 32 columns at a time.
+// Word i of the result: t[idx_i] for the 256-word book t[0..7], idx_i the low 8 bits of word i of idx (the
+// permutes read bits 0-5, bits 6 and 7 pick among the four 64-word quarters; higher bits are ignored).
+inline __m512i lookup256(const __m512i* t, __m512i idx) {
+  const __m512i a = _mm512_permutex2var_epi16(t[0], idx, t[1]);
+  const __m512i b = _mm512_permutex2var_epi16(t[2], idx, t[3]);
+  const __m512i c = _mm512_permutex2var_epi16(t[4], idx, t[5]);
+  const __m512i d = _mm512_permutex2var_epi16(t[6], idx, t[7]);
+  const __mmask32 m6 = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(0x40));
+  const __mmask32 m7 = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(0x80));
+  return _mm512_mask_blend_epi16(m7, _mm512_mask_blend_epi16(m6, a, b), _mm512_mask_blend_epi16(m6, c, d));
+}
+
+// The 256 weights of K16 v2 superblock `sb` as BF16, w[k] = columns 32k .. 32k + 31: each column's E2M1 code
+// (both sub-books looked up 32 codewords at a time), then BF16(v·scale) of its group through a 32-word table
+// of the 16 values times the scales of groups 2k and 2k + 1: the products the reference rounds (exact, §16),
+// so the bits of gridbook::decode_superblock_fp4. About 0.5 instructions per weight (per-entry loads: ~2).
+inline void k16v2_superblock(const K16v2Books& bk, const float* compose, const uint8_t* sb, __m512bh w[8]) {
+  const __m512i codes =
+      _mm512_loadu_si512(sb);  // 32 codes: low byte sub-book 0's index, high byte sub-book 1's
+  const __m512i q0 = lookup256(bk.t, codes), q1 = lookup256(bk.t + 8, _mm512_srli_epi16(codes, 8));
+  // Codeword c's eight codes as dword c (sub-book 0's quad, then 1's): columns 8c .. 8c + 7, 4 bits each.
+  alignas(64) uint32_t cw[32];
+  _mm512_store_si512(
+      cw, _mm512_or_si512(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(q0)),
+                          _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(q1)), 16)));
+  _mm512_store_si512(
+      cw + 16,
+      _mm512_or_si512(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(q0, 1)),
+                      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(q1, 1)), 16)));
+  const float* comp = compose + sb[64] * 16;  // the v2 plane follows the 32 16-bit codes
+  // Columns 16-31 are group 2k + 1: their codes index the table's upper half.
+  const __m512i upper = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(0x00100010), 1);
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {
+    // Byte j of codewords 4k .. 4k + 3 holds columns 2j (low nibble) and 2j + 1: as dword j, word 0 and 1.
+    const __m512i b = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(cw + 4 * k)));
+    const __m512i idx = _mm512_add_epi32(
+        _mm512_and_si512(_mm512_or_si512(b, _mm512_slli_epi32(b, 12)), _mm512_set1_epi32(0x000F000F)), upper);
+    const uint8_t nib = sb[64 + 1 + k];
+    const __m512bh table = _mm512_cvtne2ps_pbh(_mm512_mul_ps(bk.fp4, _mm512_set1_ps(comp[nib >> 4])),
+                                               _mm512_mul_ps(bk.fp4, _mm512_set1_ps(comp[nib & 0xF])));
+    w[k] = (__m512bh)_mm512_permutexvar_epi16(idx, (__m512i)table);
+  }
+}
+
+// A K16 v2 row as BF16.
 void k16v2_row_bf16(const QMatrix& m, int64_t r, uint16_t* out) {
-  const gridbook::Codebook& cb = *m.codebook;
+  const K16v2Books bk = load_books(*m.codebook);
   const int ts = m.rung->type_size();
   const float* compose = gridbook::v2_compose_table().data();
   const uint8_t* row = static_cast<const uint8_t*>(m.data) + r * m.row_bytes;
-  for (int64_t s = 0; s < m.cols / kSuperblock; ++s)
-    for (int k = 0; k < kSuperblock / 32; ++k)
-      _mm512_storeu_si512(out + s * kSuperblock + 32 * k,
-                          (__m512i)k16v2_step(cb.sub[0].data(), cb.sub[1].data(), compose, row + s * ts, k));
+  for (int64_t s = 0; s < m.cols / kSuperblock; ++s) {
+    __m512bh w[8];
+    k16v2_superblock(bk, compose, row + s * ts, w);
+    for (int k = 0; k < 8; ++k) _mm512_storeu_si512(out + s * kSuperblock + 32 * k, (__m512i)w[k]);
+  }
 }
 
-// NR K16 v2 rows against NT ≤ 3 tokens in the BF16 fast order (bf16_dot.h): each 32-column step's
-// weights decoded in registers (v·scale exact in fp32, then exact in BF16, format.md §16) and taken by
-// one VDPBF16PS per token, so the bits are those of bf16_dot_rows on the decoded rows. Several rows at
-// once: the rows are small (L2/L3) and a step's decode is long, so independent rows hide it.
+// NR K16 v2 rows against NT ≤ 3 tokens in the BF16 fast order (bf16_dot.h): each superblock decoded in
+// registers (k16v2_superblock) and taken by one VDPBF16PS per 32 columns and token, so the bits are those of
+// bf16_dot_rows on the decoded rows. Several rows at once: independent rows hide a superblock's decode.
 template <int NR, int NT>
 void cb_rows_k16v2_bf16(const QMatrix& m, int64_t r0, const uint16_t* xb, float* y, int64_t ldy) {
-  const gridbook::Codebook& cb = *m.codebook;
+  const K16v2Books bk = load_books(*m.codebook);
   const int ts = m.rung->type_size();
-  const float* t0 = cb.sub[0].data();
-  const float* t1 = cb.sub[1].data();
   const float* compose = gridbook::v2_compose_table().data();
   const uint8_t* rows[NR];
   for (int i = 0; i < NR; ++i) rows[i] = static_cast<const uint8_t*>(m.data) + (r0 + i) * m.row_bytes;
@@ -230,15 +273,15 @@ void cb_rows_k16v2_bf16(const QMatrix& m, int64_t r0, const uint16_t* xb, float*
   for (int i = 0; i < NR; ++i)
     for (int t = 0; t < NT; ++t) acc[i][t] = _mm512_setzero_ps();
   for (int64_t s = 0; s < m.cols / kSuperblock; ++s) {
-    for (int k = 0; k < kSuperblock / 32; ++k) {  // groups 2k, 2k+1 = codewords 4k .. 4k+3
-      const int64_t c = s * kSuperblock + 32 * k;
-      __m512bh x[NT];
-      for (int t = 0; t < NT; ++t) x[t] = (__m512bh)_mm512_loadu_si512(xb + t * m.cols + c);
 #pragma GCC unroll 4
-      for (int i = 0; i < NR; ++i) {
-        const __m512bh wv = k16v2_step(t0, t1, compose, rows[i] + s * ts, k);
-        for (int t = 0; t < NT; ++t) acc[i][t] = _mm512_dpbf16_ps(acc[i][t], wv, x[t]);
-      }
+    for (int i = 0; i < NR; ++i) {
+      __m512bh w[8];
+      k16v2_superblock(bk, compose, rows[i] + s * ts, w);
+#pragma GCC unroll 8
+      for (int k = 0; k < 8; ++k)
+        for (int t = 0; t < NT; ++t)
+          acc[i][t] = _mm512_dpbf16_ps(
+              acc[i][t], w[k], (__m512bh)_mm512_loadu_si512(xb + t * m.cols + s * kSuperblock + 32 * k));
     }
   }
   for (int i = 0; i < NR; ++i)
