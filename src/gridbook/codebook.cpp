@@ -44,12 +44,14 @@ Expected<Codebook> Codebook::from_tables(const Rung& r, std::vector<std::vector<
   }
   cb.sub = std::move(tables);
   if (r.grid == Grid::FP4 && sub_dim == 4)
-    for (const auto& t : cb.sub)
-      for (size_t e = 0; e < t.size(); e += 4) {
-        uint16_t q = 0;
-        for (size_t j = 0; j < 4; ++j) q = static_cast<uint16_t>(q | f32_to_e2m1_rne(t[e + j]) << (4 * j));
-        cb.fp4_quads.push_back(q);
-      }
+    for (const auto& t : cb.sub) {
+      const size_t n = t.size() / 4, at = cb.fp4_quad_planes.size();
+      cb.fp4_quad_planes.resize(at + 2 * n);
+      for (size_t e = 0; e < n; ++e)
+        for (size_t j = 0; j < 4; ++j)
+          cb.fp4_quad_planes[at + (j / 2) * n + e] |=
+              static_cast<uint8_t>(f32_to_e2m1_rne(t[4 * e + j]) << (4 * (j % 2)));
+    }
   return cb;
 }
 

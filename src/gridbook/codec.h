@@ -25,10 +25,11 @@ struct Codebook {
   Rung rung;
   SubSplit split;
   std::vector<std::vector<float>> sub;  // sub[i]: [2^{b_i}, sub_dim], row-major
-  // FP4 books with sub_dim 4 (the product rungs' 4+4 split): every entry of sub[0], sub[1], ... in turn as
-  // its four E2M1 codes, coordinate j in bits 4j..4j+3 (exact: the values are on the grid). The CPU's
-  // register decoder looks these up 32 at a time; empty for other books.
-  std::vector<uint16_t> fp4_quads;
+  // FP4 books with sub_dim 4 (the product rungs' 4+4 split): each entry's four E2M1 codes (exact: the values
+  // are on the grid), coordinate j in bits 4j..4j+3 of a 16-bit quad, stored as byte planes: for sub[0],
+  // sub[1], ... in turn, [2^{b_i}] low bytes (coordinates 0, 1), then [2^{b_i}] high bytes (2, 3). The CPU's
+  // register decoder looks these up 64 at a time with byte permutes; empty for other books.
+  std::vector<uint8_t> fp4_quad_planes;
 
   // Validates the rung (product only), the table count (n_sub), each table's size (2^{b_i}·sub_dim) and that
   // every value is finite and on the rung's grid. `label` names the book in errors.

@@ -173,88 +173,116 @@ bool k16v2(const QMatrix& m) {
 
 // The artifact's expert format, which has the register-decoding kernels (AVX2 reference, AVX-512 bf16; the
 // latter reads the book's E2M1 quads).
-bool fused_k16v2(const QMatrix& m) { return fused_fp4(m) && k16v2(m) && m.codebook->fp4_quads.size() == 512; }
+bool fused_k16v2(const QMatrix& m) { return fused_fp4(m) && k16v2(m); }
+
+// The bf16 path's register decoder: byte permutes (AVX512-VBMI, which not every AVX512-BF16 CPU has: Cooper
+// Lake lacks it) over the book's quad planes. Elsewhere the rows are decoded by the reference into scratch.
+bool fused_k16v2_bf16(const QMatrix& m) {
+  static const bool vbmi = __builtin_cpu_supports("avx512vbmi");
+  return vbmi && fused_k16v2(m) && m.codebook->fp4_quad_planes.size() == 1024;
+}
 
 }  // namespace
 
 #pragma GCC pop_options
 
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16,avx512vbmi")
 GRIDQ_AVX512_WARNINGS_OFF
 
 namespace {
 
-// The two sub-books of a K16 v2 codebook as E2M1 quads (Codebook::fp4_quads: 256 + 256 words) in 16
-// registers, and the 16 E2M1 values.
+// A K16 v2 book's E2M1 quads as byte planes (Codebook::fp4_quad_planes) in 16 registers: loN / hiN hold
+// sub-book N's low / high quad bytes, 64 entries per register.
 struct K16v2Books {
-  __m512i t[16];  // t[0..7]: sub-book 0, entries 32i .. 32i + 31; t[8..15]: sub-book 1
-  __m512 fp4;     // lane n: e2m1_to_f32(n)
+  __m512i lo0[4], hi0[4], lo1[4], hi1[4];
 };
 
 K16v2Books load_books(const gridbook::Codebook& cb) {
+  const uint8_t* p = cb.fp4_quad_planes.data();  // [sub 0 lo | sub 0 hi | sub 1 lo | sub 1 hi] x 256
   K16v2Books b;
-  for (int i = 0; i < 16; ++i) b.t[i] = _mm512_loadu_si512(cb.fp4_quads.data() + 32 * i);
-  alignas(64) float v[16];
-  for (int n = 0; n < 16; ++n) v[n] = e2m1_to_f32(static_cast<uint8_t>(n));
-  b.fp4 = _mm512_load_ps(v);
+  for (int i = 0; i < 4; ++i) {
+    b.lo0[i] = _mm512_loadu_si512(p + 64 * i);
+    b.hi0[i] = _mm512_loadu_si512(p + 256 + 64 * i);
+    b.lo1[i] = _mm512_loadu_si512(p + 512 + 64 * i);
+    b.hi1[i] = _mm512_loadu_si512(p + 768 + 64 * i);
+  }
   return b;
 }
 
-// Word i of the result: t[idx_i] for the 256-word book t[0..7], idx_i the low 8 bits of word i of idx (the
-// permutes read bits 0-5, bits 6 and 7 pick among the four 64-word quarters; higher bits are ignored).
-inline __m512i lookup256(const __m512i* t, __m512i idx) {
-  const __m512i a = _mm512_permutex2var_epi16(t[0], idx, t[1]);
-  const __m512i b = _mm512_permutex2var_epi16(t[2], idx, t[3]);
-  const __m512i c = _mm512_permutex2var_epi16(t[4], idx, t[5]);
-  const __m512i d = _mm512_permutex2var_epi16(t[6], idx, t[7]);
-  const __mmask32 m6 = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(0x40));
-  const __mmask32 m7 = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(0x80));
-  return _mm512_mask_blend_epi16(m7, _mm512_mask_blend_epi16(m6, a, b), _mm512_mask_blend_epi16(m6, c, d));
+// Byte i of the result: a[idx_i] for even i, b[idx_i] for odd i (256-byte tables; two 128-byte permutes each,
+// bit 7 of the index picks the half).
+inline __m512i lookup_bytes(const __m512i* a, const __m512i* b, __m512i idx) {
+  const __mmask64 upper = _mm512_movepi8_mask(idx);
+  const __m512i ra = _mm512_mask_blend_epi8(upper, _mm512_permutex2var_epi8(a[0], idx, a[1]),
+                                            _mm512_permutex2var_epi8(a[2], idx, a[3]));
+  const __m512i rb = _mm512_mask_blend_epi8(upper, _mm512_permutex2var_epi8(b[0], idx, b[1]),
+                                            _mm512_permutex2var_epi8(b[2], idx, b[3]));
+  return _mm512_mask_blend_epi8(0xAAAAAAAAAAAAAAAAull, ra, rb);
+}
+
+// BF16(v·s) of the 16 E2M1 values v for every v2 scale s = compose[E·16 + c], [E·16 + c][16], rounded by the
+// same VCVTNE2PS2BF16 a decode would run on v·s (so the same bits); built once, 128 KiB.
+const uint16_t* k16v2_products() {
+  static const std::vector<uint16_t> table = [] {
+    std::vector<uint16_t> t(4096 * 16);
+    alignas(64) float v[16];
+    for (int n = 0; n < 16; ++n) v[n] = e2m1_to_f32(static_cast<uint8_t>(n));
+    const __m512 fp4 = _mm512_load_ps(v);
+    const float* compose = gridbook::v2_compose_table().data();
+    for (size_t i = 0; i < 4096; ++i) {
+      const __m512 p = _mm512_mul_ps(fp4, _mm512_set1_ps(compose[i]));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(t.data() + 16 * i),
+                          _mm512_castsi512_si256((__m512i)_mm512_cvtne2ps_pbh(p, p)));
+    }
+    return t;
+  }();
+  return table.data();
 }
 
 // The 256 weights of K16 v2 superblock `sb` as BF16, w[k] = columns 32k .. 32k + 31: each column's E2M1 code
-// (both sub-books looked up 32 codewords at a time), then BF16(v·scale) of its group through a 32-word table
-// of the 16 values times the scales of groups 2k and 2k + 1: the products the reference rounds (exact, §16),
-// so the bits of gridbook::decode_superblock_fp4. About 0.5 instructions per weight (per-entry loads: ~2).
-inline void k16v2_superblock(const K16v2Books& bk, const float* compose, const uint8_t* sb, __m512bh w[8]) {
-  const __m512i codes =
-      _mm512_loadu_si512(sb);  // 32 codes: low byte sub-book 0's index, high byte sub-book 1's
-  const __m512i q0 = lookup256(bk.t, codes), q1 = lookup256(bk.t + 8, _mm512_srli_epi16(codes, 8));
-  // Codeword c's eight codes as dword c (sub-book 0's quad, then 1's): columns 8c .. 8c + 7, 4 bits each.
-  alignas(64) uint32_t cw[32];
-  _mm512_store_si512(
-      cw, _mm512_or_si512(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(q0)),
-                          _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(q1)), 16)));
-  _mm512_store_si512(
-      cw + 16,
-      _mm512_or_si512(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(q0, 1)),
-                      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(q1, 1)), 16)));
-  const float* comp = compose + sb[64] * 16;  // the v2 plane follows the 32 16-bit codes
-  // Columns 16-31 are group 2k + 1: their codes index the table's upper half.
-  const __m512i upper = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(0x00100010), 1);
+// (the 64 book indices looked up at once), then BF16(v·scale) of its group through a 32-word table of the 16
+// values times the scales of groups 2k and 2k + 1 (k16v2_products): the products the reference rounds
+// (exact, §16), so the bits of gridbook::decode_superblock_fp4, in ~9 vector instructions per 32 columns
+// (per-entry table loads: ~60).
+inline void k16v2_superblock(const K16v2Books& bk, const uint16_t* products, const uint8_t* sb,
+                             __m512bh w[8]) {
+  // Code c = bytes 2c (sub-book 0's index) and 2c + 1 (sub-book 1's): the quads' low and high bytes.
+  const __m512i codes = _mm512_loadu_si512(sb);
+  const __m512i L = lookup_bytes(bk.lo0, bk.lo1, codes), H = lookup_bytes(bk.hi0, bk.hi1, codes);
+  // Codeword c's eight codes as a dword (quad 0 then quad 1, 4 bits a column). The byte unpack works per
+  // 128-bit lane: `even` holds codewords 8q .. 8q + 3 in lane q, `odd` codewords 8q + 4 .. 8q + 7.
+  const __m512i even = _mm512_unpacklo_epi8(L, H), odd = _mm512_unpackhi_epi8(L, H);
+  const uint16_t* pe = products + sb[64] * 256;  // the v2 plane follows the 32 16-bit codes: E, then codes
+  // Word j of step k: the byte holding column j (lane k / 2 of even or odd, byte j / 2 of it) shifted to its
+  // nibble; columns 16-31 (group 2k + 1) index the table's upper half.
+  const __m512i shifts = _mm512_set1_epi32(0x00040000);
+  const __m512i nibble = _mm512_set1_epi16(0x000F);
+  const __m512i upper = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(0x0010), 1);
 #pragma GCC unroll 8
   for (int k = 0; k < 8; ++k) {
-    // Byte j of codewords 4k .. 4k + 3 holds columns 2j (low nibble) and 2j + 1: as dword j, word 0 and 1.
-    const __m512i b = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(cw + 4 * k)));
-    const __m512i idx = _mm512_add_epi32(
-        _mm512_and_si512(_mm512_or_si512(b, _mm512_slli_epi32(b, 12)), _mm512_set1_epi32(0x000F000F)), upper);
+    alignas(64) uint8_t pick[64];
+    for (int j = 0; j < 64; ++j) pick[j] = static_cast<uint8_t>(16 * (k / 2) + j / 4);
+    const __m512i x =
+        _mm512_srlv_epi16(_mm512_permutexvar_epi8(_mm512_load_si512(pick), k % 2 ? odd : even), shifts);
+    const __m512i idx = _mm512_ternarylogic_epi32(x, nibble, upper, 0xEA);  // (x & 0xF) | upper
     const uint8_t nib = sb[64 + 1 + k];
-    const __m512bh table = _mm512_cvtne2ps_pbh(_mm512_mul_ps(bk.fp4, _mm512_set1_ps(comp[nib >> 4])),
-                                               _mm512_mul_ps(bk.fp4, _mm512_set1_ps(comp[nib & 0xF])));
-    w[k] = (__m512bh)_mm512_permutexvar_epi16(idx, (__m512i)table);
+    const __m512i table = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pe + (nib & 0xF) * 16))),
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pe + (nib >> 4) * 16)), 1);
+    w[k] = (__m512bh)_mm512_permutexvar_epi16(idx, table);
   }
 }
 
 // A K16 v2 row as BF16.
 void k16v2_row_bf16(const QMatrix& m, int64_t r, uint16_t* out) {
   const K16v2Books bk = load_books(*m.codebook);
+  const uint16_t* products = k16v2_products();
   const int ts = m.rung->type_size();
-  const float* compose = gridbook::v2_compose_table().data();
   const uint8_t* row = static_cast<const uint8_t*>(m.data) + r * m.row_bytes;
   for (int64_t s = 0; s < m.cols / kSuperblock; ++s) {
     __m512bh w[8];
-    k16v2_superblock(bk, compose, row + s * ts, w);
+    k16v2_superblock(bk, products, row + s * ts, w);
     for (int k = 0; k < 8; ++k) _mm512_storeu_si512(out + s * kSuperblock + 32 * k, (__m512i)w[k]);
   }
 }
@@ -265,8 +293,8 @@ void k16v2_row_bf16(const QMatrix& m, int64_t r, uint16_t* out) {
 template <int NR, int NT>
 void cb_rows_k16v2_bf16(const QMatrix& m, int64_t r0, const uint16_t* xb, float* y, int64_t ldy) {
   const K16v2Books bk = load_books(*m.codebook);
+  const uint16_t* products = k16v2_products();
   const int ts = m.rung->type_size();
-  const float* compose = gridbook::v2_compose_table().data();
   const uint8_t* rows[NR];
   for (int i = 0; i < NR; ++i) rows[i] = static_cast<const uint8_t*>(m.data) + (r0 + i) * m.row_bytes;
   __m512 acc[NR][NT];
@@ -276,7 +304,7 @@ void cb_rows_k16v2_bf16(const QMatrix& m, int64_t r0, const uint16_t* xb, float*
 #pragma GCC unroll 4
     for (int i = 0; i < NR; ++i) {
       __m512bh w[8];
-      k16v2_superblock(bk, compose, rows[i] + s * ts, w);
+      k16v2_superblock(bk, products, rows[i] + s * ts, w);
 #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k)
         for (int t = 0; t < NT; ++t)
@@ -302,7 +330,7 @@ GRIDQ_AVX512_WARNINGS_ON
 #pragma GCC pop_options
 
 void decode_cb_row_bf16(const QMatrix& m, int64_t r, uint16_t* out) {
-  if (fused_k16v2(m)) return k16v2_row_bf16(m, r, out);
+  if (fused_k16v2_bf16(m)) return k16v2_row_bf16(m, r, out);
   thread_local std::vector<float> row;  // [cols] the row as fp32 (BF16 values), reused
   row.resize(static_cast<size_t>(m.cols));
   decode_cb_row(m, r, row.data());
@@ -311,7 +339,7 @@ void decode_cb_row_bf16(const QMatrix& m, int64_t r, uint16_t* out) {
 
 void cb_dot_rows_bf16(const QMatrix& m, int64_t r0, int nr, const uint16_t* xb, int64_t T, float* y,
                       int64_t ldy) {
-  if (fused_k16v2(m) && T < 4) {
+  if (fused_k16v2_bf16(m) && T < 4) {
     if (T == 1) return cb_k16v2_bf16<1>(m, r0, nr, xb, y, ldy);
     if (T == 2) return cb_k16v2_bf16<2>(m, r0, nr, xb, y, ldy);
     return cb_k16v2_bf16<3>(m, r0, nr, xb, y, ldy);
