@@ -127,6 +127,30 @@ TEST(CpuBf16Kernels, E4m3RowsAreTheirExactValuesAndNanCodesGiveNan) {
   }
 }
 
+// E4M3 rows are exactly the BF16 rows of their values, whichever loader runs (64 codes by byte permutes where
+// the CPU has AVX512-VBMI, 32 by word permutes otherwise, the tail masked): every non-NaN code, decode and
+// prefill, bit for bit against the BF16 kernels on rows widened by the scalar definition.
+TEST(CpuBf16Kernels, E4m3RowsAreTheBf16KernelsOnTheirWidenedRows) {
+  SKIP_WITHOUT_AVX512_BF16();
+  const int64_t C = 300, T = 5;
+  std::vector<uint8_t> w(static_cast<size_t>(4 * C));
+  std::vector<uint16_t> wide(w.size());
+  for (size_t i = 0; i < w.size(); ++i) {
+    w[i] = static_cast<uint8_t>(i * 101 % 256);
+    if ((w[i] & 0x7F) == 0x7F) w[i] ^= 0x01;   // no NaN codes here
+    wide[i] = f32_to_bf16(e4m3_to_f32(w[i]));  // exact: E4M3 values are BF16 values
+  }
+  const auto xb = random_bf16(static_cast<size_t>(T * C), 7);
+  for (int64_t n : {1, 2, 3, 5}) {
+    std::vector<float> want(static_cast<size_t>(n * 4)), got(want.size());
+    cpu::bf16_dot_rows(wide.data(), C, 4, xb.data(), n, want.data(), 4);
+    cpu::bf16_dot_rows_e4m3(w.data(), C, 4, xb.data(), n, got.data(), 4);
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_EQ(std::bit_cast<uint32_t>(want[i]), std::bit_cast<uint32_t>(got[i]))
+          << "tokens " << n << " i " << i;
+  }
+}
+
 TEST(CpuBf16Kernels, FastSiluIsWithinAFewUlpOfTheReference) {
   SKIP_WITHOUT_AVX512_BF16();
   std::mt19937 g(11);

@@ -73,6 +73,41 @@ struct E4m3Rows {
   }
 };
 
+// E4M3 rows 64 codes at a time where the CPU has AVX512-VBMI (not every AVX512-BF16 CPU does: Cooper Lake
+// lacks it): the table's low and high bytes looked up by one 128-entry byte permute each, the sign moved
+// over, the words put back in column order. The bits of two E4m3Rows::load calls in a third of the
+// instructions.
+#define GRIDQ_VBMI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx512vbmi")))
+
+bool have_vbmi() {
+  static const bool ok = __builtin_cpu_supports("avx512vbmi");
+  return ok;
+}
+
+alignas(64) const std::array<uint8_t, 256> kE4m3Planes = [] {  // [low bytes x 128 | high bytes x 128]
+  std::array<uint8_t, 256> t{};
+  for (size_t m = 0; m < 128; ++m) {
+    t[m] = static_cast<uint8_t>(E4m3Rows::kTable[m] & 0xFF);
+    t[128 + m] = static_cast<uint8_t>(E4m3Rows::kTable[m] >> 8);
+  }
+  return t;
+}();
+
+// w[0] = columns 0-31, w[1] = columns 32-63 of the 64 codes at p.
+GRIDQ_VBMI_TARGET inline void e4m3_load64(const uint8_t* p, __m512bh w[2]) {
+  const __m512i* t = reinterpret_cast<const __m512i*>(kE4m3Planes.data());
+  const __m512i b = _mm512_loadu_si512(p);
+  const __m512i lo = _mm512_permutex2var_epi8(_mm512_load_si512(t), b, _mm512_load_si512(t + 1));
+  const __m512i hi = _mm512_ternarylogic_epi32(
+      _mm512_permutex2var_epi8(_mm512_load_si512(t + 2), b, _mm512_load_si512(t + 3)), b,
+      _mm512_set1_epi8(static_cast<char>(0x80)), 0xF8);
+  // The byte unpack works per 128-bit lane: u0 holds columns 16q .. 16q + 7 in lane q, u1 16q + 8 .. 16q
+  // + 15.
+  const __m512i u0 = _mm512_unpacklo_epi8(lo, hi), u1 = _mm512_unpackhi_epi8(lo, hi);
+  w[0] = (__m512bh)_mm512_permutex2var_epi64(u0, _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), u1);
+  w[1] = (__m512bh)_mm512_permutex2var_epi64(u0, _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15), u1);
+}
+
 template <bool kTail>
 inline __m512bh load_x(const uint16_t* p, int64_t n) {
   return Bf16Rows::load<kTail>(p, n);
@@ -141,6 +176,50 @@ void rows_one_by_one(const typename W::T* w, int64_t C, int nr, const uint16_t* 
   }
 }
 
+// rows_one_by_one for E4M3 rows through e4m3_load64 (the same steps in the same order, so the same bits).
+template <int NT>
+GRIDQ_VBMI_TARGET void e4m3_rows_vbmi(const uint8_t* w, int64_t C, int nr, const uint16_t* xb, float* y,
+                                      int64_t ldy) {
+  for (int i = 0; i < nr; ++i) {
+    const uint8_t* wr = w + i * C;
+    __m512 acc[NT];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+    int64_t c = 0;
+    for (; c + 2 * kStep <= C; c += 2 * kStep) {
+      _mm_prefetch(reinterpret_cast<const char*>(wr + c) + kDecodePrefetchBytes, _MM_HINT_T2);
+      __m512bh wv[2];
+      e4m3_load64(wr + c, wv);
+#pragma GCC unroll 4
+      for (int t = 0; t < NT; ++t) {
+        acc[t] = _mm512_dpbf16_ps(acc[t], wv[0], load_x<false>(xb + t * C + c, 0));
+        acc[t] = _mm512_dpbf16_ps(acc[t], wv[1], load_x<false>(xb + t * C + c + kStep, 0));
+      }
+    }
+    auto step1 = [&]<bool kTail>(int64_t c) {
+      const __m512bh wv = E4m3Rows::load<kTail>(wr + c, C - c);
+#pragma GCC unroll 4
+      for (int t = 0; t < NT; ++t)
+        acc[t] = _mm512_dpbf16_ps(acc[t], wv, load_x<kTail>(xb + t * C + c, C - c));
+    };
+    for (; c + kStep <= C; c += kStep) step1.template operator()<false>(c);
+    if (c < C) step1.template operator()<true>(c);
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t)
+      y[t * ldy + i] = _mm_cvtss_f32(tree16x4_avx512(acc[t], acc[t], acc[t], acc[t]));
+  }
+}
+
+// An E4M3 row's first C64 (a multiple of 64) columns widened to BF16 into out.
+GRIDQ_VBMI_TARGET void e4m3_widen_vbmi(const uint8_t* w, int64_t C64, uint16_t* out) {
+  for (int64_t c = 0; c < C64; c += 2 * kStep) {
+    __m512bh wv[2];
+    e4m3_load64(w + c, wv);
+    _mm512_storeu_si512(out + c, (__m512i)wv[0]);
+    _mm512_storeu_si512(out + c + kStep, (__m512i)wv[1]);
+  }
+}
+
 template <typename W>
 void dot_rows(const typename W::T* w, int64_t C, int nr, const uint16_t* xb, int64_t T, float* y,
               int64_t ldy);
@@ -152,6 +231,10 @@ void e4m3_prefill(const uint8_t* w, int64_t C, int nr, const uint16_t* xb, int64
   rows.resize(static_cast<size_t>(4 * C));
   for (int i = 0; i < nr; ++i) {
     int64_t c = 0;
+    if (have_vbmi()) {
+      c = C / (2 * kStep) * (2 * kStep);
+      e4m3_widen_vbmi(w + i * C, c, rows.data() + i * C);
+    }
     for (; c + kStep <= C; c += kStep)
       _mm512_storeu_si512(rows.data() + i * C + c, (__m512i)E4m3Rows::load<false>(w + i * C + c, 0));
     if (c < C)
@@ -164,6 +247,13 @@ void e4m3_prefill(const uint8_t* w, int64_t C, int nr, const uint16_t* xb, int64
 template <typename W>
 void dot_rows(const typename W::T* w, int64_t C, int nr, const uint16_t* xb, int64_t T, float* y,
               int64_t ldy) {
+  if constexpr (std::is_same_v<W, E4m3Rows>) {
+    if (T < 4 && have_vbmi()) {
+      if (T == 1) return e4m3_rows_vbmi<1>(w, C, nr, xb, y, ldy);
+      if (T == 2) return e4m3_rows_vbmi<2>(w, C, nr, xb, y, ldy);
+      return e4m3_rows_vbmi<3>(w, C, nr, xb, y, ldy);
+    }
+  }
   switch (T) {  // decode
     case 1:
       return rows_one_by_one<W, 1>(w, C, nr, xb, y, ldy);
