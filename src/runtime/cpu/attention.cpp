@@ -6,6 +6,7 @@
 // query row's arithmetic is fixed by its keys alone, so batch, chunk and thread invariance hold.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "runtime/cpu/bf16_dot.h"
@@ -84,9 +85,10 @@ void attend_reference(const float* const* qh, int nq, const float* const* kp, co
   weighted_sum_heads(sc, nq, vp, nk, d, oh);
 }
 
-// The fast path's scores, softmax and value sums for nq ≤ kHeadsPerPass heads over the same nk keys:
-// sc[i] [nk] ends as head i's weights, oh[i] [d] its output. Needs AVX-512 and d % 16 == 0.
-void attend_fast(const float* const* qh, int nq, const float* const* kp, const float* const* vp, int64_t nk,
+// The fast path's scores, softmax and value sums for nq ≤ kHeadsPerPass heads over the same nk keys, fp32
+// or BF16 (E): sc[i] [nk] ends as head i's weights, oh[i] [d] its output. Needs AVX-512 and d % 16 == 0.
+template <typename E>
+void attend_fast(const float* const* qh, int nq, const E* const* kp, const E* const* vp, int64_t nk,
                  int64_t d, float scale, float* const* sc, float* const* oh) {
   float s[kHeadsPerPass * 4];
   for (int64_t j = 0; j < nk; j += 4) {
@@ -94,7 +96,7 @@ void attend_fast(const float* const* qh, int nq, const float* const* kp, const f
     if (n == 4) {
       dot4_heads_fused(qh, nq, kp + j, nk - j, d, s);
     } else {  // the last keys, the missing ones repeating the last (computed, never stored)
-      const float* tail[4];
+      const E* tail[4];
       for (int r = 0; r < 4; ++r) tail[r] = kp[j + std::min<int64_t>(r, n - 1)];
       dot4_heads_fused(qh, nq, tail, 4, d, s);
     }
@@ -149,6 +151,23 @@ void attention(const model::ModelSpec& spec, const LayerWeights& lw, int l, cons
     parallel_for(T, qk_rope);
   else
     qk_rope(0, T);
+  // The caches' element type (one backend's sequences share it): fp32, or BF16 on the fast path. This call's
+  // own K and V rows are rounded to it once, so a key reads the same whether it came from the cache or from
+  // this call (prefill chunks stay invariant). KV memory is addressed in bytes: es per element.
+  const bool kv16 = !lay.seqs.empty() && lay.seqs.front().cache->bf16;
+  for (const AttnSeq& s : lay.seqs)
+    if (s.cache->bf16 != kv16) std::abort();  // a backend's caches are all one type; mixing is a bug
+  const int64_t es = kv16 ? 2 : 4;
+  Scratch k16s(Slot::kK16, static_cast<size_t>(kv16 ? (T * kvw + 1) / 2 : 0)),
+      v16s(Slot::kV16, static_cast<size_t>(kv16 ? (T * kvw + 1) / 2 : 0));
+  if (kv16) {
+    round_to_bf16(k, T * kvw, reinterpret_cast<uint16_t*>(k16s.data()));
+    round_to_bf16(v, T * kvw, reinterpret_cast<uint16_t*>(v16s.data()));
+  }
+  const auto* kc = reinterpret_cast<const uint8_t*>(kv16 ? k16s.data() : k);  // [T, kvw] elements
+  const auto* vc = reinterpret_cast<const uint8_t*>(kv16 ? v16s.data() : v);
+  auto bytes = [&](auto* base, int64_t elem) { return reinterpret_cast<uint8_t*>(base) + elem * es; };
+  const size_t row_bytes = static_cast<size_t>(kvw * es);
   // Full layers: append this call's keys first, then every query reads the cache.
   const bool sliding = L.attn == AttnKind::kSliding;
   const int64_t W = L.window;
@@ -160,15 +179,16 @@ void attention(const model::ModelSpec& spec, const LayerWeights& lw, int l, cons
         for (int64_t j = std::max(p0, pg.write_floor); j < p0 + n; ++j) {
           float* page = (*pg.pages)[static_cast<size_t>(j / pg.page_tokens)];
           const int64_t slot = (j % pg.page_tokens) * kvw, row = (s.start + j - p0) * kvw;
-          std::memcpy(page + pg.k_off + slot, k + row, static_cast<size_t>(kvw) * sizeof(float));
-          std::memcpy(page + pg.v_off + slot, v + row, static_cast<size_t>(kvw) * sizeof(float));
+          std::memcpy(bytes(page, pg.k_off + slot), kc + row * es, row_bytes);
+          std::memcpy(bytes(page, pg.v_off + slot), vc + row * es, row_bytes);
         }
         continue;
       }
-      c.k.resize(static_cast<size_t>((p0 + n) * kvw));
-      c.v.resize(static_cast<size_t>((p0 + n) * kvw));
-      std::memcpy(c.k.data() + p0 * kvw, k + s.start * kvw, static_cast<size_t>(n * kvw) * sizeof(float));
-      std::memcpy(c.v.data() + p0 * kvw, v + s.start * kvw, static_cast<size_t>(n * kvw) * sizeof(float));
+      const size_t floats = static_cast<size_t>(((p0 + n) * kvw * es + 3) / 4);
+      c.k.resize(floats);
+      c.v.resize(floats);
+      std::memcpy(bytes(c.k.data(), p0 * kvw), kc + s.start * kvw * es, static_cast<size_t>(n) * row_bytes);
+      std::memcpy(bytes(c.v.data(), p0 * kvw), vc + s.start * kvw * es, static_cast<size_t>(n) * row_bytes);
     }
   }
   Scratch os(Slot::kO, static_cast<size_t>(T * qw));  // [T, n_h*d]
@@ -183,9 +203,9 @@ void attention(const model::ModelSpec& spec, const LayerWeights& lw, int l, cons
   // One task per (token, KV head): the group's query heads read the same keys and values, so each key and
   // value row is located and loaded once for all of them. Per head the arithmetic is the reference's.
   struct Buffers {
-    std::vector<float> sc;         // [group, keys] the heads' scores, then weights
-    std::vector<const float*> kp;  // [keys] key rows
-    std::vector<const float*> vp;  // [keys] value rows
+    std::vector<float> sc;                // [group, keys] the heads' scores, then weights
+    std::vector<const float*> kp, vp;     // [keys] key and value rows (fp32 caches)
+    std::vector<const uint16_t*> kb, vb;  // [keys] the same of BF16 caches
   };
   auto kv_group = [&](int64_t tg, Buffers& bf) {
     const int64_t t = tg / nkv, kvh = tg % nkv;
@@ -194,29 +214,37 @@ void attention(const model::ModelSpec& spec, const LayerWeights& lw, int l, cons
     const int64_t p = lay.pos[static_cast<size_t>(t)], p0 = S.past, t0 = S.start;
     const int64_t j0 = first_key(t);
     const PagedKv& pg = c.paged;
-    auto paged = [&](int64_t j, int64_t off) -> const float* {
-      return (*pg.pages)[static_cast<size_t>(j / pg.page_tokens)] + off + (j % pg.page_tokens) * kvw +
-             kvh * d;
+    auto at = [&](const void* base, int64_t elem) { return static_cast<const uint8_t*>(base) + elem * es; };
+    auto paged = [&](int64_t j, int64_t off) {
+      return at((*pg.pages)[static_cast<size_t>(j / pg.page_tokens)],
+                off + (j % pg.page_tokens) * kvw + kvh * d);
     };
-    auto key = [&](int64_t j) -> const float* {
-      if (!sliding && pg.pages) return paged(j, pg.k_off);
-      if (!sliding) return c.k.data() + j * kvw + kvh * d;
-      if (j >= p0) return k + (t0 + j - p0) * kvw + kvh * d;
-      return c.k.data() + (j % W) * kvw + kvh * d;
-    };
-    auto val = [&](int64_t j) -> const float* {
-      if (!sliding && pg.pages) return paged(j, pg.v_off);
-      if (!sliding) return c.v.data() + j * kvw + kvh * d;
-      if (j >= p0) return v + (t0 + j - p0) * kvw + kvh * d;
-      return c.v.data() + (j % W) * kvw + kvh * d;
+    // Position j's row of this KV head: the pages, the growing cache, this call's rows, or the ring.
+    auto row = [&](int64_t j, const LineVector<float>& cache, const uint8_t* call, int64_t off) {
+      if (!sliding && pg.pages) return paged(j, off);
+      if (!sliding) return at(cache.data(), j * kvw + kvh * d);
+      if (j >= p0) return call + ((t0 + j - p0) * kvw + kvh * d) * es;
+      return at(cache.data(), (j % W) * kvw + kvh * d);
     };
     const int64_t nk = p - j0 + 1;
     bf.sc.resize(static_cast<size_t>(group * nk));
-    bf.kp.resize(static_cast<size_t>(nk));
-    bf.vp.resize(static_cast<size_t>(nk));
+    if (kv16) {
+      bf.kb.resize(static_cast<size_t>(nk));
+      bf.vb.resize(static_cast<size_t>(nk));
+    } else {
+      bf.kp.resize(static_cast<size_t>(nk));
+      bf.vp.resize(static_cast<size_t>(nk));
+    }
     for (int64_t j = 0; j < nk; ++j) {
-      bf.kp[static_cast<size_t>(j)] = key(j0 + j);
-      bf.vp[static_cast<size_t>(j)] = val(j0 + j);
+      const uint8_t* kr = row(j0 + j, c.k, kc, pg.k_off);
+      const uint8_t* vr = row(j0 + j, c.v, vc, pg.v_off);
+      if (kv16) {
+        bf.kb[static_cast<size_t>(j)] = reinterpret_cast<const uint16_t*>(kr);
+        bf.vb[static_cast<size_t>(j)] = reinterpret_cast<const uint16_t*>(vr);
+      } else {
+        bf.kp[static_cast<size_t>(j)] = reinterpret_cast<const float*>(kr);
+        bf.vp[static_cast<size_t>(j)] = reinterpret_cast<const float*>(vr);
+      }
     }
     // The group's heads in runs of up to kHeadsPerPass: scores, softmax and value sums, then the gates.
     for (int64_t h0 = 0; h0 < group; h0 += kHeadsPerPass) {
@@ -230,7 +258,9 @@ void attention(const model::ModelSpec& spec, const LayerWeights& lw, int l, cons
         sc[i] = bf.sc.data() + (h0 + i) * nk;
         oh[i] = o + t * qw + h * d;
       }
-      if (fast)
+      if (kv16)
+        attend_fast(qh, nq, bf.kb.data(), bf.vb.data(), nk, d, scale, sc, oh);
+      else if (fast)
         attend_fast(qh, nq, bf.kp.data(), bf.vp.data(), nk, d, scale, sc, oh);
       else
         attend_reference(qh, nq, bf.kp.data(), bf.vp.data(), nk, d, scale, sc, oh);
@@ -266,8 +296,8 @@ void attention(const model::ModelSpec& spec, const LayerWeights& lw, int l, cons
       const int64_t p0 = s.past, n = s.n;
       for (int64_t j = std::max(p0, p0 + n - W); j < p0 + n; ++j) {
         const int64_t row = s.start + (j - p0);
-        std::memcpy(c.k.data() + (j % W) * kvw, k + row * kvw, static_cast<size_t>(kvw) * sizeof(float));
-        std::memcpy(c.v.data() + (j % W) * kvw, v + row * kvw, static_cast<size_t>(kvw) * sizeof(float));
+        std::memcpy(bytes(c.k.data(), (j % W) * kvw), kc + row * kvw * es, row_bytes);
+        std::memcpy(bytes(c.v.data(), (j % W) * kvw), vc + row * kvw * es, row_bytes);
       }
     }
   }

@@ -43,23 +43,31 @@ Expected<std::unique_ptr<CpuBackend>> CpuBackend::create(model::ModelSpec spec, 
   if (opts.weight_pages == WeightPages::kHuge) {
     GRIDQ_ASSIGN_OR_RETURN(b->weight_copy_, copy_weights_to_huge_pages(b->w_));
   }
-  // One page: [K | V] of page_tokens positions per full layer, layers in order (kv_plan.h's layout, fp32).
-  // The salt keys the prefix cache to this model's shapes and KV type (the pool lives in this backend).
+  // The KV cache in BF16 on the fast path (layer_ops.h LayerCache::bf16: half the bytes a long-context decode
+  // step reads), where its kernels apply (AVX-512, head_dim a multiple of 16); fp32 otherwise.
+  b->kv_bf16_ = opts.kernels == CpuKernels::kBf16 && have_avx512();
+  for (const auto& L : b->spec_.layers) b->kv_bf16_ = b->kv_bf16_ && L.head_dim % 16 == 0;
+  // One page: [K | V] of page_tokens positions per full layer, layers in order (kv_plan.h's layout; fp32 or
+  // BF16 elements). The salt keys the prefix cache to this model's shapes and KV type (the pool lives in this
+  // backend).
   uint64_t salt = 0x6b76'6670'3332ull;  // "kv fp32"
   auto fold = [&](uint64_t v) { salt = (salt ^ v) * 0x100000001B3ull; };
   fold(static_cast<uint64_t>(b->spec_.vocab_size));
   fold(static_cast<uint64_t>(b->spec_.hidden_size));
   fold(static_cast<uint64_t>(opts.kernels));  // KV written by other kernels is other bits
+  fold(b->kv_bf16_ ? 16 : 32);
+  int64_t page_elems = 0;
   for (const auto& L : b->spec_.layers) {
     const int64_t kvw = static_cast<int64_t>(L.n_kv_heads) * L.head_dim;
     fold(static_cast<uint64_t>(kvw) * 4 + (L.attn == model::AttnKind::kFull ? 1 : 2));
     if (L.attn == model::AttnKind::kFull) {
-      b->k_off_.push_back(b->page_floats_);
-      b->page_floats_ += 2 * opts.page_tokens * kvw;
+      b->k_off_.push_back(page_elems);
+      page_elems += 2 * opts.page_tokens * kvw;
     } else {
       b->k_off_.push_back(-1);
     }
   }
+  b->page_floats_ = b->kv_bf16_ ? (page_elems + 1) / 2 : page_elems;
   b->reach_ = sliding_reach(b->spec_);
   b->pool_ = PagePool(opts.kv_pages, opts.page_tokens, salt);
   b->pool_.set_caching(false);  // `gridq serve` turns it on (--enable-prefix-caching)
@@ -144,7 +152,7 @@ Status CpuBackend::add_sequence(SeqId id) {
   if (seqs_.count(id)) return err("cpu backend: sequence {} already exists", id);
   SeqState s;
   s.layers.reserve(static_cast<size_t>(spec_.n_layers));
-  for (const auto& L : spec_.layers) s.layers.push_back(fresh_layer_cache(L));
+  for (const auto& L : spec_.layers) s.layers.push_back(fresh_layer_cache(L, kv_bf16_));
   seqs_.emplace(id, std::move(s));
   return {};
 }
@@ -264,6 +272,8 @@ std::vector<std::string> CpuBackend::kernel_report() const {
         "cpu: --cpu-kernels bf16: BF16, FP8 W8A8 and CB matrices (not the router) run on AVX512-BF16, "
         "weights as their exact BF16 values, activations rounded to BF16 (FP8's are exact in it); "
         "bit-identical across thread counts and batch sizes, not to the reference kernels");
+  if (kv_bf16_)
+    out.push_back("cpu: KV cache in BF16 (the bf16 kernels' attention: fused scores and value sums)");
   return out;
 }
 

@@ -84,9 +84,10 @@ class CpuBackend final : public Backend {
   CpuOptions opts_;
   PagePool pool_;
   std::vector<LineVector<float>> page_mem_;  // [page] the page's K and V of every full layer
-  std::vector<int64_t> k_off_;               // [layer] float offset of a full layer's K inside a page
-  int64_t page_floats_ = 0;
-  int64_t reach_ = 0;  // Σ over sliding layers of (window − 1): PrefixHit::resume
+  std::vector<int64_t> k_off_;               // [layer] element offset of a full layer's K inside a page
+  int64_t page_floats_ = 0;                  // a page's floats (BF16 elements two to a float)
+  bool kv_bf16_ = false;                     // K and V stored as BF16 (the fast path)
+  int64_t reach_ = 0;                        // Σ over sliding layers of (window − 1): PrefixHit::resume
   // A forward's layout and buffers, kept between calls so a decode step does not allocate.
   struct Step {
     AttnLayout lay;

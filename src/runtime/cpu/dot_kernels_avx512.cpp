@@ -5,6 +5,8 @@
 
 #include <immintrin.h>
 
+#include <bit>
+
 #include "runtime/cpu/simd_tree.h"
 
 namespace gridq::runtime::cpu {
@@ -26,6 +28,7 @@ constexpr int kRowsAhead = 8;  // rows of a KV cache requested ahead of their us
 struct F32z {
   using T = float;
   static __m512 load(const float* p) { return _mm512_loadu_ps(p); }
+  static float at(const float* p) { return *p; }
 };
 struct Bf16z {
   using T = uint16_t;
@@ -33,6 +36,7 @@ struct Bf16z {
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
+  static float at(const uint16_t* p) { return std::bit_cast<float>(static_cast<uint32_t>(*p) << 16); }
 };
 
 template <typename L>
@@ -94,8 +98,9 @@ inline __m512 madd(__m512 acc, __m512 a, __m512 b) {
 }
 
 // Up to four heads × four keys: 16 accumulators, each key and query chunk loaded once per step.
-template <int NQ, bool kFused>
-void dot4_heads_n(const float* const* q, const float* const* k, int64_t nk, int64_t n, float* s) {
+// Keys and values are fp32 (F32z) or BF16 (Bf16z: the fast path's KV cache, widened exactly on load).
+template <typename L, int NQ, bool kFused>
+void dot4_heads_n(const float* const* q, const typename L::T* const* k, int64_t nk, int64_t n, float* s) {
   __m512 acc[NQ][4];
 #pragma GCC unroll 4
   for (int i = 0; i < NQ; ++i)
@@ -107,7 +112,7 @@ void dot4_heads_n(const float* const* q, const float* const* k, int64_t nk, int6
       _mm_prefetch(reinterpret_cast<const char*>(k[r] + c), _MM_HINT_T0);
     __m512 kv[4];
 #pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r) kv[r] = _mm512_loadu_ps(k[r] + c);
+    for (int r = 0; r < 4; ++r) kv[r] = L::load(k[r] + c);
 #pragma GCC unroll 4
     for (int i = 0; i < NQ; ++i) {
       const __m512 qv = _mm512_loadu_ps(q[i] + c);
@@ -121,8 +126,8 @@ void dot4_heads_n(const float* const* q, const float* const* k, int64_t nk, int6
 }
 
 // Up to four heads' value sums over the same rows, 64 outputs of each at a time (16 accumulators).
-template <int NQ, bool kFused>
-void weighted_sum_heads_n(const float* const* a, const float* const* v, int64_t nv, int64_t d,
+template <typename L, int NQ, bool kFused>
+void weighted_sum_heads_n(const float* const* a, const typename L::T* const* v, int64_t nv, int64_t d,
                           float* const* out) {
   int64_t e = 0;
   for (; e + 64 <= d; e += 64) {
@@ -140,7 +145,7 @@ void weighted_sum_heads_n(const float* const* a, const float* const* v, int64_t 
           _mm_prefetch(reinterpret_cast<const char*>(v[j + kRowsAhead] + e + 16 * u), _MM_HINT_T0);
       __m512 vv[4];
 #pragma GCC unroll 4
-      for (int u = 0; u < 4; ++u) vv[u] = _mm512_loadu_ps(v[j] + e + 16 * u);
+      for (int u = 0; u < 4; ++u) vv[u] = L::load(v[j] + e + 16 * u);
 #pragma GCC unroll 4
       for (int i = 0; i < NQ; ++i) {
         const __m512 aj = _mm512_set1_ps(a[i][j]);
@@ -156,7 +161,7 @@ void weighted_sum_heads_n(const float* const* a, const float* const* v, int64_t 
   for (; e < d; ++e)
     for (int i = 0; i < NQ; ++i) {
       float o = 0.0f;
-      for (int64_t j = 0; j < nv; ++j) o += a[i][j] * v[j][e];
+      for (int64_t j = 0; j < nv; ++j) o += a[i][j] * L::at(v[j] + e);
       out[i][e] = o;
     }
 }
@@ -175,52 +180,63 @@ void weighted_sum_avx512(const float* a, const float* const* v, int64_t nv, int6
   weighted_sum_1_avx512(a, v, nv, d, out);
 }
 
-template <bool kFused>
-void dot4_heads_any(const float* const* q, int nq, const float* const* k, int64_t nk, int64_t n, float* s) {
+template <typename L, bool kFused>
+void dot4_heads_any(const float* const* q, int nq, const typename L::T* const* k, int64_t nk, int64_t n,
+                    float* s) {
   switch (nq) {
     case 4:
-      return dot4_heads_n<4, kFused>(q, k, nk, n, s);
+      return dot4_heads_n<L, 4, kFused>(q, k, nk, n, s);
     case 3:
-      return dot4_heads_n<3, kFused>(q, k, nk, n, s);
+      return dot4_heads_n<L, 3, kFused>(q, k, nk, n, s);
     case 2:
-      return dot4_heads_n<2, kFused>(q, k, nk, n, s);
+      return dot4_heads_n<L, 2, kFused>(q, k, nk, n, s);
     default:
-      return dot4_heads_n<1, kFused>(q, k, nk, n, s);
+      return dot4_heads_n<L, 1, kFused>(q, k, nk, n, s);
   }
 }
 
-template <bool kFused>
-void weighted_sum_heads_any(const float* const* a, int nq, const float* const* v, int64_t nv, int64_t d,
-                            float* const* out) {
+template <typename L, bool kFused>
+void weighted_sum_heads_any(const float* const* a, int nq, const typename L::T* const* v, int64_t nv,
+                            int64_t d, float* const* out) {
   switch (nq) {
     case 4:
-      return weighted_sum_heads_n<4, kFused>(a, v, nv, d, out);
+      return weighted_sum_heads_n<L, 4, kFused>(a, v, nv, d, out);
     case 3:
-      return weighted_sum_heads_n<3, kFused>(a, v, nv, d, out);
+      return weighted_sum_heads_n<L, 3, kFused>(a, v, nv, d, out);
     case 2:
-      return weighted_sum_heads_n<2, kFused>(a, v, nv, d, out);
+      return weighted_sum_heads_n<L, 2, kFused>(a, v, nv, d, out);
     default:
-      return weighted_sum_heads_n<1, kFused>(a, v, nv, d, out);
+      return weighted_sum_heads_n<L, 1, kFused>(a, v, nv, d, out);
   }
 }
 
 void dot4_heads_avx512(const float* const* q, int nq, const float* const* k, int64_t nk, int64_t n,
                        float* s) {
-  dot4_heads_any<false>(q, nq, k, nk, n, s);
+  dot4_heads_any<F32z, false>(q, nq, k, nk, n, s);
 }
 
 void weighted_sum_heads_avx512(const float* const* a, int nq, const float* const* v, int64_t nv, int64_t d,
                                float* const* out) {
-  weighted_sum_heads_any<false>(a, nq, v, nv, d, out);
+  weighted_sum_heads_any<F32z, false>(a, nq, v, nv, d, out);
 }
 
 void dot4_heads_fused(const float* const* q, int nq, const float* const* k, int64_t nk, int64_t n, float* s) {
-  dot4_heads_any<true>(q, nq, k, nk, n, s);
+  dot4_heads_any<F32z, true>(q, nq, k, nk, n, s);
 }
 
 void weighted_sum_heads_fused(const float* const* a, int nq, const float* const* v, int64_t nv, int64_t d,
                               float* const* out) {
-  weighted_sum_heads_any<true>(a, nq, v, nv, d, out);
+  weighted_sum_heads_any<F32z, true>(a, nq, v, nv, d, out);
+}
+
+void dot4_heads_fused(const float* const* q, int nq, const uint16_t* const* k, int64_t nk, int64_t n,
+                      float* s) {
+  dot4_heads_any<Bf16z, true>(q, nq, k, nk, n, s);
+}
+
+void weighted_sum_heads_fused(const float* const* a, int nq, const uint16_t* const* v, int64_t nv, int64_t d,
+                              float* const* out) {
+  weighted_sum_heads_any<Bf16z, true>(a, nq, v, nv, d, out);
 }
 
 GRIDQ_AVX512_WARNINGS_ON

@@ -19,5 +19,10 @@ void weighted_sum_heads_avx512(const float* const* a, int nq, const float* const
 void dot4_heads_fused(const float* const* q, int nq, const float* const* k, int64_t nk, int64_t n, float* s);
 void weighted_sum_heads_fused(const float* const* a, int nq, const float* const* v, int64_t nv, int64_t d,
                               float* const* out);
+// The same over BF16 keys and values (the fast path's KV cache), each widened exactly as it is loaded.
+void dot4_heads_fused(const float* const* q, int nq, const uint16_t* const* k, int64_t nk, int64_t n,
+                      float* s);
+void weighted_sum_heads_fused(const float* const* a, int nq, const uint16_t* const* v, int64_t nv, int64_t d,
+                              float* const* out);
 
 }  // namespace gridq::runtime::cpu

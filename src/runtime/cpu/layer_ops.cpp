@@ -97,10 +97,12 @@ Status validate_weights(const model::ModelSpec& s, const ModelWeights& w) {
   return {};
 }
 
-LayerCache fresh_layer_cache(const model::LayerSpec& L) {
+LayerCache fresh_layer_cache(const model::LayerSpec& L, bool bf16) {
   LayerCache c;
+  c.bf16 = bf16;
   if (L.attn == AttnKind::kSliding) {
-    const size_t n = static_cast<size_t>(L.window) * static_cast<size_t>(L.n_kv_heads * L.head_dim);
+    const size_t e = static_cast<size_t>(L.window) * static_cast<size_t>(L.n_kv_heads * L.head_dim);
+    const size_t n = bf16 ? (e + 1) / 2 : e;  // floats
     c.k.assign(n, 0.0f);
     c.v.assign(n, 0.0f);
   }

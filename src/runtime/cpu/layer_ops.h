@@ -17,9 +17,10 @@
 
 namespace gridq::runtime::cpu {
 
-// A full layer's KV kept in pages (CpuBackend, kv_pages.h): position j's K row is at
-// pages[j / page_tokens] + k_off + (j % page_tokens)·n_kv·d, its V row the same from v_off. Positions below
-// write_floor are not written: their KV is already in pages shared from the prefix cache.
+// A full layer's KV kept in pages (CpuBackend, kv_pages.h): position j's K row is element
+// k_off + (j % page_tokens)·n_kv·d of pages[j / page_tokens], its V row the same from v_off (elements are
+// fp32, or BF16 when the cache's bf16 is set). Positions below write_floor are not written: their KV is
+// already in pages shared from the prefix cache.
 struct PagedKv {
   const std::vector<float*>* pages = nullptr;
   int64_t page_tokens = 0, k_off = 0, v_off = 0, write_floor = 0;
@@ -30,10 +31,13 @@ struct LayerCache {
   LineVector<float> k;  // full: [len, n_kv*d], grows; sliding: [W, n_kv*d] ring, slot = pos % W
   LineVector<float> v;
   PagedKv paged;  // full layers: pages set: k and v unused
+  // K and V as BF16 (the fast path's cache, --cpu-kernels bf16: half the bytes a decode step reads), packed
+  // two elements to a float of k, v and the pages; attention() then runs its fast arithmetic on them.
+  bool bf16 = false;
 };
 
 // An empty cache for a sequence at position 0 (the ring of a sliding layer is allocated up front).
-LayerCache fresh_layer_cache(const model::LayerSpec& L);
+LayerCache fresh_layer_cache(const model::LayerSpec& L, bool bf16 = false);
 
 // One sequence's rows in a batched layer call. Its tokens sit at positions past .. past+n-1.
 struct AttnSeq {

@@ -47,6 +47,8 @@ enum class Slot {
   kXe,
   kYe,
   kScores,
+  kK16,
+  kV16,
   kCount
 };
 
