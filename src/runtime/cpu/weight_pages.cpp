@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <unordered_map>
 #include <vector>
@@ -46,21 +47,26 @@ Expected<WeightPages> weight_pages_of(const std::string& name) {
 }
 
 Expected<WeightCopy> copy_weights_to_huge_pages(ModelWeights& w) {
-  // Pass 1: one slot per distinct source (a tied lm_head shares the embedding's bytes), each on a line.
+  // Pass 1: one slot per distinct source address (a tied lm_head shares the embedding's bytes), as long as
+  // the longest matrix starting there, then each slot placed on a line.
   struct Slot {
     const void* src;
     size_t bytes, off;
   };
   std::vector<Slot> slots;
   std::unordered_map<const void*, size_t> slot_of;  // source -> index into slots
-  size_t total = 0;
   for_each_matrix(w, [&](const QMatrix& m) {
-    if (m.rows == 0 || !m.data || slot_of.count(m.data)) return;
-    slot_of.emplace(m.data, slots.size());
-    const size_t b = data_bytes(m);
-    slots.push_back({m.data, b, total});
-    total += (b + kLine - 1) / kLine * kLine;
+    if (m.rows == 0 || !m.data) return;
+    const auto [it, fresh] = slot_of.emplace(m.data, slots.size());
+    if (fresh) slots.push_back({m.data, 0, 0});
+    Slot& sl = slots[it->second];
+    sl.bytes = std::max(sl.bytes, data_bytes(m));
   });
+  size_t total = 0;
+  for (Slot& sl : slots) {
+    sl.off = total;
+    total += (sl.bytes + kLine - 1) / kLine * kLine;
+  }
   WeightCopy c;
   GRIDQ_ASSIGN_OR_RETURN(c.region, HugeRegion::allocate(total));
   uint8_t* base = c.region.data();
