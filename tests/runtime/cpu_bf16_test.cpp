@@ -170,6 +170,35 @@ TEST(CpuBf16Kernels, FastSiluIsWithinAFewUlpOfTheReference) {
   EXPECT_TRUE(std::isnan(nan));
 }
 
+// The fast path's attention softmax: within a few ulp of the float64 softmax, every length's masked tail
+// included, and the same bits for the same scores wherever they sit.
+TEST(CpuBf16Kernels, FastSoftmaxIsCloseToFloat64) {
+  SKIP_WITHOUT_AVX512_BF16();
+  std::mt19937 g(5);
+  std::normal_distribution<float> d(0.0f, 4.0f);
+  for (int64_t n : {1, 2, 15, 16, 17, 100, 1000}) {
+    std::vector<float> s(static_cast<size_t>(n));
+    for (auto& v : s) v = d(g);
+    std::vector<double> want(s.size());
+    double mx = -1e300, sum = 0.0;
+    for (float v : s) mx = std::max(mx, double(v));
+    for (size_t i = 0; i < s.size(); ++i) sum += (want[i] = std::exp(double(s[i]) - mx));
+    std::vector<float> got = s, again(static_cast<size_t>(n + 3), 7.0f);
+    std::copy(s.begin(), s.end(), again.begin() + 3);  // elsewhere in memory, unaligned
+    cpu::softmax_fast(got.data(), n);
+    cpu::softmax_fast(again.data() + 3, n);
+    for (size_t i = 0; i < s.size(); ++i) {
+      // Relative to the row (weights sum to 1): the exp keeps a few ulp of each weight, and far-off keys'
+      // tiny weights (e^-20 and below) lose a little more to the range reduction, far below anything they
+      // add.
+      EXPECT_NEAR(got[i], want[i] / sum, 8 * std::numeric_limits<float>::epsilon() * (want[i] / sum) + 1e-12)
+          << "n " << n << " i " << i;
+      EXPECT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(again[i + 3])) << "n " << n;
+    }
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(7.0f, again[static_cast<size_t>(i)]) << "wrote before the row";
+  }
+}
+
 // Prefill in chunks of `chunk` (every logit), then greedy decode steps: every logit, in order.
 std::vector<float> run(const std::string& kernels, int threads, int chunk, const testing::Fixture& fx) {
   EngineOptions o;
