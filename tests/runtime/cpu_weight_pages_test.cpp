@@ -49,7 +49,7 @@ TEST(CpuWeightPages, CopyCoversEveryMatrixOnce) {
     before.emplace_back(p, p + row);
     before.emplace_back(p + row * static_cast<size_t>(m.rows - 1), p + row * static_cast<size_t>(m.rows));
   });
-  auto c = cpu::copy_weights_to_huge_pages(*w);
+  auto c = cpu::place_weights(*w, cpu::WeightPages::kHuge, -1);
   ASSERT_TRUE(c.ok()) << c.message();
   EXPECT_EQ(static_cast<int64_t>(sources.size()), c->matrices);
   const uint8_t* lo = c->region.data();
@@ -65,6 +65,32 @@ TEST(CpuWeightPages, CopyCoversEveryMatrixOnce) {
     EXPECT_EQ(0, std::memcmp(p + row * static_cast<size_t>(m.rows - 1), before[i + 1].data(), row));
     i += 2;
   });
+}
+
+// The copy never risks the memory a model streamed through the mmap needs: `auto` keeps the mmap (and says
+// why) when the copy would take over half of MemAvailable, an explicit `huge-pages` is refused when it would
+// not fit at all; the matrices are left untouched either way.
+TEST(CpuWeightPages, ACopyThatDoesNotFitIsRefusedOrSkipped) {
+  auto lm = model::load_model(testing::repo_path("models/laguna-tiny-code"));
+  ASSERT_TRUE(lm.ok()) << lm.message();
+  auto w = build_model_weights(lm->spec, lm->weights);
+  ASSERT_TRUE(w.ok()) << w.message();
+  const void* before = w->lm_head.data;
+  const int64_t small = int64_t{40} << 20;  // 40 MiB: below the bundled model's 47 MiB
+  auto a = cpu::place_weights(*w, cpu::WeightPages::kAuto, small);
+  ASSERT_TRUE(a.ok()) << a.message();
+  EXPECT_EQ(nullptr, a->region.data());
+  EXPECT_NE(std::string::npos, cpu::weight_pages_log(*a).find("over half of the"))
+      << cpu::weight_pages_log(*a);
+  auto h = cpu::place_weights(*w, cpu::WeightPages::kHuge, small);
+  ASSERT_FALSE(h.ok());
+  EXPECT_NE(std::string::npos, h.message().find("MemAvailable")) << h.message();
+  EXPECT_EQ(before, w->lm_head.data);
+  auto fits = cpu::place_weights(*w, cpu::WeightPages::kAuto, int64_t{1} << 40);
+  ASSERT_TRUE(fits.ok()) << fits.message();
+  EXPECT_NE(nullptr, fits->region.data());
+  EXPECT_NE(before, w->lm_head.data);
+  EXPECT_GT(cpu::mem_available_bytes(), 0) << "this Linux has /proc/meminfo";
 }
 
 std::vector<float> greedy(const std::string& weights, const testing::Fixture& fx,

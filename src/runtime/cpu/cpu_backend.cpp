@@ -40,9 +40,7 @@ Expected<std::unique_ptr<CpuBackend>> CpuBackend::create(model::ModelSpec spec, 
   }
   b->keepalive_ = std::move(keepalive);
   b->opts_ = opts;
-  if (opts.weight_pages == WeightPages::kHuge) {
-    GRIDQ_ASSIGN_OR_RETURN(b->weight_copy_, copy_weights_to_huge_pages(b->w_));
-  }
+  GRIDQ_ASSIGN_OR_RETURN(b->weight_copy_, place_weights(b->w_, opts.weight_pages, mem_available_bytes()));
   // The KV cache in BF16 on the fast path (layer_ops.h LayerCache::bf16: half the bytes a long-context decode
   // step reads), where its kernels apply (AVX-512, head_dim a multiple of 16); fp32 otherwise.
   b->kv_bf16_ = opts.kernels == CpuKernels::kBf16 && have_avx512();

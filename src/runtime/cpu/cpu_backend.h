@@ -30,7 +30,8 @@ struct CpuOptions {
   // it: --num-gpu-blocks-override, else max_num_seqs × max_model_len). Page memory is allocated on first use.
   int64_t kv_pages = 0;
   int page_tokens = 16;
-  // kHuge: the matrices are copied at create() onto transparent huge pages (weight_pages.h; same bits).
+  // kHuge / kAuto: the matrices are copied at create() onto transparent huge pages (weight_pages.h; the same
+  // bits), kAuto only where the copy takes at most half of the available memory.
   WeightPages weight_pages = WeightPages::kMapped;
 };
 
@@ -56,7 +57,7 @@ class CpuBackend final : public Backend {
   // The matrices as the kernels run them (formats, rungs): `gridq serve` reports their kernel paths.
   const ModelWeights& weights() const { return w_; }
   // Where the matrices live, as the start-up line says it (weight_pages_log).
-  std::string weight_pages_report() const { return weight_pages_log(opts_.weight_pages, weight_copy_); }
+  std::string weight_pages_report() const { return weight_pages_log(weight_copy_); }
 
  private:
   struct SeqState {
@@ -79,7 +80,7 @@ class CpuBackend final : public Backend {
   model::ModelSpec spec_;
   ModelWeights w_;
   std::shared_ptr<void> keepalive_;
-  WeightCopy weight_copy_;  // kHuge: the matrices' bytes (w_ points into it)
+  WeightCopy weight_copy_;  // the matrices' bytes when copied (w_ points into it)
   std::unordered_map<SeqId, SeqState> seqs_;
   CpuOptions opts_;
   PagePool pool_;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <unordered_map>
 #include <vector>
 
@@ -36,7 +37,7 @@ size_t data_bytes(const QMatrix& m) {
 Expected<WeightPages> weight_pages_of(const std::string& name) {
   const ThpMode t = thp_mode();
   if (name == "mmap") return WeightPages::kMapped;
-  if (name == "auto") return thp_available(t) ? WeightPages::kHuge : WeightPages::kMapped;
+  if (name == "auto") return thp_available(t) ? WeightPages::kAuto : WeightPages::kMapped;
   if (name != "huge-pages") return err("engine: cpu weights '{}': expected auto, huge-pages or mmap", name);
   if (!thp_available(t))
     return err(
@@ -46,7 +47,19 @@ Expected<WeightPages> weight_pages_of(const std::string& name) {
   return WeightPages::kHuge;
 }
 
-Expected<WeightCopy> copy_weights_to_huge_pages(ModelWeights& w) {
+int64_t mem_available_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (f >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return -1;
+}
+
+Expected<WeightCopy> place_weights(ModelWeights& w, WeightPages p, int64_t available) {
+  WeightCopy c;
+  if (p == WeightPages::kMapped) return c;
   // Pass 1: one slot per distinct source address (a tied lm_head shares the embedding's bytes), as long as
   // the longest matrix starting there, then each slot placed on a line.
   struct Slot {
@@ -67,7 +80,21 @@ Expected<WeightCopy> copy_weights_to_huge_pages(ModelWeights& w) {
     sl.off = total;
     total += (sl.bytes + kLine - 1) / kLine * kLine;
   }
-  WeightCopy c;
+  const double gib = 1.0 / (1 << 30);
+  if (p == WeightPages::kHuge && available >= 0 && static_cast<int64_t>(total) > available)
+    return err(
+        "engine: --cpu-weights huge-pages: the weights take {:.2f} GiB and only {:.2f} GiB of memory is "
+        "available (MemAvailable); use --cpu-weights mmap or auto",
+        static_cast<double>(total) * gib, static_cast<double>(available) * gib);
+  if (p == WeightPages::kAuto && (available < 0 || static_cast<int64_t>(total) > available / 2)) {
+    c.why_mapped = available < 0
+                       ? "MemAvailable unknown"
+                       : fmt::format(
+                             "a copy of {:.2f} GiB would take over half of the {:.2f} GiB "
+                             "available",
+                             static_cast<double>(total) * gib, static_cast<double>(available) * gib);
+    return c;
+  }
   GRIDQ_ASSIGN_OR_RETURN(c.region, HugeRegion::allocate(total));
   uint8_t* base = c.region.data();
   // Pass 2: the copies, matrices spread over the pool (first touch of the huge pages is most of the cost).
@@ -86,8 +113,10 @@ Expected<WeightCopy> copy_weights_to_huge_pages(ModelWeights& w) {
   return c;
 }
 
-std::string weight_pages_log(WeightPages p, const WeightCopy& c) {
-  if (p == WeightPages::kMapped) return "weights read in place from the mmap (4 KiB pages)";
+std::string weight_pages_log(const WeightCopy& c) {
+  if (!c.region.data())
+    return c.why_mapped.empty() ? "weights read in place from the mmap (4 KiB pages)"
+                                : "weights read in place from the mmap (4 KiB pages: " + c.why_mapped + ")";
   const int64_t huge = c.region.huge_bytes();
   const double mib = 1.0 / (1 << 20);
   return fmt::format("weights {:.1f} MiB copied onto 2 MiB pages ({}; transparent huge pages: {})",
