@@ -18,6 +18,7 @@
 #include "greedy_logits.h"
 #include "parity_util.h"
 #include "runtime/cpu/bf16_dot.h"
+#include "runtime/cpu/layer_ops.h"
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
 
@@ -197,6 +198,32 @@ TEST(CpuBf16Kernels, FastSoftmaxIsCloseToFloat64) {
     }
     for (int i = 0; i < 3; ++i) EXPECT_EQ(7.0f, again[static_cast<size_t>(i)]) << "wrote before the row";
   }
+}
+
+// The fast path's RMSNorm: the reference's arithmetic but the float64 sum of squares in eight lanes, so its
+// rows differ from the reference's by at most an ulp (a tie in the float variance), every width's tail
+// included.
+TEST(CpuBf16Kernels, FastNormIsTheReferenceWithinAnUlp) {
+  SKIP_WITHOUT_AVX512_BF16();
+  std::mt19937 g(9);
+  std::normal_distribution<float> d(0.0f, 3.0f);
+  int differ = 0, total = 0;
+  for (int64_t n : {1, 7, 8, 9, 128, 130, 512}) {
+    const int64_t T = 37;
+    std::vector<float> x(static_cast<size_t>(T * n)), w(static_cast<size_t>(n)), want(x.size()),
+        got(x.size());
+    for (auto& v : x) v = d(g);
+    for (auto& v : w) v = 1.0f + 0.1f * d(g);
+    cpu::rmsnorm_rows(x.data(), w.data(), T, n, 1e-6f, want.data());
+    cpu::rmsnorm_rows_fast(x.data(), w.data(), T, n, 1e-6f, got.data());
+    for (size_t i = 0; i < x.size(); ++i) {
+      EXPECT_LE(std::fabs(got[i] - want[i]), std::fabs(want[i]) * 2 * std::numeric_limits<float>::epsilon())
+          << "n " << n << " i " << i;
+      differ += got[i] != want[i];
+      ++total;
+    }
+  }
+  EXPECT_LT(differ, total / 10) << "the fast sum should almost always round to the reference's variance";
 }
 
 // Prefill in chunks of `chunk` (every logit), then greedy decode steps: every logit, in order.

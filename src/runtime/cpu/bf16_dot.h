@@ -43,4 +43,8 @@ void silu_mul_fast(float* hg, const float* hu, int64_t n);
 // Fixed by n alone, so a query row's weights never depend on the batch.
 void softmax_fast(float* s, int64_t n);
 
+// rmsnorm_rows (layer_ops.h) for layers on the fast path: the float64 sum of squares in eight lanes instead
+// of one chain (norm_fast.cpp); the rest is the reference's arithmetic.
+void rmsnorm_rows_fast(const float* in, const float* w, int64_t T, int64_t n, float eps, float* out);
+
 }  // namespace gridq::runtime::cpu

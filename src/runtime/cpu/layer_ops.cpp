@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "runtime/cpu/bf16_dot.h"
 #include "runtime/cpu/cb_rows.h"
 #include "runtime/cpu/mlp_ops.h"
 #include "runtime/cpu/scratch.h"
@@ -132,10 +133,12 @@ void decoder_layer(const model::ModelSpec& spec, const LayerWeights& lw, int l, 
                    float* x, LineVector<float>& a, const LayerHooks* hooks) {
   const int64_t T = lay.tokens(), H = spec.hidden_size;
   a.resize(static_cast<size_t>(T * H));
-  rmsnorm_rows(x, lw.input_norm.data(), T, H, spec.norm_eps, a.data());
+  // The layer on the fast path (--cpu-kernels bf16) takes the fast norm; its output is rounded to BF16 next.
+  const auto norm = lw.q.cpu_bf16_dot && have_avx512_bf16() ? rmsnorm_rows_fast : rmsnorm_rows;
+  norm(x, lw.input_norm.data(), T, H, spec.norm_eps, a.data());
   if (hooks && hooks->attn_in) hooks->attn_in(a.data(), x, T);
   attention(spec, lw, l, lay, a.data(), x, hooks);
-  rmsnorm_rows(x, lw.post_norm.data(), T, H, spec.norm_eps, a.data());
+  norm(x, lw.post_norm.data(), T, H, spec.norm_eps, a.data());
   if (hooks && hooks->mlp_in) hooks->mlp_in(a.data(), x, T);
   mlp(spec, lw, l, T, a.data(), x, hooks);
 }
