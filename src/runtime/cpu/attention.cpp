@@ -130,9 +130,9 @@ void attention(const model::ModelSpec& spec, const LayerWeights& lw, int l, cons
   auto qk_rope = [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       if (L.qk_norm) {
-        const auto norm = lw.q.cpu_bf16_dot && have_avx512_bf16() ? rmsnorm_rows_fast : rmsnorm_rows;
-        norm(q + t * qw, lw.q_norm.data(), nh, d, spec.norm_eps, q + t * qw);
-        norm(k + t * kvw, lw.k_norm.data(), nkv, d, spec.norm_eps, k + t * kvw);
+        const auto ss = lw.q.cpu_bf16_dot && have_avx512_bf16() ? sum_squares_fast : sum_squares;
+        rmsnorm_rows(q + t * qw, lw.q_norm.data(), nh, d, spec.norm_eps, q + t * qw, ss);
+        rmsnorm_rows(k + t * kvw, lw.k_norm.data(), nkv, d, spec.norm_eps, k + t * kvw, ss);
       }
       const int64_t p = lay.pos[static_cast<size_t>(t)];
       const float* cs = rope.cs.data() + p * half;

@@ -43,8 +43,8 @@ void silu_mul_fast(float* hg, const float* hu, int64_t n);
 // Fixed by n alone, so a query row's weights never depend on the batch.
 void softmax_fast(float* s, int64_t n);
 
-// rmsnorm_rows (layer_ops.h) for layers on the fast path: the float64 sum of squares in eight lanes instead
-// of one chain (norm_fast.cpp); the rest is the reference's arithmetic.
-void rmsnorm_rows_fast(const float* in, const float* w, int64_t T, int64_t n, float eps, float* out);
+// Σ v[i]² in float64 for rmsnorm_rows (layer_ops.h) on the fast path: eight lanes (lane j: i ≡ j mod 8,
+// ascending) and a fixed tree instead of the reference's one chain (norm_fast.cpp).
+double sum_squares_fast(const float* v, int64_t n);
 
 }  // namespace gridq::runtime::cpu

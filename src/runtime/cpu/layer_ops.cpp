@@ -110,13 +110,18 @@ LayerCache fresh_layer_cache(const model::LayerSpec& L, bool bf16) {
   return c;
 }
 
-void rmsnorm_rows(const float* in, const float* w, int64_t T, int64_t n, float eps, float* out) {
+double sum_squares(const float* v, int64_t n) {
+  double ss = 0.0;
+  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(v[i]) * v[i];
+  return ss;
+}
+
+void rmsnorm_rows(const float* in, const float* w, int64_t T, int64_t n, float eps, float* out,
+                  double (*ss)(const float*, int64_t)) {
   auto rows = [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       const float* v = in + t * n;
-      double ss = 0.0;
-      for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(v[i]) * v[i];
-      const float var = static_cast<float>(ss / static_cast<double>(n));
+      const float var = static_cast<float>(ss(v, n) / static_cast<double>(n));
       const float inv = 1.0f / std::sqrt(var + eps);
       float* o = out + t * n;
       for (int64_t i = 0; i < n; ++i) o[i] = w[i] * (v[i] * inv);
@@ -134,11 +139,11 @@ void decoder_layer(const model::ModelSpec& spec, const LayerWeights& lw, int l, 
   const int64_t T = lay.tokens(), H = spec.hidden_size;
   a.resize(static_cast<size_t>(T * H));
   // The layer on the fast path (--cpu-kernels bf16) takes the fast norm; its output is rounded to BF16 next.
-  const auto norm = lw.q.cpu_bf16_dot && have_avx512_bf16() ? rmsnorm_rows_fast : rmsnorm_rows;
-  norm(x, lw.input_norm.data(), T, H, spec.norm_eps, a.data());
+  const auto ss = lw.q.cpu_bf16_dot && have_avx512_bf16() ? sum_squares_fast : sum_squares;
+  rmsnorm_rows(x, lw.input_norm.data(), T, H, spec.norm_eps, a.data(), ss);
   if (hooks && hooks->attn_in) hooks->attn_in(a.data(), x, T);
   attention(spec, lw, l, lay, a.data(), x, hooks);
-  norm(x, lw.post_norm.data(), T, H, spec.norm_eps, a.data());
+  rmsnorm_rows(x, lw.post_norm.data(), T, H, spec.norm_eps, a.data(), ss);
   if (hooks && hooks->mlp_in) hooks->mlp_in(a.data(), x, T);
   mlp(spec, lw, l, T, a.data(), x, hooks);
 }

@@ -81,8 +81,12 @@ struct LayerHooks {
 // Checks every weight the forward reads against the spec (shapes, formats, norm sizes, head counts).
 Status validate_weights(const model::ModelSpec& s, const ModelWeights& w);
 
-// RMSNorm of each of T rows of width n, in-place safe: out = w * (v / sqrt(mean(v^2) + eps)).
-void rmsnorm_rows(const float* in, const float* w, int64_t T, int64_t n, float eps, float* out);
+// Σ v[i]² in float64, i ascending: the reference's sum for RMSNorm.
+double sum_squares(const float* v, int64_t n);
+// RMSNorm of each of T rows of width n, in-place safe: out = w * (v / sqrt(mean(v^2) + eps)), the mean from
+// `ss` (the reference's sum, or the fast path's sum_squares_fast: bf16_dot.h).
+void rmsnorm_rows(const float* in, const float* w, int64_t T, int64_t n, float eps, float* out,
+                  double (*ss)(const float*, int64_t) = sum_squares);
 
 // One decoder layer on the residual stream x [T, H] in place (pre-norm, two residual adds). `a` is scratch
 // that ends up holding the post_attention_layernorm output. The sequences' caches advance by their rows;

@@ -4,11 +4,8 @@
 // reference's arithmetic. One row's result depends on that row alone.
 #include <immintrin.h>
 
-#include <cmath>
-
 #include "runtime/cpu/bf16_dot.h"
 #include "runtime/cpu/simd_tree.h"
-#include "runtime/cpu/thread_pool.h"
 
 namespace gridq::runtime::cpu {
 
@@ -16,35 +13,22 @@ namespace gridq::runtime::cpu {
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16")
 GRIDQ_AVX512_WARNINGS_OFF
 
-void rmsnorm_rows_fast(const float* in, const float* w, int64_t T, int64_t n, float eps, float* out) {
-  auto rows = [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) {
-      const float* v = in + t * n;
-      __m512d acc = _mm512_setzero_pd();
-      int64_t i = 0;
-      for (; i + 8 <= n; i += 8) {
-        const __m512d d = _mm512_cvtps_pd(_mm256_loadu_ps(v + i));
-        acc = _mm512_fmadd_pd(d, d, acc);  // exact: a float's square fits a double
-      }
-      if (i < n) {
-        const __mmask8 m = static_cast<__mmask8>((1u << (n - i)) - 1);
-        const __m512d d = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, v + i));
-        acc = _mm512_fmadd_pd(d, d, acc);
-      }
-      // lane[j] += lane[j + s] for s = 4, 2, 1.
-      const __m256d h = _mm256_add_pd(_mm512_castpd512_pd256(acc), _mm512_extractf64x4_pd(acc, 1));
-      const __m128d q = _mm_add_pd(_mm256_castpd256_pd128(h), _mm256_extractf128_pd(h, 1));
-      const double ss = _mm_cvtsd_f64(_mm_add_sd(q, _mm_unpackhi_pd(q, q)));
-      const float var = static_cast<float>(ss / static_cast<double>(n));
-      const float inv = 1.0f / std::sqrt(var + eps);
-      float* o = out + t * n;
-      for (int64_t j = 0; j < n; ++j) o[j] = w[j] * (v[j] * inv);
-    }
-  };
-  if (T * n >= 16 * 1024)
-    parallel_for(T, rows);
-  else
-    rows(0, T);
+double sum_squares_fast(const float* v, int64_t n) {
+  __m512d acc = _mm512_setzero_pd();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m512d d = _mm512_cvtps_pd(_mm256_loadu_ps(v + i));
+    acc = _mm512_fmadd_pd(d, d, acc);  // exact product: a float's square fits a double
+  }
+  if (i < n) {
+    const __mmask8 m = static_cast<__mmask8>((1u << (n - i)) - 1);
+    const __m512d d = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, v + i));
+    acc = _mm512_fmadd_pd(d, d, acc);
+  }
+  // lane[j] += lane[j + s] for s = 4, 2, 1.
+  const __m256d h = _mm256_add_pd(_mm512_castpd512_pd256(acc), _mm512_extractf64x4_pd(acc, 1));
+  const __m128d q = _mm_add_pd(_mm256_castpd256_pd128(h), _mm256_extractf128_pd(h, 1));
+  return _mm_cvtsd_f64(_mm_add_sd(q, _mm_unpackhi_pd(q, q)));
 }
 
 GRIDQ_AVX512_WARNINGS_ON
