@@ -1,0 +1,51 @@
+#include "quant/best_entry_simd.h"
+
+#include <immintrin.h>
+
+#include <limits>
+
+namespace gridq::quant {
+
+bool have_best_entry_avx512() {
+  static const bool ok = __builtin_cpu_supports("avx512f");
+  return ok;
+}
+
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+// The scalar loop's roundings: a product, a product, a difference (AVX-512F brings FMA, which would fuse).
+#pragma GCC optimize("fp-contract=off")
+
+double best_entry_all_avx512(const double* A, const double* B, int K, double s, int* arg) {
+  const __m512d s2 = _mm512_set1_pd(s * s), ts = _mm512_set1_pd(2.0 * s);
+  __m512d best = _mm512_set1_pd(std::numeric_limits<double>::infinity());
+  __m512i bi = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);  // lane j: entries j, j + 8, ... ascending
+  __m512i k = bi;
+  const __m512i eight = _mm512_set1_epi64(8);
+  for (int i = 0; i < K; i += 8) {
+    const __m512d v =
+        _mm512_sub_pd(_mm512_mul_pd(s2, _mm512_loadu_pd(A + i)), _mm512_mul_pd(ts, _mm512_loadu_pd(B + i)));
+    const __mmask8 lt = _mm512_cmp_pd_mask(v, best, _CMP_LT_OQ);  // strict: a lane keeps its lowest k
+    best = _mm512_mask_mov_pd(best, lt, v);
+    bi = _mm512_mask_mov_epi64(bi, lt, k);
+    k = _mm512_add_epi64(k, eight);
+  }
+  // The minimum over lanes, then the lowest k among the lanes that hold it: the scalar loop's first minimum.
+  alignas(64) double bv[8];
+  alignas(64) long long bk[8];
+  _mm512_store_pd(bv, best);
+  _mm512_store_epi64(bk, bi);
+  double m = bv[0];
+  long long mk = bk[0];
+  for (int j = 1; j < 8; ++j)
+    if (bv[j] < m || (bv[j] == m && bk[j] < mk)) {
+      m = bv[j];
+      mk = bk[j];
+    }
+  if (arg) *arg = static_cast<int>(mk);
+  return m;
+}
+
+#pragma GCC pop_options
+
+}  // namespace gridq::quant
