@@ -46,6 +46,15 @@ double best_entry_all_avx512(const double* A, const double* B, int K, double s, 
   return m;
 }
 
+void dots_avx512(const double* Tt, int K, int d, const double* b, double* out) {
+  for (int k = 0; k < K; k += 8) {
+    __m512d acc = _mm512_setzero_pd();
+    for (int i = 0; i < d; ++i)
+      acc = _mm512_add_pd(acc, _mm512_mul_pd(_mm512_loadu_pd(Tt + size_t(i) * K + k), _mm512_set1_pd(b[i])));
+    _mm512_storeu_pd(out + k, acc);
+  }
+}
+
 #pragma GCC pop_options
 
 }  // namespace gridq::quant

@@ -9,5 +9,9 @@ namespace gridq::quant {
 bool have_best_entry_avx512();
 // Needs K % 8 == 0 and have_best_entry_avx512().
 double best_entry_all_avx512(const double* A, const double* B, int K, double s, int* arg);
+// out[k] = ((0 + Tt[0·K + k]·b[0]) + Tt[1·K + k]·b[1]) + … for k < K (a transposed [d, K] table: the scalar
+// loop `dot = 0; dot += t_ki·b_i` over i ascending, eight entries at a time, the same bits). Needs K % 8 ==
+// 0.
+void dots_avx512(const double* Tt, int K, int d, const double* b, double* out);
 
 }  // namespace gridq::quant

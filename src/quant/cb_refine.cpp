@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "core/numerics.h"
+#include "quant/best_entry_simd.h"
 
 namespace gridq::quant {
 namespace {
@@ -98,6 +99,16 @@ Expected<RefineResult> refine_fp4(const gridbook::Codebook& cb, const float* W, 
     }
   }
 
+  // The sub-tables transposed ([d, K]) for the eight-entries-at-a-time scan of the codes pass, where it runs.
+  const bool simd = have_best_entry_avx512();
+  std::vector<std::vector<double>> Tt(static_cast<size_t>(ns));
+  for (int sb = 0; simd && sb < ns; ++sb) {
+    const int K = book.entries[sb];
+    Tt[size_t(sb)].resize(size_t(d) * K);
+    for (int k = 0; k < K; ++k)
+      for (int i = 0; i < d; ++i) Tt[size_t(sb)][size_t(i) * K + k] = book.t[sb][size_t(k) * d + i];
+  }
+
   // Sub-indices of every slab from the composed codes (codeword w holds slabs w·n_sub … w·n_sub + n_sub − 1).
   std::vector<uint32_t> sub_idx(size_t(R) * nv);
   for (size_t w = 0; w < size_t(R) * ncw; ++w)
@@ -110,7 +121,7 @@ Expected<RefineResult> refine_fp4(const gridbook::Codebook& cb, const float* W, 
   std::vector<int64_t> n_codes(R, 0), n_scales(R, 0);
 #pragma omp parallel
   {
-    std::vector<double> wh(C), e(C), g(C), t(kG), x(kG), dl(kG);
+    std::vector<double> wh(C), e(C), g(C), t(kG), x(kG), dl(kG), dots(static_cast<size_t>(maxK));
 #pragma omp for schedule(static)
     for (int r = 0; r < R; ++r) {
       const float* w = W + size_t(r) * C;
@@ -162,15 +173,21 @@ Expected<RefineResult> refine_fp4(const gridbook::Codebook& cb, const float* W, 
           }
           const double* nkv = &nk[size_t(v) * maxK];
           const double sd = s;
-          double best = std::numeric_limits<double>::infinity();
+          const int K = book.entries[v % ns];
           int bk = 0;
-          for (int k = 0; k < book.entries[v % ns]; ++k) {
-            double dot = 0.0;
-            for (int i = 0; i < d; ++i) dot += T[size_t(k) * d + i] * b[i];
-            const double score = sd * sd * nkv[k] - 2.0 * sd * dot;
-            if (score < best) {
-              best = score;
-              bk = k;
+          if (simd && K % 8 == 0) {  // the same dots and scores eight entries at a time (best_entry_simd.h)
+            dots_avx512(Tt[size_t(v % ns)].data(), K, d, b, dots.data());
+            best_entry_all_avx512(nkv, dots.data(), K, sd, &bk);
+          } else {
+            double best = std::numeric_limits<double>::infinity();
+            for (int k = 0; k < K; ++k) {
+              double dot = 0.0;
+              for (int i = 0; i < d; ++i) dot += T[size_t(k) * d + i] * b[i];
+              const double score = sd * sd * nkv[k] - 2.0 * sd * dot;
+              if (score < best) {
+                best = score;
+                bk = k;
+              }
             }
           }
           if (static_cast<uint32_t>(bk) == idx[v]) continue;
