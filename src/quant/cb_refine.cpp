@@ -1,10 +1,9 @@
 #include "quant/cb_refine.h"
 
 #include <algorithm>
-#include <limits>
 
 #include "core/numerics.h"
-#include "quant/best_entry_simd.h"
+#include "quant/entry_scan.h"
 
 namespace gridq::quant {
 namespace {
@@ -99,10 +98,9 @@ Expected<RefineResult> refine_fp4(const gridbook::Codebook& cb, const float* W, 
     }
   }
 
-  // The sub-tables transposed ([d, K]) for the eight-entries-at-a-time scan of the codes pass, where it runs.
-  const bool simd = have_best_entry_avx512();
+  // The sub-tables transposed ([d, K]) for the codes pass's scan (entry_scan.h).
   std::vector<std::vector<double>> Tt(static_cast<size_t>(ns));
-  for (int sb = 0; simd && sb < ns; ++sb) {
+  for (int sb = 0; sb < ns; ++sb) {
     const int K = book.entries[sb];
     Tt[size_t(sb)].resize(size_t(d) * K);
     for (int k = 0; k < K; ++k)
@@ -173,23 +171,11 @@ Expected<RefineResult> refine_fp4(const gridbook::Codebook& cb, const float* W, 
           }
           const double* nkv = &nk[size_t(v) * maxK];
           const double sd = s;
+          // score_k = s²·n_k − 2s·(t_k·b): the first minimum over the slab's sub-table.
           const int K = book.entries[v % ns];
           int bk = 0;
-          if (simd && K % 8 == 0) {  // the same dots and scores eight entries at a time (best_entry_simd.h)
-            dots_avx512(Tt[size_t(v % ns)].data(), K, d, b, dots.data());
-            best_entry_all_avx512(nkv, dots.data(), K, sd, &bk);
-          } else {
-            double best = std::numeric_limits<double>::infinity();
-            for (int k = 0; k < K; ++k) {
-              double dot = 0.0;
-              for (int i = 0; i < d; ++i) dot += T[size_t(k) * d + i] * b[i];
-              const double score = sd * sd * nkv[k] - 2.0 * sd * dot;
-              if (score < best) {
-                best = score;
-                bk = k;
-              }
-            }
-          }
+          entry_dots(Tt[size_t(v % ns)].data(), K, d, b, dots.data());
+          best_entry_scan(nkv, dots.data(), K, sd, &bk);
           if (static_cast<uint32_t>(bk) == idx[v]) continue;
           for (int i = 0; i < d; ++i) x[i] = decoded(T[size_t(bk) * d + i], s);
           if (!(delta_f(c0, d, x.data()) < 0.0)) continue;

@@ -8,7 +8,7 @@
 
 #include "core/numerics.h"
 #include "gridbook/rung.h"
-#include "quant/best_entry_simd.h"
+#include "quant/entry_scan.h"
 
 namespace gridq::quant {
 namespace {
@@ -19,37 +19,19 @@ constexpr int kNG = gridbook::kFp4Groups;
 constexpr uint8_t kEMin = 117;
 constexpr uint8_t kEMax = 135;
 
-// min_k (s²·A_k − 2s·B_k): the s-dependent part of err_v(s); *arg gets the first minimising k. Every entry.
-inline double best_entry_all(const double* A, const double* B, int K, double s, int* arg) {
-  const double s2 = s * s;
-  const double ts = 2.0 * s;
-  double best = std::numeric_limits<double>::infinity();
-  int bi = 0;
-  for (int k = 0; k < K; ++k) {
-    const double v = s2 * A[k] - ts * B[k];
-    if (v < best) {
-      best = v;
-      bi = k;
-    }
-  }
-  if (arg) *arg = bi;
-  return best;
-}
-
-// The same minimum and argmin, skipping entries that provably cannot reach it. The value of entry k is
+// min_k (s²·A_k − 2s·B_k), the s-dependent part of err_v(s), and its first minimising k (entry_scan.h's
+// best_entry_all), skipping entries that provably cannot reach it. The value of entry k is
 // s²A_k − 2sB_k = Σ_j q_j (s·t_kj − w_j)² − C_v (C_v = Σ_j q_j w_j²), so q_0 (s·t_k0 − w_0)² − C_v is a lower
 // bound that grows with |t_k0 − w_0/s|. Entries are visited outward from w_0/s in order of their first
 // coordinate and a side stops once its bound exceeds the best value so far by far more than rounding can
 // explain (relative 1e-9; the computed values carry ~1e-15). Visited entries use the exact expression of
 // best_entry_all and its tie rule (lowest k among equal values), so the result is the same bits. For the
 // large tables (K20: 1,024 entries, K24: 4,096) this visits a small fraction of them; tables of up to 256
-// entries take best_entry_all_avx512 instead (the same bits again, faster than the walk there).
+// entries are scanned whole (best_entry_scan: the same bits again, eight entries at a time, faster there).
 inline double best_entry(const double* A, const double* B, const DenseBook& book, int sub, double s,
                          double w0, double q0, double Cv, int* arg) {
   const int K = book.entries[sub];
-  // Up to 256 entries (K16's sub-books and smaller) every entry eight at a time beats the pruned walk.
-  if (K % 8 == 0 && K <= 256 && have_best_entry_avx512()) return best_entry_all_avx512(A, B, K, s, arg);
-  if (!(q0 > 0.0) || K <= 32 || book.by_first.empty()) return best_entry_all(A, B, K, s, arg);
+  if (K <= 256 || !(q0 > 0.0) || book.by_first.empty()) return best_entry_scan(A, B, K, s, arg);
   const std::vector<int>& order = book.by_first[sub];
   const std::vector<double>& first = book.first[sub];
   const double s2 = s * s;

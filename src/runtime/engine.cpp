@@ -52,7 +52,8 @@ std::string cpu_kernels_log(const std::string& name, cpu::CpuKernels k) {
 // The backend for the chosen device over host weights; `keepalive` owns what the weights point into.
 Expected<std::unique_ptr<Backend>> make_backend(DeviceKind kind, const model::ModelSpec& spec, ModelWeights w,
                                                 std::shared_ptr<void> keepalive, const EngineOptions& opts,
-                                                cpu::CpuKernels kernels, std::string* log_line) {
+                                                cpu::CpuKernels kernels, cpu::WeightPages pages,
+                                                std::string* log_line) {
   if (kind == DeviceKind::kCuda) {
     const CudaBackendHooks* hooks = cuda_backend_hooks();
     // choose_device only picks CUDA with hooks registered; a null here means they were cleared since.
@@ -62,7 +63,7 @@ Expected<std::unique_ptr<Backend>> make_backend(DeviceKind kind, const model::Mo
   cpu::CpuOptions co;
   co.threads = opts.threads;
   co.kernels = kernels;
-  GRIDQ_ASSIGN_OR_RETURN(co.weight_pages, cpu::weight_pages_of(opts.cpu_weights));
+  co.weight_pages = pages;
   if (opts.dev.num_gpu_blocks_override > 0) {
     co.kv_pages = opts.dev.num_gpu_blocks_override;
   } else if (opts.dev.cpu_kv_budget) {
@@ -99,9 +100,10 @@ Expected<std::unique_ptr<Engine>> Engine::open(const std::string& model_dir, con
   GRIDQ_ASSIGN_OR_RETURN(DeviceChoice choice, choose_device(opts.device));
   if (!opts.synthetic.empty()) return open_synthetic(model_dir, opts, std::move(choice));
   cpu::CpuKernels kernels = cpu::CpuKernels::kReference;
+  cpu::WeightPages pages = cpu::WeightPages::kMapped;
   if (choice.kind == DeviceKind::kCpu) {
     GRIDQ_ASSIGN_OR_RETURN(kernels, cpu_kernels_of(opts.cpu_kernels));
-    GRIDQ_RETURN_IF_ERROR(cpu::weight_pages_of(opts.cpu_weights).status());
+    GRIDQ_ASSIGN_OR_RETURN(pages, cpu::weight_pages_of(opts.cpu_weights));
     choice.log_line += cpu_kernels_log(opts.cpu_kernels, kernels);
   }
   GRIDQ_ASSIGN_OR_RETURN(nlohmann::json cfg,
@@ -116,14 +118,14 @@ Expected<std::unique_ptr<Engine>> Engine::open(const std::string& model_dir, con
     GRIDQ_ASSIGN_OR_RETURN(int64_t n_fp4, set_activation_contract(am->weights, contract));
     choice.log_line += contract_log(contract, n_fp4);
     GRIDQ_ASSIGN_OR_RETURN(
-        be, make_backend(choice.kind, am->spec, am->weights, am, opts, kernels, &choice.log_line));
+        be, make_backend(choice.kind, am->spec, am->weights, am, opts, kernels, pages, &choice.log_line));
   } else {
     GRIDQ_ASSIGN_OR_RETURN(model::LoadedModel lm, model::load_model(model_dir));
     GRIDQ_ASSIGN_OR_RETURN(ModelWeights w, build_model_weights(lm.spec, lm.weights));
     choice.log_line += contract_log(contract, 0);
     std::shared_ptr<void> keep(std::move(lm.checkpoint));
     GRIDQ_ASSIGN_OR_RETURN(
-        be, make_backend(choice.kind, lm.spec, std::move(w), keep, opts, kernels, &choice.log_line));
+        be, make_backend(choice.kind, lm.spec, std::move(w), keep, opts, kernels, pages, &choice.log_line));
   }
   return finish_open(std::move(be), model_dir, opts, std::move(choice));
 }

@@ -127,10 +127,11 @@ void attention(const model::ModelSpec& spec, const LayerWeights& lw, int l, cons
   for (int64_t p : lay.pos) max_pos = std::max(max_pos, p);
   const int64_t half = L.rope.rotary_dim / 2;
   const RopeTable& rope = rope_table(L.rope, max_pos + 1);
+  const bool fast_layer = on_fast_path(lw);
+  const auto ss = fast_layer ? sum_squares_fast : sum_squares;
   auto qk_rope = [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       if (L.qk_norm) {
-        const auto ss = lw.q.cpu_bf16_dot && have_avx512_bf16() ? sum_squares_fast : sum_squares;
         rmsnorm_rows(q + t * qw, lw.q_norm.data(), nh, d, spec.norm_eps, q + t * qw, ss);
         rmsnorm_rows(k + t * kvw, lw.k_norm.data(), nkv, d, spec.norm_eps, k + t * kvw, ss);
       }
@@ -196,7 +197,7 @@ void attention(const model::ModelSpec& spec, const LayerWeights& lw, int l, cons
   float* o = os.data();
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const int64_t group = nh / nkv;
-  const bool fast = lw.q.cpu_bf16_dot && have_avx512() && d % 16 == 0;  // the layer on the fast path
+  const bool fast = fast_layer && d % 16 == 0;  // attend_fast's kernels take 16 columns a step
   auto first_key = [&](int64_t t) {
     const int64_t p = lay.pos[static_cast<size_t>(t)];
     return sliding ? std::max<int64_t>(0, p - W + 1) : 0;

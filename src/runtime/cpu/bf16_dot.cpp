@@ -24,6 +24,11 @@ bool have_avx512_bf16() {
   return ok;
 }
 
+bool have_avx512_vbmi() {
+  static const bool ok = have_avx512_bf16() && __builtin_cpu_supports("avx512vbmi");
+  return ok;
+}
+
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16")
 GRIDQ_AVX512_WARNINGS_OFF
@@ -73,16 +78,10 @@ struct E4m3Rows {
   }
 };
 
-// E4M3 rows 64 codes at a time where the CPU has AVX512-VBMI (not every AVX512-BF16 CPU does: Cooper Lake
-// lacks it): the table's low and high bytes looked up by one 128-entry byte permute each, the sign moved
-// over, the words put back in column order. The bits of two E4m3Rows::load calls in a third of the
-// instructions.
+// E4M3 rows 64 codes at a time where the CPU has AVX512-VBMI (have_avx512_vbmi): the table's low and high
+// bytes looked up by one 128-entry byte permute each, the sign moved over, the words put back in column
+// order. The bits of two E4m3Rows::load calls in a third of the instructions.
 #define GRIDQ_VBMI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx512vbmi")))
-
-bool have_vbmi() {
-  static const bool ok = __builtin_cpu_supports("avx512vbmi");
-  return ok;
-}
 
 alignas(64) const std::array<uint8_t, 256> kE4m3Planes = [] {  // [low bytes x 128 | high bytes x 128]
   std::array<uint8_t, 256> t{};
@@ -176,7 +175,9 @@ void rows_one_by_one(const typename W::T* w, int64_t C, int nr, const uint16_t* 
   }
 }
 
-// rows_one_by_one for E4M3 rows through e4m3_load64 (the same steps in the same order, so the same bits).
+// rows_one_by_one for E4M3 rows through e4m3_load64 (the same steps in the same order, so the same bits). Its
+// own function: the VBMI target must cover the whole loop for e4m3_load64 to inline, and no other code of
+// this file may take VBMI instructions (they would fault on an AVX512-BF16 CPU without them).
 template <int NT>
 GRIDQ_VBMI_TARGET void e4m3_rows_vbmi(const uint8_t* w, int64_t C, int nr, const uint16_t* xb, float* y,
                                       int64_t ldy) {
@@ -231,7 +232,7 @@ void e4m3_prefill(const uint8_t* w, int64_t C, int nr, const uint16_t* xb, int64
   rows.resize(static_cast<size_t>(4 * C));
   for (int i = 0; i < nr; ++i) {
     int64_t c = 0;
-    if (have_vbmi()) {
+    if (have_avx512_vbmi()) {
       c = C / (2 * kStep) * (2 * kStep);
       e4m3_widen_vbmi(w + i * C, c, rows.data() + i * C);
     }
@@ -248,7 +249,7 @@ template <typename W>
 void dot_rows(const typename W::T* w, int64_t C, int nr, const uint16_t* xb, int64_t T, float* y,
               int64_t ldy) {
   if constexpr (std::is_same_v<W, E4m3Rows>) {
-    if (T < 4 && have_vbmi()) {
+    if (T < 4 && have_avx512_vbmi()) {
       if (T == 1) return e4m3_rows_vbmi<1>(w, C, nr, xb, y, ldy);
       if (T == 2) return e4m3_rows_vbmi<2>(w, C, nr, xb, y, ldy);
       return e4m3_rows_vbmi<3>(w, C, nr, xb, y, ldy);

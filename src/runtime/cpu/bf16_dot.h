@@ -19,6 +19,9 @@ namespace gridq::runtime::cpu {
 
 // Whether this CPU (and OS) runs AVX512-BF16 (with AVX512F/BW/VL). Fixed at start-up.
 bool have_avx512_bf16();
+// Whether it also has AVX512-VBMI (byte permutes; not every AVX512-BF16 CPU does: Cooper Lake lacks it),
+// which the E4M3 and K16 v2 decoders of this path use where present. Fixed at start-up.
+bool have_avx512_vbmi();
 
 // xb[i] = bf16_rne(x[i]) for i < n, as VCVTNEPS2BF16 rounds (NaN kept quiet). Needs have_avx512_bf16().
 void round_to_bf16(const float* x, int64_t n, uint16_t* xb);

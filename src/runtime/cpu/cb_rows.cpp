@@ -175,11 +175,10 @@ bool k16v2(const QMatrix& m) {
 // latter reads the book's E2M1 quads).
 bool fused_k16v2(const QMatrix& m) { return fused_fp4(m) && k16v2(m); }
 
-// The bf16 path's register decoder: byte permutes (AVX512-VBMI, which not every AVX512-BF16 CPU has: Cooper
-// Lake lacks it) over the book's quad planes. Elsewhere the rows are decoded by the reference into scratch.
+// The bf16 path's register decoder: byte permutes (have_avx512_vbmi) over the book's quad planes. Elsewhere
+// the rows are decoded by the reference into scratch.
 bool fused_k16v2_bf16(const QMatrix& m) {
-  static const bool vbmi = __builtin_cpu_supports("avx512vbmi");
-  return vbmi && fused_k16v2(m) && m.codebook->fp4_quad_planes.size() == 1024;
+  return have_avx512_vbmi() && fused_k16v2(m) && m.codebook->fp4_quad_planes.size() == 1024;
 }
 
 }  // namespace

@@ -180,34 +180,31 @@ void weighted_sum_avx512(const float* a, const float* const* v, int64_t nv, int6
   weighted_sum_1_avx512(a, v, nv, d, out);
 }
 
+// f.template operator()<NQ>() with NQ = nq, 1 ≤ nq ≤ kHeadsPerPass: the head count as a template argument.
+template <class F>
+void with_heads(int nq, F&& f) {
+  switch (nq) {
+    case 4:
+      return f.template operator()<4>();
+    case 3:
+      return f.template operator()<3>();
+    case 2:
+      return f.template operator()<2>();
+    default:
+      return f.template operator()<1>();
+  }
+}
+
 template <typename L, bool kFused>
 void dot4_heads_any(const float* const* q, int nq, const typename L::T* const* k, int64_t nk, int64_t n,
                     float* s) {
-  switch (nq) {
-    case 4:
-      return dot4_heads_n<L, 4, kFused>(q, k, nk, n, s);
-    case 3:
-      return dot4_heads_n<L, 3, kFused>(q, k, nk, n, s);
-    case 2:
-      return dot4_heads_n<L, 2, kFused>(q, k, nk, n, s);
-    default:
-      return dot4_heads_n<L, 1, kFused>(q, k, nk, n, s);
-  }
+  with_heads(nq, [&]<int NQ>() { dot4_heads_n<L, NQ, kFused>(q, k, nk, n, s); });
 }
 
 template <typename L, bool kFused>
 void weighted_sum_heads_any(const float* const* a, int nq, const typename L::T* const* v, int64_t nv,
                             int64_t d, float* const* out) {
-  switch (nq) {
-    case 4:
-      return weighted_sum_heads_n<L, 4, kFused>(a, v, nv, d, out);
-    case 3:
-      return weighted_sum_heads_n<L, 3, kFused>(a, v, nv, d, out);
-    case 2:
-      return weighted_sum_heads_n<L, 2, kFused>(a, v, nv, d, out);
-    default:
-      return weighted_sum_heads_n<L, 1, kFused>(a, v, nv, d, out);
-  }
+  with_heads(nq, [&]<int NQ>() { weighted_sum_heads_n<L, NQ, kFused>(a, v, nv, d, out); });
 }
 
 void dot4_heads_avx512(const float* const* q, int nq, const float* const* k, int64_t nk, int64_t n,

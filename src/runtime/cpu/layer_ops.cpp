@@ -110,6 +110,8 @@ LayerCache fresh_layer_cache(const model::LayerSpec& L, bool bf16) {
   return c;
 }
 
+bool on_fast_path(const LayerWeights& lw) { return lw.q.cpu_bf16_dot && have_avx512_bf16(); }
+
 double sum_squares(const float* v, int64_t n) {
   double ss = 0.0;
   for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(v[i]) * v[i];
@@ -139,7 +141,7 @@ void decoder_layer(const model::ModelSpec& spec, const LayerWeights& lw, int l, 
   const int64_t T = lay.tokens(), H = spec.hidden_size;
   a.resize(static_cast<size_t>(T * H));
   // The layer on the fast path (--cpu-kernels bf16) takes the fast norm; its output is rounded to BF16 next.
-  const auto ss = lw.q.cpu_bf16_dot && have_avx512_bf16() ? sum_squares_fast : sum_squares;
+  const auto ss = on_fast_path(lw) ? sum_squares_fast : sum_squares;
   rmsnorm_rows(x, lw.input_norm.data(), T, H, spec.norm_eps, a.data(), ss);
   if (hooks && hooks->attn_in) hooks->attn_in(a.data(), x, T);
   attention(spec, lw, l, lay, a.data(), x, hooks);

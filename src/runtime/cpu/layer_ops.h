@@ -81,6 +81,10 @@ struct LayerHooks {
 // Checks every weight the forward reads against the spec (shapes, formats, norm sizes, head counts).
 Status validate_weights(const model::ModelSpec& s, const ModelWeights& w);
 
+// Whether layer lw runs the fast path's arithmetic (--cpu-kernels bf16: CpuBackend set its projections'
+// cpu_bf16_dot, which needs AVX512-BF16): its norms and attention then take the fast forms.
+bool on_fast_path(const LayerWeights& lw);
+
 // Σ v[i]² in float64, i ascending: the reference's sum for RMSNorm.
 double sum_squares(const float* v, int64_t n);
 // RMSNorm of each of T rows of width n, in-place safe: out = w * (v / sqrt(mean(v^2) + eps)), the mean from

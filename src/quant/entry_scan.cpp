@@ -1,22 +1,38 @@
-#include "quant/best_entry_simd.h"
+#include "quant/entry_scan.h"
 
 #include <immintrin.h>
 
+#include <cstddef>
 #include <limits>
+
+#include "runtime/cpu/dot_kernels.h"
 
 namespace gridq::quant {
 
-bool have_best_entry_avx512() {
-  static const bool ok = __builtin_cpu_supports("avx512f");
-  return ok;
+double best_entry_all(const double* A, const double* B, int K, double s, int* arg) {
+  const double s2 = s * s;
+  const double ts = 2.0 * s;
+  double best = std::numeric_limits<double>::infinity();
+  int bi = 0;
+  for (int k = 0; k < K; ++k) {
+    const double v = s2 * A[k] - ts * B[k];
+    if (v < best) {
+      best = v;
+      bi = k;
+    }
+  }
+  if (arg) *arg = bi;
+  return best;
 }
+
+namespace {
 
 #pragma GCC push_options
 #pragma GCC target("avx512f")
-// The scalar loop's roundings: a product, a product, a difference (AVX-512F brings FMA, which would fuse).
+// The scalar loops' roundings: a product, a product, a difference (AVX-512F brings FMA, which would fuse).
 #pragma GCC optimize("fp-contract=off")
 
-double best_entry_all_avx512(const double* A, const double* B, int K, double s, int* arg) {
+double best_entry_avx512(const double* A, const double* B, int K, double s, int* arg) {
   const __m512d s2 = _mm512_set1_pd(s * s), ts = _mm512_set1_pd(2.0 * s);
   __m512d best = _mm512_set1_pd(std::numeric_limits<double>::infinity());
   __m512i bi = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);  // lane j: entries j, j + 8, ... ascending
@@ -46,7 +62,7 @@ double best_entry_all_avx512(const double* A, const double* B, int K, double s, 
   return m;
 }
 
-void dots_avx512(const double* Tt, int K, int d, const double* b, double* out) {
+void entry_dots_avx512(const double* Tt, int K, int d, const double* b, double* out) {
   for (int k = 0; k < K; k += 8) {
     __m512d acc = _mm512_setzero_pd();
     for (int i = 0; i < d; ++i)
@@ -56,5 +72,22 @@ void dots_avx512(const double* Tt, int K, int d, const double* b, double* out) {
 }
 
 #pragma GCC pop_options
+
+bool vector_form(int K) { return K % 8 == 0 && runtime::cpu::have_avx512(); }
+
+}  // namespace
+
+double best_entry_scan(const double* A, const double* B, int K, double s, int* arg) {
+  return vector_form(K) ? best_entry_avx512(A, B, K, s, arg) : best_entry_all(A, B, K, s, arg);
+}
+
+void entry_dots(const double* Tt, int K, int d, const double* b, double* out) {
+  if (vector_form(K)) return entry_dots_avx512(Tt, K, d, b, out);
+  for (int k = 0; k < K; ++k) {
+    double dot = 0.0;
+    for (int i = 0; i < d; ++i) dot += Tt[size_t(i) * K + k] * b[i];
+    out[k] = dot;
+  }
+}
 
 }  // namespace gridq::quant
