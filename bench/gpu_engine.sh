@@ -15,6 +15,8 @@
 #                 then resumed; the two artifacts are compared file by file
 #   GRIDQ_BENCH   arguments of `gridq bench decode` (default: --synthetic laguna-s-2.1)
 #   GRIDQ_BENCH_NOPDL  set: the same bench again with --no-pdl
+#   GRIDQ_BASE_OVERLAY  step "basebuild": a folder of baseline files (repo paths) laid over a copy of this tree
+#   GRIDQ_AB_REPS step "benchab": rounds of `bench decode $GRIDQ_BENCH`, baseline then this tree
 #   GRIDQ_BENCHX  step "benchx": '|'-separated extra argument lists, `bench decode $GRIDQ_BENCH` once with each
 #   GRIDQ_TIMELINE_ARGS  step "timeline": `bench decode` arguments run under the CUPTI kernel recorder
 #   GRIDQ_PREFILL arguments of `gridq bench prefill` (step "prefill"; default: --synthetic laguna-s-2.1)
@@ -188,6 +190,28 @@ if has bench; then
       > "$OUT/bench_decode_tiny.txt" 2>&1
     echo "tiny artifact bench exit $?"; tail -8 "$OUT/bench_decode_tiny.txt"
   fi
+fi
+
+if has basebuild; then  # a baseline gridq: this tree with GRIDQ_BASE_OVERLAY's files (repo paths) on top
+  t0=$(date +%s)
+  rm -rf /tmp/base && mkdir -p /tmp/base
+  tar -c --exclude=./build-gpu --exclude=./.git --exclude=./.gpupack . | tar -x -C /tmp/base
+  cp -r "${GRIDQ_BASE_OVERLAY:-.gpupack/base}"/. /tmp/base/
+  (cd /tmp/base && cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DGRIDQ_CUDA=ON -DGRIDQ_WERROR=OFF \
+     -DGRIDQ_CUDA_ARCHS=90a -DGRIDQ_GIT_COMMIT="${GRIDQ_BASE_COMMIT:-base}" > "$OUT/basebuild.txt" 2>&1 &&
+     ninja -C build-gpu -j16 gridq >> "$OUT/basebuild.txt" 2>&1) || { tail -30 "$OUT/basebuild.txt"; log "base build failed"; }
+  log "base build: $(($(date +%s) - t0)) s"
+fi
+
+if has benchab; then  # bench decode alternating the baseline (step basebuild) and this tree, GRIDQ_AB_REPS rounds
+  for i in $(seq 1 "${GRIDQ_AB_REPS:-2}"); do
+    for side in base new; do
+      bin=$G; [ $side = base ] && bin=/tmp/base/build-gpu/gridq
+      timeout 200 $bin bench decode ${GRIDQ_BENCH:---synthetic laguna-s-2.1} --out "$OUT/ab_${side}_$i.json" \
+        > "$OUT/ab_${side}_$i.txt" 2>&1
+      echo "-- $side round $i: exit $?"; grep -E "tok/s|copy" "$OUT/ab_${side}_$i.txt" | head -8
+    done
+  done
 fi
 
 if has benchx; then  # A/B of bench decode switches: each '|'-separated list of GRIDQ_BENCHX added to GRIDQ_BENCH
