@@ -27,6 +27,7 @@ struct BenchFlags {
   bool no_pdl = false;
   long long min_warp_bytes = 0;
   int blocks_per_sm = -1;
+  int l2_ahead = -1;
   bool l2_prefetch = false;
   bool diag = false;
   bool no_chain = false;
@@ -60,6 +61,7 @@ int run_decode(const BenchFlags& f) {
   o.pdl = !f.no_pdl;
   o.min_warp_bytes = f.min_warp_bytes;
   o.blocks_per_sm = f.blocks_per_sm;
+  o.l2_ahead = f.l2_ahead;
   auto r = cuda::run_bench_decode(o);
   if (!r.ok()) return fail(name + ": " + r.message());
   if (!f.out.empty()) {
@@ -169,6 +171,11 @@ const Registrar reg{Command{
         c->add_option("--blocks-per-sm", flags->blocks_per_sm,
                       "GEMV blocks per SM (default 0 = all that fit; a cap leaves room for the next kernel)")
             ->check(CLI::Range(0, 64));
+        c->add_option("--l2-ahead", flags->l2_ahead,
+                      "weights a step requests into L2 before their kernels, a sum of 1 (the chosen experts, "
+                      "after the router), 2 (the next layer's q/k/v, during the MoE), 4 (o_proj, during "
+                      "attention); default 0")
+            ->check(CLI::Range(0, 7));
         c->add_option("--device", flags->device, "cuda or auto (default)")->check(device_check());
       };
       model_options(d);

@@ -97,6 +97,9 @@ CudaBackend::~CudaBackend() {
   if (side_) (void)cudaStreamDestroy(side_);
   if (fork_) (void)cudaEventDestroy(fork_);
   if (join_) (void)cudaEventDestroy(join_);
+  if (pf_) (void)cudaStreamDestroy(pf_);
+  if (pf_fork_) (void)cudaEventDestroy(pf_fork_);
+  if (pf_join_) (void)cudaEventDestroy(pf_join_);
 }
 
 Expected<std::unique_ptr<CudaBackend>> CudaBackend::create(const model::ModelSpec& spec,
@@ -136,6 +139,9 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
   GRIDQ_CUDA(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
   GRIDQ_CUDA(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
   GRIDQ_CUDA(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
+  GRIDQ_CUDA(cudaStreamCreateWithFlags(&pf_, cudaStreamNonBlocking));
+  GRIDQ_CUDA(cudaEventCreateWithFlags(&pf_fork_, cudaEventDisableTiming));
+  GRIDQ_CUDA(cudaEventCreateWithFlags(&pf_join_, cudaEventDisableTiming));
   graphs_on_ = opts.cuda_graphs;
   GRIDQ_ASSIGN_OR_RETURN(ws_, WorkspaceBuffers::create());
   GRIDQ_ASSIGN_OR_RETURN(ws_side_, WorkspaceBuffers::create());

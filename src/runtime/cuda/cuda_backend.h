@@ -156,6 +156,8 @@ class CudaBackend final : public runtime::Backend {
   // forked from and joined back into stream_ by the two events (graph capture records them as edges).
   cudaStream_t side_ = nullptr;
   cudaEvent_t fork_ = nullptr, join_ = nullptr;
+  cudaStream_t pf_ = nullptr;  // L2 prefetches ahead of the kernels (forward_l2_ahead)
+  cudaEvent_t pf_fork_ = nullptr, pf_join_ = nullptr;
   WorkspaceBuffers ws_, ws_side_;  // the main stream's and the side stream's split-K workspaces
   DeviceBuffer pages_, rings_, page_table_;
   int max_seqs_ = 0, max_pages_per_seq_ = 0;

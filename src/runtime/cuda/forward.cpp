@@ -97,6 +97,7 @@ Status CudaBackend::enqueue_step(const Step& st, PhaseTimer& timer) {
         join_,
         &ws_side_,
         {}};
+  c.pf = pf_, c.pf_fork = pf_fork_, c.pf_join = pf_join_;
   GRIDQ_RETURN_IF_ERROR(timer.mark("start"));
   GQ_LAUNCH(detail::raw_embed(dm_->embed.as<uint16_t>(), w.rows.as<int>(), T, H, w.x.as<float>(), stream_),
             "embed");
@@ -123,6 +124,7 @@ Status CudaBackend::enqueue_step(const Step& st, PhaseTimer& timer) {
       kv.page_tokens = plan_.ring_slots[static_cast<size_t>(ri)];
       kv.sliding = 1;
     }
+    c.next = l + 1 < spec_.n_layers ? &dm_->layers[static_cast<size_t>(l + 1)] : nullptr;
     GRIDQ_RETURN_IF_ERROR(fwd::norm(c, dl.input_norm, fwd::attention_contracts(dl), nullptr));
     GRIDQ_RETURN_IF_ERROR(fwd::attention(c, dl, L, kv));
     const bool is_moe = L.mlp == model::MlpKind::kMoe;
@@ -135,6 +137,7 @@ Status CudaBackend::enqueue_step(const Step& st, PhaseTimer& timer) {
       GRIDQ_RETURN_IF_ERROR(timer.mark("dense mlp"));
     } else
       GRIDQ_RETURN_IF_ERROR(fwd::moe(c, dl));
+    GRIDQ_RETURN_IF_ERROR(fwd::l2_join(c));  // a dense layer's prefetches (the MoE joins before its combine)
   }
   if (st.logit_rows.empty()) return {};
   const int R = static_cast<int>(st.logit_rows.size());

@@ -45,6 +45,31 @@ LinearScratch scratch(Ctx& c) {
   return {c.w.xin.as<uint16_t>(), c.w.xq.as<uint8_t>(), c.w.xs.as<float>(), &c.cc};
 }
 
+// Whether the step asks the weights of `what` (kL2Ahead*) into L2 ahead: not while phases are timed (each
+// phase would then pay for the next one's bytes).
+bool l2_on(const Ctx& c, int what) { return (detail::forward_l2_ahead() & what) && c.pf && !c.timer->on; }
+
+// The prefetch stream, forked at this point of the main stream (what it runs next may read what the main
+// stream wrote so far: the router's choices).
+Status l2_fork(Ctx& c) {
+  GRIDQ_CUDA(cudaEventRecord(c.pf_fork, c.s));
+  GRIDQ_CUDA(cudaStreamWaitEvent(c.pf, c.pf_fork, 0));
+  c.pf_open = true;
+  return {};
+}
+
+// Requests [p, p + bytes) into L2 from the prefetch stream.
+Status l2_ahead(Ctx& c, const void* p, long long bytes) {
+  GRIDQ_RETURN_IF_ERROR(l2_fork(c));
+  GQ_LAUNCH(detail::raw_l2_ahead(p, bytes, c.pf), "L2 prefetch");
+  return {};
+}
+
+Status l2_ahead(Ctx& c, const DevLinear& L) {
+  if (L.path != P::kTiled) return {};
+  return l2_ahead(c, L.tiled.m.tiles, static_cast<long long>(L.tiled.tiles.bytes()));
+}
+
 // The residual rows res [T, H] += L(x) (c.w.y is the unfused path's scratch).
 Status linear_residual(Ctx& c, const DevLinear& L, const uint16_t* x, float* res) {
   return apply_linear_residual(L, x, c.T, res, c.spec.hidden_size, c.w.y.as<float>(), scratch(c), c.ws.ws,
@@ -163,6 +188,7 @@ Status attention_gated(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, co
     r.q_src = qb, r.k_src = kb, r.v_src = vb;
     r.ld_q = dl.q.out_rows(), r.ld_k = dl.k.out_rows(), r.ld_v = dl.v.out_rows();
   }
+  if (l2_on(c, detail::kL2AheadO)) GRIDQ_RETURN_IF_ERROR(l2_ahead(c, dl.o));
   // g_proj (a small BF16 matrix: its GEMV is mostly fixed cost) runs on the side stream beside RoPE and
   // attention, which leave most SMs idle at decode batch sizes; forked after q/k/v so that it does not
   // compete with their GEMV. Not when it would write the contract scratch or phases are timed.
@@ -242,6 +268,14 @@ Status attention_gated(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, co
   return {};
 }
 
+Status l2_join(Ctx& c) {
+  if (!c.pf_open) return {};
+  GRIDQ_CUDA(cudaEventRecord(c.pf_join, c.pf));
+  GRIDQ_CUDA(cudaStreamWaitEvent(c.s, c.pf_join, 0));
+  c.pf_open = false;
+  return {};
+}
+
 Status route(Ctx& c, const DevLayer& dl) {
   const auto& M = c.spec.moe;
   // The router reads the FP32 normed rows (laguna.md §1.4: near-ties are real; the BF16 rounding of its
@@ -283,6 +317,18 @@ Status moe(Ctx& c, const DevLayer& dl) {
     GRIDQ_CUDA(cudaEventRecord(c.join, c.side));
   }
   GRIDQ_RETURN_IF_ERROR(route(c, dl));
+  if (dl.experts.fused && l2_on(c, detail::kL2AheadExperts)) {
+    const DevExperts& ex = dl.experts;
+    GRIDQ_RETURN_IF_ERROR(l2_fork(c));
+    GQ_LAUNCH(detail::raw_l2_ahead_experts(c.w.eid.as<int>(), c.T * k, E, ex.gate_up.m.tiles,
+                                           ex.gate_up.m.expert_stride, ex.down.m.tiles, ex.down.m.expert_stride,
+                                           c.pf),
+              "L2 prefetch (experts)");
+  }
+  if (c.next && l2_on(c, detail::kL2AheadNextQkv)) {
+    for (const DevLinear* L : {&c.next->qkv, &c.next->q, &c.next->k, &c.next->v})
+      GRIDQ_RETURN_IF_ERROR(l2_ahead(c, *L));
+  }
   GRIDQ_RETURN_IF_ERROR(c.timer->mark("moe norm+router"));
   if (has_shared && !beside)
     GRIDQ_RETURN_IF_ERROR(swiglu_mlp(c, dl.shared, a, c.w.hs.as<uint16_t>(), nullptr));
@@ -306,6 +352,7 @@ Status moe(Ctx& c, const DevLayer& dl) {
     g.y = c.w.yd.as<float>();
     GRIDQ_RETURN_IF_ERROR(grouped_moe(g, c.s, detail::forward_pdl()));
     if (beside) GRIDQ_CUDA(cudaStreamWaitEvent(c.s, c.join, 0));
+    GRIDQ_RETURN_IF_ERROR(l2_join(c));
     GQ_LAUNCH(detail::raw_moe_combine(c.w.yd.as<float>(), c.w.ew.as<float>(), c.T, k, H, M.routed_scaling,
                                       shared, ld_shared, true, x, c.s),
               "moe combine + residual add");

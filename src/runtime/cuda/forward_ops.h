@@ -63,6 +63,12 @@ struct Ctx {
   cudaEvent_t fork, join;  // forked at fork and joined at join
   const WorkspaceBuffers* side_ws;  // the split-K workspace of GEMVs on the side stream
   ContractCache cc;                 // whose contract copies xin / xq·xs hold (linear.h)
+  // The L2 prefetch stream (forward_l2_ahead), forked from s at pf_fork and joined back at pf_join once per
+  // layer; next: the following layer (its q/k/v are requested while this layer's MoE runs), or null.
+  cudaStream_t pf = nullptr;
+  cudaEvent_t pf_fork = nullptr, pf_join = nullptr;
+  const DevLayer* next = nullptr;
+  bool pf_open = false;
 };
 
 // Which contract copies of its input the first matrices of a block read: the norm before them writes those.
@@ -87,6 +93,8 @@ Status attention(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, const de
 // c.w.ob [T, n_h·d] BF16 = the gated attention of the normed rows c.w.a (o_proj's input; its FP8 codes in
 // xq / xs when o_proj reads them).
 Status attention_gated(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, const detail::KvView& kv);
+// Rejoins the L2 prefetch stream to the main stream if this layer forked it (forward_l2_ahead).
+Status l2_join(Ctx& c);
 // c.w.eid / c.w.ew [T, top_k] = the router's choices for the FP32 normed rows c.w.a32 (ascending expert id)
 // and their weights.
 Status route(Ctx& c, const DevLayer& dl);

@@ -110,6 +110,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 bool g_forward_pdl = true;
+int g_forward_l2_ahead = 0;
 
 // (column chunks of kThreads, rows).
 dim3 cols_grid(long long cols, int rows) {
@@ -120,6 +121,8 @@ dim3 cols_grid(long long cols, int rows) {
 
 bool forward_pdl() { return g_forward_pdl; }
 void set_forward_pdl(bool on) { g_forward_pdl = on; }
+int forward_l2_ahead() { return g_forward_l2_ahead; }
+void set_forward_l2_ahead(int mask) { g_forward_l2_ahead = mask; }
 
 cudaError_t raw_embed(const uint16_t* table, const int* ids, int T, int H, float* x, cudaStream_t s) {
   GQ_KLAUNCH(launch(embed_kernel, cols_grid(H, T), dim3(kThreads), 0, s, table, ids, H, x));

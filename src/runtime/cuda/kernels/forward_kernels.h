@@ -48,6 +48,19 @@ __host__ __device__ inline int attn_row_splits(int window, int pos) {
 bool forward_pdl();
 void set_forward_pdl(bool on);
 
+// Which weights a decode step asks into L2 ahead of their kernels (l2_ahead.cu), a mask of kL2Ahead*: the
+// chosen experts' stacks once the router has run, the next layer's q/k/v while the MoE runs, this layer's
+// o_proj while attention runs. A prefetch changes no value. Default 0 (set by `gridq bench decode --l2-ahead`).
+inline constexpr int kL2AheadExperts = 1, kL2AheadNextQkv = 2, kL2AheadO = 4;
+int forward_l2_ahead();
+void set_forward_l2_ahead(int mask);
+// Bulk L2 prefetch of [p, p + bytes) (16-byte aligned), and of slice ids[i] (< E) of each of the stacks a
+// and b (b optional) for i < n_ids. Plain launches: they read nothing another kernel of the step writes but
+// ids, which the caller orders before them.
+cudaError_t raw_l2_ahead(const void* p, long long bytes, cudaStream_t s);
+cudaError_t raw_l2_ahead_experts(const int* ids, int n_ids, int E, const void* a, long long a_stride,
+                                 const void* b, long long b_stride, cudaStream_t s);
+
 // x[t, :] = float(table[ids[t], :]), table BF16 [V, H].
 cudaError_t raw_embed(const uint16_t* table, const int* ids, int T, int H, float* x, cudaStream_t s);
 
