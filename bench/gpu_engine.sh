@@ -260,6 +260,8 @@ if has ncu; then  # hardware counters of a decode step's kernels (isolated by nc
   ncu -i /tmp/ncu_rep.ncu-rep --page raw > "$OUT/ncu_raw.txt" 2>&1
   grep -E "^  [a-zA-Z_].*\(|gpu__time_duration.sum|issue_stalled_[a-z_]+_per_issue_active.ratio" "$OUT/ncu_raw.txt" \
     | awk '$NF+0 >= 0.3 || /\(/ || /duration/' | head -160
+  # Warp-instructions executed per kernel (divide by a kernel's units for the per-unit count, docs/kernels.md).
+  grep -E "^  [a-zA-Z_].*\(|smsp__inst_executed.sum |gpu__time_duration.sum " "$OUT/ncu_raw.txt" | head -60
   # Per-instruction stall samples (SASS) of the first profiled kernel matching GRIDQ_NCU_SOURCE.
   ncu -i /tmp/ncu_rep.ncu-rep --page source --csv --print-source sass -k "regex:${GRIDQ_NCU_SOURCE:-grouped_expert}" \
     > "$OUT/ncu_source.csv" 2> "$OUT/ncu_source.err"
