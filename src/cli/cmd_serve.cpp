@@ -63,6 +63,7 @@ struct ServeOpts {
   int64_t max_batch_tokens = 0;  // 0: by device (cuda 2048: one prefill step of the engine; cpu 256)
   int64_t num_gpu_blocks_override = 0;
   bool prefix_caching = true, prefix_caching_explicit = false;  // explicit: a backend without it is an error
+  bool prompt_tokens_details = false;
 };
 
 void log(const std::string& s) {
@@ -299,6 +300,7 @@ int run_serve(ServeOpts o) {
   if (mb.reasoning_parser && (mb.markers.think_start < 0 || mb.markers.think_end < 0))
     return fail("--reasoning-parser " + rparser + ": the tokenizer has no <think>/</think> tokens");
   mb.tool_parser = tkind;
+  mb.prompt_tokens_details = o.prompt_tokens_details;
   mb.default_template_kwargs = default_kwargs;
   auto tk = std::make_shared<text::Tokenizer>(std::move(*tok));
   mb.tok = tk.get();
@@ -434,6 +436,8 @@ Registrar reg(
            ->check(CLI::Range(int64_t{0}, int64_t{1} << 32));
        auto* pc = sub.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o->prefix_caching,
                                "share KV pages of common prompt prefixes (default on)");
+       sub.add_flag("--enable-prompt-tokens-details", o->prompt_tokens_details,
+                    "report usage.prompt_tokens_details.cached_tokens: the prompt tokens the prefix cache spared");
        sub.add_flag("--metrics-public", o->metrics_public, "serve /metrics without an API key");
        sub.add_option("--access-log", o->access_log, "one JSON line per request to FILE ('-': stderr)");
        sub.add_flag("--skip-pin-check", o->skip_pin_check, "do not verify PINS.json (logged loudly)");

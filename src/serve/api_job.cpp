@@ -86,6 +86,11 @@ void Job::on_prompt_logprob(int first, int n, const runtime::SampledToken& t) {
     (stream_ ? choices[i].pending_lps : choices[i].logprobs).push_back(lp);
 }
 
+void Job::on_prompt_cached(int64_t tokens) {
+  std::lock_guard lk(mu_);
+  cached_tokens_ += tokens;
+}
+
 void Job::on_choice_done(int idx, FinishReason r) {
   std::lock_guard lk(mu_);
   if (finished_) return;
@@ -195,11 +200,11 @@ void Job::complete() {
                              "the request was aborted (server shutting down or client gone)"));
   for (const auto& c : choices) metrics_.request_success(c.finish_reason);
   ch_->note_usage(prompt_tokens, completion_tokens);
+  const Usage usage{prompt_tokens, completion_tokens, m_.prompt_tokens_details ? cached_tokens_ : -1};
   if (stream_) {
     if (include_usage)
-      out(sse_event(usage_chunk_json(id_, created_, model,
-                                     chat_ ? "chat.completion.chunk" : "text_completion", prompt_tokens,
-                                     completion_tokens)));
+      out(sse_event(
+          usage_chunk_json(id_, created_, model, chat_ ? "chat.completion.chunk" : "text_completion", usage)));
     out(std::string(kSseDone));
     out_end();
     return;
@@ -219,8 +224,7 @@ void Job::complete() {
       outs.push_back(std::move(o));
     }
     ch_->send(200, "application/json",
-              dump(chat_response_json(id_, created_, model, outs, prompt_tokens, completion_tokens,
-                                      include_reasoning)));
+              dump(chat_response_json(id_, created_, model, outs, usage, include_reasoning)));
   } else {
     std::vector<CompletionChoiceOut> outs;
     for (size_t i = 0; i < choices.size(); ++i) {
@@ -235,7 +239,7 @@ void Job::complete() {
       outs.push_back(std::move(o));
     }
     ch_->send(200, "application/json",
-              dump(completion_response_json(id_, created_, model, outs, prompt_tokens, completion_tokens)));
+              dump(completion_response_json(id_, created_, model, outs, usage)));
   }
 }
 

@@ -45,6 +45,8 @@ class Job : public std::enable_shared_from_this<Job> {
   bool on_token(int idx, const runtime::SampledToken& t);
   void on_choice_done(int idx, FinishReason r);
   void on_error(int status, const std::string& code, const std::string& message);
+  // A part's prompt positions that the prefix cache spared (SchedRequest::on_prompt_cached).
+  void on_prompt_cached(int64_t tokens);
   // Prompt scoring (echo + logprobs) of the job's choices [first, first + n): the prompt's first token,
   // which has no logprob, then each later prompt token's (SchedRequest::on_prompt_logprob).
   void start_prompt_scores(int first, int n, int32_t first_token);
@@ -68,6 +70,7 @@ class Job : public std::enable_shared_from_this<Job> {
   const ModelBinding& m_;
   Metrics& metrics_;
   bool chat_, stream_;
+  int64_t cached_tokens_ = 0;  // summed over the job's parts (usage.prompt_tokens_details.cached_tokens)
   std::string id_;
   int64_t created_;
   size_t done_count_ = 0;
@@ -86,6 +89,7 @@ class Part final : public SchedRequest {
   void constrain(int c, runtime::SamplePlan& plan) override;
   void prepare_constraint(int c) override;
   void on_prompt_logprob(const runtime::SampledToken& t) override { job_->on_prompt_logprob(offset_, n, t); }
+  void on_prompt_cached(int64_t tokens) override { job_->on_prompt_cached(tokens); }
 
   // Structured outputs: one constraint per choice of this part (empty: unconstrained).
   std::vector<std::unique_ptr<ChoiceConstraint>> constraints;

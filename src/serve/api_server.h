@@ -39,6 +39,8 @@ struct ModelBinding {
   ToolParserKind tool_parser = ToolParserKind::kPoolside;
   ChatRenderer render;
   ojson default_template_kwargs = ojson::object();
+  // --enable-prompt-tokens-details (vLLM's flag): usage reports prompt_tokens_details.cached_tokens.
+  bool prompt_tokens_details = false;
 };
 
 class ApiServer {

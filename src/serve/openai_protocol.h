@@ -146,10 +146,16 @@ struct ChatChoiceOut {
   std::optional<ojson> logprobs;
 };
 
-ojson usage_json(int64_t prompt_tokens, int64_t completion_tokens);
+// A response's token counts. cached_tokens: prompt tokens the prefix cache spared (positions no forward
+// ran for), reported as usage.prompt_tokens_details.cached_tokens; −1 leaves prompt_tokens_details out (the
+// default, as vLLM without --enable-prompt-tokens-details).
+struct Usage {
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  int64_t cached_tokens = -1;
+};
+ojson usage_json(const Usage& u);
 ojson chat_response_json(const std::string& id, int64_t created, const std::string& model,
-                         const std::vector<ChatChoiceOut>& choices, int64_t prompt_tokens,
-                         int64_t completion_tokens, bool include_reasoning);
+                         const std::vector<ChatChoiceOut>& choices, const Usage& usage, bool include_reasoning);
 
 struct CompletionChoiceOut {
   int index = 0;
@@ -158,8 +164,7 @@ struct CompletionChoiceOut {
   std::optional<ojson> logprobs;
 };
 ojson completion_response_json(const std::string& id, int64_t created, const std::string& model,
-                               const std::vector<CompletionChoiceOut>& choices, int64_t prompt_tokens,
-                               int64_t completion_tokens);
+                               const std::vector<CompletionChoiceOut>& choices, const Usage& usage);
 
 // SSE framing: "data: <json>\n\n".
 std::string sse_event(const ojson& j);
@@ -174,7 +179,7 @@ ojson completion_chunk_json(const std::string& id, int64_t created, const std::s
                             const std::string& text, const std::string& finish_reason, const ojson& logprobs,
                             bool include_usage_field);
 ojson usage_chunk_json(const std::string& id, int64_t created, const std::string& model, const char* object,
-                       int64_t prompt_tokens, int64_t completion_tokens);
+                       const Usage& usage);
 
 // Serialises with invalid UTF-8 replaced, never throwing.
 std::string dump(const ojson& j);

@@ -72,11 +72,16 @@ ojson completion_logprobs_json(const std::vector<TokenLogprob>& lps, size_t text
   return out;
 }
 
-ojson usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
+ojson usage_json(const Usage& in) {
   ojson u = ojson::object();
-  u["prompt_tokens"] = prompt_tokens;
-  u["completion_tokens"] = completion_tokens;
-  u["total_tokens"] = prompt_tokens + completion_tokens;
+  u["prompt_tokens"] = in.prompt_tokens;
+  u["completion_tokens"] = in.completion_tokens;
+  u["total_tokens"] = in.prompt_tokens + in.completion_tokens;
+  if (in.cached_tokens >= 0) {
+    ojson d = ojson::object();
+    d["cached_tokens"] = in.cached_tokens;
+    u["prompt_tokens_details"] = std::move(d);
+  }
   return u;
 }
 
@@ -92,9 +97,9 @@ ojson object_head(const std::string& id, int64_t created, const std::string& mod
   return out;
 }
 
-ojson response_json(ojson head, ojson choices, int64_t prompt_tokens, int64_t completion_tokens) {
+ojson response_json(ojson head, ojson choices, const Usage& usage) {
   head["choices"] = std::move(choices);
-  head["usage"] = usage_json(prompt_tokens, completion_tokens);
+  head["usage"] = usage_json(usage);
   return head;
 }
 
@@ -112,8 +117,7 @@ ojson one_choice_chunk(ojson head, ojson choice, const std::string& finish_reaso
 }  // namespace
 
 ojson chat_response_json(const std::string& id, int64_t created, const std::string& model,
-                         const std::vector<ChatChoiceOut>& choices, int64_t prompt_tokens,
-                         int64_t completion_tokens, bool include_reasoning) {
+                         const std::vector<ChatChoiceOut>& choices, const Usage& usage, bool include_reasoning) {
   ojson cs = ojson::array();
   for (const auto& c : choices) {
     ojson msg = ojson::object();
@@ -150,13 +154,11 @@ ojson chat_response_json(const std::string& id, int64_t created, const std::stri
     ch["finish_reason"] = c.finish_reason;
     cs.push_back(std::move(ch));
   }
-  return response_json(object_head(id, created, model, "chat.completion"), std::move(cs), prompt_tokens,
-                       completion_tokens);
+  return response_json(object_head(id, created, model, "chat.completion"), std::move(cs), usage);
 }
 
 ojson completion_response_json(const std::string& id, int64_t created, const std::string& model,
-                               const std::vector<CompletionChoiceOut>& choices, int64_t prompt_tokens,
-                               int64_t completion_tokens) {
+                               const std::vector<CompletionChoiceOut>& choices, const Usage& usage) {
   ojson cs = ojson::array();
   for (const auto& c : choices) {
     ojson ch = ojson::object();
@@ -166,8 +168,7 @@ ojson completion_response_json(const std::string& id, int64_t created, const std
     ch["finish_reason"] = c.finish_reason;
     cs.push_back(std::move(ch));
   }
-  return response_json(object_head(id, created, model, "text_completion"), std::move(cs), prompt_tokens,
-                       completion_tokens);
+  return response_json(object_head(id, created, model, "text_completion"), std::move(cs), usage);
 }
 
 std::string sse_event(const ojson& j) { return "data: " + dump(j) + "\n\n"; }
@@ -193,9 +194,8 @@ ojson completion_chunk_json(const std::string& id, int64_t created, const std::s
 }
 
 ojson usage_chunk_json(const std::string& id, int64_t created, const std::string& model, const char* object,
-                       int64_t prompt_tokens, int64_t completion_tokens) {
-  return response_json(object_head(id, created, model, object), ojson::array(), prompt_tokens,
-                       completion_tokens);
+                       const Usage& usage) {
+  return response_json(object_head(id, created, model, object), ojson::array(), usage);
 }
 
 }  // namespace gridq::serve

@@ -56,6 +56,7 @@ void Scheduler::collect_items(std::vector<StepItem>& items, std::vector<Seq*>& o
         if (hit.ok()) {
           s->prefilled = static_cast<size_t>(hit->resume);
           s->len = hit->resume;
+          if (s->choice == 0 && s->resume.empty()) s->req->on_prompt_cached(hit->resume);
           std::lock_guard lk(mu_);
           stats_.prefix_queries += static_cast<int64_t>(s->ctx().size());
           stats_.prefix_hits += hit->cached;

@@ -119,6 +119,7 @@ def test_chat_nonstream_and_stream_agree(server, thinking):
     assert ch.finish_reason in ("stop", "length")
     assert r.usage.completion_tokens > 0 and r.usage.prompt_tokens > 0
     assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    assert r.usage.prompt_tokens_details is None  # as vLLM without --enable-prompt-tokens-details
     msg = ch.message.model_dump()
     assert "</think>" not in (msg["content"] or "")
     if not thinking:

@@ -3,6 +3,7 @@ the bundled model on the CPU with a deliberately small page pool (--num-gpu-bloc
 of a request is the same alone, among others that force preemptions, on a prefix-cache hit, as one of n
 choices, and with prefix caching off; a request that can never fit is a 400 naming the numbers."""
 
+import json
 import re
 import threading
 
@@ -56,7 +57,8 @@ def burst(server, ids_list):
 
 @pytest.fixture(scope="module")
 def small():
-    s = Server("--num-gpu-blocks-override", str(PAGES), "--max-num-seqs", "8", "--max-num-batched-tokens", "64")
+    s = Server("--num-gpu-blocks-override", str(PAGES), "--max-num-seqs", "8", "--max-num-batched-tokens", "64",
+               "--enable-prompt-tokens-details")
     yield s
     s.stop()
 
@@ -108,9 +110,12 @@ def test_repeated_prompt_hits_the_prefix_cache(small):
     ids = prompt(99, LONG)
     q0, h0 = metric(small, "prefix_cache_queries_total"), metric(small, "prefix_cache_hits_total")
     r0 = metric(small, "prefix_cache_recomputed_tokens_total")
-    first = texts(complete(small, ids, max_tokens=8))[0]
+    r1 = complete(small, ids, max_tokens=8)
+    first = texts(r1)[0]
     assert metric(small, "prefix_cache_hits_total") == h0  # a prompt never seen: no hit
-    assert texts(complete(small, ids, max_tokens=8))[0] == first
+    assert r1.json()["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
+    r2 = complete(small, ids, max_tokens=8)
+    assert texts(r2)[0] == first
     assert metric(small, "prefix_cache_queries_total") - q0 == 2 * LONG
     # The 18 full pages before the last token (288 tokens) are found. The CPU backend runs the last 2 × 63
     # of them again to rebuild the two sliding layers' rings; the CUDA backend restores the rings from the
@@ -118,6 +123,23 @@ def test_repeated_prompt_hits_the_prefix_cache(small):
     assert metric(small, "prefix_cache_hits_total") - h0 == 288
     recomputed = 0 if "device: cuda" in small.output() else 126
     assert metric(small, "prefix_cache_recomputed_tokens_total") - r0 == recomputed
+    # usage reports the positions that ran no forward (--enable-prompt-tokens-details).
+    usage = r2.json()["usage"]
+    assert usage["prompt_tokens_details"] == {"cached_tokens": 288 - recomputed}
+    assert usage["prompt_tokens"] == LONG
+
+
+def test_streamed_usage_reports_cached_tokens(small):
+    ids = prompt(97, LONG)
+    complete(small, ids, max_tokens=2)  # fills the cache
+    r = httpx.post(small.base + "/v1/completions", headers=small.headers(), timeout=120,
+                   json={"model": MODEL_ID, "prompt": ids, "max_tokens": 4, "temperature": 0, "stream": True,
+                         "stream_options": {"include_usage": True}})
+    assert r.status_code == 200, r.text
+    events = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
+    usage = events[-1]["usage"]
+    assert not events[-1]["choices"] and usage["completion_tokens"] == 4
+    assert usage["prompt_tokens_details"]["cached_tokens"] > 0
 
 
 def test_n_choices_share_the_prompt_and_match(small):

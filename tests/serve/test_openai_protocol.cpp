@@ -381,15 +381,20 @@ TEST(Protocol, ChunkShapes) {
   EXPECT_EQ(ev.rfind("data: ", 0), 0u);
   EXPECT_EQ(ev.substr(ev.size() - 2), "\n\n");
   EXPECT_EQ(ev.find('\n'), ev.size() - 2) << "one JSON object per event line";
-  auto u = usage_chunk_json("chatcmpl-x", 5, "m", "chat.completion.chunk", 3, 4);
+  auto u = usage_chunk_json("chatcmpl-x", 5, "m", "chat.completion.chunk", Usage{3, 4});
   EXPECT_TRUE(u["choices"].empty());
   EXPECT_EQ(u["usage"]["total_tokens"], 7);
+  EXPECT_FALSE(u["usage"].contains("prompt_tokens_details"));  // as vLLM without --enable-prompt-tokens-details
+  auto uc = usage_json(Usage{300, 4, 162});
+  EXPECT_EQ(uc["prompt_tokens_details"]["cached_tokens"], 162);
+  EXPECT_EQ(uc["total_tokens"], 304);
+  EXPECT_EQ(usage_json(Usage{3, 4, 0})["prompt_tokens_details"]["cached_tokens"], 0);
   auto id = random_id("call_");
   EXPECT_EQ(id.size(), 5u + 24u);
   ChatChoiceOut o;
   o.tool_calls.push_back({"call_1", "f", "{}"});
   o.finish_reason = "tool_calls";
-  auto resp = chat_response_json("chatcmpl-x", 1, "m", {o}, 1, 2, true);
+  auto resp = chat_response_json("chatcmpl-x", 1, "m", {o}, Usage{1, 2}, true);
   EXPECT_TRUE(resp["choices"][0]["message"]["content"].is_null());
   EXPECT_EQ(resp["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], "{}");
 }
