@@ -436,8 +436,9 @@ Registrar reg(
            ->check(CLI::Range(int64_t{0}, int64_t{1} << 32));
        auto* pc = sub.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o->prefix_caching,
                                "share KV pages of common prompt prefixes (default on)");
-       sub.add_flag("--enable-prompt-tokens-details", o->prompt_tokens_details,
-                    "report usage.prompt_tokens_details.cached_tokens: the prompt tokens the prefix cache spared");
+       sub.add_flag(
+           "--enable-prompt-tokens-details", o->prompt_tokens_details,
+           "report usage.prompt_tokens_details.cached_tokens: the prompt tokens the prefix cache spared");
        sub.add_flag("--metrics-public", o->metrics_public, "serve /metrics without an API key");
        sub.add_option("--access-log", o->access_log, "one JSON line per request to FILE ('-': stderr)");
        sub.add_flag("--skip-pin-check", o->skip_pin_check, "do not verify PINS.json (logged loudly)");

@@ -203,8 +203,8 @@ void Job::complete() {
   const Usage usage{prompt_tokens, completion_tokens, m_.prompt_tokens_details ? cached_tokens_ : -1};
   if (stream_) {
     if (include_usage)
-      out(sse_event(
-          usage_chunk_json(id_, created_, model, chat_ ? "chat.completion.chunk" : "text_completion", usage)));
+      out(sse_event(usage_chunk_json(id_, created_, model,
+                                     chat_ ? "chat.completion.chunk" : "text_completion", usage)));
     out(std::string(kSseDone));
     out_end();
     return;
@@ -238,8 +238,7 @@ void Job::complete() {
       if (want_logprobs) o.logprobs = completion_logprobs_json(c.logprobs, 0);
       outs.push_back(std::move(o));
     }
-    ch_->send(200, "application/json",
-              dump(completion_response_json(id_, created_, model, outs, usage)));
+    ch_->send(200, "application/json", dump(completion_response_json(id_, created_, model, outs, usage)));
   }
 }
 

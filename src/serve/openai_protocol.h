@@ -155,7 +155,8 @@ struct Usage {
 };
 ojson usage_json(const Usage& u);
 ojson chat_response_json(const std::string& id, int64_t created, const std::string& model,
-                         const std::vector<ChatChoiceOut>& choices, const Usage& usage, bool include_reasoning);
+                         const std::vector<ChatChoiceOut>& choices, const Usage& usage,
+                         bool include_reasoning);
 
 struct CompletionChoiceOut {
   int index = 0;

@@ -117,7 +117,8 @@ ojson one_choice_chunk(ojson head, ojson choice, const std::string& finish_reaso
 }  // namespace
 
 ojson chat_response_json(const std::string& id, int64_t created, const std::string& model,
-                         const std::vector<ChatChoiceOut>& choices, const Usage& usage, bool include_reasoning) {
+                         const std::vector<ChatChoiceOut>& choices, const Usage& usage,
+                         bool include_reasoning) {
   ojson cs = ojson::array();
   for (const auto& c : choices) {
     ojson msg = ojson::object();

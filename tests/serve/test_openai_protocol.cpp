@@ -384,7 +384,8 @@ TEST(Protocol, ChunkShapes) {
   auto u = usage_chunk_json("chatcmpl-x", 5, "m", "chat.completion.chunk", Usage{3, 4});
   EXPECT_TRUE(u["choices"].empty());
   EXPECT_EQ(u["usage"]["total_tokens"], 7);
-  EXPECT_FALSE(u["usage"].contains("prompt_tokens_details"));  // as vLLM without --enable-prompt-tokens-details
+  EXPECT_FALSE(
+      u["usage"].contains("prompt_tokens_details"));  // as vLLM without --enable-prompt-tokens-details
   auto uc = usage_json(Usage{300, 4, 162});
   EXPECT_EQ(uc["prompt_tokens_details"]["cached_tokens"], 162);
   EXPECT_EQ(uc["total_tokens"], 304);

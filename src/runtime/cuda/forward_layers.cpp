@@ -321,8 +321,8 @@ Status moe(Ctx& c, const DevLayer& dl) {
     const DevExperts& ex = dl.experts;
     GRIDQ_RETURN_IF_ERROR(l2_fork(c));
     GQ_LAUNCH(detail::raw_l2_ahead_experts(c.w.eid.as<int>(), c.T * k, E, ex.gate_up.m.tiles,
-                                           ex.gate_up.m.expert_stride, ex.down.m.tiles, ex.down.m.expert_stride,
-                                           c.pf),
+                                           ex.gate_up.m.expert_stride, ex.down.m.tiles,
+                                           ex.down.m.expert_stride, c.pf),
               "L2 prefetch (experts)");
   }
   if (c.next && l2_on(c, detail::kL2AheadNextQkv)) {

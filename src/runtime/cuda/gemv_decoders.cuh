@@ -156,7 +156,8 @@ struct DecCB {
     }
     int* st = reinterpret_cast<int*>(static_cast<char*>(smem) + kScaleTabOff);
     if constexpr (V == 2) {  // both halves of a word: scale2 adds the superblock's exponent to both at once
-      if (threadIdx.x < 16) st[threadIdx.x] = static_cast<int>(static_cast<uint32_t>(p.stab[threadIdx.x]) * 0x10001u);
+      if (threadIdx.x < 16)
+        st[threadIdx.x] = static_cast<int>(static_cast<uint32_t>(p.stab[threadIdx.x]) * 0x10001u);
     } else {
       // E4M3 byte -> BF16 bits (exact); NaN bytes -> BF16 NaN. Load-time checks refuse NaN and signed bytes.
       for (int b = threadIdx.x; b < 256; b += blockDim.x) {

@@ -50,7 +50,7 @@ void set_forward_pdl(bool on);
 
 // Which weights a decode step asks into L2 ahead of their kernels (l2_ahead.cu), a mask of kL2Ahead*: the
 // chosen experts' stacks once the router has run, the next layer's q/k/v while the MoE runs, this layer's
-// o_proj while attention runs. A prefetch changes no value. Default 0 (set by `gridq bench decode --l2-ahead`).
+// o_proj while attention runs. A prefetch changes no value. Default 0; `bench decode --l2-ahead` sets it.
 inline constexpr int kL2AheadExperts = 1, kL2AheadNextQkv = 2, kL2AheadO = 4;
 int forward_l2_ahead();
 void set_forward_l2_ahead(int mask);

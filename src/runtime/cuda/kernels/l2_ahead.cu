@@ -39,7 +39,8 @@ cudaError_t raw_l2_ahead(const void* p, long long bytes, cudaStream_t s) {
   if (p == nullptr || bytes <= 0) return cudaSuccess;
   // Addresses are 16-byte aligned (device buffers); a tail under 16 bytes is left to the reader.
   const long long chunks = (bytes + kChunk - 1) / kChunk;
-  const unsigned blocks = static_cast<unsigned>(chunks < 8 * kThreads ? (chunks + kThreads - 1) / kThreads : 8);
+  const unsigned blocks =
+      static_cast<unsigned>(chunks < 8 * kThreads ? (chunks + kThreads - 1) / kThreads : 8);
   l2_range_kernel<<<blocks, kThreads, 0, s>>>(static_cast<const uint8_t*>(p), bytes);
   return cudaGetLastError();
 }
