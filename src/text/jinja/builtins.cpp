@@ -273,39 +273,6 @@ Expected<Value> call_method(const Value& obj, const std::string& n, CallArgs& a)
   return err("str.{}() is not supported", n);
 }
 
-Expected<std::string> percent_format(const std::string& fmt, const Value& args) {
-  List items = args.is_tuple() ? args.list_ref() : List{args};  // like Python: only a tuple spreads
-  std::string out;
-  size_t ai = 0;
-  for (size_t i = 0; i < fmt.size(); ++i) {
-    if (fmt[i] != '%') {
-      out += fmt[i];
-      continue;
-    }
-    if (i + 1 >= fmt.size()) return err("incomplete format");
-    const char c = fmt[++i];
-    if (c == '%') {
-      out += '%';
-      continue;
-    }
-    if (ai >= items.size()) return err("not enough arguments for format string");
-    const Value& v = items[ai++];
-    if (c == 's')
-      out += v.to_string();
-    else if (c == 'r')
-      out += v.repr();
-    else if (c == 'd' || c == 'i') {
-      if (!v.is_number()) return err("%d format: a real number is required, not {}", v.type_name());
-      if (v.is_float() && !fits_int64(v.as_double())) return err("%d format: number out of range");
-      out += std::to_string(v.is_float() ? static_cast<int64_t>(v.as_double()) : v.as_int());
-    } else {
-      return err("unsupported format character '{}'", c);
-    }
-  }
-  if (ai < items.size()) return err("not all arguments converted during string formatting");
-  return out;
-}
-
 Expected<bool> apply_test(const std::string& n, const Value& v, CallArgs& a) {
   const Value& x = arg(a, 0, "other", kUndef);
   if (n == "defined") return !v.is_undefined();
