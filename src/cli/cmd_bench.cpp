@@ -27,7 +27,7 @@ struct BenchFlags {
   bool no_pdl = false;
   long long min_warp_bytes = 0;
   int blocks_per_sm = -1;
-  int l2_ahead = -1;
+  int l2_ahead = 0;
   bool l2_prefetch = false;
   bool diag = false;
   bool no_chain = false;

@@ -46,9 +46,9 @@ class SchedRequest {
   // raw logprob of each prompt token after the first, in order, here (SampledToken::token is that prompt
   // token, `top` its alternatives). Default: unused.
   virtual void on_prompt_logprob(const runtime::SampledToken& /*tok*/) {}
-  // With prefix caching: the prompt positions choice 0 did not have to run (the cache held them and, on a
-  // model with sliding-window layers, also the rings' reach before them: PrefixHit::resume), once, when it
-  // first looked the prompt up. Default: unused.
+  // With prefix caching: how many prompt positions choice 0 did not have to run (PrefixHit::resume: the
+  // cached positions less those run again to rebuild sliding-window rings), once, at its first lookup.
+  // Default: unused.
   virtual void on_prompt_cached(int64_t /*tokens*/) {}
   // Structured outputs (serve/constraint.h): called on the scheduler thread with each sampled row's plan of
   // `choice` before the step runs, to restrict it (SamplePlan::allowed). Default: unconstrained.

@@ -170,7 +170,7 @@ Expected<json> run_bench_decode(const BenchDecodeOptions& o) {
   detail::set_forward_pdl(o.pdl);
   if (o.min_warp_bytes > 0) set_gemv_min_warp_bytes(o.min_warp_bytes);
   if (o.blocks_per_sm >= 0) set_gemv_blocks_per_sm(o.blocks_per_sm);
-  if (o.l2_ahead >= 0) detail::set_forward_l2_ahead(o.l2_ahead);
+  detail::set_forward_l2_ahead(o.l2_ahead);
   GRIDQ_ASSIGN_OR_RETURN(DeviceInfo info, device_info());
   if (info.major != 9 || info.minor != 0)
     return err("bench decode: built for sm_90a, device is sm_{}{} ({})", info.major, info.minor, info.name);

@@ -39,7 +39,7 @@ struct BenchDecodeOptions {
   int prefill_repeats = 3;       // timed prefills per length (median), after one untimed
   long long min_warp_bytes = 0;  // GEMV work-split knob (kernels.h set_gemv_min_warp_bytes); 0 = default
   int blocks_per_sm = -1;        // GEMV blocks per SM (kernels.h set_gemv_blocks_per_sm); -1 = default
-  int l2_ahead = -1;             // forward_kernels.h kL2Ahead* mask; -1 = default
+  int l2_ahead = 0;              // forward_kernels.h kL2Ahead* mask (0: none)
 };
 
 // Cells whose context + steps (or prefill length) pass the model's max_position_embeddings are listed under

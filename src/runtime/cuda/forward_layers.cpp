@@ -58,16 +58,12 @@ Status l2_fork(Ctx& c) {
   return {};
 }
 
-// Requests [p, p + bytes) into L2 from the prefetch stream.
-Status l2_ahead(Ctx& c, const void* p, long long bytes) {
-  GRIDQ_RETURN_IF_ERROR(l2_fork(c));
-  GQ_LAUNCH(detail::raw_l2_ahead(p, bytes, c.pf), "L2 prefetch");
-  return {};
-}
-
+// Requests L's tiles into L2 from the prefetch stream (forked by the caller).
 Status l2_ahead(Ctx& c, const DevLinear& L) {
   if (L.path != P::kTiled) return {};
-  return l2_ahead(c, L.tiled.m.tiles, static_cast<long long>(L.tiled.tiles.bytes()));
+  GQ_LAUNCH(detail::raw_l2_ahead(L.tiled.m.tiles, static_cast<long long>(L.tiled.tiles.bytes()), c.pf),
+            "L2 prefetch");
+  return {};
 }
 
 // The residual rows res [T, H] += L(x) (c.w.y is the unfused path's scratch).
@@ -188,7 +184,10 @@ Status attention_gated(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, co
     r.q_src = qb, r.k_src = kb, r.v_src = vb;
     r.ld_q = dl.q.out_rows(), r.ld_k = dl.k.out_rows(), r.ld_v = dl.v.out_rows();
   }
-  if (l2_on(c, detail::kL2AheadO)) GRIDQ_RETURN_IF_ERROR(l2_ahead(c, dl.o));
+  if (l2_on(c, detail::kL2AheadO)) {
+    GRIDQ_RETURN_IF_ERROR(l2_fork(c));
+    GRIDQ_RETURN_IF_ERROR(l2_ahead(c, dl.o));
+  }
   // g_proj (a small BF16 matrix: its GEMV is mostly fixed cost) runs on the side stream beside RoPE and
   // attention, which leave most SMs idle at decode batch sizes; forked after q/k/v so that it does not
   // compete with their GEMV. Not when it would write the contract scratch or phases are timed.
@@ -317,15 +316,18 @@ Status moe(Ctx& c, const DevLayer& dl) {
     GRIDQ_CUDA(cudaEventRecord(c.join, c.side));
   }
   GRIDQ_RETURN_IF_ERROR(route(c, dl));
-  if (dl.experts.fused && l2_on(c, detail::kL2AheadExperts)) {
+  // One fork after the router for both: the experts' prefetch reads its choices.
+  const bool ahead_experts = dl.experts.fused && l2_on(c, detail::kL2AheadExperts);
+  const bool ahead_qkv = c.next && l2_on(c, detail::kL2AheadNextQkv);
+  if (ahead_experts || ahead_qkv) GRIDQ_RETURN_IF_ERROR(l2_fork(c));
+  if (ahead_experts) {
     const DevExperts& ex = dl.experts;
-    GRIDQ_RETURN_IF_ERROR(l2_fork(c));
     GQ_LAUNCH(detail::raw_l2_ahead_experts(c.w.eid.as<int>(), c.T * k, E, ex.gate_up.m.tiles,
                                            ex.gate_up.m.expert_stride, ex.down.m.tiles,
                                            ex.down.m.expert_stride, c.pf),
               "L2 prefetch (experts)");
   }
-  if (c.next && l2_on(c, detail::kL2AheadNextQkv)) {
+  if (ahead_qkv) {
     for (const DevLinear* L : {&c.next->qkv, &c.next->q, &c.next->k, &c.next->v})
       GRIDQ_RETURN_IF_ERROR(l2_ahead(c, *L));
   }
