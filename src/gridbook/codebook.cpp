@@ -1,6 +1,8 @@
 // Codebook tables and their validation (format.md §10, §15 "Codebooks"): a table value that is off the
 // rung's grid would make every weight that uses it decode to something no kernel reproduces.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "core/numerics.h"
 #include "gridbook/codec.h"
@@ -43,6 +45,11 @@ Expected<Codebook> Codebook::from_tables(const Rung& r, std::vector<std::vector<
     }
   }
   cb.sub = std::move(tables);
+  // Bitwise (memcmp): -0 and +0 are different codes.
+  cb.subs_identical = std::all_of(cb.sub.begin(), cb.sub.end(), [&](const std::vector<float>& t) {
+    return t.size() == cb.sub[0].size() &&
+           std::memcmp(t.data(), cb.sub[0].data(), t.size() * sizeof(float)) == 0;
+  });
   if (r.grid == Grid::FP4 && sub_dim == 4)
     for (const auto& t : cb.sub) {
       const size_t n = t.size() / 4, at = cb.fp4_quad_planes.size();

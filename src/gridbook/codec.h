@@ -30,6 +30,9 @@ struct Codebook {
   // sub[1], ... in turn, [2^{b_i}] low bytes (coordinates 0, 1), then [2^{b_i}] high bytes (2, 3). The CPU's
   // register decoder looks these up 64 at a time with byte permutes; empty for other books.
   std::vector<uint8_t> fp4_quad_planes;
+  // Every sub-table holds the same values (the lattice books: equal shapes get the same table), so a decoder
+  // may look every sub-index up in sub[0]'s table.
+  bool subs_identical = false;
 
   // Validates the rung (product only), the table count (n_sub), each table's size (2^{b_i}·sub_dim) and that
   // every value is finite and on the rung's grid. `label` names the book in errors.

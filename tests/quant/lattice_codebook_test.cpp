@@ -120,6 +120,8 @@ TEST(LatticeCodebook, EveryRungBuildsValidBooks) {
     ASSERT_TRUE(cb.ok()) << cb.message();
     const auto widths = gridbook::bit_split(k, 2);
     for (int i = 0; i < 2; ++i) expect_valid_table(cb->sub[i], Grid::FP4, widths[i], 4);
+    // Equal sub-index widths give one table (the CPU decoder's one-table lookups rely on the flag).
+    EXPECT_EQ(widths[0] == widths[1], cb->subs_identical) << "K" << k;
   }
   const double fp4_secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const auto t1 = std::chrono::steady_clock::now();

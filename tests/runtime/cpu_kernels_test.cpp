@@ -169,7 +169,8 @@ struct CbMatrix {
   QMatrix m;
 };
 
-CbMatrix make_k16(std::mt19937& g, int layout, int64_t R, int64_t C) {
+// shared_books: every sub-table the same (as in the lattice books: Codebook::subs_identical).
+CbMatrix make_k16(std::mt19937& g, int layout, int64_t R, int64_t C, bool shared_books = false) {
   CbMatrix cm;
   cm.rung = *gridbook::parse_rung_name("NVFP4_CB_K16", layout);
   const float grid[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
@@ -178,9 +179,11 @@ CbMatrix make_k16(std::mt19937& g, int layout, int64_t R, int64_t C) {
   for (int i = 0; i < split.n; ++i) {
     std::vector<float> t(static_cast<size_t>((1 << split.width[i]) * cm.rung.sub_dim()));
     for (auto& v : t) v = grid[g() % 8] * ((g() & 1) ? -1.0f : 1.0f);
+    if (shared_books && i > 0) t = tables[0];
     tables.push_back(std::move(t));
   }
   cm.book = *gridbook::Codebook::from_tables(cm.rung, tables);
+  EXPECT_EQ(shared_books, cm.book.subs_identical);
   const int64_t rb = gridbook::row_bytes(cm.rung, C);
   cm.data.assign(static_cast<size_t>(R * rb), 0);
   for (int64_t r = 0; r < R; ++r)
@@ -289,9 +292,11 @@ TEST(CpuKernels, CbRowsOnTheBf16PathAreTheBf16KernelsOnTheDecodedRows) {
   const uint32_t seed = fresh_seed();
   std::mt19937 g(seed);
   std::normal_distribution<float> d(0.0f, 1.0f);
-  for (int layout : {1, 2}) {
+  for (int variant = 0; variant < 3; ++variant) {
+    const int layout = variant == 0 ? 1 : 2;
+    const bool shared = variant == 2;  // one table for both sub-indices: the lattice books' decoder
     const int64_t R = 7, C = 512, T = 5;
-    CbMatrix cm = make_k16(g, layout, R, C);
+    CbMatrix cm = make_k16(g, layout, R, C, shared);
     std::vector<uint16_t> rows(static_cast<size_t>(R * C)), ref(static_cast<size_t>(C)),
         xb(static_cast<size_t>(T * C));
     for (auto& v : xb) v = f32_to_bf16(d(g));
@@ -308,7 +313,8 @@ TEST(CpuKernels, CbRowsOnTheBf16PathAreTheBf16KernelsOnTheDecodedRows) {
         cb_dot_rows_bf16(cm.m, r0, nr, xb.data(), n, got.data() + r0, R);
       }
       for (size_t i = 0; i < got.size(); ++i)
-        EXPECT_TRUE(same_bits(got[i], want[i])) << "layout " << layout << " tokens " << n << " i " << i;
+        EXPECT_TRUE(same_bits(got[i], want[i]))
+            << "layout " << layout << " shared " << shared << " tokens " << n << " i " << i;
     }
   }
 }

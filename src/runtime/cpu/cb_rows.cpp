@@ -210,14 +210,20 @@ K16v2Books load_books(const gridbook::Codebook& cb) {
 }
 
 // Byte i of the result: a[idx_i] for even i, b[idx_i] for odd i (256-byte tables; two 128-byte permutes each,
-// bit 7 of the index picks the half).
+// bit 7 of the index picks the half). Shared: a and b are the same table (Codebook::subs_identical, every
+// lattice book), so one lookup serves both: half the permutes.
+template <bool Shared>
 inline __m512i lookup_bytes(const __m512i* a, const __m512i* b, __m512i idx) {
   const __mmask64 upper = _mm512_movepi8_mask(idx);
   const __m512i ra = _mm512_mask_blend_epi8(upper, _mm512_permutex2var_epi8(a[0], idx, a[1]),
                                             _mm512_permutex2var_epi8(a[2], idx, a[3]));
-  const __m512i rb = _mm512_mask_blend_epi8(upper, _mm512_permutex2var_epi8(b[0], idx, b[1]),
-                                            _mm512_permutex2var_epi8(b[2], idx, b[3]));
-  return _mm512_mask_blend_epi8(0xAAAAAAAAAAAAAAAAull, ra, rb);
+  if constexpr (Shared) {
+    return ra;
+  } else {
+    const __m512i rb = _mm512_mask_blend_epi8(upper, _mm512_permutex2var_epi8(b[0], idx, b[1]),
+                                              _mm512_permutex2var_epi8(b[2], idx, b[3]));
+    return _mm512_mask_blend_epi8(0xAAAAAAAAAAAAAAAAull, ra, rb);
+  }
 }
 
 // BF16(v·s) of the 16 E2M1 values v for every v2 scale s = compose[E·16 + c], [E·16 + c][16], rounded by the
@@ -244,11 +250,13 @@ const uint16_t* k16v2_products() {
 // values times the scales of groups 2k and 2k + 1 (k16v2_products): the products the reference rounds
 // (exact, §16), so the bits of gridbook::decode_superblock_fp4, in ~9 vector instructions per 32 columns
 // (per-entry table loads: ~60).
+template <bool Shared>
 inline void k16v2_superblock(const K16v2Books& bk, const uint16_t* products, const uint8_t* sb,
                              __m512bh w[8]) {
   // Code c = bytes 2c (sub-book 0's index) and 2c + 1 (sub-book 1's): the quads' low and high bytes.
   const __m512i codes = _mm512_loadu_si512(sb);
-  const __m512i L = lookup_bytes(bk.lo0, bk.lo1, codes), H = lookup_bytes(bk.hi0, bk.hi1, codes);
+  const __m512i L = lookup_bytes<Shared>(bk.lo0, bk.lo1, codes),
+                H = lookup_bytes<Shared>(bk.hi0, bk.hi1, codes);
   // Codeword c's eight codes as a dword (quad 0 then quad 1, 4 bits a column). The byte unpack works per
   // 128-bit lane: `even` holds codewords 8q .. 8q + 3 in lane q, `odd` codewords 8q + 4 .. 8q + 7.
   const __m512i even = _mm512_unpacklo_epi8(L, H), odd = _mm512_unpackhi_epi8(L, H);
@@ -281,7 +289,7 @@ void k16v2_row_bf16(const QMatrix& m, int64_t r, uint16_t* out) {
   const uint8_t* row = static_cast<const uint8_t*>(m.data) + r * m.row_bytes;
   for (int64_t s = 0; s < m.cols / kSuperblock; ++s) {
     __m512bh w[8];
-    k16v2_superblock(bk, products, row + s * ts, w);
+    k16v2_superblock<false>(bk, products, row + s * ts, w);
     for (int k = 0; k < 8; ++k) _mm512_storeu_si512(out + s * kSuperblock + 32 * k, (__m512i)w[k]);
   }
 }
@@ -289,7 +297,7 @@ void k16v2_row_bf16(const QMatrix& m, int64_t r, uint16_t* out) {
 // NR K16 v2 rows against NT ≤ 3 tokens in the BF16 fast order (bf16_dot.h): each superblock decoded in
 // registers (k16v2_superblock) and taken by one VDPBF16PS per 32 columns and token, so the bits are those of
 // bf16_dot_rows on the decoded rows. Several rows at once: independent rows hide a superblock's decode.
-template <int NR, int NT>
+template <int NR, int NT, bool Shared>
 void cb_rows_k16v2_bf16(const QMatrix& m, int64_t r0, const uint16_t* xb, float* y, int64_t ldy) {
   const K16v2Books bk = load_books(*m.codebook);
   const uint16_t* products = k16v2_products();
@@ -303,7 +311,7 @@ void cb_rows_k16v2_bf16(const QMatrix& m, int64_t r0, const uint16_t* xb, float*
 #pragma GCC unroll 4
     for (int i = 0; i < NR; ++i) {
       __m512bh w[8];
-      k16v2_superblock(bk, products, rows[i] + s * ts, w);
+      k16v2_superblock<Shared>(bk, products, rows[i] + s * ts, w);
 #pragma GCC unroll 8
       for (int k = 0; k < 8; ++k)
         for (int t = 0; t < NT; ++t)
@@ -316,11 +324,17 @@ void cb_rows_k16v2_bf16(const QMatrix& m, int64_t r0, const uint16_t* xb, float*
       y[t * ldy + i] = _mm_cvtss_f32(tree16x4_avx512(acc[i][t], acc[i][t], acc[i][t], acc[i][t]));
 }
 
+template <int NT, bool Shared>
+void cb_k16v2_bf16_rows(const QMatrix& m, int64_t r0, int nr, const uint16_t* xb, float* y, int64_t ldy) {
+  int i = 0;
+  for (; i + 4 <= nr; i += 4) cb_rows_k16v2_bf16<4, NT, Shared>(m, r0 + i, xb, y + i, ldy);
+  for (; i < nr; ++i) cb_rows_k16v2_bf16<1, NT, Shared>(m, r0 + i, xb, y + i, ldy);
+}
+
 template <int NT>
 void cb_k16v2_bf16(const QMatrix& m, int64_t r0, int nr, const uint16_t* xb, float* y, int64_t ldy) {
-  int i = 0;
-  for (; i + 4 <= nr; i += 4) cb_rows_k16v2_bf16<4, NT>(m, r0 + i, xb, y + i, ldy);
-  for (; i < nr; ++i) cb_rows_k16v2_bf16<1, NT>(m, r0 + i, xb, y + i, ldy);
+  if (m.codebook->subs_identical) return cb_k16v2_bf16_rows<NT, true>(m, r0, nr, xb, y, ldy);
+  cb_k16v2_bf16_rows<NT, false>(m, r0, nr, xb, y, ldy);
 }
 
 }  // namespace
