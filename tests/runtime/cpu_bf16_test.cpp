@@ -142,14 +142,18 @@ TEST(CpuBf16Kernels, E4m3RowsAreTheBf16KernelsOnTheirWidenedRows) {
     wide[i] = f32_to_bf16(e4m3_to_f32(w[i]));  // exact: E4M3 values are BF16 values
   }
   const auto xb = random_bf16(static_cast<size_t>(T * C), 7);
-  for (int64_t n : {1, 2, 3, 5}) {
-    std::vector<float> want(static_cast<size_t>(n * 4)), got(want.size());
-    cpu::bf16_dot_rows(wide.data(), C, 4, xb.data(), n, want.data(), 4);
-    cpu::bf16_dot_rows_e4m3(w.data(), C, 4, xb.data(), n, got.data(), 4);
-    for (size_t i = 0; i < got.size(); ++i)
-      EXPECT_EQ(std::bit_cast<uint32_t>(want[i]), std::bit_cast<uint32_t>(got[i]))
-          << "tokens " << n << " i " << i;
-  }
+  for (int nr : {4, 3, 1})  // decode takes four rows side by side, then the rest one by one
+    for (int64_t n : {1, 2, 3, 5}) {
+      std::vector<float> want(static_cast<size_t>(n * 4)), got(want.size());
+      cpu::bf16_dot_rows(wide.data(), C, nr, xb.data(), n, want.data(), 4);
+      cpu::bf16_dot_rows_e4m3(w.data(), C, nr, xb.data(), n, got.data(), 4);
+      for (int64_t t = 0; t < n; ++t)
+        for (int r = 0; r < nr; ++r) {
+          const size_t i = static_cast<size_t>(t * 4 + r);
+          EXPECT_EQ(std::bit_cast<uint32_t>(want[i]), std::bit_cast<uint32_t>(got[i]))
+              << "rows " << nr << " tokens " << n << " i " << i;
+        }
+    }
 }
 
 TEST(CpuBf16Kernels, FastSiluIsWithinAFewUlpOfTheReference) {
