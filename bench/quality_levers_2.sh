@@ -5,7 +5,7 @@
 # `gridq eval --teacher` on
 #   - data/code-eval.txt (first EVAL_TOKENS tokens) under each contract of CONTRACTS, one teacher dump;
 #   - a held-out calibration split: the last 200,000 bytes of data/code-calib.txt (from a line start), which
-#     no calibration run here reads (CALIB_TOKENS <= 262,144 tokens covers the first ~830 KB of the file's
+#     no calibration run here reads (CALIB_TOKENS <= 393,216 tokens covers the first ~1.25 MB of the file's
 #     1.5 MB), first HOLD_TOKENS tokens, w4a16, its own teacher dump. A lever becomes a default only if it
 #     pays on both texts (never tune on the eval text alone).
 #
