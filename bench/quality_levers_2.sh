@@ -22,6 +22,7 @@ cd "$(dirname "$0")/.."
 GRIDQ="${1:-build/gridq}"
 STEM="${2:-bench/results/$(date -u +%Y-%m-%d)-quality-levers-2}"
 CALIB_TOKENS="${CALIB_TOKENS:-65536}"
+[ "$CALIB_TOKENS" -le 393216 ] || { echo "CALIB_TOKENS $CALIB_TOKENS would read into the held-out bytes (at most 393216)" >&2; exit 2; }
 EVAL_TOKENS="${EVAL_TOKENS:-32768}"
 HOLD_TOKENS="${HOLD_TOKENS:-16384}"
 CONTRACTS="${CONTRACTS:-w4a16 w4a4}"
