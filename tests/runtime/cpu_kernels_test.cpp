@@ -315,6 +315,12 @@ TEST(CpuKernels, CbRowsOnTheBf16PathAreTheBf16KernelsOnTheDecodedRows) {
       for (size_t i = 0; i < got.size(); ++i)
         EXPECT_TRUE(same_bits(got[i], want[i]))
             << "layout " << layout << " shared " << shared << " tokens " << n << " i " << i;
+      // All rows in one call (the matmul's row range): the same bits.
+      std::fill(got.begin(), got.end(), 0.0f);
+      cb_dot_rows_bf16(cm.m, 0, static_cast<int>(R), xb.data(), n, got.data(), R);
+      for (size_t i = 0; i < got.size(); ++i)
+        EXPECT_TRUE(same_bits(got[i], want[i]))
+            << "one call, layout " << layout << " shared " << shared << " tokens " << n << " i " << i;
     }
   }
 }

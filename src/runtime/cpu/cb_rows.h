@@ -18,9 +18,9 @@ void cb_dot_rows(const QMatrix& m, int64_t r0, int n, const float* x, float* y);
 // The BF16 fast path (bf16_dot.h; needs have_avx512_bf16()). Row r decoded to BF16 (exact: the decoded
 // weights are BF16 values). out[m.cols].
 void decode_cb_row_bf16(const QMatrix& m, int64_t r, uint16_t* out);
-// y[t·ldy + i] for rows r0 + i (i < nr ≤ 4) and tokens t < T: the bits of bf16_dot_rows on the rows
-// decoded to BF16. K16 v2 rows at decode (T < 4) are decoded in registers, step by step; otherwise the
-// rows are decoded once into scratch.
+// y[t·ldy + i] for rows r0 + i (i < nr, any count) and tokens t < T: the bits of bf16_dot_rows on the
+// rows decoded to BF16, 4 rows at a time. K16 v2 rows at decode (T < 4) are decoded in registers, step by
+// step; otherwise each block of 4 rows is decoded once into scratch.
 void cb_dot_rows_bf16(const QMatrix& m, int64_t r0, int nr, const uint16_t* xb, int64_t T, float* y,
                       int64_t ldy);
 

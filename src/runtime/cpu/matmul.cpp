@@ -143,12 +143,15 @@ void run_blocks_bf16(const MatJob& j, const Input& in, int64_t b0, int64_t b1) {
   const int64_t tile = T < kFusedMaxTokens ? T : std::max<int64_t>(16, (int64_t{256} << 10) / (C * 2));
   for (int64_t t0 = 0; t0 < T; t0 += tile) {
     const int64_t nt = std::min(tile, T - t0);
+    if (w.format == WeightFormat::kCB) {  // every row block of the range in one call (the books load once)
+      const int64_t r0 = b0 * kRowBlock, nr = std::min(b1 * kRowBlock, R) - r0;
+      cb_dot_rows_bf16(w, r0, static_cast<int>(nr), in.xb() + t0 * C, nt, j.y + t0 * R + r0, R);
+      continue;
+    }
     for (int64_t rb = b0; rb < b1; ++rb) {
       const int64_t r0 = rb * kRowBlock, nr = std::min(kRowBlock, R - r0);
       float* y = j.y + t0 * R + r0;
-      if (w.format == WeightFormat::kCB) {
-        cb_dot_rows_bf16(w, r0, static_cast<int>(nr), in.xb() + t0 * C, nt, y, R);
-      } else if (w8a8) {
+      if (w8a8) {
         bf16_dot_rows_e4m3(static_cast<const uint8_t*>(w.data) + r0 * C, C, static_cast<int>(nr),
                            in.xb() + t0 * C, nt, y, R);
         for (int64_t t = 0; t < nt; ++t) w8a8_epilogue(w, in, t0 + t, r0, nr, y + t * R);
