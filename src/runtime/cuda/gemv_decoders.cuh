@@ -205,15 +205,24 @@ struct DecCB {
       x.v[i] = valid ? ldx16<kCoherent>(xr + 64 * t + 8 * i) : make_uint4(0, 0, 0, 0);
   }
 
+  // Sub-index J scaled to its entry's byte offset, index · kRep · 8, in one shift and a mask.
+  static constexpr int kEntryShift = kRep == 16 ? 7 : (kRep == 4 ? 5 : 3);
+  static_assert((1 << kEntryShift) == kRep * 8, "an entry's replicas are kRep uint2 words");
   template <int J>
-  __device__ static uint32_t sub_index(const uint32_t (&rec)[NW]) {
+  __device__ static uint32_t index_bytes(const uint32_t (&rec)[NW]) {
     constexpr int bit = J * B, w = bit / 32, sh = bit % 32;
+    constexpr uint32_t mask = ((1u << B) - 1) << kEntryShift;
     uint32_t v;
-    if constexpr (sh + B <= 32)
-      v = rec[w] >> sh;
-    else
-      v = __funnelshift_r(rec[w], rec[w + 1], sh);
-    return v & ((1u << B) - 1);
+    if constexpr (sh + B <= 32) {
+      if constexpr (sh >= kEntryShift)
+        v = rec[w] >> (sh - kEntryShift);
+      else
+        v = rec[w] << (kEntryShift - sh);
+    } else {
+      static_assert(32 - B >= kEntryShift, "a straddling field starts at or above kEntryShift");
+      v = __funnelshift_r(rec[w], rec[w + 1], sh - kEntryShift);
+    }
+    return v & mask;
   }
 
   // BF16 scale of group (4t + G) of half h, duplicated into both halves of a word.
@@ -240,9 +249,12 @@ struct DecCB {
       e0 = *reinterpret_cast<const uint2*>(t + __byte_perm(f.rec[0][J / 4], r8, sel));
       e1 = *reinterpret_cast<const uint2*>(t + __byte_perm(f.rec[1][J / 4], r8, sel));
     } else {
-      constexpr int tb = (J & 1) << B;
-      e0 = tab[(tb + sub_index<J>(f.rec[0])) * kRep + rep];
-      e1 = tab[(tb + sub_index<J>(f.rec[1])) * kRep + rep];
+      // Byte offset (index·kRep + rep)·8 = index << kEntryShift | 8·rep (8·rep < kRep·8): the sub-index field
+      // shifted straight to its place and masked, the replica ORed in (one LOP3), sub-table 1 an immediate.
+      const char* t = reinterpret_cast<const char*>(tab) + ((J & 1) << B) * kRep * 8;
+      const uint32_t r8 = static_cast<uint32_t>(rep) * 8;
+      e0 = *reinterpret_cast<const uint2*>(t + (index_bytes<J>(f.rec[0]) | r8));
+      e1 = *reinterpret_cast<const uint2*>(t + (index_bytes<J>(f.rec[1]) | r8));
     }
     a0 = hmul2_bits(e0.x, s0);
     a2 = hmul2_bits(e0.y, s0);
