@@ -114,16 +114,6 @@ struct DecCB {
   static constexpr int kTabEntries = 2 << B;  // both sub-tables
   static constexpr int kScaleTabOff = kTabEntries * kRep * 8;
   static constexpr int kSmemBytes = kScaleTabOff + 256 * 4;
-  // K16 (byte sub-indices): the tables interleaved as [index][sub-table][rep] (256 B an index), so that a
-  // lookup's offset is one byte permute of the record word (decode). Elsewhere [sub-table][index][rep].
-  static constexpr bool kBytePlanes = B == 8 && kRep == 16;
-  // The codebook entry (sub-table · 2^B + index) held by table slot i.
-  __device__ static int entry_of(int i) {
-    if constexpr (kBytePlanes)
-      return ((i >> 4) & 1) * 256 + (i >> 5);
-    else
-      return i / kRep;
-  }
   struct Frag {
     uint32_t rec[2][NW];
     uint32_t sc[2];
@@ -146,7 +136,7 @@ struct DecCB {
 #pragma unroll
       for (int j = 0; j < kBatch; ++j) {
         const int i = base + j * nt + static_cast<int>(threadIdx.x);
-        if (i < kTotal) v[j] = __ldg(cb + entry_of(i));
+        if (i < kTotal) v[j] = __ldg(cb + i / kRep);
       }
 #pragma unroll
       for (int j = 0; j < kBatch; ++j) {
@@ -155,9 +145,8 @@ struct DecCB {
       }
     }
     int* st = reinterpret_cast<int*>(static_cast<char*>(smem) + kScaleTabOff);
-    if constexpr (V == 2) {  // both halves of a word: scale2 adds the superblock's exponent to both at once
-      if (threadIdx.x < 16)
-        st[threadIdx.x] = static_cast<int>(static_cast<uint32_t>(p.stab[threadIdx.x]) * 0x10001u);
+    if constexpr (V == 2) {
+      if (threadIdx.x < 16) st[threadIdx.x] = p.stab[threadIdx.x];
     } else {
       // E4M3 byte -> BF16 bits (exact); NaN bytes -> BF16 NaN. Load-time checks refuse NaN and signed bytes.
       for (int b = threadIdx.x; b < 256; b += blockDim.x) {
@@ -205,57 +194,35 @@ struct DecCB {
       x.v[i] = valid ? ldx16<kCoherent>(xr + 64 * t + 8 * i) : make_uint4(0, 0, 0, 0);
   }
 
-  // Sub-index J scaled to its entry's byte offset, index · kRep · 8, in one shift and a mask.
-  static constexpr int kEntryShift = kRep == 16 ? 7 : (kRep == 4 ? 5 : 3);
-  static_assert((1 << kEntryShift) == kRep * 8, "an entry's replicas are kRep uint2 words");
   template <int J>
-  __device__ static uint32_t index_bytes(const uint32_t (&rec)[NW]) {
+  __device__ static uint32_t sub_index(const uint32_t (&rec)[NW]) {
     constexpr int bit = J * B, w = bit / 32, sh = bit % 32;
-    constexpr uint32_t mask = ((1u << B) - 1) << kEntryShift;
     uint32_t v;
-    if constexpr (sh + B <= 32) {
-      if constexpr (sh >= kEntryShift)
-        v = rec[w] >> (sh - kEntryShift);
-      else
-        v = rec[w] << (kEntryShift - sh);
-    } else {
-      static_assert(32 - B >= kEntryShift, "a straddling field starts at or above kEntryShift");
-      v = __funnelshift_r(rec[w], rec[w + 1], sh - kEntryShift);
-    }
-    return v & mask;
+    if constexpr (sh + B <= 32)
+      v = rec[w] >> sh;
+    else
+      v = __funnelshift_r(rec[w], rec[w + 1], sh);
+    return v & ((1u << B) - 1);
   }
 
   // BF16 scale of group (4t + G) of half h, duplicated into both halves of a word.
-  // v2: (T[c] − (127 << 7) + (E << 7)) in both halves, as the sum of the table's doubled word and E's (the
-  // sum of two doubled 16-bit values is the doubled sum, mod 2^32).
   template <int G>
   __device__ static uint32_t scale2(const Frag& f, int h, const int* st) {
+    uint32_t s;
     if constexpr (V == 2)
-      return static_cast<uint32_t>(st[(f.sc[h] >> (4 * G)) & 15]) + f.e[h] * (0x10001u << 7);
+      s = static_cast<uint32_t>(st[(f.sc[h] >> (4 * G)) & 15] + static_cast<int>(f.e[h] << 7));
     else
-      return static_cast<uint32_t>(st[(f.sc[h] >> (8 * G)) & 255]) * 0x10001u;
+      s = static_cast<uint32_t>(st[(f.sc[h] >> (8 * G)) & 255]);
+    return s * 0x10001u;
   }
 
   // Decoded A-fragment words of sub-vector J: a0/a2 (row g), a1/a3 (row g+8).
   template <int J>
   __device__ static void decode(const Frag& f, const uint2* tab, int rep, uint32_t s0, uint32_t s1,
                                 uint32_t& a0, uint32_t& a1, uint32_t& a2, uint32_t& a3) {
-    uint2 e0, e1;
-    if constexpr (kBytePlanes) {
-      // Byte offset idx·256 + 8·rep in one byte permute: byte 0 = 8·rep, byte 1 = the sub-index byte.
-      constexpr uint32_t sel = 0x5504u | ((J % 4) << 4);
-      const char* t = reinterpret_cast<const char*>(tab) + (J & 1) * 128;
-      const uint32_t r8 = static_cast<uint32_t>(rep) * 8;
-      e0 = *reinterpret_cast<const uint2*>(t + __byte_perm(f.rec[0][J / 4], r8, sel));
-      e1 = *reinterpret_cast<const uint2*>(t + __byte_perm(f.rec[1][J / 4], r8, sel));
-    } else {
-      // Byte offset (index·kRep + rep)·8 = index << kEntryShift | 8·rep (8·rep < kRep·8): the sub-index field
-      // shifted straight to its place and masked, the replica ORed in (one LOP3), sub-table 1 an immediate.
-      const char* t = reinterpret_cast<const char*>(tab) + ((J & 1) << B) * kRep * 8;
-      const uint32_t r8 = static_cast<uint32_t>(rep) * 8;
-      e0 = *reinterpret_cast<const uint2*>(t + (index_bytes<J>(f.rec[0]) | r8));
-      e1 = *reinterpret_cast<const uint2*>(t + (index_bytes<J>(f.rec[1]) | r8));
-    }
+    constexpr int tb = (J & 1) << B;
+    uint2 e0 = tab[(tb + sub_index<J>(f.rec[0])) * kRep + rep];
+    uint2 e1 = tab[(tb + sub_index<J>(f.rec[1])) * kRep + rep];
     a0 = hmul2_bits(e0.x, s0);
     a2 = hmul2_bits(e0.y, s0);
     a1 = hmul2_bits(e1.x, s1);

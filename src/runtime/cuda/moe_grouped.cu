@@ -115,11 +115,9 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
-// The token columns of an item: per 8-column tile nt, where this lane's activations start (column 8nt + g's
-// row, plus the lane's quarter 64t of every unit) and the pairs of the two output columns it writes
-// (8nt + 2t + c); -1 where the block runs past the expert's pairs. A column past the pairs reads the block's
-// first pair instead of zeros: a column of the mma depends on its own B column only, and its outputs are
-// never stored, so the loads need no predicate and the registers no clearing.
+// The token columns of an item: per 8-column tile nt, the activation row this lane loads (column 8nt + g)
+// and the pairs of the two output columns it writes (8nt + 2t + c); -1 where the block runs past the
+// expert's pairs.
 template <int NT>
 struct Cols {
   const uint16_t* xr[NT];
@@ -134,8 +132,11 @@ __device__ __forceinline__ void item_cols(const ExpertParams& p, const Item& it,
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
     const int nl = n0 + 8 * nt + g;
-    const int pr = __ldcg(pairs + (nl < end ? nl : n0));
-    c.xr[nt] = static_cast<const uint16_t*>(p.kp.x) + static_cast<long long>(pr / p.x_div) * p.kp.K + 64 * t;
+    c.xr[nt] = nullptr;
+    if (nl < end) {
+      const int pr = __ldcg(pairs + nl);
+      c.xr[nt] = static_cast<const uint16_t*>(p.kp.x) + static_cast<long long>(pr / p.x_div) * p.kp.K;
+    }
 #pragma unroll
     for (int cc = 0; cc < 2; ++cc) {
       const int no = n0 + 8 * nt + 2 * t + cc;
@@ -157,7 +158,7 @@ __global__ void __launch_bounds__(kExpertThreads, 1) grouped_expert_kernel(const
   int *ioff, *poff;  // [E + 1] item offsets, [E + 1] pair offsets
   uint8_t* rings = stage_offsets(p.grp, p.E, kGateUp, smem + Dec::kSmemBytes, ioff, poff);
 
-  const int lane = threadIdx.x & 31, g = lane >> 2;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int W = static_cast<int>(gridDim.x) * kExpertWarps;
   const int rank = (static_cast<int>(threadIdx.x) >> 5) * static_cast<int>(gridDim.x) + blockIdx.x;
   const int n_items = ioff[p.E], R = kp.R, S = kp.S;
@@ -203,24 +204,21 @@ __global__ void __launch_bounds__(kExpertThreads, 1) grouped_expert_kernel(const
   int cs = 0;
   Cols<NT> cc, nc;
   item_cols<NT>(p, ci, poff, lane, cc);
-  typename Dec::XFrag xa[NT], xb[NT];
+  typename Dec::XFrag xf[NT], xn[NT];
   auto load_x = [&](const Cols<NT>& c, int s, typename Dec::XFrag(&x)[NT]) {
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) Dec::load_x(x[nt], c.xr[nt] + s * Dec::kUnitK, 0, true);
+    for (int nt = 0; nt < NT; ++nt)
+      Dec::load_x(x[nt], c.xr[nt] ? c.xr[nt] + s * Dec::kUnitK : nullptr, t, c.xr[nt] != nullptr);
   };
-  load_x(cc, 0, xa);
+  load_x(cc, 0, xf);
   typename Dec::Frag cur;
 
-  // One unit: x holds its activations, xn receives the next unit's. Returns false after the warp's last unit.
-  // Written once and called with the two buffers in turn (no register copies between units).
-  unsigned u = 0;
-  auto unit = [&](typename Dec::XFrag(&x)[NT], typename Dec::XFrag(&xn)[NT]) -> bool {
+  for (unsigned u = 0;; ++u) {
     __syncwarp();  // every lane has read the stage that the next issue overwrites
     issue();
     cp_async_wait<kStages - 1>();
     __syncwarp();
     Dec::load(cur, ring + (u % kStages) * Dec::kUnitBytes, lane);
-    ++u;
     // The next unit: the same item's next K-slice, or the first slice of the warp's next item.
     Item ni = ci;
     int ns = cs + 1;
@@ -233,7 +231,7 @@ __global__ void __launch_bounds__(kExpertThreads, 1) grouped_expert_kernel(const
       nc = cc;
     }
     if (nv) load_x(nc, ns, xn);
-    Dec::template mma<NT>(cur, x, acc, smem, lane);
+    Dec::template mma<NT>(cur, xf, acc, smem, lane);
     if (cs == S - 1) {  // the item's K-run is complete: its rows of its pairs
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
@@ -245,10 +243,10 @@ __global__ void __launch_bounds__(kExpertThreads, 1) grouped_expert_kernel(const
         }
       zero_acc();
     }
+    if (!nv) break;
     ci = ni, cs = ns, cc = nc;
-    return nv;
-  };
-  while (unit(xa, xb) && unit(xb, xa)) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) xf[nt] = xn[nt];
   }
   cp_async_wait<0>();
 }
