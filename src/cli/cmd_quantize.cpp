@@ -29,9 +29,12 @@ int run_quantize(QuantizeArgs& a) {
   if (a.json) {
     std::printf("%s\n", s->to_json().dump(2).c_str());
   } else if (s->finished) {
-    std::printf("wrote %s (%d layers, %lld calibration tokens) in %.1f s, peak host memory %.1f MiB\n",
+    std::printf("wrote %s (%d layers, %lld calibration tokens) in %.1f s, peak host memory %.1f MiB",
                 s->out.c_str(), s->layers, static_cast<long long>(s->calib_tokens), s->seconds,
                 static_cast<double>(s->peak_rss_bytes) / (1024.0 * 1024.0));
+    if (s->peak_device_bytes > 0)
+      std::printf(", GPU %.1f MiB", static_cast<double>(s->peak_device_bytes) / (1024.0 * 1024.0));
+    std::printf("\n");
     for (auto it = s->formats.begin(); it != s->formats.end(); ++it) {
       std::printf("  %-14s %12lld params  %8.4f bpw\n", it.key().c_str(),
                   static_cast<long long>(it.value().value("params", int64_t{0})),

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "core/device_meter.h"
 #include "quant/pipeline_driver.h"
 
 namespace gridq::quant {
@@ -24,6 +25,7 @@ json QuantizeSummary::to_json() const {
             {"calib_tokens", calib_tokens},
             {"seconds", seconds},
             {"peak_rss_bytes", peak_rss_bytes},
+            {"peak_device_bytes", peak_device_bytes},
             {"formats", formats},
             {"checks", checks}};
   if (!allocation.is_null()) j["allocation"] = allocation;
@@ -258,11 +260,15 @@ Expected<QuantizeSummary> quantize_impl(const QuantizeOptions& o, const json& ro
     GRIDQ_RETURN_IF_ERROR(d.finish(s));
     s.seconds = now_seconds() - t0;
     s.peak_rss_bytes = peak_rss_bytes();
-    d.progress->step_done(fmt::format("wrote {} in {}, peak host memory {}", o.out,
-                                      format_duration(s.seconds), format_bytes(s.peak_rss_bytes)));
+    s.peak_device_bytes = device_bytes_peak();
+    d.progress->step_done(
+        fmt::format("wrote {} in {}, peak host memory {}{}", o.out, format_duration(s.seconds),
+                    format_bytes(s.peak_rss_bytes),
+                    s.peak_device_bytes > 0 ? ", GPU " + format_bytes(s.peak_device_bytes) : ""));
   } else {
     s.seconds = now_seconds() - t0;
     s.peak_rss_bytes = peak_rss_bytes();
+    s.peak_device_bytes = device_bytes_peak();
     d.progress->log(
         fmt::format("stopped after layer {} as asked; {} holds the state, rerun the same command to "
                     "resume",

@@ -160,6 +160,7 @@ struct QuantizeSummary {
   int64_t calib_tokens = 0;
   double seconds = 0.0;
   int64_t peak_rss_bytes = 0;
+  int64_t peak_device_bytes = 0;  // core/device_meter.h: gridq's device buffers, the most at once (0: CPU)
   nlohmann::json formats = nlohmann::json::object();  // format -> {params, bytes, bpw}
   nlohmann::json allocation;                          // budget mode only
   std::vector<std::string> checks;                    // S7 lines

@@ -5,11 +5,26 @@
 #include <set>
 
 #include "core/async.h"
+#include "core/device_meter.h"
 #include "quant/pipeline_driver.h"
 
 namespace gridq::quant::pipeline_detail {
 
 using nlohmann::json;
+
+namespace {
+
+// ", GPU peak 41.2 GiB (teacher 8.3 GiB)": the most device memory gridq's buffers held at once so far (the
+// teacher and the encoders of overlapped layers together), and the teacher's own peak; "" on the CPU path.
+std::string gpu_memory(size_t teacher_peak) {
+  const int64_t peak = device_bytes_peak();
+  if (peak <= 0) return "";
+  return fmt::format(
+      ", GPU peak {}{}", format_bytes(peak),
+      teacher_peak > 0 ? " (teacher " + format_bytes(static_cast<int64_t>(teacher_peak)) + ")" : "");
+}
+
+}  // namespace
 
 Status Driver::build_codebooks(int start_layer) {
   std::set<std::string> rungs;
@@ -197,7 +212,7 @@ Status Driver::write_layer(int l, const LayerCapture& cap, const SavedCarry& car
           : "",
       format_duration(enc_s), n_tensors + n_tensors_budget, n_quant,
       n_tensors_budget ? fmt::format(", {} priced for the budget", n_tensors_budget) : "", cold, kept_nn,
-      format_bytes(peak_rss_bytes()), device_peak > 0 ? ", GPU teacher " + format_bytes(device_peak) : ""));
+      format_bytes(peak_rss_bytes()), gpu_memory(device_peak)));
   return Status();
 }
 

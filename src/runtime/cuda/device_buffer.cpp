@@ -1,5 +1,6 @@
 #include "runtime/cuda/device_buffer.h"
 
+#include "core/device_meter.h"
 #include "runtime/cuda/cuda_check.h"
 
 namespace gridq::cuda {
@@ -13,18 +14,25 @@ Expected<DeviceBuffer> DeviceBuffer::alloc(size_t bytes, const std::string& what
     return err("cudaMalloc of {} bytes for {} failed: {}", bytes, what, cudaGetErrorString(e));
   }
   b.n_ = bytes;
+  device_bytes_changed(static_cast<int64_t>(bytes));
   return b;
 }
 
 DeviceBuffer::~DeviceBuffer() {
   // A destructor cannot report; a failing cudaFree means the context is already broken and the next checked
   // call reports it.
-  if (p_) (void)cudaFree(p_);
+  if (p_) {
+    (void)cudaFree(p_);
+    device_bytes_changed(-static_cast<int64_t>(n_));
+  }
 }
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   if (this != &o) {
-    if (p_) (void)cudaFree(p_);
+    if (p_) {
+      (void)cudaFree(p_);
+      device_bytes_changed(-static_cast<int64_t>(n_));
+    }
     p_ = std::exchange(o.p_, nullptr);
     n_ = std::exchange(o.n_, 0);
   }
