@@ -95,8 +95,10 @@ Registrar reg{Command{
           ->check(CLI::IsMember({"measured", "proxy"}));
       sub.add_flag("--budget-attention", a->o.budget_attention,
                    "with --budget-bpw: attention q/k/v and o also choose FP8_DYNAMIC or BF16");
-      sub.add_option("--codebooks", a->o.codebooks, "codebook tables (default: the recipe's)")
-          ->check(CLI::IsMember({"lattice", "learned"}));
+      sub.add_option("--codebooks", a->o.codebooks,
+                     "codebook tables: lattice, learned (one book per rung, fitted to the routed weights) or "
+                     "learned-per-layer (one per rung and layer); default: the recipe's")
+          ->check(CLI::IsMember({"lattice", "learned", "learned-per-layer"}));
       sub.add_option("--rotate", a->o.rotate,
                      "rotate the residual stream by a randomized Hadamard matrix folded into the weights "
                      "before quantizing (same BF16 model, an ordinary artifact; default off)")

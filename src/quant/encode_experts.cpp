@@ -202,7 +202,7 @@ Expected<std::map<size_t, EncodedTensor>> encode_experts_on_device(
     for (size_t c0 = 0; c0 < experts.size(); c0 += per) {
       const int lo = experts[c0], hi = experts[std::min(experts.size(), c0 + per) - 1];
       Batch b;
-      b.cb = &codebooks.at(std::get<0>(key));
+      GRIDQ_ASSIGN_OR_RETURN(b.cb, codebook_for(codebooks, std::get<0>(key), tasks[mem.front().task].name));
       for (const Member& m : mem)
         if (m.expert >= lo && m.expert <= hi) b.mem.push_back(m);
       b.label = fmt::format("{} experts {}-{} {} ({} matrices on the GPU)", std::get<0>(key), lo, hi,

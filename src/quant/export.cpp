@@ -16,6 +16,7 @@
 #include "io/checkpoint.h"
 #include "io/pins.h"
 #include "io/sha256.h"
+#include "quant/book_keys.h"
 
 namespace gridq::quant {
 
@@ -264,7 +265,7 @@ Expected<std::string> write_shard(const std::string& path, const std::vector<Sto
 
 Expected<QuantConfigOut> build_quant_config(const ExportInfo& info) {
   std::set<std::string> ignore, fp8_targets;
-  std::map<std::string, std::set<std::string>> cb_targets;  // rung name -> modules
+  std::map<std::string, std::set<std::string>> cb_targets;  // book key (book_keys.h) -> modules
   std::map<std::string, std::string> module_format;
   for (const auto& [tensor, format] : info.tensor_formats) {
     const std::string m = artifact_module_name(tensor, format);
@@ -277,8 +278,9 @@ Expected<QuantConfigOut> build_quant_config(const ExportInfo& info) {
     } else if (format == "FP8_DYNAMIC") {
       fp8_targets.insert(m);
     } else if (is_cb(format)) {
-      if (!info.codebooks.count(format)) return err("module '{}': no codebook given for {}", m, format);
-      cb_targets[format].insert(m);
+      const std::string key = book_key_for(info.codebook_source, format, m);
+      if (!info.codebooks.count(key)) return err("module '{}': no codebook given for {}", m, key);
+      cb_targets[key].insert(m);
     } else {
       return err("tensor '{}': format '{}' cannot be exported", tensor, format);
     }
@@ -286,15 +288,21 @@ Expected<QuantConfigOut> build_quant_config(const ExportInfo& info) {
   QuantConfigOut out;
   gridbook::QuantConfig& qc = out.config;
   bool any_fp4 = false, any_fp8cb = false;
-  const std::string ref = info.codebook_source == "lattice" ? "lattice" : "learned";
-  for (const auto& [format, targets] : cb_targets) {
-    const gridbook::Codebook& cb = info.codebooks.at(format);
+  const bool per_layer = info.codebook_source == kPerLayerBooks;
+  for (const auto& [key, targets] : cb_targets) {
+    const gridbook::Codebook& cb = info.codebooks.at(key);
     const gridbook::Rung& rung = cb.rung;
+    const std::string format = key.substr(0, key.find('@'));
     (rung.grid == gridbook::Grid::FP4 ? any_fp4 : any_fp8cb) = true;
+    // Per-layer books: a group per (rung, layer), its tables named after the layer (book_keys.h).
+    const int layer = per_layer ? layer_of_name(*targets.begin()) : -1;
+    const std::string ref = info.codebook_source == "lattice" ? "lattice"
+                            : per_layer                       ? fmt::format("learned.L{}", layer)
+                                                              : "learned";
     gridbook::CbScheme scheme = gridbook::make_cb_scheme(rung, "cb_codebook." + ref);
-    scheme.codebook_source = info.codebook_source;
-    qc.groups.push_back(
-        {lower(format), std::vector<std::string>(targets.begin(), targets.end()), format, scheme});
+    scheme.codebook_source = info.codebook_source == "lattice" ? "lattice" : "learned";  // format.md §11
+    qc.groups.push_back({per_layer ? fmt::format("{}_l{}", lower(format), layer) : lower(format),
+                         std::vector<std::string>(targets.begin(), targets.end()), format, scheme});
     for (int i = 0; i < rung.n_sub(); ++i) {
       gridbook::CodebookTable t;
       t.name = gridbook::codebook_table_name(ref, rung, i);

@@ -80,8 +80,8 @@ struct ExportInfo {
   nlohmann::json source_config;                          // config.json of the source (gets the stub)
   std::vector<std::string> shard_files;                  // in order; every one already written in the dir
   std::map<std::string, std::string> tensor_formats;     // source tensor name -> final format
-  std::map<std::string, gridbook::Codebook> codebooks;   // rung name -> book, for every CB format used
-  std::string codebook_source = "lattice";               // lattice | learned
+  std::map<std::string, gridbook::Codebook> codebooks;   // book_keys.h key -> book, for every CB format used
+  std::string codebook_source = "lattice";               // lattice | learned | learned-per-layer
   nlohmann::json provenance = nlohmann::json::object();  // recipe, calibration, plan, stats, … (no times)
 };
 

@@ -42,8 +42,9 @@ Status Driver::prepare() {
   if (fs::weakly_canonical(o.out, ec) == fs::weakly_canonical(o.src, ec))
     return err("{}: OUT must differ from SRC", o.out);
   if (o.calib_tokens <= 0 || o.seq_len <= 1) return err("--calib-tokens and --seq-len must be positive");
-  if (!o.codebooks.empty() && o.codebooks != "lattice" && o.codebooks != "learned")
-    return err("--codebooks '{}': expected lattice or learned", o.codebooks);
+  if (!o.codebooks.empty() && o.codebooks != "lattice" && o.codebooks != "learned" &&
+      o.codebooks != kPerLayerBooks)
+    return err("--codebooks '{}': expected lattice, learned or {}", o.codebooks, kPerLayerBooks);
   if (o.budget_bpw < 0.0 || !std::isfinite(o.budget_bpw))
     return err("--budget-bpw must be a positive number");
   if (o.device != "cpu" && o.device != "cuda") return err("--device '{}': expected cpu or cuda", o.device);

@@ -23,6 +23,7 @@
 #include "core/status.h"
 #include "gridbook/codec.h"
 #include "model/loader.h"
+#include "quant/book_keys.h"
 #include "quant/capture.h"
 #include "quant/encode_tensor.h"
 #include "quant/export.h"
@@ -128,7 +129,8 @@ Expected<std::map<size_t, EncodedTensor>> encode_experts_on_device(
     const std::map<std::string, gridbook::Codebook>& codebooks,
     const std::function<void(const std::string&)>& on_tensor = {}, EncodeSeconds* secs = nullptr);
 
-// The codebook of a CB format (nullptr for the other formats).
+// The codebook of a CB format for `tensor` (its layer's book when the books are per layer; nullptr for the
+// other formats).
 Expected<const gridbook::Codebook*> codebook_for(const std::map<std::string, gridbook::Codebook>& codebooks,
                                                  const std::string& format, const std::string& tensor);
 

@@ -142,8 +142,12 @@ Status Driver::finish(QuantizeSummary& s) {
   info.source_config = model.checkpoint->config();
   for (int i = 0; i <= n_layers; ++i) info.shard_files.push_back(shard_file_name(i, n_layers + 1));
   info.tensor_formats = formats;
-  for (const auto& entry : formats) {
-    if (is_cb_format(entry.second)) info.codebooks.emplace(entry.second, codebooks.at(entry.second));
+  for (const auto& [name, format] : formats) {
+    if (!is_cb_format(format)) continue;
+    const std::string key = book_key_for(codebook_source, format, name);
+    auto it = codebooks.find(key);
+    if (it == codebooks.end()) return err("tensor '{}': no codebook {}", name, key);
+    info.codebooks.emplace(key, it->second);
   }
   info.codebook_source = codebook_source;
   json plan_j = json::object();

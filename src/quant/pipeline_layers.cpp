@@ -42,39 +42,57 @@ Status Driver::build_codebooks(int start_layer) {
     }
     return Status();
   }
-  // Learned pooled books need diag(H) of every routed matrix before any is encoded: one capture-only pass
-  // over all layers (quantizer.md §3). The books are kept in resume/ so a resumed run does not redo it.
+  // Learned books need diag(H) of every routed matrix before any is encoded: one capture-only pass over all
+  // layers (quantizer.md §3). Pooled: one book per rung; per layer: one per (rung, layer), keyed book_key.
+  // The books are kept in resume/ so a resumed run does not redo it.
+  const bool per_layer = codebook_source == kPerLayerBooks;
+  struct Book {
+    std::string rung;  // format name
+    int layer = -1;    // per-layer books only
+  };
+  std::map<std::string, Book> books;  // codebooks key -> what it is
+  for (const std::string& f : rungs) {
+    if (!per_layer) {
+      books[f] = {f, -1};
+      continue;
+    }
+    for (const TensorTask& t : tasks)
+      if (learns_from(t, f)) books[book_key(f, t.layer)] = {f, t.layer};
+  }
+  auto ref_of = [](const Book& b) {
+    return b.layer < 0 ? std::string(kLearnedBookRef) : fmt::format("{}.L{}", kLearnedBookRef, b.layer);
+  };
   const std::string books_path = resume_file(kLearnedBooksFile);
   std::error_code ec;
   if (start_layer > 0 && fs::exists(books_path, ec)) {
     GRIDQ_ASSIGN_OR_RETURN(gridbook::Sidecar sc, gridbook::Sidecar::read(books_path));
-    for (const std::string& f : rungs) {
-      GRIDQ_ASSIGN_OR_RETURN(gridbook::Rung r, gridbook::parse_rung_name(f, 2));
+    for (const auto& [key, b] : books) {
+      GRIDQ_ASSIGN_OR_RETURN(gridbook::Rung r, gridbook::parse_rung_name(b.rung, 2));
       std::vector<std::span<const uint16_t>> spans;
       for (int i = 0; i < r.n_sub(); ++i) {
-        const gridbook::CodebookTable* t = sc.find(gridbook::codebook_table_name(kLearnedBookRef, r, i));
-        if (!t) return err("{}: no learned table for {} sub{}; pass --no-resume", books_path, f, i);
+        const gridbook::CodebookTable* t = sc.find(gridbook::codebook_table_name(ref_of(b), r, i));
+        if (!t) return err("{}: no learned table for {} sub{}; pass --no-resume", books_path, key, i);
         spans.emplace_back(t->f16);
       }
       GRIDQ_ASSIGN_OR_RETURN(gridbook::Codebook cb,
                              gridbook::Codebook::from_f16_tables(r, spans, books_path));
-      codebooks.emplace(f, std::move(cb));
+      codebooks.emplace(key, std::move(cb));
     }
     return Status();
   }
-  std::map<std::string, std::unique_ptr<CodebookLearner>> learners;
-  for (const std::string& f : rungs) {
-    GRIDQ_ASSIGN_OR_RETURN(gridbook::Rung r, gridbook::parse_rung_name(f, 2));
+  std::map<std::string, std::unique_ptr<CodebookLearner>> learners;  // by codebooks key
+  for (const auto& [key, b] : books) {
+    GRIDQ_ASSIGN_OR_RETURN(gridbook::Rung r, gridbook::parse_rung_name(b.rung, 2));
     int64_t cw = 0;
     for (const TensorTask& t : tasks) {
-      if (!learns_from(t, f)) continue;
+      if (!learns_from(t, b.rung) || (b.layer >= 0 && t.layer != b.layer)) continue;
       const io::TensorInfo* ti = model.checkpoint->find(t.name);
       cw += ti->shape[0] * ti->shape[1] / 8;
     }
     LearnOptions lo;
     lo.two_tier.pilot_rows = recipe.two_tier.pilot_rows;
     lo.two_tier.refits = recipe.two_tier.refits;
-    GRIDQ_ASSIGN_OR_RETURN(learners[f], CodebookLearner::create(r, cw, lo));
+    GRIDQ_ASSIGN_OR_RETURN(learners[key], CodebookLearner::create(r, cw, lo));
   }
   GRIDQ_ASSIGN_OR_RETURN(auto st, LayerStreamer::create(o.src, calib, streamer_options(o, recipe)));
   for (int l = 0; l < n_layers; ++l) {
@@ -82,35 +100,35 @@ Status Driver::build_codebooks(int start_layer) {
     GRIDQ_ASSIGN_OR_RETURN(LayerCapture cap, st->run_layer());
     for (const TensorTask& t : tasks) {
       if (t.layer != l) continue;
-      for (auto& [f, learner] : learners) {
+      for (const std::string& f : rungs) {
         if (!learns_from(t, f)) continue;
         GRIDQ_ASSIGN_OR_RETURN(const InputStats* in, input_for_role(cap, t.role));
         GRIDQ_ASSIGN_OR_RETURN(SourceWeight w, source_weight(*model.checkpoint, t.name));
         GRIDQ_ASSIGN_OR_RETURN(std::vector<float> W, source_to_f32(w));
         LearnInput li{W.data(),           static_cast<int>(w.shape[0]), static_cast<int>(w.shape[1]),
                       in->imatrix.data(), static_cast<double>(in->n),   t.name};
-        GRIDQ_RETURN_IF_ERROR(learner->add(li));
+        GRIDQ_RETURN_IF_ERROR(learners.at(per_layer ? book_key(f, l) : f)->add(li));
       }
     }
   }
   std::vector<gridbook::CodebookTable> tables;
-  for (auto& [f, learner] : learners) {
+  for (auto& [key, learner] : learners) {
     GRIDQ_ASSIGN_OR_RETURN(gridbook::Codebook cb, learner->finish());
     for (int i = 0; i < cb.rung.n_sub(); ++i) {
       gridbook::CodebookTable t;
-      t.name = gridbook::codebook_table_name(kLearnedBookRef, cb.rung, i);
+      t.name = gridbook::codebook_table_name(ref_of(books.at(key)), cb.rung, i);
       t.cols = cb.rung.sub_dim();
       t.rows = static_cast<int64_t>(cb.sub[static_cast<size_t>(i)].size()) / t.cols;
       for (float v : cb.sub[static_cast<size_t>(i)]) t.f16.push_back(f32_to_f16(v));
       t.sha256 = gridbook::codebook_digest(t.f16);
       tables.push_back(std::move(t));
     }
-    codebooks.emplace(f, std::move(cb));
+    codebooks.emplace(key, std::move(cb));
   }
   std::sort(tables.begin(), tables.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   GRIDQ_RETURN_IF_ERROR(gridbook::write_sidecar(books_path, tables));
-  progress->log(fmt::format("learned codebooks: {} rung(s) from a capture pass over {} layers",
-                            learners.size(), n_layers));
+  progress->log(fmt::format("learned codebooks: {} book(s) for {} rung(s) from a capture pass over {} layers",
+                            learners.size(), rungs.size(), n_layers));
   return Status();
 }
 

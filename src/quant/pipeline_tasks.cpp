@@ -195,6 +195,7 @@ Expected<const gridbook::Codebook*> codebook_for(const std::map<std::string, gri
                                                  const std::string& format, const std::string& tensor) {
   if (!is_cb_format(format)) return static_cast<const gridbook::Codebook*>(nullptr);
   auto it = codebooks.find(format);
+  if (it == codebooks.end()) it = codebooks.find(book_key(format, layer_of_name(tensor)));
   if (it == codebooks.end()) return err("tensor '{}': no codebook for {}", tensor, format);
   return &it->second;
 }

@@ -151,7 +151,8 @@ Status parse_rule(const json& j, int index, const std::string& label, RecipeRule
     GRIDQ_RETURN_IF_ERROR(refuse_key("scale_coding", "only NVFP4_CB rungs have a scale plane"));
   }
   if (cb) {
-    GRIDQ_RETURN_IF_ERROR(r.get_choice("codebook", &rule.codebook, {"lattice", "learned"}));
+    GRIDQ_RETURN_IF_ERROR(
+        r.get_choice("codebook", &rule.codebook, {"lattice", "learned", "learned-per-layer"}));
   } else {
     GRIDQ_RETURN_IF_ERROR(refuse_key("codebook", "only codebook (CB) rungs have a codebook"));
   }

@@ -27,7 +27,7 @@ struct RecipeRule {
   std::string match;  // anchored full-match regex over the source tensor name
   std::string format;
   std::string scale_coding = "two_tier";  // NVFP4-CB: "two_tier" (v2) or "v1"
-  std::string codebook = "lattice";       // "lattice" or "learned"
+  std::string codebook = "lattice";       // "lattice", "learned" or "learned-per-layer"
   // "cb_gptq" or "rtn" (CB and FP8_DYNAMIC; BF16 ignores it). parse_recipe fills the default by format when
   // the key is absent: "cb_gptq" for CB rungs, "rtn" for FP8_DYNAMIC (quantizer.md §6: GPTQ is optional
   // there; the compressed-tensors preset is round-to-nearest).

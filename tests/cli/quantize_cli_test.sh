@@ -119,6 +119,30 @@ then
   else fail "--codebooks learned artifact" "$(tail -8 <<<"$out")"; fi
 else fail "--codebooks learned" "$(tail -5 "$TMP/l.err")"; fi
 
+# --- per-layer learned books: a group and two tables per MoE layer, each layer its own values ---
+if "$GRIDQ" quantize "$MODEL" "$TMP/pl" "${Q[@]}" --codebooks learned-per-layer >/dev/null 2>"$TMP/pl.err" &&
+  grep -q "learned codebooks: 3 book(s)" "$TMP/pl.err" &&
+  "$PY" - "$TMP/pl/quant_config.json" <<'PYEOF'
+import json, sys
+q = json.load(open(sys.argv[1]))
+cb = {k: g for k, g in q["config_groups"].items() if "scheme" in g}
+assert sorted(cb) == ["nvfp4_cb_k16_l1", "nvfp4_cb_k16_l2", "nvfp4_cb_k16_l3"], sorted(cb)
+for l in (1, 2, 3):
+    g = cb[f"nvfp4_cb_k16_l{l}"]
+    assert g["scheme"]["codebook_ref"] == [f"cb_codebook.learned.L{l}.NVFP4_CB_K16.sub{i}" for i in (0, 1)], g
+    assert all(f"model.layers.{l}." in t for t in g["targets"]), g["targets"]
+    assert g["scheme"]["codebook_source"] == "learned"
+assert q["provenance"]["codebook_source"] == "learned-per-layer"
+digests = q["provenance"]["codebook_sha256"]
+assert len(digests) == 6 and len(set(digests.values())) > 2, digests
+PYEOF
+then
+  if out="$("$GRIDQ" inspect "$TMP/pl" 2>&1)" && grep -q "6 table digest(s) verified" <<<"$out" &&
+    "$GRIDQ" generate "$TMP/pl" --prompt "def f(x):" --max-tokens 8 >/dev/null 2>&1; then
+    pass "--codebooks learned-per-layer: a group and tables per layer, digests verified, artifact runs"
+  else fail "--codebooks learned-per-layer artifact" "$(tail -8 <<<"$out")"; fi
+else fail "--codebooks learned-per-layer" "$(tail -5 "$TMP/pl.err")"; fi
+
 # (all-fp8 encodes in seconds: this part tests the refusal, not the encoders)
 F=("${Q[@]/laguna/all-fp8}")
 "$GRIDQ" quantize "$MODEL" "$TMP/d" "${F[@]}" --stop-after-layer 0 >/dev/null 2>&1

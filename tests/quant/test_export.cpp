@@ -318,6 +318,57 @@ TEST(ExportQuantConfig, GroupsIgnoreAndModuleNames) {
   EXPECT_FALSE(build_quant_config(info).ok());
 }
 
+TEST(ExportQuantConfig, PerLayerBooksGetAGroupAndTablesPerLayer) {
+  EXPECT_EQ(layer_of_name("model.layers.12.mlp.experts.3.down_proj.weight"), 12);
+  EXPECT_EQ(layer_of_name("model.layers.7.mlp.experts.gate_up_proj"), 7);
+  EXPECT_EQ(layer_of_name("model.embed_tokens.weight"), -1);
+  EXPECT_EQ(layer_of_name("model.layers.x.mlp"), -1);
+  EXPECT_EQ(layer_of_name("model.layers.3"), -1);  // no module after the index
+  EXPECT_EQ(book_key_for(kPerLayerBooks, "NVFP4_CB_K16", "model.layers.2.mlp.experts.0.up_proj.weight"),
+            "NVFP4_CB_K16@2");
+  EXPECT_EQ(book_key_for("learned", "NVFP4_CB_K16", "model.layers.2.mlp.experts.0.up_proj.weight"),
+            "NVFP4_CB_K16");
+
+  const gridbook::Rung rung = *gridbook::parse_rung_name("NVFP4_CB_K16", 2);
+  auto book = lattice_codebook(rung);
+  ASSERT_TRUE(book.ok());
+  gridbook::Codebook other = *book;  // layer 2's book differs from layer 1's in one value
+  ASSERT_NE(other.sub[0].back(), 0.0f);
+  other.sub[0].back() = -other.sub[0].back();
+  ExportInfo info;
+  info.codebook_source = kPerLayerBooks;
+  info.codebooks.emplace("NVFP4_CB_K16@1", *book);
+  info.codebooks.emplace("NVFP4_CB_K16@2", other);
+  for (int l : {1, 2})
+    for (const char* p : {"gate", "up", "down"})
+      info.tensor_formats[fmt::format("model.layers.{}.mlp.experts.0.{}_proj.weight", l, p)] = "NVFP4_CB_K16";
+  auto q = build_quant_config(info);
+  ASSERT_TRUE(q.ok()) << q.message();
+  const auto& g = q->config.groups;
+  ASSERT_EQ(g.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    const int l = i + 1;
+    EXPECT_EQ(g[i].name, fmt::format("nvfp4_cb_k16_l{}", l));
+    EXPECT_EQ(g[i].targets,
+              (std::vector<std::string>{fmt::format("model.layers.{}.mlp.experts.down_proj", l),
+                                        fmt::format("model.layers.{}.mlp.experts.gate_up_proj", l)}));
+    ASSERT_TRUE(g[i].scheme.has_value());
+    EXPECT_EQ(g[i].scheme->codebook_source, "learned");  // the format's vocabulary
+    EXPECT_EQ(g[i].scheme->codebook_ref,
+              (std::vector<std::string>{fmt::format("cb_codebook.learned.L{}.NVFP4_CB_K16.sub0", l),
+                                        fmt::format("cb_codebook.learned.L{}.NVFP4_CB_K16.sub1", l)}));
+  }
+  ASSERT_EQ(q->tables.size(), 4u);  // two per layer, each layer's own values
+  EXPECT_NE(q->tables[0].sha256, q->tables[2].sha256);
+  EXPECT_EQ(q->tables[1].sha256, q->tables[3].sha256);
+  EXPECT_EQ(q->config.provenance_extra.value("codebook_source", ""), kPerLayerBooks);
+  // A layer without its book is refused, naming the key.
+  info.tensor_formats["model.layers.3.mlp.experts.0.up_proj.weight"] = "NVFP4_CB_K16";
+  auto bad = build_quant_config(info);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("NVFP4_CB_K16@3"), std::string::npos) << bad.message();
+}
+
 }  // namespace
 }  // namespace gridq::quant
 

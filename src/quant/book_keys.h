@@ -1,0 +1,19 @@
+// Which codebook a CB tensor uses. `--codebooks lattice` and `learned` keep one book per rung, under the
+// rung's name; `learned-per-layer` keeps one per (rung, layer), the routed stack's gate/up and down sharing
+// it (format.md §11: one codebook_ref per stack), under book_key. The artifact then has one config group per
+// (rung, layer), "nvfp4_cb_k16_l3", whose tables are "cb_codebook.learned.L3.<rung>.sub<i>".
+#pragma once
+
+#include <string>
+
+namespace gridq::quant {
+
+inline constexpr const char* kPerLayerBooks = "learned-per-layer";
+
+std::string book_key(const std::string& format, int layer);  // "NVFP4_CB_K16@3"
+int layer_of_name(const std::string& name);  // "model.layers.3.…" → 3; −1 for the others
+
+// The book key of `format` for tensor or module `name` under codebook source `source`.
+std::string book_key_for(const std::string& source, const std::string& format, const std::string& name);
+
+}  // namespace gridq::quant
