@@ -122,14 +122,17 @@ TEST(CudaCbGptq, SameBytesAsTheCpuEncoders) {
   REQUIRE_GPU();
   auto stream = Stream::create();
   ASSERT_OK(stream);
-  for (const char* rung_name : {"NVFP4_CB_K16", "NVFP4_CB_K12"}) {
+  // K20 / K24 (1024 / 4096 entries: fewer rows a CTA, entry loops past 1024 threads) on fewer rows: the
+  // CPU's encoders are the slow side of the comparison.
+  for (const auto& [rung_name, rows] : {std::pair{"NVFP4_CB_K16", 300}, std::pair{"NVFP4_CB_K12", 300},
+                                        std::pair{"NVFP4_CB_K20", 48}, std::pair{"NVFP4_CB_K24", 16}}) {
     auto rung = gridbook::parse_rung_name(rung_name, 2);
     ASSERT_OK(rung);
     auto cb = quant::lattice_codebook(*rung);
     ASSERT_OK(cb);
     const quant::DenseBook book = quant::DenseBook::from(*cb);
     const CbGptqBook gb = device_book(book);
-    const Case c = make_case(300, 512, 7);
+    const Case c = make_case(rows, 512, 7);
     const DeviceCase dc(c);
     const CbGptqBatch& job = dc.job;
     const CbGptqSettings opt;
@@ -152,22 +155,32 @@ TEST(CudaCbGptq, SameBytesAsTheCpuEncoders) {
   }
 }
 
+void refinement_case(const gridbook::Codebook& cb, int rows, cudaStream_t stream);
+
 // The refinement after CB-GPTQ (quant/cb_refine.h, the laguna recipe's 8 passes with scales): the same
 // refined entries and planes, and the same objectives and counts, as refine_fp4 on the CPU's encoding.
 TEST(CudaCbGptq, RefinementSameBytesAsTheCpu) {
   REQUIRE_GPU();
   auto stream = Stream::create();
   ASSERT_OK(stream);
-  const gridbook::Codebook cb = quant::testing::k16();
+  auto k24 = quant::lattice_codebook(*gridbook::parse_rung_name("NVFP4_CB_K24", 2));
+  ASSERT_OK(k24);
+  // K24: the entry norms of 4096 entries, more than a CTA's threads.
+  for (const auto& [cb, rows] : {std::pair{quant::testing::k16(), 96}, std::pair{*k24, 16}})
+    refinement_case(cb, rows, stream->get());
+}
+
+void refinement_case(const gridbook::Codebook& cb, int rows, cudaStream_t stream) {
+  SCOPED_TRACE(cb.rung.name());
   const quant::DenseBook book = quant::DenseBook::from(cb);
   const CbGptqBook gb = device_book(book);
-  const Case c = make_case(96, 512, 11);
+  const Case c = make_case(rows, 512, 11);
   const DeviceCase dc(c);
   const CbGptqBatch& job = dc.job;
   CbGptqSettings opt;
   opt.refine_passes = 8;
   opt.refine_scales = true;
-  auto g = cb_gptq_fp4(job, gb, opt, stream->get());
+  auto g = cb_gptq_fp4(job, gb, opt, stream);
   ASSERT_OK(g);
   ASSERT_EQ(g->refine_skipped.size(), size_t(job.M));
   int refined = 0;

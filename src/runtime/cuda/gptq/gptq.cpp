@@ -95,10 +95,10 @@ Expected<gptq::V2Tables> tables() {
 }
 
 Status check_job(const CbGptqBatch& j, const CbGptqBook& book, const CbGptqSettings& o, bool need_h) {
-  if (book.K != 64 && book.K != 256)
+  if (book.K != 64 && book.K != 256 && book.K != 1024 && book.K != 4096)
     return err(
-        "gpu cb-gptq: sub-tables of {} entries; the device encoder supports 64 (K12) and 256 (K16) "
-        "(use --device cpu for larger rungs)",
+        "gpu cb-gptq: sub-tables of {} entries; the device encoder supports 64 (K12), 256 (K16), 1024 (K20) "
+        "and 4096 (K24) (use --device cpu for the others)",
         book.K);
   if (book.t.size() != size_t(2) * book.K * 4)
     return err("gpu cb-gptq: book has {} values, expected 2·K·4", book.t.size());

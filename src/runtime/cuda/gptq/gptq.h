@@ -8,7 +8,8 @@
 //   job.n_tokens = {5120, 4800};
 //   auto res = cb_gptq_fp4(job, book, settings, stream);   // sub-indices and v2 planes per matrix
 //
-// Supported books: two sub-tables of 4-vectors with 64 or 256 entries each (NVFP4_CB_K12, NVFP4_CB_K16).
+// Supported books: two sub-tables of 4-vectors with 64, 256, 1024 or 4096 entries each (NVFP4_CB_K12, K16,
+// K20, K24).
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -34,17 +34,17 @@ __global__ void step_tables(const double* __restrict__ U, int C, int b, const ui
   __syncthreads();
   const long long slot = static_cast<long long>(h) * kSteps + st;
   if (threadIdx.x < 16) Atab[slot * 16 + threadIdx.x] = As[threadIdx.x];
-  const int k = threadIdx.x;
-  if (k >= K) return;
-  const double* T = entry(book, K, st & 1, k);
-  double n2 = 0.0;
-  for (int j = 0; j < 4; ++j) {
-    double s = 0.0;
-    for (int i = 0; i <= j; ++i) s += T[i] * As[i * 4 + j];
-    Tp[(slot * K + k) * 4 + j] = s;
-    n2 += s * s;
+  for (int k = threadIdx.x; k < K; k += blockDim.x) {  // K20/K24: more entries than threads
+    const double* T = entry(book, K, st & 1, k);
+    double n2 = 0.0;
+    for (int j = 0; j < 4; ++j) {
+      double s = 0.0;
+      for (int i = 0; i <= j; ++i) s += T[i] * As[i * 4 + j];
+      Tp[(slot * K + k) * 4 + j] = s;
+      n2 += s * s;
+    }
+    nk[slot * K + k] = n2;
   }
-  nk[slot * K + k] = n2;
 }
 
 __global__ void __launch_bounds__(kWarps * 32)
@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(kTThreads)
 
 cudaError_t raw_step_tables(const double* U, int nH, int C, int b, const uint8_t* identity,
                             const double* book, int K, double* A, double* Tp, double* nk, cudaStream_t s) {
-  const int threads = K < 32 ? 32 : K;
+  const int threads = K < 32 ? 32 : K > 1024 ? 1024 : K;
   step_tables<<<dim3(nH, kSteps), threads, 0, s>>>(U, C, b, identity, book, K, A, Tp, nk);
   return cudaGetLastError();
 }

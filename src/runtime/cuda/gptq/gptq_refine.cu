@@ -36,15 +36,16 @@ __global__ void refine_damped(const float* __restrict__ H, int C, const double* 
 // Per slab v the entry norms n_k = t_k·Hd_SS·t_kᵀ.
 __global__ void refine_norms(const double* __restrict__ Hd, int C, const double* __restrict__ book, int K,
                              double* __restrict__ nk) {
-  const int h = blockIdx.y, v = blockIdx.x, k = threadIdx.x;
-  if (k >= K) return;
+  const int h = blockIdx.y, v = blockIdx.x;
   const double* Hh = Hd + static_cast<long long>(h) * C * C;
   const int c0 = v * kSubDim;
-  const double* T = entry(book, K, v & 1, k);
-  double n2 = 0.0;
-  for (int i = 0; i < 4; ++i)
-    for (int j = 0; j < 4; ++j) n2 += T[i] * Hh[static_cast<long long>(c0 + i) * C + c0 + j] * T[j];
-  nk[(static_cast<long long>(h) * (C / kSubDim) + v) * K + k] = n2;
+  for (int k = threadIdx.x; k < K; k += blockDim.x) {  // K20/K24: more entries than threads
+    const double* T = entry(book, K, v & 1, k);
+    double n2 = 0.0;
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 4; ++j) n2 += T[i] * Hh[static_cast<long long>(c0 + i) * C + c0 + j] * T[j];
+    nk[(static_cast<long long>(h) * (C / kSubDim) + v) * K + k] = n2;
+  }
 }
 
 // ŵ from the indices and planes (cb_gptq.cpp decode_fp4) and e = w − ŵ, [M, R, C] float64.
@@ -249,7 +250,7 @@ cudaError_t raw_refine_prepare(const float* H, int nH, int C, double* damp, cons
                                double* Hd, double* nk, uint8_t* cold, cudaStream_t s) {
   refine_lambda<<<(nH + 127) / 128, 128, 0, s>>>(H, nH, C, damp, cold);
   refine_damped<<<dim3(static_cast<unsigned>((C + 255) / 256), C, nH), 256, 0, s>>>(H, C, damp, Hd);
-  refine_norms<<<dim3(C / kSubDim, nH), K, 0, s>>>(Hd, C, book, K, nk);
+  refine_norms<<<dim3(C / kSubDim, nH), K<32 ? 32 : K> 1024 ? 1024 : K, 0, s>>>(Hd, C, book, K, nk);
   return cudaGetLastError();
 }
 

@@ -9,25 +9,50 @@
 namespace gridq::cuda::gptq {
 namespace {
 
-constexpr int kWarps = 8;  // rows per CTA
+// Rows (one warp each) per CTA: 8 for sub-tables of up to 256 entries (K12, K16); fewer for K20 (1024) and
+// K24 (4096), whose per-warp moment arrays would not fit eight to a CTA (two_tier_rows: 37 KB and 86 KB a
+// warp). A warp's row and its arithmetic do not depend on the count. Those two also declare one CTA per SM
+// (their shared memory allows no more), which lets ptxas keep them out of local memory; K12 / K16 keep the
+// compiler's own choice (0).
+template <int K>
+constexpr int warps_for() {
+  return K <= 256 ? 8 : K <= 1024 ? 4 : 2;
+}
+
+// Opts a kernel into `bytes` of dynamic shared memory (past the 48 KB default) and launches it.
+template <class Kern, class... Args>
+cudaError_t launch_smem(Kern kern, unsigned grid, int threads, size_t bytes, cudaStream_t s, Args... args) {
+  cudaError_t e =
+      cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (e != cudaSuccess) return e;
+  kern<<<grid, threads, bytes, s>>>(args...);
+  return cudaGetLastError();
+}
 
 // ---- pilot ----
 
-// Per warp: A, B [K] of one sub-vector, the group's w and qe [16].
+// Per warp, in dynamic shared memory: A, B [K] of one sub-vector, the group's w and qe [16].
 template <int K>
-__global__ void __launch_bounds__(kWarps * 32)
+constexpr int pilot_doubles() {
+  return 2 * K + 2 * kGroup;
+}
+
+template <int K>
+__global__ void __launch_bounds__(warps_for<K>() * 32, K > 256 ? 1 : 0)
     pilot_rows(const double* __restrict__ W, int M, int R, int C, int rows, const int* __restrict__ h_of,
                const float* __restrict__ q, const double* __restrict__ book, V2Tables t,
                double* __restrict__ numden) {
-  __shared__ double sA[kWarps][K], sB[kWarps][K], sw[kWarps][kGroup], sq[kWarps][kGroup];
+  extern __shared__ double smem[];
   const int wid = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const long long warp = static_cast<long long>(blockIdx.x) * kWarps + wid;
+  const long long warp = static_cast<long long>(blockIdx.x) * warps_for<K>() + wid;
   if (warp >= static_cast<long long>(M) * rows) return;
   const int m = static_cast<int>(warp / rows), r = static_cast<int>(warp % rows);
   const double* w = W + (static_cast<long long>(m) * R + r) * C;
   const float* qr = q + static_cast<long long>(h_of[m]) * C;
-  double* A = sA[wid];
-  double* B = sB[wid];
+  double* A = smem + wid * pilot_doubles<K>();
+  double* B = A + K;
+  double* sw = B + K;        // [kGroup]
+  double* sq = sw + kGroup;  // [kGroup]
   const double L = 6.0 - 2.0 * (lane & 15) / 15.0;
   double num = 0.0, den = 0.0;
   for (int g = 0; g < C / kGroup; ++g) {
@@ -39,8 +64,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int j = 0; j < kGroup; ++j) qs += qr[g * kGroup + j];
     __syncwarp();
     if (lane < kGroup) {
-      sw[wid][lane] = wv;
-      sq[wid][lane] = qs > 0.0 ? static_cast<double>(qr[g * kGroup + lane]) : 1.0;
+      sw[lane] = wv;
+      sq[lane] = qs > 0.0 ? static_cast<double>(qr[g * kGroup + lane]) : 1.0;
     }
     const double s = e4m3_round(amax / L, t.e4m3);
     const bool valid = lane < kGroup && s != 0.0;
@@ -49,8 +74,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int v = 0; v < kGroup / kSubDim; ++v) {
       const int sub = (g * (kGroup / kSubDim) + v) & 1;
       __syncwarp();
-      for (int k = lane; k < K; k += 32)
-        moments(entry(book, K, sub, k), &sw[wid][v * 4], &sq[wid][v * 4], A[k], B[k]);
+      for (int k = lane; k < K; k += 32) moments(entry(book, K, sub, k), &sw[v * 4], &sq[v * 4], A[k], B[k]);
       __syncwarp();
       if (valid) {
         double best = INFINITY;
@@ -68,11 +92,11 @@ __global__ void __launch_bounds__(kWarps * 32)
     const double bs = __shfl_sync(0xffffffffu, s, idx);
     for (int v = 0; v < kGroup / kSubDim; ++v) {
       const int sub = (g * (kGroup / kSubDim) + v) & 1;
-      const int k = best_entry_k(book, K, sub, &sw[wid][v * 4], &sq[wid][v * 4], bs, lane);
+      const int k = best_entry_k(book, K, sub, &sw[v * 4], &sq[v * 4], bs, lane);
       const double* te = entry(book, K, sub, k);
       for (int j = 0; j < kSubDim; ++j) {
-        num += sq[wid][v * 4 + j] * te[j] * te[j];
-        den += sq[wid][v * 4 + j];
+        num += sq[v * 4 + j] * te[j] * te[j];
+        den += sq[v * 4 + j];
       }
     }
   }
@@ -138,14 +162,14 @@ __device__ void exponent_window(const double* s0, int max_window, int& lo, int& 
 }
 
 template <int K>
-__global__ void __launch_bounds__(kWarps * 32)
+__global__ void __launch_bounds__(warps_for<K>() * 32, K > 256 ? 1 : 0)
     two_tier_rows(const double* __restrict__ W, int M, int R, int C, int b, const int* __restrict__ h_of,
                   const float* __restrict__ q, const double* __restrict__ m2v,
                   const double* __restrict__ book, V2Tables t, int max_window, int refits,
                   uint8_t* __restrict__ planes, uint32_t* __restrict__ sub_idx) {
   extern __shared__ double smem[];
   const int wid = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const long long warp = static_cast<long long>(blockIdx.x) * kWarps + wid;
+  const long long warp = static_cast<long long>(blockIdx.x) * warps_for<K>() + wid;
   if (warp >= static_cast<long long>(M) * R) return;
   const int m = static_cast<int>(warp / R), r = static_cast<int>(warp % R);
   double* sw = smem + wid * Smem::kDoubles(K);
@@ -318,28 +342,32 @@ template <int K>
 cudaError_t launch_two_tier(const double* W, int M, int R, int C, int b, const int* h_of, const float* q,
                             const double* m2, const double* book, V2Tables t, int max_window, int refits,
                             uint8_t* planes, uint32_t* sub_idx, cudaStream_t s) {
-  const size_t smem = sizeof(double) * kWarps * Smem::kDoubles(K);
-  cudaError_t e = cudaFuncSetAttribute(two_tier_rows<K>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem));
-  if (e != cudaSuccess) return e;
+  constexpr int kW = warps_for<K>();
   const long long warps = static_cast<long long>(M) * R;
-  two_tier_rows<K><<<static_cast<unsigned>((warps + kWarps - 1) / kWarps), kWarps * 32, smem, s>>>(
-      W, M, R, C, b, h_of, q, m2, book, t, max_window, refits, planes, sub_idx);
-  return cudaGetLastError();
+  return launch_smem(two_tier_rows<K>, static_cast<unsigned>((warps + kW - 1) / kW), kW * 32,
+                     sizeof(double) * kW * Smem::kDoubles(K), s, W, M, R, C, b, h_of, q, m2, book, t,
+                     max_window, refits, planes, sub_idx);
+}
+
+template <int K>
+cudaError_t launch_pilot(const double* W, int M, int R, int C, int rows, const int* h_of, const float* q,
+                         const double* book, V2Tables t, double* numden, cudaStream_t s) {
+  constexpr int kW = warps_for<K>();
+  const long long warps = static_cast<long long>(M) * rows;
+  return launch_smem(pilot_rows<K>, static_cast<unsigned>((warps + kW - 1) / kW), kW * 32,
+                     sizeof(double) * kW * pilot_doubles<K>(), s, W, M, R, C, rows, h_of, q, book, t, numden);
 }
 
 }  // namespace
 
 cudaError_t raw_pilot_m2(const double* W, int M, int R, int C, int rows, const int* h_of, const float* q,
                          const double* book, int K, V2Tables t, double* numden, double* m2, cudaStream_t s) {
-  const long long warps = static_cast<long long>(M) * rows;
-  const unsigned grid = static_cast<unsigned>((warps + kWarps - 1) / kWarps);
-  if (K == 256)
-    pilot_rows<256><<<grid, kWarps * 32, 0, s>>>(W, M, R, C, rows, h_of, q, book, t, numden);
-  else if (K == 64)
-    pilot_rows<64><<<grid, kWarps * 32, 0, s>>>(W, M, R, C, rows, h_of, q, book, t, numden);
-  else
-    return cudaErrorNotSupported;
+  cudaError_t e = cudaErrorNotSupported;
+  if (K == 64) e = launch_pilot<64>(W, M, R, C, rows, h_of, q, book, t, numden, s);
+  if (K == 256) e = launch_pilot<256>(W, M, R, C, rows, h_of, q, book, t, numden, s);
+  if (K == 1024) e = launch_pilot<1024>(W, M, R, C, rows, h_of, q, book, t, numden, s);
+  if (K == 4096) e = launch_pilot<4096>(W, M, R, C, rows, h_of, q, book, t, numden, s);
+  if (e != cudaSuccess) return e;
   pilot_reduce<<<(M + 127) / 128, 128, 0, s>>>(numden, M, rows, m2);
   return cudaGetLastError();
 }
@@ -347,10 +375,14 @@ cudaError_t raw_pilot_m2(const double* W, int M, int R, int C, int rows, const i
 cudaError_t raw_two_tier(const double* W, int M, int R, int C, int b, const int* h_of, const float* q,
                          const double* m2, const double* book, int K, V2Tables t, int max_window, int refits,
                          uint8_t* planes, uint32_t* sub_idx, cudaStream_t s) {
-  if (K == 256)
-    return launch_two_tier<256>(W, M, R, C, b, h_of, q, m2, book, t, max_window, refits, planes, sub_idx, s);
   if (K == 64)
     return launch_two_tier<64>(W, M, R, C, b, h_of, q, m2, book, t, max_window, refits, planes, sub_idx, s);
+  if (K == 256)
+    return launch_two_tier<256>(W, M, R, C, b, h_of, q, m2, book, t, max_window, refits, planes, sub_idx, s);
+  if (K == 1024)
+    return launch_two_tier<1024>(W, M, R, C, b, h_of, q, m2, book, t, max_window, refits, planes, sub_idx, s);
+  if (K == 4096)
+    return launch_two_tier<4096>(W, M, R, C, b, h_of, q, m2, book, t, max_window, refits, planes, sub_idx, s);
   return cudaErrorNotSupported;
 }
 
