@@ -22,6 +22,7 @@
 #   GRIDQ_PREFILL arguments of `gridq bench prefill` (step "prefill"; default: --synthetic laguna-s-2.1)
 #   GRIDQ_COMMIT  commit recorded in the results (pass `git rev-parse --short=12 HEAD` of the sent tree: the copied
 #                 tree's .git may be stale)
+#   GRIDQ_NO_PACK set: leave $OUT's files loose at exit (default: more than 8 are packed into results.tar.xz)
 #   GRIDQ_FILTER  gtest filter of the engine tests (default CudaEngine.*:CudaInvariance.*:CudaLinear.*:CudaSampler.*:CudaBenchDecode*:BenchDecode*)
 set -o pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +31,16 @@ mkdir -p "$OUT"
 STEPS=${GRIDQ_STEPS:-build tests artifacts generate serve pysuite bench sanitize}
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 log() { echo "== $(date +%T) $*" | tee -a "$OUT/summary.txt"; }
+# The device tool returns at most 8 files from $OUT (and drops the rest): on exit, more than that are packed
+# into results.tar.xz beside summary.txt (GRIDQ_NO_PACK=1 keeps them loose). A run killed at the tool's limit
+# does not get here; its files come back loose, as many as fit.
+pack_out() {
+  [ -n "${GRIDQ_NO_PACK:-}" ] && return
+  [ "$(find "$OUT" -type f | wc -l)" -le 8 ] && return
+  tar cJf /tmp/gridq-results.tar.xz -C "$OUT" --exclude summary.txt . &&
+    find "$OUT" -mindepth 1 ! -name summary.txt -delete && mv /tmp/gridq-results.tar.xz "$OUT/results.tar.xz"
+}
+trap pack_out EXIT
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv,noheader
   nvcc --version | tail -1
