@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "core/numerics.h"
+
 namespace gridq::quant {
 
 std::string book_key(const std::string& format, int layer) { return fmt::format("{}@{}", format, layer); }
@@ -19,6 +21,25 @@ int layer_of_name(const std::string& name) {
 
 std::string book_key_for(const std::string& source, const std::string& format, const std::string& name) {
   return source == kPerLayerBooks ? book_key(format, layer_of_name(name)) : format;
+}
+
+std::string book_ref(const std::string& source, int layer) {
+  if (source == "lattice") return "lattice";
+  return source == kPerLayerBooks ? fmt::format("learned.L{}", layer) : "learned";
+}
+
+std::vector<gridbook::CodebookTable> codebook_tables(const gridbook::Codebook& cb, const std::string& ref) {
+  std::vector<gridbook::CodebookTable> out;
+  for (int i = 0; i < cb.rung.n_sub(); ++i) {
+    gridbook::CodebookTable t;
+    t.name = gridbook::codebook_table_name(ref, cb.rung, i);
+    t.cols = cb.rung.sub_dim();
+    t.rows = static_cast<int64_t>(cb.sub[static_cast<size_t>(i)].size()) / t.cols;
+    for (float v : cb.sub[static_cast<size_t>(i)]) t.f16.push_back(f32_to_f16(v));
+    t.sha256 = gridbook::codebook_digest(t.f16);
+    out.push_back(std::move(t));
+  }
+  return out;
 }
 
 }  // namespace gridq::quant

@@ -5,6 +5,10 @@
 #pragma once
 
 #include <string>
+#include <vector>
+
+#include "gridbook/codec.h"
+#include "gridbook/sidecar.h"
 
 namespace gridq::quant {
 
@@ -15,5 +19,12 @@ int layer_of_name(const std::string& name);  // "model.layers.3.…" → 3; −1
 
 // The book key of `format` for tensor or module `name` under codebook source `source`.
 std::string book_key_for(const std::string& source, const std::string& format, const std::string& name);
+
+// The sidecar ref of a book (codebook_table_name's `ref`; format.md §10: producer-chosen and opaque):
+// "lattice", "learned", or "learned.L3" for layer 3's book under learned-per-layer.
+std::string book_ref(const std::string& source, int layer);
+
+// A book's sub-tables as sidecar tables named after `ref` (FP16 values, digests).
+std::vector<gridbook::CodebookTable> codebook_tables(const gridbook::Codebook& cb, const std::string& ref);
 
 }  // namespace gridq::quant

@@ -296,25 +296,17 @@ Expected<QuantConfigOut> build_quant_config(const ExportInfo& info) {
     (rung.grid == gridbook::Grid::FP4 ? any_fp4 : any_fp8cb) = true;
     // Per-layer books: a group per (rung, layer), its tables named after the layer (book_keys.h).
     const int layer = per_layer ? layer_of_name(*targets.begin()) : -1;
-    const std::string ref = info.codebook_source == "lattice" ? "lattice"
-                            : per_layer                       ? fmt::format("learned.L{}", layer)
-                                                              : "learned";
+    const std::string ref = book_ref(info.codebook_source, layer);
     gridbook::CbScheme scheme = gridbook::make_cb_scheme(rung, "cb_codebook." + ref);
     scheme.codebook_source = info.codebook_source == "lattice" ? "lattice" : "learned";  // format.md §11
     qc.groups.push_back({per_layer ? fmt::format("{}_l{}", lower(format), layer) : lower(format),
                          std::vector<std::string>(targets.begin(), targets.end()), format, scheme});
-    for (int i = 0; i < rung.n_sub(); ++i) {
-      gridbook::CodebookTable t;
-      t.name = gridbook::codebook_table_name(ref, rung, i);
-      if (t.name != scheme.codebook_ref[static_cast<size_t>(i)])
-        return err("codebook table name '{}' does not match the scheme's ref '{}'", t.name,
+    std::vector<gridbook::CodebookTable> tables = codebook_tables(cb, ref);
+    for (size_t i = 0; i < tables.size(); ++i)
+      if (tables[i].name != scheme.codebook_ref[i])
+        return err("codebook table name '{}' does not match the scheme's ref '{}'", tables[i].name,
                    scheme.codebook_ref[i]);
-      t.cols = rung.sub_dim();
-      t.rows = static_cast<int64_t>(cb.sub[static_cast<size_t>(i)].size()) / t.cols;
-      for (float v : cb.sub[static_cast<size_t>(i)]) t.f16.push_back(f32_to_f16(v));
-      t.sha256 = gridbook::codebook_digest(t.f16);
-      out.tables.push_back(std::move(t));
-    }
+    for (gridbook::CodebookTable& t : tables) out.tables.push_back(std::move(t));
   }
   if (!fp8_targets.empty())
     qc.groups.push_back({"fp8_dynamic", std::vector<std::string>(fp8_targets.begin(), fp8_targets.end()),

@@ -94,8 +94,4 @@ class CodebookLearner {
 Expected<gridbook::Codebook> learn_codebook(const gridbook::Rung& rung, std::span<const LearnInput> mats,
                                             const LearnOptions& opt = {}, LearnReport* report = nullptr);
 
-// Sidecar reference name of a learned book, "learned" (format.md §10: <ref> is producer-chosen and opaque;
-// tables are cb_codebook.learned.<fmt>.sub{i}).
-inline constexpr const char* kLearnedBookRef = "learned";
-
 }  // namespace gridq::quant

@@ -59,9 +59,7 @@ Status Driver::build_codebooks(int start_layer) {
     for (const TensorTask& t : tasks)
       if (learns_from(t, f)) books[book_key(f, t.layer)] = {f, t.layer};
   }
-  auto ref_of = [](const Book& b) {
-    return b.layer < 0 ? std::string(kLearnedBookRef) : fmt::format("{}.L{}", kLearnedBookRef, b.layer);
-  };
+  auto ref_of = [&](const Book& b) { return book_ref(codebook_source, b.layer); };
   const std::string books_path = resume_file(kLearnedBooksFile);
   std::error_code ec;
   if (start_layer > 0 && fs::exists(books_path, ec)) {
@@ -114,15 +112,8 @@ Status Driver::build_codebooks(int start_layer) {
   std::vector<gridbook::CodebookTable> tables;
   for (auto& [key, learner] : learners) {
     GRIDQ_ASSIGN_OR_RETURN(gridbook::Codebook cb, learner->finish());
-    for (int i = 0; i < cb.rung.n_sub(); ++i) {
-      gridbook::CodebookTable t;
-      t.name = gridbook::codebook_table_name(ref_of(books.at(key)), cb.rung, i);
-      t.cols = cb.rung.sub_dim();
-      t.rows = static_cast<int64_t>(cb.sub[static_cast<size_t>(i)].size()) / t.cols;
-      for (float v : cb.sub[static_cast<size_t>(i)]) t.f16.push_back(f32_to_f16(v));
-      t.sha256 = gridbook::codebook_digest(t.f16);
+    for (gridbook::CodebookTable& t : codebook_tables(cb, ref_of(books.at(key))))
       tables.push_back(std::move(t));
-    }
     codebooks.emplace(key, std::move(cb));
   }
   std::sort(tables.begin(), tables.end(), [](const auto& a, const auto& b) { return a.name < b.name; });

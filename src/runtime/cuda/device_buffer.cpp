@@ -18,21 +18,18 @@ Expected<DeviceBuffer> DeviceBuffer::alloc(size_t bytes, const std::string& what
   return b;
 }
 
-DeviceBuffer::~DeviceBuffer() {
-  // A destructor cannot report; a failing cudaFree means the context is already broken and the next checked
-  // call reports it.
-  if (p_) {
-    (void)cudaFree(p_);
-    device_bytes_changed(-static_cast<int64_t>(n_));
-  }
+void DeviceBuffer::release() {
+  // No report: a failing cudaFree means the context is already broken and the next checked call reports it.
+  if (!p_) return;
+  (void)cudaFree(p_);
+  device_bytes_changed(-static_cast<int64_t>(n_));
 }
+
+DeviceBuffer::~DeviceBuffer() { release(); }
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
   if (this != &o) {
-    if (p_) {
-      (void)cudaFree(p_);
-      device_bytes_changed(-static_cast<int64_t>(n_));
-    }
+    release();
     p_ = std::exchange(o.p_, nullptr);
     n_ = std::exchange(o.n_, 0);
   }

@@ -36,6 +36,8 @@ class DeviceBuffer {
   Status zero();
 
  private:
+  void release();  // frees the memory (if any) and takes it off core/device_meter's count
+
   void* p_ = nullptr;
   size_t n_ = 0;
 };

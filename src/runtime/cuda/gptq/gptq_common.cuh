@@ -11,6 +11,10 @@
 
 namespace gridq::cuda::gptq {
 
+// Threads of a CTA whose threads loop over a sub-table's K entries: K itself up to a CTA's 1024 (K20), at
+// least a warp; K24's 4096 entries take four rounds.
+inline int entry_threads(int K) { return K < 32 ? 32 : K > 1024 ? 1024 : K; }
+
 // Entry k of sub-table `sub`: book [2, K, 4].
 __device__ __forceinline__ const double* entry(const double* book, int K, int sub, int k) {
   return book + (static_cast<long long>(sub) * K + k) * kSubDim;

@@ -158,8 +158,7 @@ __global__ void __launch_bounds__(kTThreads)
 
 cudaError_t raw_step_tables(const double* U, int nH, int C, int b, const uint8_t* identity,
                             const double* book, int K, double* A, double* Tp, double* nk, cudaStream_t s) {
-  const int threads = K < 32 ? 32 : K > 1024 ? 1024 : K;
-  step_tables<<<dim3(nH, kSteps), threads, 0, s>>>(U, C, b, identity, book, K, A, Tp, nk);
+  step_tables<<<dim3(nH, kSteps), entry_threads(K), 0, s>>>(U, C, b, identity, book, K, A, Tp, nk);
   return cudaGetLastError();
 }
 

@@ -250,7 +250,7 @@ cudaError_t raw_refine_prepare(const float* H, int nH, int C, double* damp, cons
                                double* Hd, double* nk, uint8_t* cold, cudaStream_t s) {
   refine_lambda<<<(nH + 127) / 128, 128, 0, s>>>(H, nH, C, damp, cold);
   refine_damped<<<dim3(static_cast<unsigned>((C + 255) / 256), C, nH), 256, 0, s>>>(H, C, damp, Hd);
-  refine_norms<<<dim3(C / kSubDim, nH), K<32 ? 32 : K> 1024 ? 1024 : K, 0, s>>>(Hd, C, book, K, nk);
+  refine_norms<<<dim3(C / kSubDim, nH), entry_threads(K), 0, s>>>(Hd, C, book, K, nk);
   return cudaGetLastError();
 }
 

@@ -4,6 +4,8 @@
 // one sub-vector at a time (lanes over entries) and then every lane scores its own candidate scales against
 // all entries in ascending k — the CPU's sequence of operations and tie rules per value, so the chosen
 // planes are the CPU's. Compiled with -fmad=false.
+#include <type_traits>
+
 #include "runtime/cuda/gptq/gptq_common.cuh"
 
 namespace gridq::cuda::gptq {
@@ -17,6 +19,23 @@ namespace {
 template <int K>
 constexpr int warps_for() {
   return K <= 256 ? 8 : K <= 1024 ? 4 : 2;
+}
+
+// f(std::integral_constant<int, K>{}) for the sub-table sizes the kernels are built for (K12, K16, K20, K24).
+template <class F>
+cudaError_t with_k(int K, F f) {
+  switch (K) {
+    case 64:
+      return f(std::integral_constant<int, 64>{});
+    case 256:
+      return f(std::integral_constant<int, 256>{});
+    case 1024:
+      return f(std::integral_constant<int, 1024>{});
+    case 4096:
+      return f(std::integral_constant<int, 4096>{});
+    default:
+      return cudaErrorNotSupported;
+  }
 }
 
 // Opts a kernel into `bytes` of dynamic shared memory (past the 48 KB default) and launches it.
@@ -362,11 +381,9 @@ cudaError_t launch_pilot(const double* W, int M, int R, int C, int rows, const i
 
 cudaError_t raw_pilot_m2(const double* W, int M, int R, int C, int rows, const int* h_of, const float* q,
                          const double* book, int K, V2Tables t, double* numden, double* m2, cudaStream_t s) {
-  cudaError_t e = cudaErrorNotSupported;
-  if (K == 64) e = launch_pilot<64>(W, M, R, C, rows, h_of, q, book, t, numden, s);
-  if (K == 256) e = launch_pilot<256>(W, M, R, C, rows, h_of, q, book, t, numden, s);
-  if (K == 1024) e = launch_pilot<1024>(W, M, R, C, rows, h_of, q, book, t, numden, s);
-  if (K == 4096) e = launch_pilot<4096>(W, M, R, C, rows, h_of, q, book, t, numden, s);
+  const cudaError_t e = with_k(K, [&](auto k) {
+    return launch_pilot<decltype(k)::value>(W, M, R, C, rows, h_of, q, book, t, numden, s);
+  });
   if (e != cudaSuccess) return e;
   pilot_reduce<<<(M + 127) / 128, 128, 0, s>>>(numden, M, rows, m2);
   return cudaGetLastError();
@@ -375,15 +392,10 @@ cudaError_t raw_pilot_m2(const double* W, int M, int R, int C, int rows, const i
 cudaError_t raw_two_tier(const double* W, int M, int R, int C, int b, const int* h_of, const float* q,
                          const double* m2, const double* book, int K, V2Tables t, int max_window, int refits,
                          uint8_t* planes, uint32_t* sub_idx, cudaStream_t s) {
-  if (K == 64)
-    return launch_two_tier<64>(W, M, R, C, b, h_of, q, m2, book, t, max_window, refits, planes, sub_idx, s);
-  if (K == 256)
-    return launch_two_tier<256>(W, M, R, C, b, h_of, q, m2, book, t, max_window, refits, planes, sub_idx, s);
-  if (K == 1024)
-    return launch_two_tier<1024>(W, M, R, C, b, h_of, q, m2, book, t, max_window, refits, planes, sub_idx, s);
-  if (K == 4096)
-    return launch_two_tier<4096>(W, M, R, C, b, h_of, q, m2, book, t, max_window, refits, planes, sub_idx, s);
-  return cudaErrorNotSupported;
+  return with_k(K, [&](auto k) {
+    return launch_two_tier<decltype(k)::value>(W, M, R, C, b, h_of, q, m2, book, t, max_window, refits,
+                                               planes, sub_idx, s);
+  });
 }
 
 }  // namespace gridq::cuda::gptq
