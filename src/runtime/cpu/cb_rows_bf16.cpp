@@ -28,6 +28,21 @@ bool fused_k16v2_bf16(const QMatrix& m) {
   return have_avx512_vbmi() && fused_k16v2(m) && m.codebook->fp4_quad_planes.size() == 1024;
 }
 
+// Prefill (T ≥ 4 tokens), and every T for rungs without a register decoder: each block of up to 4 rows
+// decoded to BF16 scratch by decode(r, n, out [n, cols]) once, then the BF16 kernels' tiles (the bits of
+// bf16_dot_rows on the decoded rows).
+template <class Decode>
+void rows_via_scratch(const QMatrix& m, int64_t r0, int nr, const uint16_t* xb, int64_t T, float* y,
+                      int64_t ldy, Decode decode) {
+  thread_local LineVector<uint16_t> rows;  // [4, cols]
+  rows.resize(static_cast<size_t>(4 * m.cols));
+  for (int b = 0; b < nr; b += 4) {
+    const int n = std::min(4, nr - b);
+    decode(r0 + b, n, rows.data());
+    bf16_dot_rows(rows.data(), m.cols, n, xb, T, y + b, ldy);
+  }
+}
+
 }  // namespace
 
 #pragma GCC push_options
@@ -156,20 +171,15 @@ void k16v2_row_bf16(const QMatrix& m, int64_t r, uint16_t* out) {
   k16v2_rows_bf16<Shared>(m, load_books(*m.codebook), k16v2_products(), r, 1, out);
 }
 
-// Prefill (T ≥ 4 tokens): each block of 4 rows decoded to BF16 scratch once, then the BF16 kernels' tiles
-// (the bits of bf16_dot_rows on the decoded rows); the books loaded once for all nr rows, not once per row.
+// Prefill (T ≥ 4 tokens) through scratch, the books loaded once for all nr rows, not once per row.
 template <bool Shared>
 void k16v2_prefill(const QMatrix& m, int64_t r0, int nr, const uint16_t* xb, int64_t T, float* y,
                    int64_t ldy) {
   const K16v2Books bk = load_books(*m.codebook);
   const uint16_t* products = k16v2_products();
-  thread_local LineVector<uint16_t> rows;  // [4, cols]
-  rows.resize(static_cast<size_t>(4 * m.cols));
-  for (int b = 0; b < nr; b += 4) {
-    const int n = std::min(4, nr - b);
-    k16v2_rows_bf16<Shared>(m, bk, products, r0 + b, n, rows.data());
-    bf16_dot_rows(rows.data(), m.cols, n, xb, T, y + b, ldy);
-  }
+  rows_via_scratch(m, r0, nr, xb, T, y, ldy, [&](int64_t r, int n, uint16_t* out) {
+    k16v2_rows_bf16<Shared>(m, bk, products, r, n, out);
+  });
 }
 
 // NR K16 v2 rows against NT ≤ 3 tokens in the BF16 fast order (bf16_dot.h): each superblock decoded in
@@ -241,14 +251,9 @@ void cb_dot_rows_bf16(const QMatrix& m, int64_t r0, int nr, const uint16_t* xb, 
     if (m.codebook->subs_identical) return k16v2_prefill<true>(m, r0, nr, xb, T, y, ldy);
     return k16v2_prefill<false>(m, r0, nr, xb, T, y, ldy);
   }
-  // Other rungs: each block of up to 4 rows decoded to BF16 by the reference, then the BF16 kernels' tiles.
-  thread_local LineVector<uint16_t> rows;  // [4, cols]
-  rows.resize(static_cast<size_t>(4 * m.cols));
-  for (int b = 0; b < nr; b += 4) {
-    const int n = std::min(4, nr - b);
-    for (int i = 0; i < n; ++i) decode_cb_row_bf16(m, r0 + b + i, rows.data() + i * m.cols);
-    bf16_dot_rows(rows.data(), m.cols, n, xb, T, y + b, ldy);
-  }
+  rows_via_scratch(m, r0, nr, xb, T, y, ldy, [&](int64_t r, int n, uint16_t* out) {
+    for (int i = 0; i < n; ++i) decode_cb_row_bf16(m, r + i, out + static_cast<int64_t>(i) * m.cols);
+  });
 }
 
 }  // namespace gridq::runtime::cpu
