@@ -268,10 +268,10 @@ Expected<EncodedTensor> encode_tensor(const SourceWeight& w, const InputStats* i
       if (rung.layout_version != 2)
         return err("tensor '{}': {} with v1 scale coding is not implemented by the encoder (use two_tier)",
                    w.name, p.format);
-      // The GPU encoder covers the product rungs of 64- and 256-entry sub-tables (K12, K16: the routed
-      // experts of the laguna and experts-k12 recipes); larger tables are encoded on the CPU (same bytes).
-      const bool on_gpu =
-          p.device_encode && rung.mode == gridbook::Mode::Product && (rung.k == 12 || rung.k == 16);
+      // The GPU encoder covers the product rungs of two equal sub-tables, K12 to K24 (the routed experts of
+      // the laguna, experts-k12 and experts-k20 recipes); the others are encoded on the CPU (same bytes).
+      const bool on_gpu = p.device_encode && rung.mode == gridbook::Mode::Product &&
+                          (rung.k == 12 || rung.k == 16 || rung.k == 20 || rung.k == 24);
       const auto run_gptq = [&]() -> Expected<Fp4CbEncoding> {
         const bool dev = (on_gpu && !p.cb_gptq.act_order) || pre;
         DeviceRefined refined;

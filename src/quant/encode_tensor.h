@@ -34,7 +34,7 @@ struct EncodeParams {
   std::string encoder = "cb_gptq";  // "cb_gptq" or "rtn"; ignored for BF16
   CbGptqParams cb_gptq;
   TwoTierParams two_tier;
-  // `--device cuda`: NVFP4-CB K12/K16 CB-GPTQ, its refinement and RTN run on the GPU (the same bytes;
+  // `--device cuda`: NVFP4-CB K12-K24 CB-GPTQ, its refinement and RTN run on the GPU (the same bytes;
   // cb_gptq_device.h), and so does every output proxy (the same bits). The routed experts go through the
   // device batch (pipeline.h encode_experts_on_device), which also takes their holdout MSEs; act-order, FP8
   // and the other rungs stay on the CPU.

@@ -51,7 +51,7 @@ Status Driver::prepare() {
   if (o.device == "cuda") {  // refused here, before any work, when there is no usable GPU
     GRIDQ_ASSIGN_OR_RETURN(runtime::DeviceChoice dc, runtime::choose_device("cuda"));
     device_line = dc.log_line +
-                  " (quantize: the teacher forward, Hessians, NVFP4-CB K12/K16 CB-GPTQ, refinement and RTN "
+                  " (quantize: the teacher forward, Hessians, NVFP4-CB K12-K24 CB-GPTQ, refinement and RTN "
                   "on the GPU; FP8, the other rungs and the holdout statistics on the CPU)";
   }
   if (o.budget_score != "measured" && o.budget_score != "proxy")

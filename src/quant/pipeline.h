@@ -121,7 +121,7 @@ Expected<std::vector<EncodedTensor>> encode_layer_tensors(
     const std::map<std::string, gridbook::Codebook>& codebooks,
     const std::function<void(const std::string&)>& on_tensor = {}, EncodeSeconds* secs = nullptr);
 
-// --device cuda: the routed experts of `layer` whose rule the GPU batch encodes (NVFP4-CB K12/K16 v2 by
+// --device cuda: the routed experts of `layer` whose rule the GPU batch encodes (NVFP4-CB K12-K24 v2 by
 // CB-GPTQ without act-order, or RTN), in chunks of experts sharing one device call (encode_experts.cpp);
 // keyed by index into `tasks`. The bytes and records are encode_tensor's for each of them.
 Expected<std::map<size_t, EncodedTensor>> encode_experts_on_device(
