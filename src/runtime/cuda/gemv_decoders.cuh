@@ -114,6 +114,16 @@ struct DecCB {
   static constexpr int kTabEntries = 2 << B;  // both sub-tables
   static constexpr int kScaleTabOff = kTabEntries * kRep * 8;
   static constexpr int kSmemBytes = kScaleTabOff + 256 * 4;
+  // K16 (byte sub-indices): the tables interleaved as [index][sub-table][rep] (256 B an index), so that a
+  // lookup's offset is one byte permute of the record word (decode). Elsewhere [sub-table][index][rep].
+  static constexpr bool kBytePlanes = B == 8 && kRep == 16;
+  // The codebook entry (sub-table · 2^B + index) held by table slot i.
+  __device__ static int entry_of(int i) {
+    if constexpr (kBytePlanes)
+      return ((i >> 4) & 1) * 256 + (i >> 5);
+    else
+      return i / kRep;
+  }
   struct Frag {
     uint32_t rec[2][NW];
     uint32_t sc[2];
@@ -136,7 +146,7 @@ struct DecCB {
 #pragma unroll
       for (int j = 0; j < kBatch; ++j) {
         const int i = base + j * nt + static_cast<int>(threadIdx.x);
-        if (i < kTotal) v[j] = __ldg(cb + i / kRep);
+        if (i < kTotal) v[j] = __ldg(cb + entry_of(i));
       }
 #pragma unroll
       for (int j = 0; j < kBatch; ++j) {
@@ -145,8 +155,9 @@ struct DecCB {
       }
     }
     int* st = reinterpret_cast<int*>(static_cast<char*>(smem) + kScaleTabOff);
-    if constexpr (V == 2) {
-      if (threadIdx.x < 16) st[threadIdx.x] = p.stab[threadIdx.x];
+    if constexpr (V == 2) {  // both halves of a word: scale2 adds the superblock's exponent to both at once
+      if (threadIdx.x < 16)
+        st[threadIdx.x] = static_cast<int>(static_cast<uint32_t>(p.stab[threadIdx.x]) * 0x10001u);
     } else {
       // E4M3 byte -> BF16 bits (exact); NaN bytes -> BF16 NaN. Load-time checks refuse NaN and signed bytes.
       for (int b = threadIdx.x; b < 256; b += blockDim.x) {
@@ -206,23 +217,33 @@ struct DecCB {
   }
 
   // BF16 scale of group (4t + G) of half h, duplicated into both halves of a word.
+  // v2: (T[c] − (127 << 7) + (E << 7)) in both halves, as the sum of the table's doubled word and E's (the
+  // sum of two doubled 16-bit values is the doubled sum, mod 2^32).
   template <int G>
   __device__ static uint32_t scale2(const Frag& f, int h, const int* st) {
-    uint32_t s;
     if constexpr (V == 2)
-      s = static_cast<uint32_t>(st[(f.sc[h] >> (4 * G)) & 15] + static_cast<int>(f.e[h] << 7));
+      return static_cast<uint32_t>(st[(f.sc[h] >> (4 * G)) & 15]) + f.e[h] * (0x10001u << 7);
     else
-      s = static_cast<uint32_t>(st[(f.sc[h] >> (8 * G)) & 255]);
-    return s * 0x10001u;
+      return static_cast<uint32_t>(st[(f.sc[h] >> (8 * G)) & 255]) * 0x10001u;
   }
 
   // Decoded A-fragment words of sub-vector J: a0/a2 (row g), a1/a3 (row g+8).
   template <int J>
   __device__ static void decode(const Frag& f, const uint2* tab, int rep, uint32_t s0, uint32_t s1,
                                 uint32_t& a0, uint32_t& a1, uint32_t& a2, uint32_t& a3) {
-    constexpr int tb = (J & 1) << B;
-    uint2 e0 = tab[(tb + sub_index<J>(f.rec[0])) * kRep + rep];
-    uint2 e1 = tab[(tb + sub_index<J>(f.rec[1])) * kRep + rep];
+    uint2 e0, e1;
+    if constexpr (kBytePlanes) {
+      // Byte offset idx·256 + 8·rep in one byte permute: byte 0 = 8·rep, byte 1 = the sub-index byte.
+      constexpr uint32_t sel = 0x5504u | ((J % 4) << 4);
+      const char* t = reinterpret_cast<const char*>(tab) + (J & 1) * 128;
+      const uint32_t r8 = static_cast<uint32_t>(rep) * 8;
+      e0 = *reinterpret_cast<const uint2*>(t + __byte_perm(f.rec[0][J / 4], r8, sel));
+      e1 = *reinterpret_cast<const uint2*>(t + __byte_perm(f.rec[1][J / 4], r8, sel));
+    } else {
+      constexpr int tb = (J & 1) << B;
+      e0 = tab[(tb + sub_index<J>(f.rec[0])) * kRep + rep];
+      e1 = tab[(tb + sub_index<J>(f.rec[1])) * kRep + rep];
+    }
     a0 = hmul2_bits(e0.x, s0);
     a2 = hmul2_bits(e0.y, s0);
     a1 = hmul2_bits(e1.x, s1);
