@@ -16,7 +16,9 @@
 #   GRIDQ_BENCH   arguments of `gridq bench decode` (default: --synthetic laguna-s-2.1)
 #   GRIDQ_BENCH_NOPDL  set: the same bench again with --no-pdl
 #   GRIDQ_BASE_OVERLAY  step "basebuild": a folder of baseline files (repo paths) laid over a copy of this tree
-#   GRIDQ_AB_REPS step "benchab": rounds of `bench decode $GRIDQ_BENCH`, baseline then this tree
+#   GRIDQ_AB_REPS step "benchab": rounds of `bench decode $GRIDQ_BENCH`: baseline (if built), this tree, variants
+#   GRIDQ_VARIANTS step "variants" (after build): folders of repo-path files, each laid over this tree and built
+#                 incrementally in build-gpu into /tmp/var_N/gridq (then this tree is rebuilt); benchab times them
 #   GRIDQ_BENCHX  step "benchx": '|'-separated extra argument lists, `bench decode $GRIDQ_BENCH` once with each
 #   GRIDQ_TIMELINE_ARGS  step "timeline": `bench decode` arguments run under the CUPTI kernel recorder
 #   GRIDQ_PREFILL arguments of `gridq bench prefill` (step "prefill"; default: --synthetic laguna-s-2.1)
@@ -214,10 +216,40 @@ if has basebuild; then  # a baseline gridq: this tree with GRIDQ_BASE_OVERLAY's 
   log "base build: $(($(date +%s) - t0)) s"
 fi
 
-if has benchab; then  # bench decode alternating the baseline (step basebuild) and this tree, GRIDQ_AB_REPS rounds
+if has variants; then  # source variants built incrementally in build-gpu (one object, not a second full build)
+  t0=$(date +%s)
+  n=0
+  for v in ${GRIDQ_VARIANTS:-}; do
+    n=$((n + 1))
+    files=$(cd "$v" && find . -type f | sed 's#^\./##')
+    rm -rf /tmp/var_keep && mkdir -p /tmp/var_keep /tmp/var_$n
+    for f in $files; do
+      [ -f "$f" ] && mkdir -p "/tmp/var_keep/$(dirname "$f")" && cp "$f" "/tmp/var_keep/$f"
+    done
+    cp -r "$v"/. .
+    if ninja -C $B -j16 gridq > "$OUT/variant_${n}_build.txt" 2>&1; then
+      cp $B/gridq /tmp/var_$n/gridq && rm -f "$OUT/variant_${n}_build.txt"
+    else
+      grep -E "error" -A3 "$OUT/variant_${n}_build.txt" | head -30
+    fi
+    for f in $files; do  # back to this tree's files (a newer mtime: ninja rebuilds them)
+      if [ -f "/tmp/var_keep/$f" ]; then cp "/tmp/var_keep/$f" "$f" && touch "$f"; else rm -f "$f"; fi
+    done
+    echo "var_$n = $v: $files" | tee -a "$OUT/variants.txt"
+  done
+  ninja -C $B -j16 gridq > /dev/null 2>&1 || log "rebuild of this tree after the variants failed"
+  log "variants: $n built ($(($(date +%s) - t0)) s)"
+fi
+
+if has benchab; then  # bench decode alternating the baseline (step basebuild), this tree and the variants, GRIDQ_AB_REPS rounds
+  sides="new"
+  [ -x /tmp/base/build-gpu/gridq ] && sides="base new"
+  for v in /tmp/var_*/gridq; do [ -x "$v" ] && sides="$sides $(basename "$(dirname "$v")")"; done
   for i in $(seq 1 "${GRIDQ_AB_REPS:-2}"); do
-    for side in base new; do
-      bin=$G; [ $side = base ] && bin=/tmp/base/build-gpu/gridq
+    for side in $sides; do
+      bin=$G
+      [ $side = base ] && bin=/tmp/base/build-gpu/gridq
+      [[ $side == var_* ]] && bin=/tmp/$side/gridq
       timeout 200 $bin bench decode ${GRIDQ_BENCH:---synthetic laguna-s-2.1} --out "$OUT/ab_${side}_$i.json" \
         > "$OUT/ab_${side}_$i.txt" 2>&1
       echo "-- $side round $i: exit $?"; grep -E "tok/s|copy" "$OUT/ab_${side}_$i.txt" | head -8
