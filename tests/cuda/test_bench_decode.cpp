@@ -208,6 +208,14 @@ TEST(BenchDecode, TinySyntheticCells) {
     EXPECT_GT(c["gbs"].get<double>(), 0.0) << c.dump();
     EXPECT_GT(c["bytes_per_step"].get<double>(), c["kv_bytes_per_step"].get<double>()) << c.dump();
     EXPECT_TRUE(c["logits_finite"].get<bool>()) << c.dump();
+    // The phases split the step's bytes (all but the norm vectors and codebooks), and a decode step replays
+    // a graph of the forward's kernels.
+    double split = 0;
+    for (const auto& ph : c["phases"]) split += ph["bytes"].get<double>();
+    EXPECT_LE(split, c["bytes_per_step"].get<double>()) << c.dump();
+    EXPECT_GT(split, 0.9 * c["bytes_per_step"].get<double>()) << c.dump();
+    EXPECT_GT(c["phases"]["moe routed"]["bytes"].get<double>(), 0.0) << c.dump();
+    EXPECT_GT(c["kernels_per_step"].get<int>(), 2 * 4) << c.dump();  // ≥ 2 kernels a layer, 4 layers
   }
   EXPECT_EQ(cells[0]["batch"], 1);
   EXPECT_EQ(cells[0]["context"], 0);

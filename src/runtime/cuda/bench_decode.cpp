@@ -34,7 +34,8 @@ constexpr const char* kBytesModel =
     "token) + per MoE layer E*(1-(1-k/E)^batch) distinct experts (expected under uniform random routing) "
     "x one expert's bytes; kv_bytes_per_step = per sequence, K+V BF16 of (p+1) keys on full layers and "
     "min(p+1, W) on sliding layers, averaged over the timed positions p = context .. context+steps-1; "
-    "bytes_per_step = their sum";
+    "bytes_per_step = their sum; phases: the same bytes split by the phase that reads them, timed in a "
+    "separate pass that synchronizes after each phase (no overlap between phases, no graph)";
 constexpr const char* kSyntheticRecipe =
     "seed recipe: routed experts NVFP4_CB_K16 v2, attention q/k/v/o FP8 W8A8, everything else BF16; random "
     "legal bytes built on the device";
@@ -255,8 +256,14 @@ Expected<json> run_bench_decode(const BenchDecodeOptions& o) {
       for (int i = 0; i < o.steps; ++i) kv += kv_bytes_at(m.spec, static_cast<int64_t>(ctx) + i);
       kv = kv / o.steps * batch;
       const double bytes = wbytes + kv, gbs = bytes / (ms * 1e-3) / 1e9;
-      json phases = json::object();
-      for (const auto& [name, pms] : c.phase_ms) phases[name] = pms * 1e3 / o.steps;
+      json phases = json::object(), per_phase = json::object();
+      const auto pb = phase_bytes(sb, batch, distinct, kv);
+      for (const auto& [name, pms] : c.phase_ms) {
+        const double us = pms * 1e3 / o.steps, b = pb.count(name) ? pb.at(name) : 0.0;
+        phases[name] = us;
+        const double g = us > 0 ? b / (us * 1e-6) / 1e9 : 0.0;
+        per_phase[name] = {{"us", us}, {"bytes", b}, {"gbs", g}, {"pct_copy", 100.0 * g / copy}};
+      }
       const auto [mn, mx] = std::minmax_element(c.ms.begin(), c.ms.end());
       double mean = 0;
       for (double x : c.ms) mean += x / static_cast<double>(c.ms.size());
@@ -277,6 +284,8 @@ Expected<json> run_bench_decode(const BenchDecodeOptions& o) {
            {"gbs", gbs},
            {"pct_copy", 100.0 * gbs / copy},
            {"phase_us_per_step", phases},
+           {"phases", per_phase},
+           {"kernels_per_step", be.graph_kernel_nodes(batch)},
            {"ms_per_step_with_phase_timing", c.phase_pass_ms / o.steps},
            {"logits_fnv1a", fmt::format("{:016x}", c.hash)},
            {"logits_finite", c.finite}});
@@ -284,10 +293,12 @@ Expected<json> run_bench_decode(const BenchDecodeOptions& o) {
         std::fprintf(stderr, "%5d %7d %9.3f %9.1f %9.3f %8.0f %5.1f%%%s\n", batch, ctx, ms,
                      batch / (ms * 1e-3), bytes / 1e9, gbs, 100.0 * gbs / copy,
                      c.finite ? "" : "  (non-finite logits!)");
-        std::string ph;
-        for (const auto& el : phases.items())
-          ph += fmt::format("  {} {:.1f}", el.key(), el.value().get<double>());
-        if (!ph.empty()) std::fprintf(stderr, "      µs/step:%s\n", ph.c_str());
+        std::fprintf(stderr, "      %d kernels a replayed step; phases (a pass with a sync after each):\n",
+                     be.graph_kernel_nodes(batch));
+        for (const auto& el : per_phase.items())
+          std::fprintf(stderr, "      %-28s %9.1f µs %9.1f MB %7.0f GB/s %5.1f%%\n", el.key().c_str(),
+                       el.value()["us"].get<double>(), el.value()["bytes"].get<double>() / 1e6,
+                       el.value()["gbs"].get<double>(), el.value()["pct_copy"].get<double>());
       }
     }
   json prefill = json::array();

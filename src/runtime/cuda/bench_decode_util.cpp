@@ -15,10 +15,20 @@ StreamBytes stream_bytes(const model::ModelSpec& spec, const DeviceModel& dm) {
   for (const auto& [name, count] : kernel_counts(dm)) b.kernels[name] = count;
   b.embed_row = static_cast<double>(spec.hidden_size) * 2.0;
   b.fixed = static_cast<double>(dm.final_norm.bytes() + dm.lm_head.resident_bytes());
+  b.phase_weights["final norm+lm_head+logits"] = b.fixed;
+  auto in = [&](const char* phase, std::initializer_list<const DevLinear*> ls) {
+    for (const DevLinear* l : ls) {
+      const auto n = static_cast<double>(l->resident_bytes());
+      b.fixed += n;
+      if (n > 0) b.phase_weights[phase] += n;
+    }
+  };
   for (const DevLayer& dl : dm.layers) {
-    for (const DevLinear* l : {&dl.qkv, &dl.q, &dl.k, &dl.v, &dl.g, &dl.o, &dl.mlp.gate_up, &dl.mlp.down,
-                               &dl.router, &dl.shared.gate_up, &dl.shared.down})
-      b.fixed += static_cast<double>(l->resident_bytes());
+    in("attn norm+qkv+g", {&dl.qkv, &dl.q, &dl.k, &dl.v, &dl.g});
+    in("attn gate+o_proj", {&dl.o});
+    in("dense mlp", {&dl.mlp.gate_up, &dl.mlp.down});
+    in("moe norm+router", {&dl.router});
+    in("moe shared", {&dl.shared.gate_up, &dl.shared.down});
     b.fixed += static_cast<double>(dl.vecs.bytes());
     const size_t ex = dl.experts.resident_bytes();
     if (ex == 0) continue;
@@ -35,6 +45,14 @@ StreamBytes stream_bytes(const model::ModelSpec& spec, const DeviceModel& dm) {
     }
   }
   return b;
+}
+
+std::map<std::string, double> phase_bytes(const StreamBytes& sb, int batch, double distinct, double kv) {
+  std::map<std::string, double> m = sb.phase_weights;
+  if (sb.moe_layers > 0) m["moe routed"] += distinct * sb.experts;
+  m["attn core"] += kv;
+  m["embed"] += batch * sb.embed_row;
+  return m;
 }
 
 double kv_bytes_at(const model::ModelSpec& spec, int64_t p) {

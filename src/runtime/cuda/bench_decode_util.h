@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -24,9 +25,17 @@ struct StreamBytes {
   double embed_row = 0;  // one embedding row (read per token)
   double experts = 0;    // one routed expert of every MoE layer, summed over the layers
   nlohmann::json kernels = nlohmann::json::object();  // DevLinear::kernel -> count
+  // Weight bytes a step reads in each phase of the forward's phase timing (forward_layers.cpp's marks),
+  // summed over the layers; the routed experts, the KV and the embedding rows depend on the cell and are
+  // added by phase_bytes.
+  std::map<std::string, double> phase_weights;
   int fused_moe_layers = 0, moe_layers = 0;
 };
 StreamBytes stream_bytes(const model::ModelSpec& spec, const DeviceModel& dm);
+
+// Bytes per phase of one step of `batch` rows: phase_weights, plus the routed experts' (`distinct` experts a
+// layer) in "moe routed", the KV read in "attn core", the embedding rows in "embed".
+std::map<std::string, double> phase_bytes(const StreamBytes& sb, int batch, double distinct, double kv);
 
 // K+V bytes (BF16) one sequence reads in a step at position p, the new key included: p + 1 keys on full
 // layers, min(p + 1, window) on sliding layers.

@@ -78,6 +78,11 @@ class CudaBackend final : public runtime::Backend {
   // Per-phase timing of the next forwards (CUDA events around each phase, summed per name), for bench.
   void set_phase_timing(bool on) { timing_ = on; }
   std::map<std::string, double> take_phase_ms();
+  // Kernel nodes of the captured decode graph of `rows` rows (0 until that graph exists): the launches of a
+  // replayed step.
+  int graph_kernel_nodes(int rows) const {
+    return rows >= 1 && rows <= kGraphRows ? graph_kernels_[rows] : 0;
+  }
 
   struct Step;        // one step's rows (forward.h)
   struct Work;        // the step buffers (forward.h)
@@ -173,6 +178,7 @@ class CudaBackend final : public runtime::Backend {
   static constexpr int kGraphRows = 64;         // = detail::kMaxSliceRows (static_assert in cuda_backend.cpp)
   std::array<void*, kGraphRows + 1> graphs_{};  // cudaGraphExec_t per decode row count 1..kGraphRows
   std::array<int, kGraphRows + 1> graph_seen_{};
+  std::array<int, kGraphRows + 1> graph_kernels_{};
   std::map<std::string, double> phase_ms_;
   int64_t host_sampled_rows_ = 0;
   runtime::ModelWeights meta_;  // the uploaded matrices' metadata (data pointers cleared)

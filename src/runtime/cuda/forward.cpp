@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "runtime/cuda/forward_ops.h"
 
@@ -13,6 +14,20 @@ namespace gridq::cuda {
 namespace {
 
 using fwd::Ctx;
+
+// The kernel nodes of a captured graph (what a replay launches); 0 if the graph cannot be read.
+int kernel_nodes(cudaGraph_t g) {
+  size_t n = 0;
+  if (cudaGraphGetNodes(g, nullptr, &n) != cudaSuccess || n == 0) return 0;
+  std::vector<cudaGraphNode_t> nodes(n);
+  if (cudaGraphGetNodes(g, nodes.data(), &n) != cudaSuccess) return 0;
+  int k = 0;
+  for (size_t i = 0; i < n; ++i) {
+    cudaGraphNodeType t{};
+    if (cudaGraphNodeGetType(nodes[i], &t) == cudaSuccess && t == cudaGraphNodeTypeKernel) ++k;
+  }
+  return k;
+}
 
 }  // namespace
 
@@ -48,6 +63,7 @@ Status CudaBackend::run_step(const Step& st, std::vector<float>* logits,
         return st_enq;
       }
       GRIDQ_CUDA(ce);
+      graph_kernels_[T] = kernel_nodes(g);
       cudaGraphExec_t exec = nullptr;
       const cudaError_t ie = cudaGraphInstantiate(&exec, g, 0);
       (void)cudaGraphDestroy(g);
