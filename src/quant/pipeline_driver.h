@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -107,6 +108,12 @@ struct Driver {
   };
   Status write_layer(int layer, const LayerCapture& cap, const SavedCarry& carry, size_t device_peak,
                      double fwd_s);
+  // A layer's shard is written (and hashed) on a second thread while the next layer is encoded; its record
+  // enters the manifest only once the file is complete (commit_layer), so a run killed meanwhile resumes at
+  // that layer, as before.
+  std::future<Expected<std::string>> shard_write;  // the SHA-256 of the shard being written
+  LayerRecord shard_rec;                           // its layer's record, committed with it
+  Status commit_layer();
 };
 
 }  // namespace gridq::quant::pipeline_detail

@@ -184,31 +184,31 @@ Status Driver::write_layer(int l, const LayerCapture& cap, const SavedCarry& car
     std::sort(content.tensors.begin(), content.tensors.end(),
               [](const StoredTensor& a, const StoredTensor& b) { return a.name < b.name; });
     rec.shard = stage_file(l);
-    GRIDQ_ASSIGN_OR_RETURN(rec.shard_sha256, write_shard(resume_file(rec.shard), content.tensors));
   } else {
     rec.shard = shard_file_name(l, n_layers + 1);
-    GRIDQ_ASSIGN_OR_RETURN(rec.shard_sha256, write_shard(partial_file(rec.shard), content.tensors));
   }
+  const std::string shard_path = o.budget_bpw > 0.0 ? resume_file(rec.shard) : partial_file(rec.shard);
+  // The previous layer's shard is complete before this one's starts (one writer, one layer held).
+  const double t_assembled = now_seconds();
+  GRIDQ_RETURN_IF_ERROR(commit_layer());
+  const double waited = now_seconds() - t_assembled;
+  shard_write = async_like_caller(
+      [shard_path, tensors = std::move(content.tensors)] { return write_shard(shard_path, tensors); });
   const double enc_s = now_seconds() - t_enc;
   if (es.expert_device > 0)
     progress->log(fmt::format(
         "layer {}/{}: encode {}: routed experts on the GPU {} (device {}, host {}, output "
-        "proxies {}), the other tensors {}, assemble and write {}",
+        "proxies {}), the other tensors {}, assemble {}, waiting for the previous layer's shard {}",
         l + 1, n_layers, format_duration(enc_s),
         format_duration(es.expert_device + es.expert_host + es.expert_proxy),
         format_duration(es.expert_device), format_duration(es.expert_host), format_duration(es.expert_proxy),
-        format_duration(es.other), format_duration(enc_s - t_tensors)));
+        format_duration(es.other), format_duration(t_assembled - t_enc - t_tensors),
+        format_duration(waited)));
 
-  // The carry h_{l+1} (the input of the next layer, saved by run_layers); keep the last two.
+  // The carry h_{l+1} (the input of the next layer, saved by run_layers).
   rec.carry = carry.file;
   rec.carry_sha256 = carry.sha256;
-  manifest.layers.push_back(std::move(rec));
-  GRIDQ_RETURN_IF_ERROR(manifest.write(manifest_path()));
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(resume_dir, ec)) {
-    const std::string n = entry.path().filename().string();
-    if (n.starts_with("carry-") && n != carry_file(l + 1) && n != carry_file(l)) fs::remove(entry.path(), ec);
-  }
+  shard_rec = std::move(rec);
 
   const double tps = fwd_s > 0 ? static_cast<double>(calib.tokens()) / fwd_s : 0.0;
   progress->step_done(fmt::format(
@@ -222,6 +222,24 @@ Status Driver::write_layer(int l, const LayerCapture& cap, const SavedCarry& car
       format_duration(enc_s), n_tensors + n_tensors_budget, n_quant,
       n_tensors_budget ? fmt::format(", {} priced for the budget", n_tensors_budget) : "", cold, kept_nn,
       format_bytes(peak_rss_bytes()), gpu_memory(device_peak)));
+  return Status();
+}
+
+Status Driver::commit_layer() {
+  if (!shard_write.valid()) return Status();
+  Expected<std::string> sha = shard_write.get();
+  if (!sha.ok()) return err("layer {}: {}", shard_rec.layer + 1, sha.message());
+  shard_rec.shard_sha256 = *sha;
+  const int l = shard_rec.layer;
+  manifest.layers.push_back(std::move(shard_rec));
+  GRIDQ_RETURN_IF_ERROR(manifest.write(manifest_path()));
+  // Carries older than this layer's input are no longer needed to resume (the newer ones may already be
+  // saved: the capture runs ahead of the write).
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(resume_dir, ec)) {
+    const std::string n = entry.path().filename().string();
+    if (n.starts_with("carry-") && n < carry_file(l)) fs::remove(entry.path(), ec);
+  }
   return Status();
 }
 
@@ -290,11 +308,11 @@ Status Driver::run_layers(int start, QuantizeSummary& s) {
     // With --budget-bpw the hook may also stop after the last layer: every candidate priced, none chosen.
     if (stop_here) {
       s.finished = false;
-      return Status();
+      return commit_layer();
     }
   }
   s.finished = true;
-  return Status();
+  return commit_layer();
 }
 
 }  // namespace gridq::quant::pipeline_detail
