@@ -6,6 +6,7 @@
 #include <chrono>
 #include <regex>
 
+#include "core/async.h"
 #include "quant/pipeline.h"
 
 namespace gridq::quant {
@@ -204,38 +205,64 @@ Expected<std::vector<EncodedTensor>> encode_layer_tensors(
     const std::vector<TensorTask>& tasks, int layer, const LayerCapture* cap, const io::Checkpoint& ckpt,
     const std::map<std::string, gridbook::Codebook>& codebooks,
     const std::function<void(const std::string&)>& on_tensor, EncodeSeconds* secs) {
-  std::map<size_t, EncodedTensor> batched;  // --device cuda: the routed experts, a chunk per device call
+  using Encoded = std::map<size_t, EncodedTensor>;  // by task index
+  // The CPU encodings of the layer's tasks that `pick` selects (report: progress per tensor).
+  auto encode_here = [&](auto pick, bool report) -> Expected<Encoded> {
+    Encoded r;
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      const TensorTask& t = tasks[i];
+      if (t.layer != layer || t.budget || !pick(i, t)) continue;
+      if (report && on_tensor) on_tensor(t.name);
+      GRIDQ_ASSIGN_OR_RETURN(SourceWeight w, source_weight(ckpt, t.name));
+      const InputStats* in = nullptr;
+      if (t.format != "BF16") {
+        if (!cap) return err("tensor '{}' ({}): no capture for layer {}", t.name, t.format, layer);
+        GRIDQ_ASSIGN_OR_RETURN(in, input_for_role(*cap, t.role));
+        if (!in)
+          return err("tensor '{}' (role {}): not a Linear with a captured input; it must be BF16", t.name,
+                     t.role);
+      }
+      GRIDQ_ASSIGN_OR_RETURN(const gridbook::Codebook* cb, codebook_for(codebooks, t.format, t.name));
+      auto enc = encode_tensor(w, in, t.params, cb);
+      if (!enc.ok()) return err("layer {}: {}: {}", layer, t.name, enc.message());
+      r.emplace(i, std::move(*enc));
+    }
+    return r;
+  };
+  auto timed = [secs](auto f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = f();
+    if (secs) secs->other += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+  };
+  Encoded done;
   if (cap && std::any_of(tasks.begin(), tasks.end(),
                          [&](const TensorTask& t) { return t.layer == layer && t.params.device_encode; })) {
-    GRIDQ_ASSIGN_OR_RETURN(batched,
-                           encode_experts_on_device(tasks, layer, *cap, ckpt, codebooks, on_tensor, secs));
+    // --device cuda: the routed experts go to the GPU a chunk per device call, while the other tensors
+    // (attention's FP8, the BF16 copies: CPU work) are encoded beside them on a second thread, since the
+    // experts' host side mostly waits on the device. Each encoding is a pure function of its inputs, so the
+    // bytes do not depend on the overlap.
+    auto rest = async_like_caller([&] {
+      return timed([&] {
+        return encode_here([](size_t, const TensorTask& t) { return !t.params.device_encode; }, false);
+      });
+    });
+    auto batched = encode_experts_on_device(tasks, layer, *cap, ckpt, codebooks, on_tensor, secs);
+    auto others = rest.get();
+    if (!batched.ok()) return batched.status();
+    if (!others.ok()) return others.status();
+    done = std::move(*batched);
+    done.merge(*others);
   }
-  const auto t0 = std::chrono::steady_clock::now();
+  // Everything not encoded yet (every task on the CPU path), in task order.
+  GRIDQ_ASSIGN_OR_RETURN(
+      Encoded here,
+      timed([&] { return encode_here([&](size_t i, const TensorTask&) { return !done.count(i); }, true); }));
+  done.merge(here);
   std::vector<EncodedTensor> out;
-  for (size_t i = 0; i < tasks.size(); ++i) {
-    const TensorTask& t = tasks[i];
-    if (t.layer != layer || t.budget) continue;
-    if (auto it = batched.find(i); it != batched.end()) {
-      out.push_back(std::move(it->second));
-      continue;
-    }
-    if (on_tensor) on_tensor(t.name);
-    GRIDQ_ASSIGN_OR_RETURN(SourceWeight w, source_weight(ckpt, t.name));
-    const InputStats* in = nullptr;
-    if (t.format != "BF16") {
-      if (!cap) return err("tensor '{}' ({}): no capture for layer {}", t.name, t.format, layer);
-      GRIDQ_ASSIGN_OR_RETURN(in, input_for_role(*cap, t.role));
-      if (!in)
-        return err("tensor '{}' (role {}): not a Linear with a captured input; it must be BF16", t.name,
-                   t.role);
-    }
-    GRIDQ_ASSIGN_OR_RETURN(const gridbook::Codebook* cb, codebook_for(codebooks, t.format, t.name));
-    auto enc = encode_tensor(w, in, t.params, cb);
-    if (!enc.ok()) return err("layer {}: {}: {}", layer, t.name, enc.message());
-    out.push_back(std::move(*enc));
-  }
+  out.reserve(done.size());
+  for (auto& [i, e] : done) out.push_back(std::move(e));
   attach_identity(cap, out);
-  if (secs) secs->other += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }
 
