@@ -18,7 +18,8 @@
 #   GRIDQ_BASE_OVERLAY  step "basebuild": a folder of baseline files (repo paths) laid over a copy of this tree
 #   GRIDQ_AB_REPS step "benchab": rounds of `bench decode $GRIDQ_BENCH`: baseline (if built), this tree, variants
 #   GRIDQ_VARIANTS step "variants" (after build): folders of repo-path files, each laid over this tree and built
-#                 incrementally in build-gpu into /tmp/var_N/gridq (then this tree is rebuilt); benchab times them
+#                 incrementally in build-gpu into /tmp/var_N/gridq (then this tree is rebuilt); benchab times them.
+#                 Each variant's test_cuda runs GRIDQ_VARIANT_FILTER (default: the bit-pinning kernel and engine tests)
 #   GRIDQ_BENCHX  step "benchx": '|'-separated extra argument lists, `bench decode $GRIDQ_BENCH` once with each
 #   GRIDQ_TIMELINE_ARGS  step "timeline": `bench decode` arguments run under the CUPTI kernel recorder
 #   GRIDQ_PREFILL arguments of `gridq bench prefill` (step "prefill"; default: --synthetic laguna-s-2.1)
@@ -227,8 +228,13 @@ if has variants; then  # source variants built incrementally in build-gpu (one o
       [ -f "$f" ] && mkdir -p "/tmp/var_keep/$(dirname "$f")" && cp "$f" "/tmp/var_keep/$f"
     done
     cp -r "$v"/. .
-    if ninja -C $B -j16 gridq > "$OUT/variant_${n}_build.txt" 2>&1; then
+    if ninja -C $B -j16 gridq test_cuda > "$OUT/variant_${n}_build.txt" 2>&1; then
       cp $B/gridq /tmp/var_$n/gridq && rm -f "$OUT/variant_${n}_build.txt"
+      # The variant's own tests (its bits are not the tree's): GRIDQ_VARIANT_FILTER, default the GPU kernel
+      # and engine invariance tests that pin the decode's bits.
+      timeout 200 $T --gtest_filter="${GRIDQ_VARIANT_FILTER:-CudaCb*:CudaMoe*:CudaGemm*:CudaInvariance.*:CudaEngine.*}" \
+        > "$OUT/variant_${n}_tests.txt" 2>&1
+      echo "var_$n tests exit $?: $(grep -E "^\[  (PASSED|FAILED)" "$OUT/variant_${n}_tests.txt" | tr '\n' ' ')"
     else
       grep -E "error" -A3 "$OUT/variant_${n}_build.txt" | head -30
     fi
@@ -237,7 +243,7 @@ if has variants; then  # source variants built incrementally in build-gpu (one o
     done
     echo "var_$n = $v: $files" | tee -a "$OUT/variants.txt"
   done
-  ninja -C $B -j16 gridq > /dev/null 2>&1 || log "rebuild of this tree after the variants failed"
+  ninja -C $B -j16 gridq test_cuda > /dev/null 2>&1 || log "rebuild of this tree after the variants failed"
   log "variants: $n built ($(($(date +%s) - t0)) s)"
 fi
 
