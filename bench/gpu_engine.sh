@@ -10,7 +10,7 @@
 #   GRIDQ_QB_ARGS step "quantbench": `gridq bench quantize` arguments (default --experts 256)
 #   GRIDQ_QG_JOBS step "quantgpu": recipe:method pairs quantized on cpu and cuda, then evaluated (ALL-KL)
 #   GRIDQ_QS_*    step "quantsynth": SHAPE, LAYERS, TOKENS, RECIPE, TIMEOUT, ARGS (more quantize flags) of the
-#                 synthetic full-shape run
+#                 synthetic full-shape run; VARIANT=N quantizes with variant N's binary (step variants)
 #   GRIDQ_QR_KILL step "quantresume" (after quantsynth): seconds before the same quantize is killed (SIGKILL),
 #                 then resumed; the two artifacts are compared file by file
 #   GRIDQ_BENCH   arguments of `gridq bench decode` (default: --synthetic laguna-s-2.1)
@@ -365,7 +365,8 @@ if has quantsynth; then  # issue 12: the whole pipeline on a synthetic Laguna-S-
   t0=$(date +%s)
   # Resumes an earlier (timed-out) run of the same call sequence: OUT.partial keeps the finished layers.
   TM=""; [ -x /usr/bin/time ] && TM="/usr/bin/time -v"
-  $TM timeout ${GRIDQ_QS_TIMEOUT:-500} $G quantize $SC $B/q-synth --recipe ${GRIDQ_QS_RECIPE:-laguna} \
+  QB=$G; [ -n "${GRIDQ_QS_VARIANT:-}" ] && QB=/tmp/var_${GRIDQ_QS_VARIANT}/gridq  # a variant's binary (step variants)
+  $TM timeout ${GRIDQ_QS_TIMEOUT:-500} $QB quantize $SC $B/q-synth --recipe ${GRIDQ_QS_RECIPE:-laguna} \
     --calib data/code-calib.txt --calib-tokens ${GRIDQ_QS_TOKENS:-65536} --threads 16 --device cuda --json \
     ${GRIDQ_QS_ARGS:-} > "$OUT/synth_quantize.json" 2> "$OUT/synth_quantize.err"
   echo "exit $?" >> "$OUT/synth_quantize.err"
