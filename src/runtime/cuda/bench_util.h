@@ -82,6 +82,8 @@ ChainTraceSummary summarize_chain_trace(const std::vector<unsigned long long>& w
 
 // A stack of kStack dense or CB matrices [rows, in], optionally fused swiglu; with `trace`, the stack is also
 // traced (the row is then run whatever the filter says).
+// 47 MoE layers of Laguna-S-2.1's shapes as one graph (bench_moe.cpp).
+Status moe_row(Ctx& c, int M);
 Status dense_row(Ctx& c, const std::string& name, WeightFormat f, int k, int v, int rows, int in, int M,
                  bool swiglu, TraceSummary* trace = nullptr, ChainTraceSummary* chain_trace = nullptr);
 
