@@ -145,7 +145,8 @@ const Registrar reg{Command{
           ->check(device_check());
       CLI::App* d = sub.add_subcommand(
           "decode",
-          "Whole-model decode tok/s, GB/s and % of copy per (batch, context) on the CUDA engine\n"
+          "Whole-model decode tok/s, GB/s and % of copy per (batch, context) on the CUDA engine, with the kernels\n"
+          "a step launches and µs, bytes, GB/s and % of copy per phase of the step\n"
           "Examples:\n"
           "  gridq bench decode --synthetic laguna-s-2.1            # full-size, built on the GPU\n"
           "  gridq bench decode --synthetic laguna-s-2.1 --batches 1 --contexts 0,32768 --out r.json\n"
