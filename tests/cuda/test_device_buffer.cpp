@@ -9,6 +9,7 @@ namespace gridq::cuda::test {
 namespace {
 
 TEST(CudaDeviceBuffer, MeterCountsAllocationsAndReleases) {
+  REQUIRE_GPU();
   const int64_t live0 = device_bytes_live();
   {
     auto a = DeviceBuffer::alloc(1 << 20, "meter test a");
