@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "runtime/cuda/api_launched.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/kernels.h"
 #include "runtime/cuda/kparams.h"
@@ -22,14 +23,6 @@ namespace {
 // 2048 → 126.1 / 811 tok/s, 4096 → 132.5 / 815, 8192 → 135.3 / 832, 16384 → 136.0 / 840, 32768 → 123.0 /
 // 801, 65536 → 99.3 / 718. 8192 keeps a margin from the cliff for other shapes.
 long long g_min_warp_bytes = 8192;
-
-Status launched(cudaError_t e, const char* what, const char* file, int line) {
-  if (e == cudaErrorNotSupported)
-    return err("{}: no CUDA kernel is built for this weight format / mode combination ({}:{})", what, file,
-               line);
-  return cuda_status(e, what, file, line);
-}
-#define GRIDQ_LAUNCHED(expr, what) GRIDQ_RETURN_IF_ERROR(launched((expr), what, __FILE__, __LINE__))
 
 int fmt_of(WeightFormat f) {
   return f == WeightFormat::BF16 ? kFmtBF16 : f == WeightFormat::FP8 ? kFmtFP8 : kFmtCB;
@@ -378,29 +371,6 @@ Status route(const RouteArgs& a, cudaStream_t stream, bool pdl) {
   GRIDQ_LAUNCHED(raw_route(a.logits, a.bias, a.M, a.E, a.topk, a.nslots, a.slot_expert, a.slot_weight,
                            a.topk_ids, a.topk_w, stream, pdl),
                  "route");
-  return {};
-}
-
-Status fill_random_bytes(void* p, size_t n, uint64_t seed, cudaStream_t s) {
-  GRIDQ_LAUNCHED(raw_fill_bytes(p, n, seed, s), "fill_random_bytes");
-  return {};
-}
-Status fill_random_bf16(uint16_t* p, size_t n, float a, uint64_t seed, cudaStream_t s) {
-  GRIDQ_LAUNCHED(raw_fill_bf16(p, n, a, seed, s), "fill_random_bf16");
-  return {};
-}
-Status fill_random_e4m3(uint8_t* p, size_t n, uint64_t seed, cudaStream_t s) {
-  GRIDQ_LAUNCHED(raw_fill_e4m3(p, n, seed, s), "fill_random_e4m3");
-  return {};
-}
-Status fill_random_f32(float* p, size_t n, float lo, float hi, uint64_t seed, cudaStream_t s) {
-  GRIDQ_LAUNCHED(raw_fill_f32(p, n, lo, hi, seed, s), "fill_random_f32");
-  return {};
-}
-Status fill_random_cb_tiles(uint8_t* p, int k, int v, long long units, uint64_t seed, cudaStream_t s) {
-  if (k < 12 || k > 24 || k % 2 || (v != 1 && v != 2))
-    return err("fill_random_cb_tiles: k {} v {} unsupported", k, v);
-  GRIDQ_LAUNCHED(raw_fill_cb_tiles(p, k, v, units, seed, s), "fill_random_cb_tiles");
   return {};
 }
 
