@@ -6,6 +6,7 @@
 #include <cuda_fp8.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "runtime/cuda/gptq/gptq_kernels.h"
 
@@ -14,6 +15,33 @@ namespace gridq::cuda::gptq {
 // Threads of a CTA whose threads loop over a sub-table's K entries: K itself up to a CTA's 1024 (K20), at
 // least a warp; K24's 4096 entries take four rounds.
 inline int entry_threads(int K) { return K < 32 ? 32 : K > 1024 ? 1024 : K; }
+
+// f(std::integral_constant<int, K>{}) for the sub-table sizes the kernels are built for (K12, K16, K20, K24).
+template <class F>
+cudaError_t with_k(int K, F f) {
+  switch (K) {
+    case 64:
+      return f(std::integral_constant<int, 64>{});
+    case 256:
+      return f(std::integral_constant<int, 256>{});
+    case 1024:
+      return f(std::integral_constant<int, 1024>{});
+    case 4096:
+      return f(std::integral_constant<int, 4096>{});
+    default:
+      return cudaErrorNotSupported;
+  }
+}
+
+// Opts a kernel into `bytes` of dynamic shared memory (past the 48 KB default) and launches it.
+template <class Kern, class... Args>
+cudaError_t launch_smem(Kern kern, unsigned grid, int threads, size_t bytes, cudaStream_t s, Args... args) {
+  cudaError_t e =
+      cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (e != cudaSuccess) return e;
+  kern<<<grid, threads, bytes, s>>>(args...);
+  return cudaGetLastError();
+}
 
 // Entry k of sub-table `sub`: book [2, K, 4].
 __device__ __forceinline__ const double* entry(const double* book, int K, int sub, int k) {

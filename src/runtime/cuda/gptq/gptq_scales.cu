@@ -4,7 +4,6 @@
 // one sub-vector at a time (lanes over entries) and then every lane scores its own candidate scales against
 // all entries in ascending k — the CPU's sequence of operations and tie rules per value, so the chosen
 // planes are the CPU's. Compiled with -fmad=false.
-#include <type_traits>
 
 #include "runtime/cuda/gptq/gptq_common.cuh"
 
@@ -19,33 +18,6 @@ namespace {
 template <int K>
 constexpr int warps_for() {
   return K <= 256 ? 8 : K <= 1024 ? 4 : 2;
-}
-
-// f(std::integral_constant<int, K>{}) for the sub-table sizes the kernels are built for (K12, K16, K20, K24).
-template <class F>
-cudaError_t with_k(int K, F f) {
-  switch (K) {
-    case 64:
-      return f(std::integral_constant<int, 64>{});
-    case 256:
-      return f(std::integral_constant<int, 256>{});
-    case 1024:
-      return f(std::integral_constant<int, 1024>{});
-    case 4096:
-      return f(std::integral_constant<int, 4096>{});
-    default:
-      return cudaErrorNotSupported;
-  }
-}
-
-// Opts a kernel into `bytes` of dynamic shared memory (past the 48 KB default) and launches it.
-template <class Kern, class... Args>
-cudaError_t launch_smem(Kern kern, unsigned grid, int threads, size_t bytes, cudaStream_t s, Args... args) {
-  cudaError_t e =
-      cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-  if (e != cudaSuccess) return e;
-  kern<<<grid, threads, bytes, s>>>(args...);
-  return cudaGetLastError();
 }
 
 // ---- pilot ----
