@@ -274,21 +274,29 @@ Expected<Fp4CbEncoding> encode_fp4_cb_gptq(const gridbook::Codebook& cb, const f
   return enc;
 }
 
+Expected<std::vector<uint8_t>> pack_superblocks(const gridbook::Rung& rung, int rows, int cols,
+                                                const std::vector<uint64_t>& codes,
+                                                const SuperblockEncoder& encode) {
+  const int nsb = cols / kSB;
+  const int ts = rung.type_size();
+  std::vector<uint8_t> out(size_t(rows) * nsb * ts);
+  for (int r = 0; r < rows; ++r)
+    for (int b = 0; b < nsb; ++b) {
+      const size_t sb = size_t(r) * nsb + b;
+      std::span<const uint64_t> c(codes.data() + sb * gridbook::kCodewords, gridbook::kCodewords);
+      GRIDQ_RETURN_IF_ERROR(encode(sb, c, out.data() + sb * ts));
+    }
+  return out;
+}
+
 Expected<std::vector<uint8_t>> pack_fp4_v2(const gridbook::Rung& rung, const Fp4CbEncoding& enc) {
   if (rung.grid != gridbook::Grid::FP4 || rung.layout_version != 2)
     return err("pack_fp4_v2: rung {} is not an fp4 v2 rung", rung.name());
-  const int nsb = enc.cols / kSB;
-  const int ts = rung.type_size();
-  std::vector<uint8_t> out(size_t(enc.rows) * nsb * ts);
-  for (int r = 0; r < enc.rows; ++r)
-    for (int b = 0; b < nsb; ++b) {
-      const size_t sb = size_t(r) * nsb + b;
-      std::span<const uint64_t> codes(enc.codes.data() + sb * gridbook::kCodewords, gridbook::kCodewords);
-      const gridbook::V2Plane& p = enc.planes[sb];
-      GRIDQ_RETURN_IF_ERROR(
-          gridbook::encode_superblock_fp4_v2(rung, codes, p.E, p.c.data(), out.data() + sb * ts));
-    }
-  return out;
+  return pack_superblocks(rung, enc.rows, enc.cols, enc.codes,
+                          [&](size_t sb, std::span<const uint64_t> codes, uint8_t* dst) {
+                            const gridbook::V2Plane& p = enc.planes[sb];
+                            return gridbook::encode_superblock_fp4_v2(rung, codes, p.E, p.c.data(), dst);
+                          });
 }
 
 // ---- fp8-cb ----

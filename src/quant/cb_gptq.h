@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "core/status.h"
@@ -95,6 +96,13 @@ std::vector<float> decode_fp4(const DenseBook& book, const uint32_t* sub_idx, co
 
 // Packs into gridbook v2 superblocks through gridbook::encode_superblock_fp4_v2: [R, C/256 · (4k + 9)] bytes.
 Expected<std::vector<uint8_t>> pack_fp4_v2(const gridbook::Rung& rung, const Fp4CbEncoding& enc);
+
+// The packed bytes of rows × cols weights, superblock by superblock (row-major): encode(sb, codes, dst)
+// writes superblock sb from its kCodewords codewords into the rung's type_size bytes at dst.
+using SuperblockEncoder = std::function<Status(size_t sb, std::span<const uint64_t> codes, uint8_t* dst)>;
+Expected<std::vector<uint8_t>> pack_superblocks(const gridbook::Rung& rung, int rows, int cols,
+                                                const std::vector<uint64_t>& codes,
+                                                const SuperblockEncoder& encode);
 
 // ---- FP8-CB (per-row fp32 scale, no plane) ----
 

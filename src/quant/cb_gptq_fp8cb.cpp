@@ -99,16 +99,10 @@ Expected<Fp8CbEncoding> encode_fp8cb_cb_gptq(const gridbook::Codebook& cb, const
 
 Expected<std::vector<uint8_t>> pack_fp8cb(const gridbook::Rung& rung, const Fp8CbEncoding& enc) {
   if (rung.grid != gridbook::Grid::FP8) return err("pack_fp8cb: rung {} is not an fp8 rung", rung.name());
-  const int nsb = enc.cols / kSB;
-  const int ts = rung.type_size();
-  std::vector<uint8_t> out(size_t(enc.rows) * nsb * ts);
-  for (int r = 0; r < enc.rows; ++r)
-    for (int b = 0; b < nsb; ++b) {
-      const size_t sb = size_t(r) * nsb + b;
-      std::span<const uint64_t> codes(enc.codes.data() + sb * gridbook::kCodewords, gridbook::kCodewords);
-      GRIDQ_RETURN_IF_ERROR(gridbook::encode_superblock_fp8(rung, codes, out.data() + sb * ts));
-    }
-  return out;
+  return pack_superblocks(rung, enc.rows, enc.cols, enc.codes,
+                          [&](size_t, std::span<const uint64_t> codes, uint8_t* dst) {
+                            return gridbook::encode_superblock_fp8(rung, codes, dst);
+                          });
 }
 
 // ---- gate ----
