@@ -4,6 +4,8 @@
 // encode + export path can be tested without the streamer.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -38,6 +40,12 @@ struct TinyLaguna {
   bool copy_tokenizer = false;  // copy tokenizer.json etc. from models/laguna-tiny-code (sets vocab 4096)
   uint64_t seed = 7;
 };
+
+// A per-process path under the temp directory for a test's files: <tmp>/gridq_<suite>_<pid>_<tag>.
+inline std::string test_tmp_dir(const std::string& suite, const std::string& tag) {
+  return (std::filesystem::temp_directory_path() / fmt::format("gridq_{}_{}_{}", suite, ::getpid(), tag))
+      .string();
+}
 
 inline nlohmann::json tiny_laguna_config(const TinyLaguna& o) {
   nlohmann::json cfg = gridq::testing::laguna_config_json(o);

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "../runtime/parity_util.h"
+#include "capture_test_util.h"
 #include "io/sha256.h"
 #include "quant/capture.h"
 #include "quant/identity_check.h"
@@ -24,150 +25,9 @@
 namespace gridq::quant {
 namespace {
 
+using namespace capture_test;  // the small calibration set and the shared streamed pass
 namespace fs = std::filesystem;
 using gridq::testing::repo_path;
-
-constexpr int kSeqLen = gridq::testing::kSanitized ? 64 : 128, kSeqs = gridq::testing::kSanitized ? 4 : 8;
-constexpr int kHoldEvery = 4;  // sequences 3 (and 7) are held out
-
-std::string model_dir() { return repo_path("models/laguna-tiny-code"); }
-std::string tokenizer_json() { return model_dir() + "/tokenizer.json"; }
-
-std::string read_file(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-// A prefix of data/code-calib.txt (whole lines) written to a temp file (removed at exit): enough for
-// kSeqs × kSeqLen tokens, small enough to tokenize in a blink.
-std::string small_calib_file(size_t bytes) {
-  struct Files {
-    std::map<size_t, std::string> paths;
-    ~Files() {
-      for (const auto& [n, p] : paths) fs::remove(p);
-    }
-  };
-  static Files files;
-  auto it = files.paths.find(bytes);
-  if (it != files.paths.end()) return it->second;
-  std::string text = read_file(repo_path("data/code-calib.txt")).substr(0, bytes);
-  text.resize(text.rfind('\n') + 1);
-  const fs::path p = fs::temp_directory_path() / fmt::format("gridq-capture-{}-{}.txt", getpid(), bytes);
-  std::ofstream(p, std::ios::binary) << text;
-  return files.paths[bytes] = p.string();
-}
-
-const text::Tokenizer& tokenizer() {
-  static const text::Tokenizer tok = *text::Tokenizer::from_file(tokenizer_json());
-  return tok;
-}
-
-CalibSet small_calib() {
-  CalibOptions o;
-  o.tokens = int64_t{kSeqs} * kSeqLen;
-  o.seq_len = kSeqLen;
-  o.holdout_every = kHoldEvery;
-  auto cs = make_calib_set(small_calib_file(24000), tokenizer(), tokenizer_json(), o);
-  EXPECT_TRUE(cs.ok()) << cs.message();
-  return cs.ok() ? *cs : CalibSet{};
-}
-
-bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() &&
-         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-}
-
-std::vector<const InputStats*> all_inputs(const LayerCapture& c) {
-  std::vector<const InputStats*> v = {&c.attn_in, &c.o_in, &c.mlp_in, &c.dense_down_in, &c.shared_down_in};
-  for (const auto& s : c.expert_in) v.push_back(&s);
-  for (const auto& s : c.expert_down_in) v.push_back(&s);
-  return v;
-}
-
-// Every H, imatrix and holdout row of two captures is byte-identical.
-void expect_same_capture(const LayerCapture& a, const LayerCapture& b) {
-  const auto va = all_inputs(a), vb = all_inputs(b);
-  ASSERT_EQ(va.size(), vb.size());
-  for (size_t i = 0; i < va.size(); ++i) {
-    EXPECT_EQ(va[i]->name, vb[i]->name);
-    EXPECT_EQ(va[i]->n, vb[i]->n) << va[i]->name;
-    EXPECT_TRUE(same_bytes(va[i]->H, vb[i]->H)) << va[i]->name;
-    EXPECT_TRUE(same_bytes(va[i]->imatrix, vb[i]->imatrix)) << va[i]->name;
-    EXPECT_TRUE(same_bytes(va[i]->holdout, vb[i]->holdout)) << va[i]->name;
-  }
-  EXPECT_EQ(a.expert_counts, b.expert_counts);
-}
-
-// One streamed pass over all layers, shared by the tests that only read it.
-struct Streamed {
-  CalibSet calib;
-  std::unique_ptr<LayerStreamer> st;
-  std::vector<LayerCapture> caps;
-  std::vector<std::vector<float>> h_in;  // [layer] the carry before the layer: h_l [n_tok, H]
-};
-
-const Streamed& streamed() {
-  static Streamed* s = [] {
-    auto* r = new Streamed();
-    r->calib = small_calib();
-    auto st = LayerStreamer::create(model_dir(), r->calib, {});
-    EXPECT_TRUE(st.ok()) << st.message();
-    if (!st.ok()) return r;
-    r->st = std::move(*st);
-    for (int l = 0; l < r->st->num_layers(); ++l) {
-      r->h_in.push_back(r->st->carry());
-      auto cap = r->st->run_layer();
-      EXPECT_TRUE(cap.ok()) << cap.message();
-      if (!cap.ok()) break;
-      std::printf("[capture] layer %d: %.3f s\n", l, cap->seconds);
-      r->caps.push_back(std::move(*cap));
-    }
-    return r;
-  }();
-  return *s;
-}
-
-TEST(CalibSet, CutsHoldsOutAndHashes) {
-  const std::string path = small_calib_file(24000);
-  CalibOptions o;
-  o.tokens = 1000;  // not a multiple of seq_len: 7 sequences
-  o.seq_len = 128;
-  o.holdout_every = 3;
-  auto cs = make_calib_set(path, tokenizer(), tokenizer_json(), o);
-  ASSERT_TRUE(cs.ok()) << cs.message();
-  EXPECT_EQ(cs->n_seq, 7);
-  EXPECT_EQ(cs->tokens(), 7 * 128);
-  EXPECT_EQ(cs->holdout, (std::vector<uint8_t>{0, 0, 1, 0, 0, 1, 0}));
-  // laguna-tiny-code's post-processor adds nothing: no BOS, and the ids are the stream's first tokens.
-  EXPECT_FALSE(cs->bos);
-  const auto stream = tokenizer().encode(read_file(path), false);
-  EXPECT_EQ(cs->stream_tokens, static_cast<int64_t>(stream.size()));
-  ASSERT_GE(stream.size(), cs->ids.size());
-  EXPECT_TRUE(std::equal(cs->ids.begin(), cs->ids.end(), stream.begin()));
-  EXPECT_EQ(cs->text_sha256, *io::sha256_file(path));
-  EXPECT_EQ(cs->tokenizer_sha256, *io::sha256_file(tokenizer_json()));
-}
-
-TEST(CalibSet, FailsClosed) {
-  const std::string path = small_calib_file(4000);
-  CalibOptions o;
-  o.seq_len = kSeqLen;
-  o.tokens = 1 << 20;
-  auto cs = make_calib_set(path, tokenizer(), tokenizer_json(), o);
-  ASSERT_FALSE(cs.ok());
-  EXPECT_NE(cs.message().find(path), std::string::npos) << cs.message();
-  EXPECT_NE(cs.message().find("needed"), std::string::npos) << cs.message();
-  EXPECT_NE(cs.message().find(std::to_string(tokenizer().encode(read_file(path)).size())), std::string::npos)
-      << cs.message();
-  auto missing = make_calib_set("/nonexistent/calib.txt", tokenizer(), tokenizer_json(), {});
-  ASSERT_FALSE(missing.ok());
-  EXPECT_NE(missing.message().find("/nonexistent/calib.txt"), std::string::npos) << missing.message();
-  o.tokens = 1024;
-  o.holdout_every = 1;
-  EXPECT_FALSE(make_calib_set(path, tokenizer(), tokenizer_json(), o).ok());
-}
 
 // The streamed forward is the teacher: final norm + lm_head on the last carry give the engine's logits.
 TEST(LayerStreamer, ReproducesEnginePrefillLogits) {
@@ -394,27 +254,6 @@ TEST(LayerStreamer, FailedCheckStops) {
   EXPECT_NE(r.message().find("layers.0.attn_in"), std::string::npos) << r.message();
   EXPECT_NE(r.message().find("-1"), std::string::npos) << r.message();
   EXPECT_FALSE((*st)->run_layer().ok());
-}
-
-// The recompute reference notices a wrong capture (one row of u off by 5%).
-TEST(IdentityCheck, RecomputeCatchesAWrongRow) {
-  const Streamed& s = streamed();
-  ASSERT_EQ(s.caps.size(), 4u);
-  const auto& lw = s.st->weights().layers[0];
-  const int64_t H = s.st->spec().hidden_size, D = lw.mlp_gate.rows;
-  const InputStats& x = s.caps[0].mlp_in;
-  const InputStats& u = s.caps[0].dense_down_in;
-  ASSERT_EQ(x.n_hold, u.n_hold);
-  const int64_t n = 16;
-  RelErr ok;
-  ASSERT_TRUE(recompute_swiglu_input(lw.mlp_gate, lw.mlp_up, x.holdout.data(), u.holdout.data(), n, ok).ok());
-  EXPECT_LT(ok.value(), 1e-5);
-  std::vector<float> bad(u.holdout.begin(), u.holdout.begin() + n * D);
-  for (int64_t i = 0; i < D; ++i) bad[static_cast<size_t>(5 * D + i)] *= 1.05f;
-  RelErr off;
-  ASSERT_TRUE(recompute_swiglu_input(lw.mlp_gate, lw.mlp_up, x.holdout.data(), bad.data(), n, off).ok());
-  EXPECT_GT(off.value(), 5e-3);
-  (void)H;
 }
 
 // Optional timing of the real workload (65,536 tokens of 512, every 16th held out; all layers):

@@ -29,9 +29,7 @@ using gridq::testing::kSanitized;
 using gridq::testing::repo_path;
 using testing::TinyLaguna;
 
-std::string tmp_dir(const std::string& tag) {
-  return (fs::temp_directory_path() / fmt::format("gridq_export_{}_{}", ::getpid(), tag)).string();
-}
+std::string tmp_dir(const std::string& tag) { return testing::test_tmp_dir("export", tag); }
 
 // Encodes `src` with the given recipe/method on synthetic statistics and writes the artifact to `out`.
 Status build_artifact(const std::string& src, const TinyLaguna& o, const std::string& out,

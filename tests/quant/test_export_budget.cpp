@@ -20,20 +20,15 @@
 namespace gridq::quant {
 namespace {
 
-namespace fs = std::filesystem;
 using gridq::testing::kSanitized;
 using gridq::testing::repo_path;
 using testing::TinyLaguna;
-
-std::string tmp_dir(const std::string& tag) {
-  return (fs::temp_directory_path() / fmt::format("gridq_export_budget_{}_{}", ::getpid(), tag)).string();
-}
 
 // --budget-bpw pricing on synthetic statistics: every rung of the routed stack is encoded for real, its size
 // is the exact stored size (k/8 + 0.28125 bpw for K-rungs v2), its proxy cost falls as k grows, and the
 // knapsack picks the largest rung that fits the budget.
 TEST(ExportBudget, OptionsArePricedFromRealEncodings) {
-  const std::string src = tmp_dir("budget_src");
+  const std::string src = testing::test_tmp_dir("export_budget", "src");
   TinyLaguna o;
   testing::write_tiny_laguna(src, o);
   auto recipe = load_recipe("laguna", repo_path(""));
@@ -93,7 +88,7 @@ TEST(ExportBudget, OptionsArePricedFromRealEncodings) {
   auto tight = allocate(au, 2.0);
   ASSERT_TRUE(tight.ok()) << tight.message();
   EXPECT_EQ(au[0].options[static_cast<size_t>(tight->choice[0])].format, "NVFP4_CB_K12");
-  fs::remove_all(src);
+  std::filesystem::remove_all(src);
 }
 
 }  // namespace
