@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <string_view>
+
 #include "core/numerics.h"
 
 namespace gridq::quant {
@@ -9,14 +11,17 @@ namespace gridq::quant {
 std::string book_key(const std::string& format, int layer) { return fmt::format("{}@{}", format, layer); }
 
 int layer_of_name(const std::string& name) {
-  static const std::string kPrefix = "model.layers.";
-  const size_t at = name.find(kPrefix);
-  if (at == std::string::npos) return -1;
-  const size_t i = at + kPrefix.size();
-  size_t end = i;
-  while (end < name.size() && name[end] >= '0' && name[end] <= '9') ++end;
-  if (end == i || end >= name.size() || name[end] != '.' || end - i > 6) return -1;
-  return std::stoi(name.substr(i, end - i));
+  // The first "layers.<digits>." that starts the name or follows a dot (up to 6 digits).
+  static constexpr std::string_view kKey = "layers.";
+  for (size_t at = name.find(kKey); at != std::string::npos; at = name.find(kKey, at + 1)) {
+    if (at > 0 && name[at - 1] != '.') continue;
+    const size_t i = at + kKey.size();
+    size_t end = i;
+    while (end < name.size() && name[end] >= '0' && name[end] <= '9') ++end;
+    if (end == i || end >= name.size() || name[end] != '.' || end - i > 6) continue;
+    return std::stoi(name.substr(i, end - i));
+  }
+  return -1;
 }
 
 std::string book_key_for(const std::string& source, const std::string& format, const std::string& name) {

@@ -15,7 +15,8 @@ namespace gridq::quant {
 inline constexpr const char* kPerLayerBooks = "learned-per-layer";
 
 std::string book_key(const std::string& format, int layer);  // "NVFP4_CB_K16@3"
-int layer_of_name(const std::string& name);  // "model.layers.3.…" → 3; −1 for the others
+// The decoder layer of a tensor or module name ("model.layers.3.…", "layers.3.…" → 3), or −1.
+int layer_of_name(const std::string& name);
 
 // The book key of `format` for tensor or module `name` under codebook source `source`.
 std::string book_key_for(const std::string& source, const std::string& format, const std::string& name);

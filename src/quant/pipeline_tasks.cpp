@@ -4,7 +4,6 @@
 // streamer so tests can drive it with synthetic statistics.
 #include <algorithm>
 #include <chrono>
-#include <regex>
 
 #include "core/async.h"
 #include "quant/pipeline.h"
@@ -23,14 +22,6 @@ bool split_layer_role(const std::string& role, int* layer, std::string* suffix) 
   *layer = std::stoi(role.substr(7, dot - 7));
   *suffix = role.substr(dot + 1);
   return true;
-}
-
-// The decoder layer of a tensor name without a role ("….layers.<l>.…"), or -1.
-int layer_from_name(const std::string& name) {
-  static const std::regex re(R"((^|\.)layers\.(\d+)\.)");
-  std::smatch m;
-  if (std::regex_search(name, m, re)) return std::stoi(m[2].str());
-  return -1;
 }
 
 bool is_attention_member(const std::string& unit) {
@@ -117,7 +108,7 @@ Expected<std::vector<TensorTask>> resolve_tasks(const Recipe& recipe, const Plan
     if (!t.role.empty() && split_layer_role(t.role, &layer, &suffix)) {
       t.layer = layer;
     } else {
-      t.layer = layer_from_name(p.name);
+      t.layer = layer_of_name(p.name);
     }
     if (t.layer >= model.spec.n_layers)
       return err("tensor '{}': layer {} is beyond the model's {} layers", p.name, t.layer,
