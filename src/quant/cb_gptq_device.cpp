@@ -84,6 +84,12 @@ void decode_candidate(const gridbook::Codebook& cb, Fp4CbEncoding& enc) {
   std::vector<uint32_t>().swap(enc.sub_idx);
 }
 
+bool device_encodes(const gridbook::Rung& rung) {
+  return rung.grid == gridbook::Grid::FP4 && rung.layout_version == 2 &&
+         rung.mode == gridbook::Mode::Product &&
+         (rung.k == 12 || rung.k == 16 || rung.k == 20 || rung.k == 24);
+}
+
 Expected<Fp4CbEncoding> encode_fp4_on_device(const gridbook::Codebook& cb, const float* W, int R, int C,
                                              const float* H, int64_t n_tokens, const float* q,
                                              const CbGptqOptions& opt, int refine_passes, bool refine_scales,

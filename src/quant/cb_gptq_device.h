@@ -1,7 +1,7 @@
 // The NVFP4-CB encoders on the GPU (`gridq quantize --device cuda`, runtime::CudaBackendHooks::cb_fp4):
 // CB-GPTQ when H is not null, else RTN, with the same bytes as cb_gptq.h encode_fp4_cb_gptq /
 // encode_fp4_rtn. Fails when this program has no CUDA backend or the rung is one the device encoder does
-// not cover (sub-tables of 64 or 256 entries: K12, K16).
+// not cover (device_encodes).
 #pragma once
 
 #include <cstdint>
@@ -17,6 +17,10 @@
 #include "runtime/device.h"
 
 namespace gridq::quant {
+
+// Whether the device encoder covers `rung`: NVFP4-CB v2 products of two equal sub-tables of 64 to 4096
+// entries (K12, K16, K20, K24); the others are encoded on the CPU (the same bytes).
+bool device_encodes(const gridbook::Rung& rung);
 
 // With refine_passes > 0 (CB-GPTQ only) the device also runs cb_refine.h's refinement of the encoding
 // (scales pass when refine_scales; the damping CB-GPTQ used) and, unless CB-GPTQ ran with U = I, returns

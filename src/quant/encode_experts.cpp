@@ -33,14 +33,10 @@ bool expert_role(const std::string& role, int* e, std::string* proj) {
   return *proj == "gate" || *proj == "up" || *proj == "down";
 }
 
-// The rungs the device batch encodes: NVFP4-CB v2 products of two equal sub-tables (K12, K16, K20, K24: 64 to
-// 4096 entries), by CB-GPTQ without act-order or by RTN.
+// The tasks the device batch encodes: a rung the device encoder covers (device_encodes), by CB-GPTQ without
+// act-order or by RTN.
 bool batchable(const TensorTask& t, const gridbook::Codebook* cb) {
-  if (!t.params.device_encode || t.budget || !cb || t.format.rfind("NVFP4_CB_", 0) != 0) return false;
-  const gridbook::Rung& r = cb->rung;
-  if (r.grid != gridbook::Grid::FP4 || r.layout_version != 2 || r.mode != gridbook::Mode::Product ||
-      (r.k != 12 && r.k != 16 && r.k != 20 && r.k != 24))
-    return false;
+  if (!t.params.device_encode || t.budget || !cb || !device_encodes(cb->rung)) return false;
   return t.params.encoder == "rtn" || (t.params.encoder == "cb_gptq" && !t.params.cb_gptq.act_order);
 }
 

@@ -268,10 +268,7 @@ Expected<EncodedTensor> encode_tensor(const SourceWeight& w, const InputStats* i
       if (rung.layout_version != 2)
         return err("tensor '{}': {} with v1 scale coding is not implemented by the encoder (use two_tier)",
                    w.name, p.format);
-      // The GPU encoder covers the product rungs of two equal sub-tables, K12 to K24 (the routed experts of
-      // the laguna, experts-k12 and experts-k20 recipes); the others are encoded on the CPU (same bytes).
-      const bool on_gpu = p.device_encode && rung.mode == gridbook::Mode::Product &&
-                          (rung.k == 12 || rung.k == 16 || rung.k == 20 || rung.k == 24);
+      const bool on_gpu = p.device_encode && device_encodes(rung);
       const auto run_gptq = [&]() -> Expected<Fp4CbEncoding> {
         const bool dev = (on_gpu && !p.cb_gptq.act_order) || pre;
         DeviceRefined refined;
