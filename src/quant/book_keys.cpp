@@ -24,9 +24,15 @@ int layer_of_name(const std::string& name) {
   return -1;
 }
 
-std::string book_key_for(const std::string& source, const std::string& format, const std::string& name) {
-  return source == kPerLayerBooks ? book_key(format, layer_of_name(name)) : format;
+std::string book_key_for(const std::string& source, const std::string& format, int layer) {
+  return source == kPerLayerBooks ? book_key(format, layer) : format;
 }
+
+std::string book_key_for(const std::string& source, const std::string& format, const std::string& name) {
+  return book_key_for(source, format, layer_of_name(name));
+}
+
+std::string book_format(const std::string& key) { return key.substr(0, key.find('@')); }
 
 std::string book_ref(const std::string& source, int layer) {
   if (source == "lattice") return "lattice";

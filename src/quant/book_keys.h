@@ -18,8 +18,12 @@ std::string book_key(const std::string& format, int layer);  // "NVFP4_CB_K16@3"
 // The decoder layer of a tensor or module name ("model.layers.3.…", "layers.3.…" → 3), or −1.
 int layer_of_name(const std::string& name);
 
-// The book key of `format` for tensor or module `name` under codebook source `source`.
+// The book key of `format` for decoder layer `layer` (or tensor or module `name`) under codebook source
+// `source`: book_key(format, layer) for learned-per-layer books, else the format itself.
+std::string book_key_for(const std::string& source, const std::string& format, int layer);
 std::string book_key_for(const std::string& source, const std::string& format, const std::string& name);
+// The format of a book key ("NVFP4_CB_K16@3" → "NVFP4_CB_K16").
+std::string book_format(const std::string& key);
 
 // The sidecar ref of a book (codebook_table_name's `ref`; format.md §10: producer-chosen and opaque):
 // "lattice", "learned", or "learned.L3" for layer 3's book under learned-per-layer.

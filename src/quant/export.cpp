@@ -292,7 +292,7 @@ Expected<QuantConfigOut> build_quant_config(const ExportInfo& info) {
   for (const auto& [key, targets] : cb_targets) {
     const gridbook::Codebook& cb = info.codebooks.at(key);
     const gridbook::Rung& rung = cb.rung;
-    const std::string format = key.substr(0, key.find('@'));
+    const std::string format = book_format(key);
     (rung.grid == gridbook::Grid::FP4 ? any_fp4 : any_fp8cb) = true;
     // Per-layer books: a group per (rung, layer), its tables named after the layer (book_keys.h).
     const int layer = per_layer ? layer_of_name(*targets.begin()) : -1;

@@ -51,14 +51,9 @@ Status Driver::build_codebooks(int start_layer) {
     int layer = -1;    // per-layer books only
   };
   std::map<std::string, Book> books;  // codebooks key -> what it is
-  for (const std::string& f : rungs) {
-    if (!per_layer) {
-      books[f] = {f, -1};
-      continue;
-    }
+  for (const std::string& f : rungs)
     for (const TensorTask& t : tasks)
-      if (learns_from(t, f)) books[book_key(f, t.layer)] = {f, t.layer};
-  }
+      if (learns_from(t, f)) books[book_key_for(codebook_source, f, t.layer)] = {f, per_layer ? t.layer : -1};
   auto ref_of = [&](const Book& b) { return book_ref(codebook_source, b.layer); };
   const std::string books_path = resume_file(kLearnedBooksFile);
   std::error_code ec;
@@ -105,7 +100,7 @@ Status Driver::build_codebooks(int start_layer) {
         GRIDQ_ASSIGN_OR_RETURN(std::vector<float> W, source_to_f32(w));
         LearnInput li{W.data(),           static_cast<int>(w.shape[0]), static_cast<int>(w.shape[1]),
                       in->imatrix.data(), static_cast<double>(in->n),   t.name};
-        GRIDQ_RETURN_IF_ERROR(learners.at(per_layer ? book_key(f, l) : f)->add(li));
+        GRIDQ_RETURN_IF_ERROR(learners.at(book_key_for(codebook_source, f, l))->add(li));
       }
     }
   }
