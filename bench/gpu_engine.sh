@@ -232,7 +232,7 @@ if has variants; then  # source variants built incrementally in build-gpu (one o
       cp $B/gridq /tmp/var_$n/gridq && rm -f "$OUT/variant_${n}_build.txt"
       # The variant's own tests (its bits are not the tree's): GRIDQ_VARIANT_FILTER, default the GPU kernel
       # and engine invariance tests that pin the decode's bits.
-      timeout 200 $T --gtest_filter="${GRIDQ_VARIANT_FILTER:-CudaCb*:CudaMoe*:CudaGemm*:CudaInvariance.*:CudaEngine.*}" \
+      timeout 200 $T --gtest_filter="${GRIDQ_VARIANT_FILTER:-CudaCb*:CudaMoe*:CudaLinear.*:CudaInvariance.*:CudaEngine.*}" \
         > "$OUT/variant_${n}_tests.txt" 2>&1
       echo "var_$n tests exit $?: $(grep -E "^\[  (PASSED|FAILED)" "$OUT/variant_${n}_tests.txt" | tr '\n' ' ')"
     else

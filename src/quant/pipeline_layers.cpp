@@ -146,6 +146,7 @@ Status Driver::write_layer(int l, const LayerCapture& cap, const SavedCarry& car
   GRIDQ_ASSIGN_OR_RETURN(ShardContent content, assemble_tensors(std::move(base)));
   for (const CbSlice& s : content.cb_slices) rec.cb_slices.push_back(s.to_json());
 
+  std::string shard_path;  // staged in resume/ with --budget-bpw (the allocator picks at the end)
   if (o.budget_bpw > 0.0) {
     // Every option of every budget unit of this layer, staged under "<unit>|<format>|<name>".
     auto on_option = [&](const std::string& f, const std::string& n) {
@@ -179,10 +180,11 @@ Status Driver::write_layer(int l, const LayerCapture& cap, const SavedCarry& car
     std::sort(content.tensors.begin(), content.tensors.end(),
               [](const StoredTensor& a, const StoredTensor& b) { return a.name < b.name; });
     rec.shard = stage_file(l);
+    shard_path = resume_file(rec.shard);
   } else {
     rec.shard = shard_file_name(l, n_layers + 1);
+    shard_path = partial_file(rec.shard);
   }
-  const std::string shard_path = o.budget_bpw > 0.0 ? resume_file(rec.shard) : partial_file(rec.shard);
   // The previous layer's shard is complete before this one's starts (one writer, one layer held).
   const double t_assembled = now_seconds();
   GRIDQ_RETURN_IF_ERROR(commit_layer());
