@@ -206,26 +206,34 @@ Expected<std::map<size_t, EncodedTensor>> encode_experts_on_device(
       batches.push_back(std::move(b));
     }
   }
-  // Batch i+1 is prepared and its device call runs on a second thread while the host chooses among batch
+  // While batch i's device call runs on a second thread, the host reads and widens batch i+1's weights;
+  // batch i+1's device call starts as soon as batch i's returns, and runs while the host chooses among batch
   // i's candidates and the device computes their proxies: the GPU waits for the host less. Every batch's
-  // results are its own, so the bytes do not depend on the overlap.
+  // results are its own, so the bytes do not depend on the overlap. (At most two batches' weights are held.)
   std::map<size_t, EncodedTensor> out;
   std::future<Expected<DeviceFp4Batch>> next;
-  auto launch = [&](size_t i) -> Status {
+  auto prepare_timed = [&](size_t i) -> Status {
     auto t0 = std::chrono::steady_clock::now();
     GRIDQ_RETURN_IF_ERROR(prepare(tasks, ckpt, batches[i]));
     sec.expert_host += since(t0);
-    next = async_like_caller([&tasks, &b = batches[i]] { return run_on_device(tasks, b); });
     return {};
   };
-  if (!batches.empty()) GRIDQ_RETURN_IF_ERROR(launch(0));
+  auto launch = [&](size_t i) {
+    next = async_like_caller([&tasks, &b = batches[i]] { return run_on_device(tasks, b); });
+  };
+  if (!batches.empty()) {
+    GRIDQ_RETURN_IF_ERROR(prepare_timed(0));
+    launch(0);
+  }
   for (size_t i = 0; i < batches.size(); ++i) {
     if (on_tensor) on_tensor(batches[i].label);
+    Status ahead = i + 1 < batches.size() ? prepare_timed(i + 1) : Status{};
     auto t0 = std::chrono::steady_clock::now();
     auto made = next.get();
     sec.expert_device += since(t0);  // the device time the host waited for
     if (!made.ok()) return err("layer {}: {}", layer, made.message());
-    if (i + 1 < batches.size()) GRIDQ_RETURN_IF_ERROR(launch(i + 1));
+    GRIDQ_RETURN_IF_ERROR(ahead);
+    if (i + 1 < batches.size()) launch(i + 1);
     auto st = finish(tasks, batches[i], *made, out, sec);
     if (!st.ok()) return err("layer {}: {}", layer, st.message());
     batches[i] = Batch{};

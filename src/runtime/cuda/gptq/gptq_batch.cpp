@@ -42,6 +42,10 @@ class CbBatch final : public DeviceCbBatch {
   size_t n_idx() const { return size_t(R_) * (C_ / gptq::kSubDim); }
   size_t n_planes() const { return size_t(R_) * (C_ / gptq::kSB) * gptq::kPlaneBytes; }
   const std::vector<uint8_t>& planes_of(int m, int which) const;
+  // Candidate which[m] of every matrix into idx [M, R, C/4] and pl [M, R, C/256, 17] (zeros where which[m] <
+  // 0 or the matrix lacks it): two copies per batch. A copy from pageable memory waits for the stream, and
+  // while another batch's encoders hold the GPU, one copy per matrix made one host round trip per matrix.
+  Status put_candidates(const std::vector<int>& which, DeviceBuffer& idx, DeviceBuffer& pl);
 
   std::optional<Stream> s_;  // created in create()
   int R_ = 0, C_ = 0, M_ = 0, nH_ = 0, K_ = 0;
@@ -95,21 +99,29 @@ const std::vector<uint8_t>& CbBatch::planes_of(int m, int which) const {
   return which == kGptq ? x.enc.planes : which == kRefined ? x.enc.refined_planes : x.rtn_planes;
 }
 
+Status CbBatch::put_candidates(const std::vector<int>& which, DeviceBuffer& idx, DeviceBuffer& pl) {
+  const size_t ni = n_idx(), np = n_planes();
+  std::vector<uint32_t> hi(M_ * ni, 0);
+  std::vector<uint8_t> hp(M_ * np, 0);
+  for (int m = 0; m < M_; ++m) {
+    const int w = which[static_cast<size_t>(m)];
+    if (w < 0) continue;
+    const auto& i = idx_of(m, w);
+    const auto& p = planes_of(m, w);
+    if (i.size() != ni || p.size() != np) continue;  // a matrix without this candidate (not refined)
+    std::copy(i.begin(), i.end(), hi.begin() + static_cast<long>(m * ni));
+    std::copy(p.begin(), p.end(), hp.begin() + static_cast<long>(m * np));
+  }
+  GRIDQ_RETURN_IF_ERROR(put(s_->get(), idx.as(), hi.data(), hi.size() * 4));
+  // A copy from pageable memory returns once its source is staged: hi and hp may go right after.
+  return put(s_->get(), pl.as(), hp.data(), hp.size());
+}
+
 Status CbBatch::decode_all(int which, DeviceBuffer& wh, DeviceBuffer& e) {
   const size_t RC = size_t(R_) * C_, ni = n_idx(), np = n_planes();
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer idx, DeviceBuffer::alloc(M_ * ni * 4, "gpu cb batch indices"));
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer pl, DeviceBuffer::alloc(M_ * np, "gpu cb batch planes"));
-  for (int m = 0; m < M_; ++m) {
-    const auto& i = idx_of(m, which);
-    const auto& p = planes_of(m, which);
-    if (i.size() != ni || p.size() != np) {  // a matrix without this candidate (not refined): zero rows
-      GRIDQ_CUDA(cudaMemsetAsync(idx.as<uint32_t>() + m * ni, 0, ni * 4, s_->get()));
-      GRIDQ_CUDA(cudaMemsetAsync(pl.as<uint8_t>() + m * np, 0, np, s_->get()));
-      continue;
-    }
-    GRIDQ_RETURN_IF_ERROR(put(s_->get(), idx.as<uint32_t>() + m * ni, i.data(), ni * 4));
-    GRIDQ_RETURN_IF_ERROR(put(s_->get(), pl.as<uint8_t>() + m * np, p.data(), np));
-  }
+  GRIDQ_RETURN_IF_ERROR(put_candidates(std::vector<int>(static_cast<size_t>(M_), which), idx, pl));
   GRIDQ_CUDA(gptq::raw_refine_decode(W_.as<float>(), static_cast<long long>(M_ * RC), C_, idx.as<uint32_t>(),
                                      pl.as<uint8_t>(), book_.as<double>(), K_, t_, wh.as<double>(),
                                      e.as<double>(), s_->get()));
@@ -209,8 +221,14 @@ Expected<std::vector<double>> CbBatch::half_traces(const std::vector<int>& which
   if (which.size() != static_cast<size_t>(M_))
     return err("gpu cb batch: {} choices for {} matrices", which.size(), M_);
   const size_t RC = size_t(R_) * C_, CC = size_t(C_) * C_, ni = n_idx(), np = n_planes();
-  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer idx, DeviceBuffer::alloc(ni * 4, "gpu cb batch proxy indices"));
-  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer pl, DeviceBuffer::alloc(np, "gpu cb batch proxy planes"));
+  for (int m = 0; m < M_; ++m) {
+    const int w = which[static_cast<size_t>(m)];
+    if (w >= 0 && (w > kRtn || idx_of(m, w).size() != ni || planes_of(m, w).size() != np))
+      return err("gpu cb batch: matrix {} has no candidate {}", m, w);
+  }
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer idx, DeviceBuffer::alloc(M_ * ni * 4, "gpu cb batch proxy indices"));
+  GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer pl, DeviceBuffer::alloc(M_ * np, "gpu cb batch proxy planes"));
+  GRIDQ_RETURN_IF_ERROR(put_candidates(which, idx, pl));
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer wh, DeviceBuffer::alloc(RC * 8, "gpu cb batch proxy decoded"));
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer e, DeviceBuffer::alloc(RC * 8, "gpu cb batch proxy errors"));
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer v, DeviceBuffer::alloc(RC * 8, "gpu cb batch proxy rows"));
@@ -218,16 +236,11 @@ Expected<std::vector<double>> CbBatch::half_traces(const std::vector<int>& which
                          DeviceBuffer::alloc((size_t(M_) + R_) * 8, "gpu cb batch proxy sums"));
   double* totals = half.as<double>() + R_;  // [M]; 0 for the matrices skipped
   GRIDQ_CUDA(cudaMemsetAsync(totals, 0, size_t(M_) * 8, s_->get()));
-  for (int m = 0; m < M_; ++m) {
-    const int w = which[static_cast<size_t>(m)];
-    if (w < 0) continue;
-    if (w > kRtn || idx_of(m, w).size() != ni || planes_of(m, w).size() != np)
-      return err("gpu cb batch: matrix {} has no candidate {}", m, w);
-    GRIDQ_RETURN_IF_ERROR(put(s_->get(), idx.as(), idx_of(m, w).data(), ni * 4));
-    GRIDQ_RETURN_IF_ERROR(put(s_->get(), pl.as(), planes_of(m, w).data(), np));
-    GRIDQ_CUDA(gptq::raw_refine_decode(W_.as<float>() + m * RC, static_cast<long long>(RC), C_,
-                                       idx.as<uint32_t>(), pl.as<uint8_t>(), book_.as<double>(), K_, t_,
-                                       wh.as<double>(), e.as<double>(), s_->get()));
+  for (int m = 0; m < M_; ++m) {  // launches only: no host round trip until the sums are read
+    if (which[static_cast<size_t>(m)] < 0) continue;
+    GRIDQ_CUDA(gptq::raw_refine_decode(
+        W_.as<float>() + m * RC, static_cast<long long>(RC), C_, idx.as<uint32_t>() + m * ni,
+        pl.as<uint8_t>() + m * np, book_.as<double>(), K_, t_, wh.as<double>(), e.as<double>(), s_->get()));
     GRIDQ_CUDA(gptq::raw_output_half_trace_err(e.as<double>(), H_.as<float>() + h_of_[m] * CC, R_, C_,
                                                v.as<double>(), half.as<double>(), totals + m, s_->get()));
   }
