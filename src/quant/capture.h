@@ -156,6 +156,7 @@ class LayerStreamer {
   const runtime::ModelWeights& weights() const;
 
  private:
+  friend class LayerRun;  // one layer's captures (layer_streamer_run.h) read the streamer's state
   LayerStreamer();
   struct Impl;
   std::unique_ptr<Impl> impl_;
