@@ -166,6 +166,12 @@ Status finish(const std::vector<TensorTask>& tasks, Batch& b, DeviceFp4Batch& ba
 
 }  // namespace
 
+bool is_routed_expert_role(const std::string& role) {
+  int e = -1;
+  std::string proj;
+  return expert_role(role, &e, &proj);
+}
+
 Expected<std::map<size_t, EncodedTensor>> encode_experts_on_device(
     const std::vector<TensorTask>& tasks, int layer, const LayerCapture& cap, const io::Checkpoint& ckpt,
     const std::map<std::string, gridbook::Codebook>& codebooks,

@@ -121,6 +121,10 @@ Expected<std::vector<EncodedTensor>> encode_layer_tensors(
     const std::map<std::string, gridbook::Codebook>& codebooks,
     const std::function<void(const std::string&)>& on_tensor = {}, EncodeSeconds* secs = nullptr);
 
+// Whether `role` is a routed expert's matrix ("layers.3.moe.experts.17.up": gate, up or down): the tasks
+// encode_experts_on_device may take, and the ones the other tensors' thread leaves to it.
+bool is_routed_expert_role(const std::string& role);
+
 // --device cuda: the routed experts of `layer` whose rule the GPU batch encodes (NVFP4-CB K12-K24 v2 by
 // CB-GPTQ without act-order, or RTN), in chunks of experts sharing one device call (encode_experts.cpp);
 // keyed by index into `tasks`. The bytes and records are encode_tensor's for each of them.

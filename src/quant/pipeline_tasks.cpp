@@ -232,10 +232,10 @@ Expected<std::vector<EncodedTensor>> encode_layer_tensors(
     // --device cuda: the routed experts go to the GPU a chunk per device call, while the other tensors
     // (attention's FP8, the BF16 copies: CPU work) are encoded beside them on a second thread, since the
     // experts' host side mostly waits on the device. Each encoding is a pure function of its inputs, so the
-    // bytes do not depend on the overlap.
+    // bytes do not depend on the overlap. (Routed experts the batch does not take are encoded after it.)
     auto rest = async_like_caller([&] {
       return timed([&] {
-        return encode_here([](size_t, const TensorTask& t) { return !t.params.device_encode; }, false);
+        return encode_here([](size_t, const TensorTask& t) { return !is_routed_expert_role(t.role); }, false);
       });
     });
     auto batched = encode_experts_on_device(tasks, layer, *cap, ckpt, codebooks, on_tensor, secs);

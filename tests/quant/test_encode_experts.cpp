@@ -129,6 +129,7 @@ TEST(EncodeExperts, BatchPathMatchesTheCpuPath) {
   ASSERT_TRUE(plan.ok()) << plan.message();
   const gridbook::Codebook k16 = *lattice_codebook(*gridbook::parse_rung_name("NVFP4_CB_K16", 2));
   const std::map<std::string, gridbook::Codebook> books = {{"NVFP4_CB_K16", k16}};
+  std::vector<std::string> reported;  // on_tensor: batch labels, and tensors encoded after the batches
   auto encode = [&](const std::string& device) {
     QuantizeOptions qo;
     qo.device = device;
@@ -136,7 +137,9 @@ TEST(EncodeExperts, BatchPathMatchesTheCpuPath) {
     auto tasks = resolve_tasks(*recipe, *plan, *model, qo);
     EXPECT_TRUE(tasks.ok()) << tasks.message();
     for (TensorTask& t : *tasks) t.params.device_batch_experts = 4;
-    auto e = encode_layer_tensors(*tasks, 1, &cap, *model->checkpoint, books);
+    reported.clear();
+    auto e = encode_layer_tensors(*tasks, 1, &cap, *model->checkpoint, books,
+                                  [&](const std::string& what) { reported.push_back(what); });
     EXPECT_TRUE(e.ok()) << e.message();
     return e.ok() ? std::move(*e) : std::vector<EncodedTensor>{};
   };
@@ -162,6 +165,10 @@ TEST(EncodeExperts, BatchPathMatchesTheCpuPath) {
   runtime::register_cuda_backend(h);
   const auto dev = encode("cuda");
   runtime::register_cuda_backend(saved);
+  // The layer's other tensors (attention, shared expert, norms) were encoded beside the batches, not after
+  // them: only the batches were reported.
+  EXPECT_EQ(reported.size(), 4u);
+  for (const std::string& what : reported) EXPECT_NE(what.find("experts"), std::string::npos) << what;
   EXPECT_EQ(batches, 4);          // gate/up and down, each in a batch of 4 experts and one of 2
   EXPECT_EQ(CpuBatch::calls, 4);  // one call for the kept candidates' output proxies per batch
   ASSERT_EQ(cpu.size(), dev.size());
