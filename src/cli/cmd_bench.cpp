@@ -28,6 +28,7 @@ struct BenchFlags {
   long long min_warp_bytes = 0;
   int blocks_per_sm = -1;
   int l2_ahead = 0;
+  int beside = 3;
   bool l2_prefetch = false;
   bool diag = false;
   bool no_chain = false;
@@ -62,6 +63,7 @@ int run_decode(const BenchFlags& f) {
   o.min_warp_bytes = f.min_warp_bytes;
   o.blocks_per_sm = f.blocks_per_sm;
   o.l2_ahead = f.l2_ahead;
+  o.beside = f.beside;
   auto r = cuda::run_bench_decode(o);
   if (!r.ok()) return fail(name + ": " + r.message());
   if (!f.out.empty()) {
@@ -177,6 +179,12 @@ const Registrar reg{Command{
                       "after the router), 2 (the next layer's q/k/v, during the MoE), 4 (o_proj, during "
                       "attention); default 0")
             ->check(CLI::Range(0, 7));
+        c->add_option(
+             "--beside", flags->beside,
+             "small matrices run on a side stream beside the main one, a sum of 1 (the shared expert, "
+             "beside the router and the routed experts) and 2 (g_proj, beside RoPE and attention); "
+             "the others run in place; default 3")
+            ->check(CLI::Range(0, 3));
         c->add_option("--device", flags->device, "cuda or auto (default)")->check(device_check());
       };
       model_options(d);

@@ -161,6 +161,8 @@ Status check_options(const BenchDecodeOptions& o) {
     if (c < 0) return err("bench decode: context {} < 0", c);
   if (o.steps < 1 || o.warmup < 0)
     return err("bench decode: steps {} < 1 or warmup {} < 0", o.steps, o.warmup);
+  if (o.beside < 0 || o.beside > detail::kBesideAll)
+    return err("bench decode: --beside {} is not a mask of 1 (shared expert) and 2 (g_proj)", o.beside);
   return {};
 }
 
@@ -172,6 +174,7 @@ Expected<json> run_bench_decode(const BenchDecodeOptions& o) {
   if (o.min_warp_bytes > 0) set_gemv_min_warp_bytes(o.min_warp_bytes);
   if (o.blocks_per_sm >= 0) set_gemv_blocks_per_sm(o.blocks_per_sm);
   detail::set_forward_l2_ahead(o.l2_ahead);
+  detail::set_forward_beside(o.beside);
   GRIDQ_ASSIGN_OR_RETURN(DeviceInfo info, device_info());
   if (info.major != 9 || info.minor != 0)
     return err("bench decode: built for sm_90a, device is sm_{}{} ({})", info.major, info.minor, info.name);
@@ -329,6 +332,7 @@ Expected<json> run_bench_decode(const BenchDecodeOptions& o) {
                   {"gemv_min_warp_bytes", gemv_min_warp_bytes()},
                   {"gemv_blocks_per_sm", gemv_blocks_per_sm()},
                   {"l2_ahead", detail::forward_l2_ahead()},
+                  {"beside", detail::forward_beside()},
                   {"prefill", o.prefill},
                   {"prefill_repeats", o.prefill_repeats}};
   r["timing"] =

@@ -40,6 +40,7 @@ struct BenchDecodeOptions {
   long long min_warp_bytes = 0;  // GEMV work-split knob (kernels.h set_gemv_min_warp_bytes); 0 = default
   int blocks_per_sm = -1;        // GEMV blocks per SM (kernels.h set_gemv_blocks_per_sm); -1 = default
   int l2_ahead = 0;              // forward_kernels.h kL2Ahead* mask (0: none)
+  int beside = 3;                // forward_kernels.h kBeside* mask (3: both, the default)
 };
 
 // Cells whose context + steps (or prefill length) pass the model's max_position_embeddings are listed under

@@ -192,8 +192,8 @@ Status attention_gated(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, co
   // attention, which leave most SMs idle at decode batch sizes; forked after q/k/v so that it does not
   // compete with their GEMV. Not when it would write the contract scratch or phases are timed.
   const bool gated = L.gate != model::GateMode::kNone;
-  const bool g_beside =
-      gated && !c.timer->on && c.side != nullptr && c.side_ws != nullptr && !uses_scratch(dl.g);
+  const bool g_beside = gated && (detail::forward_beside() & detail::kBesideGate) && !c.timer->on &&
+                        c.side != nullptr && c.side_ws != nullptr && !uses_scratch(dl.g);
   if (g_beside) {
     GRIDQ_CUDA(cudaEventRecord(c.fork, c.s));
     GRIDQ_CUDA(cudaStreamWaitEvent(c.side, c.fork, 0));
@@ -303,8 +303,8 @@ Status moe(Ctx& c, const DevLayer& dl) {
   // SMs idle at small batch), when it needs no contract scratch (xin / xq, which the routed experts read)
   // and phases are not being timed; its output stays in c.w.y (nothing else writes it) until the combine.
   const bool has_shared = M.shared_intermediate > 0;
-  const bool beside = has_shared && !c.timer->on && c.side != nullptr && !uses_scratch(dl.shared.gate_up) &&
-                      !uses_scratch(dl.shared.down);
+  const bool beside = has_shared && (detail::forward_beside() & detail::kBesideShared) && !c.timer->on &&
+                      c.side != nullptr && !uses_scratch(dl.shared.gate_up) && !uses_scratch(dl.shared.down);
   const float* shared = has_shared ? c.w.y.as<float>() : nullptr;
   const long long ld_shared = has_shared ? dl.shared.down.out_rows() : 0;
   if (beside) {

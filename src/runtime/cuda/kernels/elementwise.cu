@@ -111,6 +111,7 @@ __global__ void __launch_bounds__(kThreads)
 
 bool g_forward_pdl = true;
 int g_forward_l2_ahead = 0;
+int g_forward_beside = kBesideAll;
 
 // (column chunks of kThreads, rows).
 dim3 cols_grid(long long cols, int rows) {
@@ -123,6 +124,8 @@ bool forward_pdl() { return g_forward_pdl; }
 void set_forward_pdl(bool on) { g_forward_pdl = on; }
 int forward_l2_ahead() { return g_forward_l2_ahead; }
 void set_forward_l2_ahead(int mask) { g_forward_l2_ahead = mask; }
+int forward_beside() { return g_forward_beside; }
+void set_forward_beside(int mask) { g_forward_beside = mask; }
 
 cudaError_t raw_embed(const uint16_t* table, const int* ids, int T, int H, float* x, cudaStream_t s) {
   GQ_KLAUNCH(launch(embed_kernel, cols_grid(H, T), dim3(kThreads), 0, s, table, ids, H, x));

@@ -54,6 +54,14 @@ void set_forward_pdl(bool on);
 inline constexpr int kL2AheadExperts = 1, kL2AheadNextQkv = 2, kL2AheadO = 4;
 int forward_l2_ahead();
 void set_forward_l2_ahead(int mask);
+// Which small matrices a step runs on the side stream beside the main one (forward_layers.cpp), a mask of
+// kBeside*: the shared expert beside the router and the routed experts, g_proj beside RoPE and attention.
+// A matrix not beside runs on the main stream in its place. No value changes. Default both;
+// `bench decode --beside` sets it (the grouped experts hold every SM's registers, so the side stream's
+// kernels may wait for them: which order is faster is measured, not assumed).
+inline constexpr int kBesideShared = 1, kBesideGate = 2, kBesideAll = 3;
+int forward_beside();
+void set_forward_beside(int mask);
 // Bulk L2 prefetch of [p, p + bytes) (16-byte aligned), and of slice ids[i] (< E) of each of the stacks a
 // and b (b optional) for i < n_ids. Plain launches: they read nothing another kernel of the step writes but
 // ids, which the caller orders before them.
