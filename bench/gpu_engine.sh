@@ -19,7 +19,8 @@
 #   GRIDQ_AB_REPS step "benchab": rounds of `bench decode $GRIDQ_BENCH`: baseline (if built), this tree, variants
 #   GRIDQ_VARIANTS step "variants" (after build): folders of repo-path files, each laid over this tree and built
 #                 incrementally in build-gpu into /tmp/var_N/gridq (then this tree is rebuilt); benchab times them.
-#                 Each variant's test_cuda runs GRIDQ_VARIANT_FILTER (default: the bit-pinning kernel and engine tests)
+#                 Each variant's test_cuda runs its folder's .tests filter, else GRIDQ_VARIANT_FILTER (default: the
+#                 bit-pinning kernel and engine tests); a folder with .nobench is built and tested, not timed
 #   GRIDQ_BENCHX  step "benchx": '|'-separated extra argument lists, `bench decode $GRIDQ_BENCH` once with each
 #   GRIDQ_TIMELINE_ARGS  step "timeline": `bench decode` arguments run under the CUPTI kernel recorder
 #   GRIDQ_PREFILL arguments of `gridq bench prefill` (step "prefill"; default: --synthetic laguna-s-2.1)
@@ -222,17 +223,22 @@ if has variants; then  # source variants built incrementally in build-gpu (one o
   n=0
   for v in ${GRIDQ_VARIANTS:-}; do
     n=$((n + 1))
-    files=$(cd "$v" && find . -type f | sed 's#^\./##')
+    # A variant's own test filter and bench choice: files .tests (a gtest filter) and .nobench (not timed by
+    # benchab) in its folder, written by bench/make_variants.sh from bench/pending/NAME.{tests,nobench}.
+    files=$(cd "$v" && find . -type f ! -name .tests ! -name .nobench | sed 's#^\./##')
+    vfilter="${GRIDQ_VARIANT_FILTER:-CudaCb*:CudaMoe*:CudaLinear.*:CudaInvariance.*:CudaEngine.*}"
+    [ -f "$v/.tests" ] && vfilter=$(cat "$v/.tests")
     rm -rf /tmp/var_keep && mkdir -p /tmp/var_keep /tmp/var_$n
     for f in $files; do
       [ -f "$f" ] && mkdir -p "/tmp/var_keep/$(dirname "$f")" && cp "$f" "/tmp/var_keep/$f"
     done
-    cp -r "$v"/. .
+    for f in $files; do mkdir -p "$(dirname "$f")" && cp "$v/$f" "$f"; done
     if ninja -C $B -j16 gridq test_cuda > "$OUT/variant_${n}_build.txt" 2>&1; then
       cp $B/gridq /tmp/var_$n/gridq && rm -f "$OUT/variant_${n}_build.txt"
+      [ -f "$v/.nobench" ] && touch /tmp/var_$n/nobench
       # The variant's own tests (its bits are not the tree's): GRIDQ_VARIANT_FILTER, default the GPU kernel
       # and engine invariance tests that pin the decode's bits.
-      timeout 200 $T --gtest_filter="${GRIDQ_VARIANT_FILTER:-CudaCb*:CudaMoe*:CudaLinear.*:CudaInvariance.*:CudaEngine.*}" \
+      timeout 200 $T --gtest_filter="$vfilter" \
         > "$OUT/variant_${n}_tests.txt" 2>&1
       echo "var_$n tests exit $?: $(grep -E "^\[  (PASSED|FAILED)" "$OUT/variant_${n}_tests.txt" | tr '\n' ' ')"
     else
@@ -250,7 +256,9 @@ fi
 if has benchab; then  # bench decode alternating the baseline (step basebuild), this tree and the variants, GRIDQ_AB_REPS rounds
   sides="new"
   [ -x /tmp/base/build-gpu/gridq ] && sides="base new"
-  for v in /tmp/var_*/gridq; do [ -x "$v" ] && sides="$sides $(basename "$(dirname "$v")")"; done
+  for v in /tmp/var_*/gridq; do
+    [ -x "$v" ] && [ ! -f "$(dirname "$v")/nobench" ] && sides="$sides $(basename "$(dirname "$v")")"
+  done
   for i in $(seq 1 "${GRIDQ_AB_REPS:-2}"); do
     for side in $sides; do
       bin=$G

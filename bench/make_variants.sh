@@ -4,7 +4,8 @@
 # the GPU machine). Refused where HEAD changed the same file since the fork (the overlay would undo it: rebase
 # the ref first). An argument ending in .patch (bench/pending/: changes written without a GPU, kept in the
 # tree because a new session's checkout has main only) is applied to HEAD's files instead, into
-# .gpupack/var-<name>/; A+B applies patch B on top of patch A. Prints the GRIDQ_VARIANTS value to use.
+# .gpupack/var-<name>/; A+B applies patch B on top of patch A; bench/pending/NAME.tests (a gtest filter) and
+# NAME.nobench (build and test, do not time) beside a patch go with it. Prints the GRIDQ_VARIANTS value to use.
 #
 #   bash bench/make_variants.sh grouped-diet bench/pending/grouped-2buf.patch
 #   GRIDQ_STEPS="build tests variants benchab" GRIDQ_VARIANTS="$(bash bench/make_variants.sh a b | tail -1)" ...
@@ -13,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -eq 0 ] || [ "$1" = "--help" ]; then
-  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 # Patches p1+p2+...: applied in turn to HEAD's files, the result under .gpupack/var-<names>/.
@@ -35,6 +36,13 @@ from_patches() {
     (cd "$tmp" && git apply "$OLDPWD/$p") || { echo "make_variants: $p does not apply to HEAD (rebase it)" >&2; exit 1; }
   done
   rm -rf "$d" && mkdir -p "$d" && cp -r "$tmp"/. "$d"/ && rm -rf "$tmp"
+  # The patches' own test filters (bench/pending/NAME.tests, joined) and bench choice (NAME.nobench).
+  local tests=""
+  for p in "${ps[@]}"; do
+    [ -f "${p%.patch}.tests" ] && tests="${tests:+$tests:}$(tr -d '\n' < "${p%.patch}.tests")"
+    [ -f "${p%.patch}.nobench" ] && touch "$d/.nobench"
+  done
+  [ -n "$tests" ] && printf '%s' "$tests" > "$d/.tests"
   echo "$d: $(find "$d" -type f | wc -l) file(s) from $spec" >&2
   dirs+=("$d")
 }
