@@ -9,7 +9,6 @@
 
 #include "quant/capture.h"
 #include "quant/hessian_accum.h"
-#include "quant/identity_check.h"
 #include "quant/layer_streamer_impl.h"
 #include "quant/layer_streamer_run.h"
 #include "runtime/cpu/layer_ops.h"
@@ -127,10 +126,7 @@ Expected<LayerCapture> LayerStreamer::Impl::run(int l) {
   const auto& spec = lm.spec;
   const auto& L = spec.layers[static_cast<size_t>(l)];
   const auto& lw = w.layers[static_cast<size_t>(l)];
-  const auto& M = spec.moe;
-  const bool moe = L.mlp == model::MlpKind::kMoe;
-  const int64_t H = spec.hidden_size, S = seq_len, qw = int64_t{L.n_heads} * L.head_dim;
-  const int64_t K = moe ? M.top_k : 0;
+  const int64_t H = spec.hidden_size, S = seq_len;
   GRIDQ_ASSIGN_OR_RETURN(std::unique_ptr<LayerRun> run, LayerRun::create(*this, l));
   cpu::LayerHooks hooks = run->hooks();
   cpu::LineVector<float> a_scratch;  // the layers' normalised inputs (cpu/scratch.h: line-aligned)
@@ -162,17 +158,12 @@ Expected<LayerCapture> LayerStreamer::Impl::run(int l) {
       cpu::decoder_layer(spec, lw, l, lay, carry.data() + s0 * S * H, a_scratch, &hooks);
     }
     run->end_chunk();
-    // Our own buffers: the captures, the chunk's caches, and the forward's per-chunk temporaries
-    // (a, q/k/v/o, residual adds, the widest MLP intermediate pair).
+    // Our own buffers: the captures, the chunk's caches, and the forward's per-chunk temporaries.
     int64_t cache_bytes = 0;
     for (const auto& c : caches)
       cache_bytes += static_cast<int64_t>((c.k.capacity() + c.v.capacity()) * sizeof(float));
-    const int64_t inter =
-        std::max<int64_t>({L.dense_intermediate, M.shared_intermediate, M.expert_intermediate});
-    const int64_t kvw = int64_t{L.n_kv_heads} * L.head_dim;
-    const int64_t fwd =
-        T * (4 * H + 2 * qw + 2 * kvw + 2 * inter + 2 * K) * static_cast<int64_t>(sizeof(float));
-    note_bytes(static_cast<int64_t>(carry.size() * sizeof(float)) + run->capture_bytes() + cache_bytes + fwd);
+    note_bytes(static_cast<int64_t>(carry.size() * sizeof(float)) + run->capture_bytes() + cache_bytes +
+               run->forward_bytes(T));
     // The chunk's rows into H: one accumulator per thread, the biggest first (each result is independent of
     // which thread absorbs it).
     std::vector<HessianAccumulator*> accs = run->accumulators();

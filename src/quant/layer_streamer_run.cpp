@@ -120,6 +120,14 @@ int64_t LayerRun::capture_bytes() const {
   return b;
 }
 
+int64_t LayerRun::forward_bytes(int64_t T) const {
+  const auto& M = spec_.moe;
+  const int64_t inter =
+      std::max<int64_t>({L_.dense_intermediate, M.shared_intermediate, M.expert_intermediate});
+  const int64_t kvw = int64_t{L_.n_kv_heads} * L_.head_dim;
+  return T * (4 * H_ + 2 * qw_ + 2 * kvw + 2 * inter + 2 * K_) * static_cast<int64_t>(sizeof(float));
+}
+
 std::vector<HessianAccumulator*> LayerRun::accumulators() {
   std::vector<HessianAccumulator*> v;
   for (Capture* c : all()) v.push_back(&c->acc);

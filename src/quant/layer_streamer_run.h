@@ -36,6 +36,9 @@ class LayerRun {
   void begin_chunk(int64_t s0, int64_t chunk) { s0_ = s0, chunk_ = chunk; }
   void end_chunk() { h_mlp_ = nullptr; }
   int64_t capture_bytes() const;
+  // The forward's temporaries for a chunk of T rows (a, q/k/v/o, residual adds, the widest MLP
+  // intermediate pair, the routing).
+  int64_t forward_bytes(int64_t T) const;
   // Every accumulator of the layer, for the chunk's absorb.
   std::vector<HessianAccumulator*> accumulators();
 

@@ -261,6 +261,7 @@ Expected<json> run_bench_decode(const BenchDecodeOptions& o) {
       const double bytes = wbytes + kv, gbs = bytes / (ms * 1e-3) / 1e9;
       json phases = json::object(), per_phase = json::object();
       const auto pb = phase_bytes(sb, batch, distinct, kv);
+      const int kernels = be.graph_kernel_nodes(batch);
       for (const auto& [name, pms] : c.phase_ms) {
         const double us = pms * 1e3 / o.steps, b = pb.count(name) ? pb.at(name) : 0.0;
         phases[name] = us;
@@ -288,7 +289,7 @@ Expected<json> run_bench_decode(const BenchDecodeOptions& o) {
            {"pct_copy", 100.0 * gbs / copy},
            {"phase_us_per_step", phases},
            {"phases", per_phase},
-           {"kernels_per_step", be.graph_kernel_nodes(batch)},
+           {"kernels_per_step", kernels},
            {"ms_per_step_with_phase_timing", c.phase_pass_ms / o.steps},
            {"logits_fnv1a", fmt::format("{:016x}", c.hash)},
            {"logits_finite", c.finite}});
@@ -297,7 +298,7 @@ Expected<json> run_bench_decode(const BenchDecodeOptions& o) {
                      batch / (ms * 1e-3), bytes / 1e9, gbs, 100.0 * gbs / copy,
                      c.finite ? "" : "  (non-finite logits!)");
         std::fprintf(stderr, "      %d kernels a replayed step; phases (a pass with a sync after each):\n",
-                     be.graph_kernel_nodes(batch));
+                     kernels);
         for (const auto& el : per_phase.items())
           std::fprintf(stderr, "      %-28s %9.1f µs %9.1f MB %7.0f GB/s %5.1f%%\n", el.key().c_str(),
                        el.value()["us"].get<double>(), el.value()["bytes"].get<double>() / 1e6,
