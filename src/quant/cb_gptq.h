@@ -122,6 +122,25 @@ Expected<Fp8CbEncoding> encode_fp8cb_rtn(const gridbook::Codebook& cb, const flo
 Expected<Fp8CbEncoding> encode_fp8cb_cb_gptq(const gridbook::Codebook& cb, const float* W, int R, int C,
                                              const float* H, int64_t n_tokens, const float* q,
                                              const CbGptqOptions& opt = {});
+// gptq_core for a book whose scale is one per row and fixed before GPTQ (FP8_DYNAMIC's grid, FP8-CB), block
+// 256, on the GPU (runtime::CudaBackendHooks::fp8_gptq): each slab's entry of its sub-table [R, C / sub_dim],
+// checked to lie in it, with the factorization's identity flag and damping. Fails without the CUDA backend.
+struct FixedScaleGptq {
+  std::vector<uint32_t> sub_idx;
+  bool identity = false;
+  double damp_used = 0.0;
+};
+Expected<FixedScaleGptq> fixed_scale_gptq_on_device(const float* W, int R, int C, const float* H,
+                                                    int64_t n_tokens, const float* row_scale,
+                                                    const DenseBook& book, bool bf16_decode, double damp,
+                                                    int max_retries);
+
+// encode_fp8cb_cb_gptq on the GPU (the row scales are searched here), the same bytes: for block 256 and
+// rungs of 2-vectors.
+bool fp8cb_gptq_on_device_covers(const gridbook::Codebook& cb, const CbGptqOptions& opt);
+Expected<Fp8CbEncoding> encode_fp8cb_cb_gptq_on_device(const gridbook::Codebook& cb, const float* W, int R,
+                                                       int C, const float* H, int64_t n_tokens,
+                                                       const float* q, const CbGptqOptions& opt = {});
 Expected<std::vector<uint8_t>> pack_fp8cb(const gridbook::Rung& rung, const Fp8CbEncoding& enc);
 
 // ---- holdout gate (§5 line 11) ----

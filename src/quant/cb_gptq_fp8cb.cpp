@@ -5,6 +5,7 @@
 #include "quant/cb_gptq.h"
 #include "quant/hessian_factor.h"
 #include "quant/scale_search_v2.h"
+#include "runtime/device.h"
 
 namespace gridq::quant {
 
@@ -94,6 +95,69 @@ Expected<Fp8CbEncoding> encode_fp8cb_cb_gptq(const gridbook::Codebook& cb, const
   Fp8CbEncoding enc = finish_fp8(book, res.sub_idx.data(), std::move(scale), R, C);
   enc.used_identity = f.identity;
   enc.damp_used = f.damp_used;
+  return enc;
+}
+
+bool fp8cb_gptq_on_device_covers(const gridbook::Codebook& cb, const CbGptqOptions& opt) {
+  return opt.block == kSB && cb.rung.grid == gridbook::Grid::FP8 && cb.rung.mode == gridbook::Mode::Product &&
+         cb.rung.sub_dim() == 2;
+}
+
+Expected<FixedScaleGptq> fixed_scale_gptq_on_device(const float* W, int R, int C, const float* H,
+                                                    int64_t n_tokens, const float* row_scale,
+                                                    const DenseBook& book, bool bf16_decode, double damp,
+                                                    int max_retries) {
+  const runtime::CudaBackendHooks* hooks = runtime::cuda_backend_hooks();
+  if (!hooks || !hooks->fp8_gptq) return err("--device cuda: this gridq was built without the CUDA backend");
+  std::vector<double> tables;
+  for (const auto& t : book.t) tables.insert(tables.end(), t.begin(), t.end());
+  runtime::Fp8GptqRequest rq;
+  rq.W = W;
+  rq.R = R;
+  rq.C = C;
+  rq.H = H;
+  rq.n_tokens = n_tokens;
+  rq.scale = row_scale;
+  rq.sub_dim = book.sub_dim;
+  rq.entries = book.entries;
+  rq.tables = tables.data();
+  rq.bf16_decode = bf16_decode;
+  rq.damp = damp;
+  rq.max_retries = max_retries;
+  GRIDQ_ASSIGN_OR_RETURN(runtime::Fp8GptqReply rp, hooks->fp8_gptq(rq));
+  const size_t nv = size_t(C / book.sub_dim), n = size_t(R) * nv;
+  if (rp.idx.size() != n) return err("GPTQ on the GPU: {} indices for [{}, {}]", rp.idx.size(), R, C);
+  FixedScaleGptq out;
+  out.sub_idx.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int sub = static_cast<int>((i % nv) % book.n_sub);
+    if (rp.idx[i] >= book.entries[sub])
+      return err("GPTQ on the GPU: index {} outside sub-table {}", rp.idx[i], sub);
+    out.sub_idx[i] = rp.idx[i];
+  }
+  out.identity = rp.identity;
+  out.damp_used = rp.damp_used;
+  return out;
+}
+
+Expected<Fp8CbEncoding> encode_fp8cb_cb_gptq_on_device(const gridbook::Codebook& cb, const float* W, int R,
+                                                       int C, const float* H, int64_t n_tokens,
+                                                       const float* q, const CbGptqOptions& opt) {
+  GRIDQ_RETURN_IF_ERROR(check_cb_inputs(cb, gridbook::Grid::FP8, W, R, C, q));
+  if (!fp8cb_gptq_on_device_covers(cb, opt))
+    return err("CB-GPTQ fp8 on the GPU: block {} and {} ({}-vectors); it covers block 256 and 2-vectors",
+               opt.block, cb.rung.name(), cb.rung.sub_dim());
+  const DenseBook book = DenseBook::from(cb);
+  std::vector<float> scale(R);
+  {
+    const std::vector<double> Wd(W, W + int64_t(R) * C);
+    fp8cb_row_scales(Wd.data(), C, R, C, q, book, opt.two_tier.refits, scale.data());
+  }
+  GRIDQ_ASSIGN_OR_RETURN(FixedScaleGptq g, fixed_scale_gptq_on_device(W, R, C, H, n_tokens, scale.data(),
+                                                                      book, true, opt.damp, opt.max_retries));
+  Fp8CbEncoding enc = finish_fp8(book, g.sub_idx.data(), std::move(scale), R, C);
+  enc.used_identity = g.identity;
+  enc.damp_used = g.damp_used;
   return enc;
 }
 

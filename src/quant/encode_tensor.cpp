@@ -243,7 +243,10 @@ Expected<EncodedTensor> encode_tensor(const SourceWeight& w, const InputStats* i
     out.dtype = io::DType::F8_E4M3;
     const auto run_gptq = [&] {
       st.damp = in->n > 0 ? p.cb_gptq.damp : 0.0;
-      return quantize_fp8_per_channel_gptq(W, R, C, H, in->n, p.cb_gptq.damp, p.cb_gptq.block);
+      // --device cuda: on the GPU where its blocks are the recipe's (the same bytes), else on the CPU.
+      return p.device_encode && fp8_gptq_on_device_covers(C, p.cb_gptq.block)
+                 ? quantize_fp8_per_channel_gptq_on_device(W, R, C, H, in->n, p.cb_gptq.damp)
+                 : quantize_fp8_per_channel_gptq(W, R, C, H, in->n, p.cb_gptq.damp, p.cb_gptq.block);
     };
     const auto run_rtn = [&] { return quantize_fp8_per_channel(W, R, C); };
     GRIDQ_ASSIGN_OR_RETURN(Fp8Weights chosen,
@@ -300,7 +303,12 @@ Expected<EncodedTensor> encode_tensor(const SourceWeight& w, const InputStats* i
       out.device_candidate = enc.candidate;
       out.w_hat = std::move(enc.w_hat);
     } else {
-      const auto run_gptq = [&] { return with_damp(encode_fp8cb_cb_gptq(*cb, W, R, C, H, in->n, q, opt)); };
+      // --device cuda: on the GPU where it covers the rung and the recipe's block (the same bytes).
+      const bool dev = p.device_encode && fp8cb_gptq_on_device_covers(*cb, opt);
+      const auto run_gptq = [&] {
+        return with_damp(dev ? encode_fp8cb_cb_gptq_on_device(*cb, W, R, C, H, in->n, q, opt)
+                             : encode_fp8cb_cb_gptq(*cb, W, R, C, H, in->n, q, opt));
+      };
       const auto run_rtn = [&] { return encode_fp8cb_rtn(*cb, W, R, C, q, opt.two_tier.refits); };
       GRIDQ_ASSIGN_OR_RETURN(Fp8CbEncoding enc, run_encoder<Fp8CbEncoding>(gptq, gate, run_gptq, run_rtn, Xh,
                                                                            n_hold, W, R, C, st));

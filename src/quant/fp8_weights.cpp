@@ -30,6 +30,17 @@ std::vector<float> channel_scales(const float* W, int R, int C) {
   return s;
 }
 
+// The E4M3 grid as a 1-dimensional table (gptq_core's book for FP8_DYNAMIC).
+DenseBook e4m3_book() {
+  DenseBook book;
+  book.n_sub = 1;
+  book.sub_dim = 1;
+  const std::vector<float> grid = signed_grid_values(gridbook::Grid::FP8);
+  book.entries = {static_cast<int>(grid.size())};
+  book.t = {std::vector<double>(grid.begin(), grid.end())};
+  return book;
+}
+
 }  // namespace
 
 Expected<Fp8Weights> quantize_fp8_per_channel(const float* W, int R, int C) {
@@ -55,12 +66,8 @@ Expected<Fp8Weights> quantize_fp8_per_channel_gptq(const float* W, int R, int C,
   out.rows = R;
   out.cols = C;
   out.scale = channel_scales(W, R, C);
-  DenseBook book;  // the E4M3 grid as a 1-dimensional table
-  book.n_sub = 1;
-  book.sub_dim = 1;
+  const DenseBook book = e4m3_book();
   const std::vector<float> grid = signed_grid_values(gridbook::Grid::FP8);
-  book.entries = {static_cast<int>(grid.size())};
-  book.t = {std::vector<double>(grid.begin(), grid.end())};
   GptqCoreSpec spec;
   spec.rows = R;
   spec.cols = C;
@@ -73,6 +80,26 @@ Expected<Fp8Weights> quantize_fp8_per_channel_gptq(const float* W, int R, int C,
   const GptqCoreResult res = gptq_core(W, f.identity ? nullptr : f.U.data(), book, spec, scale_fn);
   out.q.resize(size_t(R) * C);
   for (size_t i = 0; i < out.q.size(); ++i) out.q[i] = f32_to_e4m3_rne(grid[res.sub_idx[i]]);
+  return out;
+}
+
+bool fp8_gptq_on_device_covers(int C, int block) { return block == 256 && C > 0 && C % 256 == 0; }
+
+Expected<Fp8Weights> quantize_fp8_per_channel_gptq_on_device(const float* W, int R, int C, const float* H,
+                                                             int64_t n_tokens, double damp) {
+  GRIDQ_RETURN_IF_ERROR(check_weight(W, R, C));
+  if (!fp8_gptq_on_device_covers(C, 256))
+    return err("FP8 GPTQ on the GPU: in_features {} is not a multiple of 256", C);
+  Fp8Weights out;
+  out.rows = R;
+  out.cols = C;
+  out.scale = channel_scales(W, R, C);
+  const DenseBook book = e4m3_book();
+  GRIDQ_ASSIGN_OR_RETURN(FixedScaleGptq g, fixed_scale_gptq_on_device(W, R, C, H, n_tokens, out.scale.data(),
+                                                                      book, false, damp, 3));
+  out.q.resize(size_t(R) * C);
+  for (size_t i = 0; i < out.q.size(); ++i)
+    out.q[i] = f32_to_e4m3_rne(static_cast<float>(book.t[0][g.sub_idx[i]]));
   return out;
 }
 

@@ -26,6 +26,12 @@ Expected<Fp8Weights> quantize_fp8_per_channel(const float* W, int R, int C);
 Expected<Fp8Weights> quantize_fp8_per_channel_gptq(const float* W, int R, int C, const float* H,
                                                    int64_t n_tokens, double damp = 0.1, int block = 256);
 
+// The same on the GPU (runtime::CudaBackendHooks::fp8_gptq), the same bytes: for block 256 and C a multiple
+// of 256 (fp8_gptq_on_device_covers); fails without the CUDA backend.
+bool fp8_gptq_on_device_covers(int C, int block);
+Expected<Fp8Weights> quantize_fp8_per_channel_gptq_on_device(const float* W, int R, int C, const float* H,
+                                                             int64_t n_tokens, double damp = 0.1);
+
 // e4m3(q) · s_r as fp32, [R, C].
 std::vector<float> dequantize_fp8(const Fp8Weights& w);
 

@@ -51,8 +51,9 @@ Status Driver::prepare() {
   if (o.device == "cuda") {  // refused here, before any work, when there is no usable GPU
     GRIDQ_ASSIGN_OR_RETURN(runtime::DeviceChoice dc, runtime::choose_device("cuda"));
     device_line = dc.log_line +
-                  " (quantize: the teacher forward, Hessians, NVFP4-CB K12-K24 CB-GPTQ, refinement and RTN "
-                  "on the GPU; FP8, the other rungs and the holdout statistics on the CPU)";
+                  " (quantize: the teacher forward, Hessians, NVFP4-CB K12-K24 CB-GPTQ, refinement and RTN, "
+                  "FP8 and FP8-CB GPTQ with block 256 on the GPU; FP8-CB row scales, the other rungs and the "
+                  "holdout statistics on the CPU)";
   }
   if (o.budget_score != "measured" && o.budget_score != "proxy")
     return err("--budget-score '{}': expected measured or proxy", o.budget_score);

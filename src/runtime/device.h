@@ -86,6 +86,30 @@ struct CbFp4Reply {
   int64_t codes_changed = 0, scales_changed = 0;
 };
 
+// One GPTQ encode of an FP8 format on the GPU (`gridq quantize --device cuda`, block 256, in_features a
+// multiple of 256): FP8_DYNAMIC per channel (one table of the 253 signed E4M3 values, sub_dim 1) or an
+// FP8-CB product rung (its sub-tables of 2-vectors, decoded in BF16), with each row's scale fixed before
+// GPTQ; each slab's entry, the CPU encoder's choice bit for bit (cuda/gptq/gptq.h fp8_gptq). Host memory in
+// and out.
+struct Fp8GptqRequest {
+  const float* W = nullptr;  // [R, C]
+  int R = 0, C = 0;
+  const float* H = nullptr;  // [C, C]
+  int64_t n_tokens = 0;
+  const float* scale = nullptr;  // [R] the row scales
+  int sub_dim = 1;
+  std::vector<int> entries;        // [n_sub]
+  const double* tables = nullptr;  // every sub-table in order, [Σ entries, sub_dim]
+  bool bf16_decode = false;        // the decoded value is bf16_rn(fl32(t)·s) instead of t·s
+  double damp = 0.1;
+  int max_retries = 3;
+};
+struct Fp8GptqReply {
+  std::vector<uint16_t> idx;  // [R, C / sub_dim] entries of each slab's sub-table
+  bool identity = false;      // GPTQ ran with U = I
+  double damp_used = 0.0;
+};
+
 // A batch of NVFP4-CB v2 encodes on the GPU (`gridq quantize --device cuda`: a layer's routed experts, in
 // chunks): M matrices [R, C] of one shape over nH inputs (gate and up share their expert's), each encoded by
 // CB-GPTQ (and its refinement when refine_passes > 0) and/or round-to-nearest, with every candidate's
@@ -155,6 +179,8 @@ struct CudaBackendHooks {
   std::function<Expected<std::unique_ptr<DeviceHessianStore>>(int cols)> hessian;
   // `gridq quantize --device cuda`: the NVFP4-CB encoders on the GPU.
   std::function<Expected<CbFp4Reply>(const CbFp4Request&)> cb_fp4;
+  // `gridq quantize --device cuda`: GPTQ of the FP8 formats (FP8_DYNAMIC, FP8-CB) on the GPU.
+  std::function<Expected<Fp8GptqReply>(const Fp8GptqRequest&)> fp8_gptq;
   // `gridq quantize --device cuda`: a layer's routed experts encoded in batches.
   std::function<Expected<std::unique_ptr<DeviceCbBatch>>(const CbFp4BatchRequest&)> cb_fp4_batch;
   // The output proxy tr(ΔW H ΔWᵀ)/2 of quant/output_proxy.h on the GPU, the same bits (W, W_hat [R, C], H

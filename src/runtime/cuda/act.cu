@@ -24,7 +24,7 @@ __device__ float block_sum(float v, float* red) {
 
 // FP8 per-token (codes, scale) of a BF16 row held as FP32 values produced on the fly by `val(k)`.
 template <typename F>
-__device__ void fp8_row(F val, int K, uint8_t* q, float* s_out, float* red, int* ired) {
+__device__ void fp8_row(F val, int K, uint8_t* q, float* s_out, float* red) {
   float a = 0.0f;
   int nan = 0;
   for (int k = threadIdx.x; k < K; k += kActThreads) {
@@ -32,8 +32,7 @@ __device__ void fp8_row(F val, int K, uint8_t* q, float* s_out, float* red, int*
     nan |= isnan(x);
     a = fmaxf(a, fabsf(x));
   }
-  a = block_max_n(a, red, kActThreads / 32);
-  nan = block_or_n(nan, ired, kActThreads / 32);
+  block_max_nan(a, nan, red, kActThreads / 32);
   const float s = nan ? __int_as_float(0x7FC00000) : fp8_token_scale(a);
   for (int k = threadIdx.x; k < K; k += kActThreads) q[k] = nan ? uint8_t{0x7F} : fp8_quant_elem(val(k), s);
   if (threadIdx.x == 0) *s_out = s;
@@ -61,12 +60,11 @@ __device__ void fp4_row(F val, int K, uint16_t* y) {
 __global__ void __launch_bounds__(kActThreads)
     quantize_fp8_kernel(const uint16_t* x, int K, uint8_t* q, float* s) {
   __shared__ float red[kActThreads / 32];
-  __shared__ int ired[kActThreads / 32];
   pdl_launch_dependents();
   pdl_wait();
   const long long m = blockIdx.x;
   const uint16_t* xr = x + m * K;
-  fp8_row([&](int k) { return bf16_bits_to_f32(xr[k]); }, K, q + m * K, s + m, red, ired);
+  fp8_row([&](int k) { return bf16_bits_to_f32(xr[k]); }, K, q + m * K, s + m, red);
 }
 
 __global__ void __launch_bounds__(kActThreads) qdq_fp4_kernel(const uint16_t* x, int K, uint16_t* y) {
@@ -84,7 +82,6 @@ __global__ void __launch_bounds__(kActThreads)
                    uint8_t* y_q, float* y_s) {
   extern __shared__ uint16_t row[];
   __shared__ float red[kActThreads / 32];
-  __shared__ int ired[kActThreads / 32];
   pdl_launch_dependents();
   pdl_wait();
   const long long m = blockIdx.x;
@@ -104,7 +101,7 @@ __global__ void __launch_bounds__(kActThreads)
   }
   __syncthreads();
   if (y_fp4) fp4_row([&](int k) { return bf16_bits_to_f32(row[k]); }, H, y_fp4 + m * H);
-  if (y_q) fp8_row([&](int k) { return bf16_bits_to_f32(row[k]); }, H, y_q + m * H, y_s + m, red, ired);
+  if (y_q) fp8_row([&](int k) { return bf16_bits_to_f32(row[k]); }, H, y_q + m * H, y_s + m, red);
 }
 
 // RMSNorm of FP32 residual rows, a block of kNormThreads per row, thread i holding elements i +
@@ -120,18 +117,21 @@ __global__ void __launch_bounds__(kNormThreads)
                        uint16_t* y_fp4, uint8_t* y_q, float* y_s) {
   __shared__ double dred[kNormThreads / 32];
   __shared__ float red[kNormThreads / 32];
-  __shared__ int ired[kNormThreads / 32];
-  pdl_entry();
   const long long t = blockIdx.x;
   const int tid = threadIdx.x, lane = tid % 32;
-  const float* v = x + t * H;
   float xv[kNormPer], wv[kNormPer];
+#pragma unroll
+  for (int j = 0; j < kNormPer; ++j) {  // the weights are the model's: loaded before the wait
+    const int i = tid + kNormThreads * j;
+    wv[j] = i < H ? w[i] : 0.0f;
+  }
+  pdl_entry();
+  const float* v = x + t * H;
   double ss = 0.0;
 #pragma unroll
-  for (int j = 0; j < kNormPer; ++j) {  // the weights' loads too, in flight with the row's
+  for (int j = 0; j < kNormPer; ++j) {
     const int i = tid + kNormThreads * j;
     xv[j] = i < H ? v[i] : 0.0f;
-    wv[j] = i < H ? w[i] : 0.0f;
     ss += static_cast<double>(xv[j]) * xv[j];
   }
   for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
@@ -174,7 +174,7 @@ __global__ void __launch_bounds__(kNormThreads)
       if (i < H) y_fp4[t * H + i] = gn ? uint16_t{0x7FC0} : fp4_qdq_elem(xv[j], fp4_group_scale(a));
     }
   }
-  if (y_q) fp8_row_from_regs(xv, amax, nan, H, y_q + t * H, y_s + t, red, ired);
+  if (y_q) fp8_row_from_regs(xv, amax, nan, H, y_q + t * H, y_s + t, red);
 }
 
 template <typename Kern, typename... Args>

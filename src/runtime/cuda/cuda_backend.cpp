@@ -331,6 +331,7 @@ void register_backend() {
   h.hessian = make_host_rows_hessian;
   h.cb_fp4 = cb_fp4_host;
   h.cb_fp4_batch = cb_fp4_batch_host;
+  h.fp8_gptq = fp8_gptq_host;
   h.half_trace = half_trace_host;
   h.teacher = [](const model::ModelSpec& spec) -> Expected<std::unique_ptr<runtime::DeviceTeacher>> {
     GRIDQ_ASSIGN_OR_RETURN(auto t, Teacher::create(spec));

@@ -177,7 +177,11 @@ __global__ void __launch_bounds__(kExpertThreads, 1) grouped_expert_kernel(const
   auto issue = [&]() {
     if (iv) {
       uint8_t* dst = ring + (issued % kStages) * Dec::kUnitBytes;
-      for (int c = lane; c < kChunks; c += 32) cp_async16(dst + 16 * c, iw + 16 * c);
+#pragma unroll
+      for (int j = 0; j < (kChunks + 31) / 32; ++j) {  // unrolled: no loop counter per chunk
+        const int c = lane + 32 * j;
+        if (c < kChunks) cp_async16(dst + 16 * c, iw + 16 * c);
+      }
       iw += Dec::kUnitBytes;
       if (++is == S) {
         is = 0;
@@ -204,16 +208,25 @@ __global__ void __launch_bounds__(kExpertThreads, 1) grouped_expert_kernel(const
   int cs = 0;
   Cols<NT> cc, nc;
   item_cols<NT>(p, ci, poff, lane, cc);
-  typename Dec::XFrag xf[NT], xn[NT];
+  // Two activation buffers in turn (xa feeds the unit while xb takes the next one's, then the other way
+  // round), so that no register copy of a buffer is made per unit. Columns past an item's pairs keep
+  // whatever an earlier load left there (zero at first): their mma columns are never stored, and a column's
+  // bits depend on its own activations only.
+  typename Dec::XFrag xa[NT], xb[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int i = 0; i < 8; ++i) xa[nt].v[i] = xb[nt].v[i] = make_uint4(0, 0, 0, 0);
   auto load_x = [&](const Cols<NT>& c, int s, typename Dec::XFrag(&x)[NT]) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
-      Dec::load_x(x[nt], c.xr[nt] ? c.xr[nt] + s * Dec::kUnitK : nullptr, t, c.xr[nt] != nullptr);
+      if (c.xr[nt]) Dec::load_x(x[nt], c.xr[nt] + s * Dec::kUnitK, t, true);
   };
-  load_x(cc, 0, xf);
+  load_x(cc, 0, xa);
   typename Dec::Frag cur;
-
-  for (unsigned u = 0;; ++u) {
+  unsigned u = 0;
+  // One unit: the mma with xc while xn takes the next unit's activations; false after the warp's last unit.
+  auto step = [&](typename Dec::XFrag(&xc)[NT], typename Dec::XFrag(&xn)[NT]) -> bool {
     __syncwarp();  // every lane has read the stage that the next issue overwrites
     issue();
     cp_async_wait<kStages - 1>();
@@ -231,7 +244,7 @@ __global__ void __launch_bounds__(kExpertThreads, 1) grouped_expert_kernel(const
       nc = cc;
     }
     if (nv) load_x(nc, ns, xn);
-    Dec::template mma<NT>(cur, xf, acc, smem, lane);
+    Dec::template mma<NT>(cur, xc, acc, smem, lane);
     if (cs == S - 1) {  // the item's K-run is complete: its rows of its pairs
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
@@ -243,10 +256,10 @@ __global__ void __launch_bounds__(kExpertThreads, 1) grouped_expert_kernel(const
         }
       zero_acc();
     }
-    if (!nv) break;
-    ci = ni, cs = ns, cc = nc;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) xf[nt] = xn[nt];
+    ci = ni, cs = ns, cc = nc, ++u;
+    return nv;
+  };
+  while (step(xa, xb) && step(xb, xa)) {
   }
   cp_async_wait<0>();
 }

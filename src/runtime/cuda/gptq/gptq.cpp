@@ -315,6 +315,11 @@ Status refine_all(const CbGptqBatch& j, const CbGptqBook& book, const CbGptqSett
 
 Expected<gptq::V2Tables> device_v2_tables() { return tables(); }
 
+Status gptq_factor(const CbGptqBatch& j, const CbGptqSettings& o, cudaStream_t s, DeviceBuffer& U,
+                   DeviceBuffer& identity, CbGptqResult& res) {
+  return factor_all(j, o, s, U, identity, res);
+}
+
 Expected<CbGptqResult> cb_gptq_fp4(const CbGptqBatch& j, const CbGptqBook& book, const CbGptqSettings& o,
                                    cudaStream_t s) {
   GRIDQ_RETURN_IF_ERROR(check_job(j, book, o, true));

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "runtime/cuda/device_buffer.h"
 #include "runtime/cuda/gptq/gptq_kernels.h"
 
 namespace gridq::cuda {
@@ -75,5 +76,30 @@ Expected<gptq::V2Tables> device_v2_tables();
 // Round-to-nearest: two-tier scales on the original weights and the nearest entries (H unused).
 Expected<CbGptqResult> cb_rtn_fp4(const CbGptqBatch& job, const CbGptqBook& book, const CbGptqSettings& opt,
                                   cudaStream_t stream);
+
+// The damped inverse-Cholesky factor of each of the job's Hessians (quant/hessian_factor.cpp's rules and
+// retries): U [nH, C, C] float64 upper, identity [nH] (1: no tokens or a zero diagonal); res.identity and
+// res.damp_used are filled. Shared by the encoders above and fp8_gptq.
+Status gptq_factor(const CbGptqBatch& job, const CbGptqSettings& opt, cudaStream_t stream, DeviceBuffer& U,
+                   DeviceBuffer& identity, CbGptqResult& res);
+
+// GPTQ for the FP8 formats, whose scale is one per row and fixed before GPTQ (block 256), batched like
+// cb_gptq_fp4 (job.q unused): FP8_DYNAMIC per channel (quant/fp8_weights.h quantize_fp8_per_channel_gptq)
+// and the FP8-CB product rungs (quant/cb_gptq.h encode_fp8cb_cb_gptq). idx [M, R, C / sub_dim]: each slab's
+// entry of its sub-table, the CPU encoder's choice bit for bit (gptq_fp8.cu).
+struct ScalarBook {
+  int sub_dim = 1;
+  std::vector<int> entries;  // [n_sub]
+  std::vector<double> t;     // every sub-table in order, [Σ entries, sub_dim]
+  bool bf16_decode = false;  // decoded bf16_rn(fl32(t)·s) (FP8-CB) instead of t·s (FP8_DYNAMIC)
+};
+struct Fp8GptqResult {
+  std::vector<uint16_t> idx;
+  std::vector<uint8_t> identity;  // [nH]
+  std::vector<double> damp_used;  // [nH]
+};
+Expected<Fp8GptqResult> fp8_gptq(const CbGptqBatch& job, const ScalarBook& book,
+                                 const std::vector<double>& scale /*[M·R]*/, const CbGptqSettings& opt,
+                                 cudaStream_t stream);
 
 }  // namespace gridq::cuda

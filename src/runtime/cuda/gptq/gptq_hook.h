@@ -23,6 +23,9 @@ CbGptqSettings gptq_settings(const runtime::CbFp4Settings& s);
 // [R, C] and H [C, C], all finite (the caller checks, as output_half_trace does).
 Expected<double> half_trace_host(const float* W, const float* W_hat, int R, int C, const float* H);
 
+// runtime::CudaBackendHooks::fp8_gptq (gptq_fp8_host.cpp).
+Expected<runtime::Fp8GptqReply> fp8_gptq_host(const runtime::Fp8GptqRequest& r);
+
 // runtime::CudaBackendHooks::cb_fp4_batch (gptq_batch.cpp).
 Expected<std::unique_ptr<runtime::DeviceCbBatch>> cb_fp4_batch_host(const runtime::CbFp4BatchRequest& r);
 

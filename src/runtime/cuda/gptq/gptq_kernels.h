@@ -75,6 +75,23 @@ cudaError_t raw_gptq_block(double* W, int M, int R, int C, int b, const int* h_o
                            const double* U, const double* A, const double* Tp, const double* nk,
                            const double* book, int K, const uint8_t* planes, V2Tables t, double* Err,
                            uint32_t* sub_idx, cudaStream_t s);
+// ---- the FP8 formats' GPTQ (gptq_fp8.cu): one fixed scale per row ----
+// Sub-tables of sub_dim-vectors, quant::DenseBook's layout: FP8_DYNAMIC's grid (one table of the 253 signed
+// E4M3 values, sub_dim 1, decoded t·s) or an FP8-CB product rung (four tables of 2-vectors, decoded
+// bf16_rn(fl32(t)·s)). Device pointers.
+struct ScalarTables {
+  const double* t = nullptr;     // every sub-table in order, [Σ entries, sub_dim]
+  const int* off = nullptr;      // [n_sub] the first value of each sub-table in t
+  const int* entries = nullptr;  // [n_sub]
+  int n_sub = 0, sub_dim = 0;
+  bool bf16_decode = false;
+};
+// The slabs of block b for every row: the nearest entry of slab v's sub-table (v mod n_sub) to w / scale[row]
+// in the transformed space; Err [M, R, 256], idx [M, R, C / sub_dim]. cudaErrorNotSupported for other
+// (sub_dim, decode) pairs than (1, t·s) and (2, bf16). The trailing update is raw_gptq_trailing's.
+cudaError_t raw_scalar_gptq_block(double* W, int M, int R, int C, int b, const int* h_of,
+                                  const uint8_t* identity, const double* U, const ScalarTables& tab,
+                                  const double* scale, double* Err, uint16_t* idx, cudaStream_t s);
 // W[:, b1:] −= Err · U[B, b1:] per matrix (skipped for identity Hessians).
 cudaError_t raw_gptq_trailing(double* W, int M, int R, int C, int b, const int* h_of, const uint8_t* identity,
                               const double* U, const double* Err, cudaStream_t s);

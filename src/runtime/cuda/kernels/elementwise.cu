@@ -61,36 +61,45 @@ __global__ void __launch_bounds__(kThreads)
 // registers, the row max by the block; out, q and s are bit for bit gate_kernel then quantize_fp8 (one
 // launch instead of two; the quantize alone was a 7 µs one-block kernel at batch 1).
 constexpr int kRowThreads = 1024, kRowPer = 16;  // nh·d ≤ 16384
+template <int kMode>  // 0: no gate, 1: per head, 2: per element (the layer's GateMode)
 __global__ void __launch_bounds__(kRowThreads)
-    gate_fp8_kernel(const float* o, const float* g, long long ld_g, int mode, int nh, int d, uint16_t* out,
-                    uint8_t* q, float* s) {
+    gate_fp8_kernel(const float* o, const float* g, long long ld_g, int nh, int d, uint16_t* out, uint8_t* q,
+                    float* s) {
   __shared__ float red[kRowThreads / 32];
-  __shared__ int ired[kRowThreads / 32];
   __shared__ float head_gate[kRowThreads];  // mode 1: softplus of each head's gate, once per head
   pdl_entry();
   const long long t = blockIdx.x;
   const int n = nh * d, tid = threadIdx.x;
-  if (mode == 1) {
+  // All of the row's loads first, then the stores: interleaved, each load waited for the previous store
+  // (the compiler cannot move a load above a store that may alias it), one L2 round trip per element. The
+  // head gates' loads go out with them.
+  float v[kRowPer], gv[kMode == 2 ? kRowPer : 1];
+#pragma unroll
+  for (int j = 0; j < kRowPer; ++j) {
+    const int i = tid + kRowThreads * j;
+    v[j] = i < n ? o[t * n + i] : 0.0f;
+    if constexpr (kMode == 2) gv[j] = i < n ? g[t * ld_g + i] : 0.0f;
+  }
+  if constexpr (kMode == 1) {
     for (int h = tid; h < nh; h += kRowThreads) head_gate[h] = softplus_f32(g[t * ld_g + h]);
     __syncthreads();
   }
-  float v[kRowPer];
   float amax = 0.0f;
   int nan = 0;
 #pragma unroll
   for (int j = 0; j < kRowPer; ++j) {
     const int i = tid + kRowThreads * j;
     if (i >= n) break;
-    float x = o[t * n + i];
-    if (mode == 1) x = __fmul_rn(x, head_gate[i / d]);
-    if (mode == 2) x = __fmul_rn(x, softplus_f32(g[t * ld_g + i]));
+    float x = v[j];
+    if constexpr (kMode == 1) x = __fmul_rn(x, head_gate[i / d]);
+    if constexpr (kMode == 2) x = __fmul_rn(x, softplus_f32(gv[j]));
     const uint16_t b = f32_to_bf16_bits(x);
     out[t * n + i] = b;
     v[j] = bf16_bits_to_f32(b);
     amax = fmaxf(amax, fabsf(v[j]));
     nan |= isnan(v[j]);
   }
-  fp8_row_from_regs(v, amax, nan, n, q + t * n, s + t, red, ired);
+  fp8_row_from_regs(v, amax, nan, n, q + t * n, s + t, red);
 }
 
 // The CPU reference accumulates routed[t] += y·w expert by expert (ascending id), then scale·routed + shared,
@@ -150,8 +159,13 @@ cudaError_t raw_gate(const float* o, const float* g, long long ld_g, int mode, i
 cudaError_t raw_gate_fp8(const float* o, const float* g, long long ld_g, int mode, int T, int nh, int d,
                          uint16_t* out, uint8_t* q, float* sc, cudaStream_t s) {
   if (nh * d > kRowThreads * kRowPer || nh > kRowThreads) return cudaErrorInvalidValue;
-  GQ_KLAUNCH(launch(gate_fp8_kernel, dim3(static_cast<unsigned>(T)), dim3(kRowThreads), 0, s, o, g, ld_g,
-                    mode, nh, d, out, q, sc));
+  const dim3 grid(static_cast<unsigned>(T)), block(kRowThreads);
+  if (mode == 1)
+    GQ_KLAUNCH(launch(gate_fp8_kernel<1>, grid, block, 0, s, o, g, ld_g, nh, d, out, q, sc));
+  else if (mode == 2)
+    GQ_KLAUNCH(launch(gate_fp8_kernel<2>, grid, block, 0, s, o, g, ld_g, nh, d, out, q, sc));
+  else
+    GQ_KLAUNCH(launch(gate_fp8_kernel<0>, grid, block, 0, s, o, g, ld_g, nh, d, out, q, sc));
   return cudaGetLastError();
 }
 cudaError_t raw_moe_combine(const float* y, const float* w, int T, int k, int H, float scale,

@@ -150,6 +150,14 @@ __global__ void __launch_bounds__(kWarps * 32) ref_matvec_kernel(const RefArgs a
 constexpr int kBatch = 6;
 template <bool kXf32, int NP, int NR>
 __global__ void __launch_bounds__(kWarps * 32) ref_matvec_bf16_kernel(const RefArgs a) {
+  // Without expert ids the rows are the same every step (the router): the first column of blocks requests
+  // its rows into L2 before waiting for the previous kernel, so that the loads below, issued once the
+  // activations are ready, find the weights in L2 instead of paying the HBM latency after the wait.
+  if (a.ids == nullptr && blockIdx.y == 0 && (threadIdx.x & 31) < NR) {
+    const int r = (blockIdx.x * kWarps + (threadIdx.x >> 5)) * NR + (threadIdx.x & 31);
+    if (r < a.w.rows)
+      prefetch_l2(a.w.data + static_cast<long long>(r) * a.w.row_bytes, static_cast<uint32_t>(a.w.row_bytes));
+  }
   pdl_entry();
   constexpr int kB = NR == 1 ? kBatch : 2;  // rounds in flight (registers: NR weight vectors a round)
   const RefMatrix& w = a.w;
