@@ -36,9 +36,8 @@ std::vector<int> act_order_groups(const float* diag, int C) {
   return perm;
 }
 
-Expected<Fp4CbEncoding> encode_fp4_cb_gptq_act_order(const gridbook::Codebook& cb, const float* W, int R,
-                                                     int C, const float* H, int64_t n_tokens, const float* q,
-                                                     const CbGptqOptions& opt) {
+Expected<Fp4CbEncoding> encode_fp4_act_order(const float* W, int R, int C, const float* H, const float* q,
+                                             const Fp4GptqEncoder& encode) {
   if (R <= 0 || C <= 0 || C % kSB != 0)
     return err("weight [{}, {}]: CB needs rows > 0 and in_features % 256 == 0", R, C);
   std::vector<float> diag(C);
@@ -53,8 +52,11 @@ Expected<Fp4CbEncoding> encode_fp4_cb_gptq_act_order(const gridbook::Codebook& c
     qp[i] = q[col[i]];
     for (int j = 0; j < C; ++j) Hp[size_t(i) * C + j] = H[size_t(col[i]) * C + col[j]];
   }
-  GRIDQ_ASSIGN_OR_RETURN(Fp4CbEncoding p,
-                         encode_fp4_cb_gptq(cb, Wp.data(), R, C, Hp.data(), n_tokens, qp.data(), opt));
+  GRIDQ_ASSIGN_OR_RETURN(Fp4CbEncoding p, encode(Wp.data(), Hp.data(), qp.data()));
+  if (p.rows != R || p.cols != C || p.planes.size() != size_t(R) * (C / kSB) ||
+      p.codes.size() != size_t(R) * (C / gridbook::kVecDim) || p.w_hat.size() != size_t(R) * C)
+    return err("act order: the encoder returned an encoding of [{}, {}] without its codes or w_hat", p.rows,
+               p.cols);
   // Back to column order. Permuted group i is source group perm[i]; both lie in the same superblock position
   // of their order (whole superblocks moved), so the source superblock of group perm[i] takes the plane of
   // the permuted superblock i / 16, with the scale code of slot i % 16 moved to slot perm[i] % 16.
@@ -75,6 +77,14 @@ Expected<Fp4CbEncoding> encode_fp4_cb_gptq_act_order(const gridbook::Codebook& c
     }
   }
   return e;
+}
+
+Expected<Fp4CbEncoding> encode_fp4_cb_gptq_act_order(const gridbook::Codebook& cb, const float* W, int R,
+                                                     int C, const float* H, int64_t n_tokens, const float* q,
+                                                     const CbGptqOptions& opt) {
+  return encode_fp4_act_order(W, R, C, H, q, [&](const float* Wp, const float* Hp, const float* qp) {
+    return encode_fp4_cb_gptq(cb, Wp, R, C, Hp, n_tokens, qp, opt);
+  });
 }
 
 }  // namespace gridq::quant

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "quant/cb_gptq.h"
@@ -19,7 +20,17 @@ namespace gridq::quant {
 // together and keep their superblock's place in the superblock order. diag: [C] (diag H).
 std::vector<int> act_order_groups(const float* diag, int C);
 
-// CB-GPTQ in act order (same arguments as encode_fp4_cb_gptq).
+// The CB-GPTQ encoder act order runs on the permuted problem: W [R, C], H [C, C] and q [C] in processing
+// order (the rows, the tokens and the options are the caller's). Either the CPU encoder or the GPU's
+// (cb_gptq_device.h encode_fp4_on_device, without its refinement): they give the same bytes.
+using Fp4GptqEncoder = std::function<Expected<Fp4CbEncoding>(const float* W, const float* H, const float* q)>;
+
+// CB-GPTQ in act order through `encode` (W [R, C], H [C, C], q [C] in column order): the encoding in column
+// order.
+Expected<Fp4CbEncoding> encode_fp4_act_order(const float* W, int R, int C, const float* H, const float* q,
+                                             const Fp4GptqEncoder& encode);
+
+// CB-GPTQ in act order on the CPU (same arguments as encode_fp4_cb_gptq).
 Expected<Fp4CbEncoding> encode_fp4_cb_gptq_act_order(const gridbook::Codebook& cb, const float* W, int R,
                                                      int C, const float* H, int64_t n_tokens, const float* q,
                                                      const CbGptqOptions& opt = {});

@@ -272,7 +272,15 @@ Expected<EncodedTensor> encode_tensor(const SourceWeight& w, const InputStats* i
         return err("tensor '{}': {} with v1 scale coding is not implemented by the encoder (use two_tier)",
                    w.name, p.format);
       const bool on_gpu = p.device_encode && device_encodes(rung);
+      // The encoder of the problem in its processing order: on the GPU under --device cuda (the same
+      // bytes); act order permutes around it on the host.
+      const auto gptq_in_order = [&](const float* Wo, const float* Ho, const float* qo) {
+        return on_gpu ? encode_fp4_on_device(*cb, Wo, R, C, Ho, in->n, qo, opt)
+                      : encode_fp4_cb_gptq(*cb, Wo, R, C, Ho, in->n, qo, opt);
+      };
       const auto run_gptq = [&]() -> Expected<Fp4CbEncoding> {
+        // The device's own refinement (DeviceRefined) is of the encoding in column order: not with act
+        // order, whose refinement runs on the host after the permutation back (refined_fp4).
         const bool dev = (on_gpu && !p.cb_gptq.act_order) || pre;
         DeviceRefined refined;
         if (pre && !pre->gptq) return err("tensor '{}': the device batch has no CB-GPTQ encoding", w.name);
@@ -281,8 +289,8 @@ Expected<EncodedTensor> encode_tensor(const SourceWeight& w, const InputStats* i
             with_damp(pre   ? Expected<Fp4CbEncoding>(*pre->gptq)
                       : dev ? encode_fp4_on_device(*cb, W, R, C, H, in->n, q, opt, p.cb_gptq.refine_passes,
                                                    p.cb_gptq.refine_scales, &refined)
-                      : p.cb_gptq.act_order ? encode_fp4_cb_gptq_act_order(*cb, W, R, C, H, in->n, q, opt)
-                                            : encode_fp4_cb_gptq(*cb, W, R, C, H, in->n, q, opt)));
+                      : p.cb_gptq.act_order ? encode_fp4_act_order(W, R, C, H, q, gptq_in_order)
+                                            : gptq_in_order(W, H, q)));
         if (pre) refined = pre->refined;
         return refined_fp4(std::move(g), *cb, W, R, C, H, Xh, n_hold, p.cb_gptq, st,
                            dev ? &refined : nullptr);

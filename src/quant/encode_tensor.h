@@ -36,8 +36,9 @@ struct EncodeParams {
   TwoTierParams two_tier;
   // `--device cuda`: NVFP4-CB K12-K24 CB-GPTQ, its refinement and RTN run on the GPU (the same bytes;
   // cb_gptq_device.h), and so does every output proxy (the same bits). The routed experts go through the
-  // device batch (pipeline.h encode_experts_on_device), which also takes their holdout MSEs; act-order, FP8
-  // and the other rungs stay on the CPU.
+  // device batch (pipeline.h encode_experts_on_device), which also takes their holdout MSEs, except under
+  // act order (one device call a matrix, its permutation and refinement on the host); FP8_DYNAMIC and FP8-CB
+  // GPTQ with block 256 run on the GPU too; the other rungs stay on the CPU.
   bool device_encode = false;
   // Routed experts per device batch (their gate/up, then down matrices in one call each): 32 Laguna-S-2.1
   // experts take ≈ 15 GB of device memory with the holdout buffers (bench quantize: 10.2 GB without them).

@@ -1,19 +1,22 @@
 // The GPU NVFP4-CB encoders (runtime/cuda/gptq/gptq.h) against the CPU ones (quant/cb_gptq.h): CB-GPTQ and
 // round-to-nearest must choose the same entries and the same v2 planes, byte for byte, for a batch that mixes
 // matrices sharing a Hessian, a rank-deficient Hessian, a cold input (no tokens: plain nearest neighbour),
-// a row count past the pilot's 256, zero groups, a zero superblock, and both supported rungs. Skips without
-// a GPU.
+// a row count past the pilot's 256, zero groups, a zero superblock, and both supported rungs; act order
+// through the device encoder (quantize --device cuda) gives the CPU's act-order bytes. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <cstring>
 
 #include "../quant/quant_test_util.h"
 #include "cuda_test_util.h"
+#include "quant/cb_act_order.h"
 #include "quant/cb_gptq.h"
+#include "quant/cb_gptq_device.h"
 #include "quant/cb_refine.h"
 #include "quant/dense_book.h"
 #include "quant/lattice_codebook.h"
 #include "runtime/cuda/gptq/gptq.h"
+#include "runtime/cuda/register.h"
 
 namespace gridq::cuda::test {
 namespace {
@@ -209,6 +212,33 @@ void refinement_case(const gridbook::Codebook& cb, int rows, cudaStream_t stream
     ++refined;
   }
   EXPECT_EQ(refined, 4);
+}
+
+// Act order (quant/cb_act_order.h) around the device encoder, as encode_tensor runs it under --device cuda:
+// the same codes, planes and Ŵ as the CPU's act order, for each kind of Hessian of the case.
+TEST(CudaCbGptq, ActOrderSameBytesAsTheCpu) {
+  REQUIRE_GPU();
+  register_backend();
+  const gridbook::Codebook cb = quant::testing::k16();
+  const Case c = make_case(40, 768, 13);
+  for (size_t m : {size_t(0), size_t(2), size_t(4)}) {  // well conditioned, rank-deficient, cold
+    const int h = c.h_of[m];
+    const float* W = c.W[m].data();
+    auto cpu = quant::encode_fp4_cb_gptq_act_order(cb, W, c.R, c.C, c.H[h].data(), c.n[h], c.q[h].data());
+    ASSERT_OK(cpu);
+    auto gpu = quant::encode_fp4_act_order(
+        W, c.R, c.C, c.H[h].data(), c.q[h].data(), [&](const float* Wp, const float* Hp, const float* qp) {
+          return quant::encode_fp4_on_device(cb, Wp, c.R, c.C, Hp, c.n[h], qp, quant::CbGptqOptions{});
+        });
+    ASSERT_OK(gpu);
+    EXPECT_TRUE(cpu->codes == gpu->codes) << "matrix " << m;
+    EXPECT_TRUE(cpu->w_hat == gpu->w_hat) << "matrix " << m;
+    EXPECT_EQ(cpu->damp_used, gpu->damp_used) << "matrix " << m;
+    int bad_planes = 0;
+    for (size_t i = 0; i < cpu->planes.size(); ++i)
+      bad_planes += cpu->planes[i].E != gpu->planes[i].E || cpu->planes[i].c != gpu->planes[i].c;
+    EXPECT_EQ(bad_planes, 0) << "matrix " << m;
+  }
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // Group-wise act order (cb_act_order.h): the order is a permutation of whole 16-column groups that keeps each
 // superblock's groups together; with the identity order it is plain CB-GPTQ byte for byte; the permuted-back
-// encoding packs and decodes to its w_hat (codewords in column order); the same bytes at any thread count.
+// encoding packs and decodes to its w_hat (codewords in column order); the same bytes at any thread count;
+// under `--device cuda` the GPU encoder gets the permuted problem (a fake device here, answering with the CPU
+// encoder; tests/cuda/test_cb_gptq.cpp holds the real one to the CPU's bytes).
 #include "quant/cb_act_order.h"
 
 #include <gtest/gtest.h>
@@ -10,9 +12,13 @@
 
 #include "core/numerics.h"
 #include "gridbook/codec.h"
+#include "pipeline_test_util.h"
 #include "quant/cb_refine.h"
+#include "quant/encode_tensor.h"
 #include "quant/lattice_codebook.h"
+#include "quant/output_proxy.h"
 #include "quant_test_util.h"
+#include "runtime/device.h"
 
 namespace gridq::quant {
 namespace {
@@ -77,6 +83,72 @@ TEST(CbActOrder, IdentityOrderIsPlainCbGptqAndDecodesExactly) {
   }
   omp_set_num_threads(saved);
   EXPECT_EQ(bytes[0], bytes[1]);
+}
+
+// encode_tensor with act order under --device cuda: CB-GPTQ runs through the device hook on the permuted
+// problem (its Hessian in processing order), the refinement on the host; the bytes, Ŵ and record are the CPU
+// path's.
+TEST(CbActOrder, DeviceEncodeGetsThePermutedProblem) {
+  const gridbook::Codebook cb = k16();
+  const DenseBook book = DenseBook::from(cb);
+  const int R = 16, C = 512;
+  const InputStats in = testing::synthetic_stats("layers.1.mlp.experts.0.in", C, 600, 40, 5);
+  std::vector<float> W = testing::gaussian(size_t(R) * C, 6, 0.02);
+  std::vector<uint8_t> bytes(W.size() * 2);
+  for (size_t i = 0; i < W.size(); ++i) {
+    const uint16_t h = f32_to_bf16(W[i]);
+    bytes[2 * i] = h & 0xFF, bytes[2 * i + 1] = h >> 8;
+  }
+  const SourceWeight sw{"model.layers.1.mlp.experts.0.up_proj.weight", io::DType::BF16, {R, C}, bytes};
+  EncodeParams p{"NVFP4_CB_K16", "cb_gptq", {}, {}};
+  p.cb_gptq.act_order = true;
+  p.cb_gptq.refine_passes = 2;
+  auto cpu = encode_tensor(sw, &in, p, &cb);
+  ASSERT_TRUE(cpu.ok()) << cpu.message();
+
+  const runtime::CudaBackendHooks* before = runtime::cuda_backend_hooks();
+  const runtime::CudaBackendHooks saved = before ? *before : runtime::CudaBackendHooks{};
+  runtime::CudaBackendHooks h;
+  h.probe = [] { return runtime::CudaProbe{true, "fake"}; };
+  h.create = [](const model::ModelSpec&, const runtime::ModelWeights&, std::shared_ptr<void>,
+                const runtime::DeviceOptions&) -> Expected<std::unique_ptr<runtime::Backend>> {
+    return err("fake");
+  };
+  int gptq_calls = 0, permuted = 0;
+  h.cb_fp4 = [&](const runtime::CbFp4Request& r) -> Expected<runtime::CbFp4Reply> {
+    CbGptqOptions o;
+    o.damp = r.s.damp;
+    o.two_tier.pilot_rows = r.s.pilot_rows;
+    o.two_tier.refits = r.s.refits;
+    auto e = r.H ? encode_fp4_cb_gptq(cb, r.W, r.R, r.C, r.H, r.n_tokens, r.q, o)
+                 : encode_fp4_rtn(cb, r.W, r.R, r.C, r.q, o.two_tier);
+    if (!e.ok()) return err("{}", e.message());
+    if (r.H) {
+      ++gptq_calls;
+      EXPECT_EQ(r.s.refine_passes, 0);  // act order refines on the host, after the permutation back
+      for (int j = 0; j < r.C; ++j) permuted += r.H[size_t(j) * r.C + j] != in.H[size_t(j) * C + j];
+    }
+    runtime::CbFp4Reply rp;
+    rp.sub_idx = testing::split_codes(book, *e);
+    rp.planes = testing::plane_bytes(*e);
+    rp.identity = e->used_identity;
+    rp.damp_used = e->damp_used;
+    return rp;
+  };
+  h.half_trace = [](const float* Wa, const float* Wh, int Ra, int Ca, const float* Ha) {
+    return output_half_trace(Wa, Wh, Ra, Ca, Ha);
+  };
+  runtime::register_cuda_backend(h);
+  p.device_encode = true;
+  auto dev = encode_tensor(sw, &in, p, &cb);
+  runtime::register_cuda_backend(saved);
+  ASSERT_TRUE(dev.ok()) << dev.message();
+  EXPECT_EQ(gptq_calls, 1);
+  EXPECT_GT(permuted, 0);  // the device saw H in processing order, not column order
+  EXPECT_TRUE(cpu->data == dev->data);
+  EXPECT_TRUE(cpu->w_hat == dev->w_hat);
+  EXPECT_EQ(cpu->stats.to_json().dump(), dev->stats.to_json().dump());
+  EXPECT_FALSE(cpu->stats.refine.is_null());  // the refinement ran (on the host, both times)
 }
 
 }  // namespace

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "gridbook/codec.h"
+#include "quant/cb_gptq.h"
+#include "quant/dense_book.h"
 #include "quant/lattice_codebook.h"
 #include "quant/prng.h"
 
@@ -83,6 +85,24 @@ inline gridbook::Codebook k16() {
   auto cb = lattice_codebook(*r);
   EXPECT_TRUE(cb.ok()) << cb.message();
   return *cb;
+}
+
+// What a device encoder returns for an encoding (runtime::CbFp4Reply): sub-indices [R, C/4] of its composed
+// codewords (quant/dense_book.h: sub0 in the low bits) and its planes (E, then the 16 group codes).
+inline std::vector<uint32_t> split_codes(const DenseBook& b, const Fp4CbEncoding& e) {
+  std::vector<uint32_t> idx(e.codes.size() * 2);
+  for (size_t i = 0; i < e.codes.size(); ++i)
+    for (int s = 0; s < 2; ++s)
+      idx[2 * i + s] = static_cast<uint32_t>((e.codes[i] >> b.split.offset[s]) & uint64_t(b.entries[s] - 1));
+  return idx;
+}
+inline std::vector<uint8_t> plane_bytes(const Fp4CbEncoding& e) {
+  std::vector<uint8_t> p;
+  for (const gridbook::V2Plane& v : e.planes) {
+    p.push_back(v.E);
+    p.insert(p.end(), v.c.begin(), v.c.end());
+  }
+  return p;
 }
 
 }  // namespace gridq::quant::testing

@@ -16,6 +16,7 @@
 #include "quant/lattice_codebook.h"
 #include "quant/output_proxy.h"
 #include "quant/pipeline.h"
+#include "quant_test_util.h"
 #include "runtime/device.h"
 
 namespace gridq::quant {
@@ -24,23 +25,8 @@ namespace {
 namespace fs = std::filesystem;
 using gridq::testing::repo_path;
 
-// sub-indices [R, C/4] of composed codewords (quant/dense_book.h: sub0 in the low bits).
-std::vector<uint32_t> split_codes(const DenseBook& b, const Fp4CbEncoding& e) {
-  std::vector<uint32_t> idx(e.codes.size() * 2);
-  for (size_t i = 0; i < e.codes.size(); ++i)
-    for (int s = 0; s < 2; ++s)
-      idx[2 * i + s] = static_cast<uint32_t>((e.codes[i] >> b.split.offset[s]) & uint64_t(b.entries[s] - 1));
-  return idx;
-}
-
-std::vector<uint8_t> plane_bytes(const Fp4CbEncoding& e) {
-  std::vector<uint8_t> p;
-  for (const gridbook::V2Plane& v : e.planes) {
-    p.push_back(v.E);
-    p.insert(p.end(), v.c.begin(), v.c.end());
-  }
-  return p;
-}
+using testing::plane_bytes;
+using testing::split_codes;
 
 // The device batch, computed by the CPU encoders of `cb` (K16).
 class CpuBatch final : public runtime::DeviceCbBatch {
