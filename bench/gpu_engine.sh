@@ -17,6 +17,7 @@
 #   GRIDQ_BENCH_NOPDL  set: the same bench again with --no-pdl
 #   GRIDQ_BASE_OVERLAY  step "basebuild": a folder of baseline files (repo paths) laid over a copy of this tree
 #   GRIDQ_AB_REPS step "benchab": rounds of `bench decode $GRIDQ_BENCH`: baseline (if built), this tree, variants
+#   GRIDQ_AB_CMD  the bench command benchab times (default decode; prefill: GRIDQ_BENCH holds its arguments)
 #   GRIDQ_VARIANTS step "variants" (after build): folders of repo-path files, each laid over this tree and built
 #                 incrementally in build-gpu into /tmp/var_N/gridq (then this tree is rebuilt); benchab times them.
 #                 Each variant's test_cuda runs its folder's .tests filter, else GRIDQ_VARIANT_FILTER (default: the
@@ -264,7 +265,7 @@ if has benchab; then  # bench decode alternating the baseline (step basebuild), 
       bin=$G
       [ $side = base ] && bin=/tmp/base/build-gpu/gridq
       [[ $side == var_* ]] && bin=/tmp/$side/gridq
-      timeout 200 $bin bench decode ${GRIDQ_BENCH:---synthetic laguna-s-2.1} --out "$OUT/ab_${side}_$i.json" \
+      timeout 200 $bin bench ${GRIDQ_AB_CMD:-decode} ${GRIDQ_BENCH:---synthetic laguna-s-2.1} --out "$OUT/ab_${side}_$i.json" \
         > "$OUT/ab_${side}_$i.txt" 2>&1
       echo "-- $side round $i: exit $?"; grep -E "tok/s|copy" "$OUT/ab_${side}_$i.txt" | head -8
     done
