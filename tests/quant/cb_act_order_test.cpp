@@ -106,16 +106,9 @@ TEST(CbActOrder, DeviceEncodeGetsThePermutedProblem) {
   auto cpu = encode_tensor(sw, &in, p, &cb);
   ASSERT_TRUE(cpu.ok()) << cpu.message();
 
-  const runtime::CudaBackendHooks* before = runtime::cuda_backend_hooks();
-  const runtime::CudaBackendHooks saved = before ? *before : runtime::CudaBackendHooks{};
-  runtime::CudaBackendHooks h;
-  h.probe = [] { return runtime::CudaProbe{true, "fake"}; };
-  h.create = [](const model::ModelSpec&, const runtime::ModelWeights&, std::shared_ptr<void>,
-                const runtime::DeviceOptions&) -> Expected<std::unique_ptr<runtime::Backend>> {
-    return err("fake");
-  };
   int gptq_calls = 0, permuted = 0;
-  h.cb_fp4 = [&](const runtime::CbFp4Request& r) -> Expected<runtime::CbFp4Reply> {
+  testing::FakeCudaHooks fake;
+  fake.h.cb_fp4 = [&](const runtime::CbFp4Request& r) -> Expected<runtime::CbFp4Reply> {
     CbGptqOptions o;
     o.damp = r.s.damp;
     o.two_tier.pilot_rows = r.s.pilot_rows;
@@ -135,13 +128,12 @@ TEST(CbActOrder, DeviceEncodeGetsThePermutedProblem) {
     rp.damp_used = e->damp_used;
     return rp;
   };
-  h.half_trace = [](const float* Wa, const float* Wh, int Ra, int Ca, const float* Ha) {
+  fake.h.half_trace = [](const float* Wa, const float* Wh, int Ra, int Ca, const float* Ha) {
     return output_half_trace(Wa, Wh, Ra, Ca, Ha);
   };
-  runtime::register_cuda_backend(h);
+  fake.install();
   p.device_encode = true;
   auto dev = encode_tensor(sw, &in, p, &cb);
-  runtime::register_cuda_backend(saved);
   ASSERT_TRUE(dev.ok()) << dev.message();
   EXPECT_EQ(gptq_calls, 1);
   EXPECT_GT(permuted, 0);  // the device saw H in processing order, not column order

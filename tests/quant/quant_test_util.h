@@ -14,6 +14,7 @@
 #include "quant/dense_book.h"
 #include "quant/lattice_codebook.h"
 #include "quant/prng.h"
+#include "runtime/device.h"
 
 namespace gridq::quant::testing {
 
@@ -104,5 +105,29 @@ inline std::vector<uint8_t> plane_bytes(const Fp4CbEncoding& e) {
   }
   return p;
 }
+
+// A CUDA backend for the quantizer's device paths on a machine without a GPU: the probe finds a "fake" GPU,
+// the engine factory refuses; the test sets the encoder hooks it needs in `h`, then install()s them. The
+// program's own registration comes back when the object goes.
+class FakeCudaHooks {
+ public:
+  runtime::CudaBackendHooks h;
+  FakeCudaHooks() {
+    const runtime::CudaBackendHooks* before = runtime::cuda_backend_hooks();
+    if (before) saved_ = *before;
+    h.probe = [] { return runtime::CudaProbe{true, "fake"}; };
+    h.create = [](const model::ModelSpec&, const runtime::ModelWeights&, std::shared_ptr<void>,
+                  const runtime::DeviceOptions&) -> Expected<std::unique_ptr<runtime::Backend>> {
+      return err("fake");
+    };
+  }
+  void install() const { runtime::register_cuda_backend(h); }
+  ~FakeCudaHooks() { runtime::register_cuda_backend(saved_); }
+  FakeCudaHooks(const FakeCudaHooks&) = delete;
+  FakeCudaHooks& operator=(const FakeCudaHooks&) = delete;
+
+ private:
+  runtime::CudaBackendHooks saved_;
+};
 
 }  // namespace gridq::quant::testing

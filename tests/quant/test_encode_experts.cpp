@@ -130,27 +130,22 @@ TEST(EncodeExperts, BatchPathMatchesTheCpuPath) {
     return e.ok() ? std::move(*e) : std::vector<EncodedTensor>{};
   };
   const auto cpu = encode("cpu");
-  const runtime::CudaBackendHooks* before = runtime::cuda_backend_hooks();
-  const runtime::CudaBackendHooks saved = before ? *before : runtime::CudaBackendHooks{};
-  runtime::CudaBackendHooks h;
-  h.probe = [] { return runtime::CudaProbe{true, "fake"}; };
-  h.create = [](const model::ModelSpec&, const runtime::ModelWeights&, std::shared_ptr<void>,
-                const runtime::DeviceOptions&) -> Expected<std::unique_ptr<runtime::Backend>> {
-    return err("fake");
-  };
   int batches = 0;
-  h.cb_fp4_batch =
-      [&](const runtime::CbFp4BatchRequest& r) -> Expected<std::unique_ptr<runtime::DeviceCbBatch>> {
-    ++batches;
-    EXPECT_LE(r.q.size(), 4u);  // at most 4 experts' inputs a batch
-    return std::unique_ptr<runtime::DeviceCbBatch>(new CpuBatch(r, k16));
-  };
-  h.half_trace = [](const float* W, const float* Wh, int R, int C, const float* H) {
-    return output_half_trace(W, Wh, R, C, H);
-  };
-  runtime::register_cuda_backend(h);
-  const auto dev = encode("cuda");
-  runtime::register_cuda_backend(saved);
+  std::vector<EncodedTensor> dev;
+  {
+    testing::FakeCudaHooks fake;
+    fake.h.cb_fp4_batch =
+        [&](const runtime::CbFp4BatchRequest& r) -> Expected<std::unique_ptr<runtime::DeviceCbBatch>> {
+      ++batches;
+      EXPECT_LE(r.q.size(), 4u);  // at most 4 experts' inputs a batch
+      return std::unique_ptr<runtime::DeviceCbBatch>(new CpuBatch(r, k16));
+    };
+    fake.h.half_trace = [](const float* W, const float* Wh, int R, int C, const float* H) {
+      return output_half_trace(W, Wh, R, C, H);
+    };
+    fake.install();
+    dev = encode("cuda");
+  }
   // The layer's other tensors (attention, shared expert, norms) were encoded beside the batches, not after
   // them: only the batches were reported.
   EXPECT_EQ(reported.size(), 4u);

@@ -45,6 +45,15 @@ struct CbGptqBatch {
   const float* q = nullptr;       // device [nH, C] importances (imatrix)
   std::vector<int> h_of;          // [M] the Hessian (and importances) of each matrix
   std::vector<int64_t> n_tokens;  // [nH] rows behind each H (0: plain nearest neighbour)
+  // One matrix [R, C] with its own H (and q): the hooks' one-matrix requests.
+  static CbGptqBatch one(int R, int C, const float* W, const float* H, const float* q, int64_t n_tokens) {
+    CbGptqBatch b;
+    b.R = R, b.C = C, b.M = 1, b.nH = 1;
+    b.W = W, b.H = H, b.q = q;
+    b.h_of = {0};
+    b.n_tokens = {n_tokens};
+    return b;
+  }
 };
 
 struct CbGptqResult {

@@ -108,15 +108,7 @@ Expected<runtime::Fp8GptqReply> fp8_gptq_host(const runtime::Fp8GptqRequest& r) 
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer H, DeviceBuffer::alloc(CC * 4, "gpu fp8 gptq Hessian"));
   GRIDQ_RETURN_IF_ERROR(W.upload(r.W, RC * 4));
   GRIDQ_RETURN_IF_ERROR(H.upload(r.H, CC * 4));
-  CbGptqBatch job;
-  job.R = r.R;
-  job.C = r.C;
-  job.M = 1;
-  job.nH = 1;
-  job.W = W.as<float>();
-  job.H = H.as<float>();
-  job.h_of = {0};
-  job.n_tokens = {r.n_tokens};
+  const CbGptqBatch job = CbGptqBatch::one(r.R, r.C, W.as<float>(), H.as<float>(), nullptr, r.n_tokens);
   CbGptqSettings o;
   o.damp = r.damp;
   o.max_retries = r.max_retries;

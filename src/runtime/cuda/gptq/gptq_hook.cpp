@@ -70,16 +70,8 @@ Expected<runtime::CbFp4Reply> cb_fp4_host(const runtime::CbFp4Request& r) {
     GRIDQ_ASSIGN_OR_RETURN(H, DeviceBuffer::alloc(CC * 4, "gpu cb encode Hessian"));
     GRIDQ_RETURN_IF_ERROR(H.upload(r.H, CC * 4));
   }
-  CbGptqBatch job;
-  job.R = r.R;
-  job.C = r.C;
-  job.M = 1;
-  job.nH = 1;
-  job.W = W.as<float>();
-  job.H = r.H ? H.as<float>() : nullptr;
-  job.q = q.as<float>();
-  job.h_of = {0};
-  job.n_tokens = {r.n_tokens};
+  const CbGptqBatch job =
+      CbGptqBatch::one(r.R, r.C, W.as<float>(), r.H ? H.as<float>() : nullptr, q.as<float>(), r.n_tokens);
   const CbGptqBook book = gptq_book(r.s);
   CbGptqSettings o = gptq_settings(r.s);
   if (!r.H) o.refine_passes = 0;
