@@ -127,14 +127,13 @@ Expected<FixedScaleGptq> fixed_scale_gptq_on_device(const float* W, int R, int C
   GRIDQ_ASSIGN_OR_RETURN(runtime::Fp8GptqReply rp, hooks->fp8_gptq(rq));
   const size_t nv = size_t(C / book.sub_dim), n = size_t(R) * nv;
   if (rp.idx.size() != n) return err("GPTQ on the GPU: {} indices for [{}, {}]", rp.idx.size(), R, C);
-  FixedScaleGptq out;
-  out.sub_idx.resize(n);
   for (size_t i = 0; i < n; ++i) {
     const int sub = static_cast<int>((i % nv) % book.n_sub);
     if (rp.idx[i] >= book.entries[sub])
       return err("GPTQ on the GPU: index {} outside sub-table {}", rp.idx[i], sub);
-    out.sub_idx[i] = rp.idx[i];
   }
+  FixedScaleGptq out;
+  out.sub_idx.assign(rp.idx.begin(), rp.idx.end());
   out.identity = rp.identity;
   out.damp_used = rp.damp_used;
   return out;

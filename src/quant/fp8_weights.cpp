@@ -41,6 +41,13 @@ DenseBook e4m3_book() {
   return book;
 }
 
+// The E4M3 codes of the grid entries GPTQ chose, idx [R, C] (e4m3_book's indices).
+std::vector<uint8_t> e4m3_codes(const DenseBook& book, const std::vector<uint32_t>& idx) {
+  std::vector<uint8_t> q(idx.size());
+  for (size_t i = 0; i < q.size(); ++i) q[i] = f32_to_e4m3_rne(static_cast<float>(book.t[0][idx[i]]));
+  return q;
+}
+
 }  // namespace
 
 Expected<Fp8Weights> quantize_fp8_per_channel(const float* W, int R, int C) {
@@ -67,7 +74,6 @@ Expected<Fp8Weights> quantize_fp8_per_channel_gptq(const float* W, int R, int C,
   out.cols = C;
   out.scale = channel_scales(W, R, C);
   const DenseBook book = e4m3_book();
-  const std::vector<float> grid = signed_grid_values(gridbook::Grid::FP8);
   GptqCoreSpec spec;
   spec.rows = R;
   spec.cols = C;
@@ -78,8 +84,7 @@ Expected<Fp8Weights> quantize_fp8_per_channel_gptq(const float* W, int R, int C,
       for (int j = 0; j < b1 - b0; ++j) slab_scale[size_t(r) * block + j] = out.scale[r];
   };
   const GptqCoreResult res = gptq_core(W, f.identity ? nullptr : f.U.data(), book, spec, scale_fn);
-  out.q.resize(size_t(R) * C);
-  for (size_t i = 0; i < out.q.size(); ++i) out.q[i] = f32_to_e4m3_rne(grid[res.sub_idx[i]]);
+  out.q = e4m3_codes(book, res.sub_idx);
   return out;
 }
 
@@ -97,9 +102,7 @@ Expected<Fp8Weights> quantize_fp8_per_channel_gptq_on_device(const float* W, int
   const DenseBook book = e4m3_book();
   GRIDQ_ASSIGN_OR_RETURN(FixedScaleGptq g, fixed_scale_gptq_on_device(W, R, C, H, n_tokens, out.scale.data(),
                                                                       book, false, damp, 3));
-  out.q.resize(size_t(R) * C);
-  for (size_t i = 0; i < out.q.size(); ++i)
-    out.q[i] = f32_to_e4m3_rne(static_cast<float>(book.t[0][g.sub_idx[i]]));
+  out.q = e4m3_codes(book, g.sub_idx);
   return out;
 }
 

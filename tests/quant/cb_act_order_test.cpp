@@ -93,13 +93,8 @@ TEST(CbActOrder, DeviceEncodeGetsThePermutedProblem) {
   const DenseBook book = DenseBook::from(cb);
   const int R = 16, C = 512;
   const InputStats in = testing::synthetic_stats("layers.1.mlp.experts.0.in", C, 600, 40, 5);
-  std::vector<float> W = testing::gaussian(size_t(R) * C, 6, 0.02);
-  std::vector<uint8_t> bytes(W.size() * 2);
-  for (size_t i = 0; i < W.size(); ++i) {
-    const uint16_t h = f32_to_bf16(W[i]);
-    bytes[2 * i] = h & 0xFF, bytes[2 * i + 1] = h >> 8;
-  }
-  const SourceWeight sw{"model.layers.1.mlp.experts.0.up_proj.weight", io::DType::BF16, {R, C}, bytes};
+  const testing::Bf16Src src("model.layers.1.mlp.experts.0.up_proj.weight", R, C, 6);
+  const SourceWeight& sw = src.sw;
   EncodeParams p{"NVFP4_CB_K16", "cb_gptq", {}, {}};
   p.cb_gptq.act_order = true;
   p.cb_gptq.refine_passes = 2;
@@ -109,10 +104,7 @@ TEST(CbActOrder, DeviceEncodeGetsThePermutedProblem) {
   int gptq_calls = 0, permuted = 0;
   testing::FakeCudaHooks fake;
   fake.h.cb_fp4 = [&](const runtime::CbFp4Request& r) -> Expected<runtime::CbFp4Reply> {
-    CbGptqOptions o;
-    o.damp = r.s.damp;
-    o.two_tier.pilot_rows = r.s.pilot_rows;
-    o.two_tier.refits = r.s.refits;
+    const CbGptqOptions o = testing::options_of(r.s);
     auto e = r.H ? encode_fp4_cb_gptq(cb, r.W, r.R, r.C, r.H, r.n_tokens, r.q, o)
                  : encode_fp4_rtn(cb, r.W, r.R, r.C, r.q, o.two_tier);
     if (!e.ok()) return err("{}", e.message());
@@ -121,12 +113,7 @@ TEST(CbActOrder, DeviceEncodeGetsThePermutedProblem) {
       EXPECT_EQ(r.s.refine_passes, 0);  // act order refines on the host, after the permutation back
       for (int j = 0; j < r.C; ++j) permuted += r.H[size_t(j) * r.C + j] != in.H[size_t(j) * C + j];
     }
-    runtime::CbFp4Reply rp;
-    rp.sub_idx = testing::split_codes(book, *e);
-    rp.planes = testing::plane_bytes(*e);
-    rp.identity = e->used_identity;
-    rp.damp_used = e->damp_used;
-    return rp;
+    return testing::reply_of(book, *e);
   };
   fake.h.half_trace = [](const float* Wa, const float* Wh, int Ra, int Ca, const float* Ha) {
     return output_half_trace(Wa, Wh, Ra, Ca, Ha);

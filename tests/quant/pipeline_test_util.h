@@ -21,6 +21,7 @@
 #include "io/safetensors.h"
 #include "io/sha256.h"
 #include "quant/capture.h"
+#include "quant/encode_tensor.h"
 #include "quant_test_util.h"
 
 namespace gridq::quant::testing {
@@ -213,5 +214,23 @@ inline std::map<std::string, std::string> dir_digests(const std::string& dir) {
   }
   return out;
 }
+
+// A BF16 source weight [R, C] of gaussian values (σ 0.02); W holds the values as the encoders read them
+// (exact BF16), sw the tensor over `bytes`.
+struct Bf16Src {
+  std::vector<float> W;
+  std::vector<uint8_t> bytes;
+  SourceWeight sw;
+  Bf16Src(const std::string& name, int R, int C, uint64_t seed) : W(gaussian(size_t(R) * C, seed, 0.02)) {
+    bytes.resize(W.size() * 2);
+    for (size_t i = 0; i < W.size(); ++i) {
+      const uint16_t h = f32_to_bf16(W[i]);
+      W[i] = bf16_to_f32(h);
+      bytes[2 * i] = h & 0xFF;
+      bytes[2 * i + 1] = h >> 8;
+    }
+    sw = SourceWeight{name, io::DType::BF16, {R, C}, bytes};
+  }
+};
 
 }  // namespace gridq::quant::testing

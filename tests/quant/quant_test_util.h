@@ -105,6 +105,23 @@ inline std::vector<uint8_t> plane_bytes(const Fp4CbEncoding& e) {
   }
   return p;
 }
+// The CPU encoders' options of a device request's settings (what a fake device encodes with), and a CPU
+// encoding as the device's reply.
+inline CbGptqOptions options_of(const runtime::CbFp4Settings& s) {
+  CbGptqOptions o;
+  o.damp = s.damp;
+  o.two_tier.pilot_rows = s.pilot_rows;
+  o.two_tier.refits = s.refits;
+  return o;
+}
+inline runtime::CbFp4Reply reply_of(const DenseBook& b, const Fp4CbEncoding& e) {
+  runtime::CbFp4Reply r;
+  r.sub_idx = split_codes(b, e);
+  r.planes = plane_bytes(e);
+  r.identity = e.used_identity;
+  r.damp_used = e.damp_used;
+  return r;
+}
 
 // A CUDA backend for the quantizer's device paths on a machine without a GPU: the probe finds a "fake" GPU,
 // the engine factory refuses; the test sets the encoder hooks it needs in `h`, then install()s them. The

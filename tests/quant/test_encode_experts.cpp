@@ -33,10 +33,7 @@ class CpuBatch final : public runtime::DeviceCbBatch {
  public:
   CpuBatch(const runtime::CbFp4BatchRequest& r, const gridbook::Codebook& cb) : r_(r) {
     const DenseBook book = DenseBook::from(cb);
-    CbGptqOptions opt;
-    opt.damp = r.s.damp;
-    opt.two_tier.pilot_rows = r.s.pilot_rows;
-    opt.two_tier.refits = r.s.refits;
+    const CbGptqOptions opt = testing::options_of(r.s);
     for (size_t m = 0; m < r.W.size(); ++m) {
       const int h = r.h_of[m];
       const float* W = r.W[m];
@@ -47,8 +44,7 @@ class CpuBatch final : public runtime::DeviceCbBatch {
       std::array<std::vector<float>, 3> hat;
       if (r.gptq) {
         Fp4CbEncoding g = *encode_fp4_cb_gptq(cb, W, r.R, r.C, r.H[h], r.n_tokens[h], r.q[h], opt);
-        x.enc.sub_idx = split_codes(book, g), x.enc.planes = plane_bytes(g);
-        x.enc.identity = g.used_identity, x.enc.damp_used = g.damp_used;
+        x.enc = testing::reply_of(book, g);
         x.mse_gptq = mse(g), hat[0] = g.w_hat;
         if (r.s.refine_passes > 0 && !g.used_identity) {
           RefineOptions ro;

@@ -261,13 +261,8 @@ TEST(ExportAssemble, RefusesAnIncompleteStack) {
   auto book = lattice_codebook(*gridbook::parse_rung_name("NVFP4_CB_K12", 2));
   ASSERT_TRUE(book.ok());
   const InputStats in = testing::synthetic_stats("x", 256, 64, 0, 3);
-  std::vector<float> w = testing::gaussian(8 * 256, 5, 0.02);
-  std::vector<uint8_t> bytes(w.size() * 2);
-  for (size_t i = 0; i < w.size(); ++i) {
-    const uint16_t h = f32_to_bf16(w[i]);
-    bytes[2 * i] = h & 0xFF;
-    bytes[2 * i + 1] = h >> 8;
-  }
+  const testing::Bf16Src src("", 8, 256, 5);
+  const std::vector<uint8_t>& bytes = src.bytes;
   EncodeParams p{"NVFP4_CB_K12", "rtn", {}, {}};
   std::vector<EncodedTensor> encs;
   for (const char* leaf : {"gate_proj", "up_proj"}) {  // no down_proj

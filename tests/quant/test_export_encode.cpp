@@ -18,22 +18,7 @@
 namespace gridq::quant {
 namespace {
 
-struct Src {
-  std::vector<float> W;
-  std::vector<uint8_t> bytes;
-  SourceWeight sw;
-  Src(const std::string& name, int R, int C, uint64_t seed)
-      : W(testing::gaussian(size_t(R) * C, seed, 0.02)) {
-    bytes.resize(W.size() * 2);
-    for (size_t i = 0; i < W.size(); ++i) {
-      const uint16_t h = f32_to_bf16(W[i]);
-      W[i] = bf16_to_f32(h);
-      bytes[2 * i] = h & 0xFF;
-      bytes[2 * i + 1] = h >> 8;
-    }
-    sw = SourceWeight{name, io::DType::BF16, {R, C}, bytes};
-  }
-};
+using Src = testing::Bf16Src;
 
 gridbook::Codebook book(const char* rung) { return *lattice_codebook(*gridbook::parse_rung_name(rung, 2)); }
 

@@ -127,11 +127,13 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+}  // namespace
+
 // The damped inverse-Cholesky factor per Hessian into U, with quant/hessian_factor.cpp's rules: identity
 // for no tokens or a zero diagonal, errors for non-finite entries or a negative mean diagonal, and damping
 // ×10 per failed attempt (either Cholesky), at most max_retries times.
-Status factor_all(const CbGptqBatch& j, const CbGptqSettings& o, cudaStream_t s, DeviceBuffer& U,
-                  DeviceBuffer& identity_dev, CbGptqResult& res) {
+Status gptq_factor(const CbGptqBatch& j, const CbGptqSettings& o, cudaStream_t s, DeviceBuffer& U,
+                   DeviceBuffer& identity_dev, CbGptqResult& res) {
   const size_t nH = size_t(j.nH), CC = size_t(j.C) * j.C;
   GRIDQ_ASSIGN_OR_RETURN(U, DeviceBuffer::alloc(nH * CC * 8, "gpu cb-gptq U"));
   GRIDQ_ASSIGN_OR_RETURN(DeviceBuffer L, DeviceBuffer::alloc(nH * CC * 8, "gpu cb-gptq factor workspace"));
@@ -204,6 +206,8 @@ Status factor_all(const CbGptqBatch& j, const CbGptqSettings& o, cudaStream_t s,
           h, o.damp, o.max_retries);
   return {};
 }
+
+namespace {
 
 struct Common {
   DeviceBuffer W, book, h_of, m2, numden, planes, sub_idx;
@@ -315,18 +319,13 @@ Status refine_all(const CbGptqBatch& j, const CbGptqBook& book, const CbGptqSett
 
 Expected<gptq::V2Tables> device_v2_tables() { return tables(); }
 
-Status gptq_factor(const CbGptqBatch& j, const CbGptqSettings& o, cudaStream_t s, DeviceBuffer& U,
-                   DeviceBuffer& identity, CbGptqResult& res) {
-  return factor_all(j, o, s, U, identity, res);
-}
-
 Expected<CbGptqResult> cb_gptq_fp4(const CbGptqBatch& j, const CbGptqBook& book, const CbGptqSettings& o,
                                    cudaStream_t s) {
   GRIDQ_RETURN_IF_ERROR(check_job(j, book, o, true));
   CbGptqResult res;
   auto t0 = std::chrono::steady_clock::now();
   DeviceBuffer U, identity;
-  GRIDQ_RETURN_IF_ERROR(factor_all(j, o, s, U, identity, res));
+  GRIDQ_RETURN_IF_ERROR(gptq_factor(j, o, s, U, identity, res));
   GRIDQ_CUDA(cudaStreamSynchronize(s));
   res.seconds_factor = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
