@@ -229,7 +229,7 @@ if has variants; then  # source variants built incrementally in build-gpu (one o
     files=$(cd "$v" && find . -type f ! -name .tests ! -name .nobench | sed 's#^\./##')
     vfilter="${GRIDQ_VARIANT_FILTER:-CudaCb*:CudaMoe*:CudaLinear.*:CudaInvariance.*:CudaEngine.*}"
     [ -f "$v/.tests" ] && vfilter=$(cat "$v/.tests")
-    rm -rf /tmp/var_keep && mkdir -p /tmp/var_keep /tmp/var_$n
+    rm -rf /tmp/var_keep /tmp/var_$n && mkdir -p /tmp/var_keep /tmp/var_$n  # no stale binary or nobench mark
     for f in $files; do
       [ -f "$f" ] && mkdir -p "/tmp/var_keep/$(dirname "$f")" && cp "$f" "/tmp/var_keep/$f"
     done

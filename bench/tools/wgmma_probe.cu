@@ -4,8 +4,9 @@
 // unpacked FP16 (cuobjdump: the low bytes of each A/B register feed the first, the high bytes the second),
 // accumulated from +0 and then added to C by an FADD, so the FP8 candidate is two wgmma m64nNk16 f16 (A
 // registers: those unpacked halves, B: the same k slots) from +0, then the FADD; the BF16 candidate is wgmma
-// m64nNk16 bf16 against mma m16n8k16 bf16. N = 64 tokens (8 core-matrix groups), the block bench/pending/
-// gemm-wgmma.patch uses, so the descriptor's strides are exercised as the GEMM sets them.
+// m64nNk16 bf16 against mma m16n8k16 bf16. N = 64 tokens (8 core-matrix groups), the token block of the
+// wgmma GEMM tried in session 28 (git 509eb28), so the descriptor's strides are exercised as a GEMM sets them.
+// Session 28 on an H100: BF16 and FP8 0 differences; N-major B matches with LBO along K.
 //
 // A last case stores B N-major (transposed: N contiguous, as attention's V is) and tries both readings of
 // the descriptor's two strides, to tell which one steps along K (information for an attention P·V on wgmma).
