@@ -5,8 +5,8 @@
 // accumulated from +0 and then added to C by an FADD, so the FP8 candidate is two wgmma m64nNk16 f16 (A
 // registers: those unpacked halves, B: the same k slots) from +0, then the FADD; the BF16 candidate is wgmma
 // m64nNk16 bf16 against mma m16n8k16 bf16. N = 64 tokens (8 core-matrix groups), the token block of the
-// wgmma GEMM tried in session 28 (git 509eb28), so the descriptor's strides are exercised as a GEMM sets them.
-// Session 28 on an H100: BF16 and FP8 0 differences; N-major B matches with LBO along K.
+// wgmma GEMM tried in session 28 (git 509eb28), so the descriptor's strides are exercised as a GEMM sets
+// them. Session 28 on an H100: BF16 and FP8 0 differences; N-major B matches with LBO along K.
 //
 // A last case stores B N-major (transposed: N contiguous, as attention's V is) and tries both readings of
 // the descriptor's two strides, to tell which one steps along K (information for an attention P·V on wgmma).
@@ -49,7 +49,8 @@ __device__ void wgmma64(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
   if constexpr (kF16)
     asm volatile(
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,"
-        "%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, 1, "
+        "%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, "
+        "1, "
         "1, 1, %37;"
         : R4(0), R4(4), R4(8), R4(12), R4(16), R4(20), R4(24), R4(28)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(kTransB)
@@ -57,7 +58,8 @@ __device__ void wgmma64(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
   else
     asm volatile(
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,"
-        "%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, 1, "
+        "%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, "
+        "1, "
         "1, 1, %37;"
         : R4(0), R4(4), R4(8), R4(12), R4(16), R4(20), R4(24), R4(28)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(kTransB)
@@ -108,8 +110,9 @@ __global__ void ref_kernel(const uint8_t* A, const uint8_t* B, const float* C, f
   }
 }
 
-// mode 0: BF16 K-major; 1: FP8 as two f16 halves from +0 then FADD; 2: FP8 accumulating onto C inside the
-// wgmma (information: expected to differ); 3 / 4: BF16 with B stored N-major, strides (128, 256) / (256, 128).
+// mode 0: BF16 K-major (5: the same over BF16's whole finite range); 1: FP8 as two f16 halves from +0 then
+// FADD; 2: FP8 accumulating onto C inside the wgmma (information: expected to differ); 3 / 4: BF16 with B
+// stored N-major, strides (128, 256) / (256, 128).
 template <int kMode>
 __global__ void wg_kernel(const uint8_t* A, const uint8_t* B, const float* C, float* D) {
   __shared__ __align__(128) uint16_t bs[2][kN * 16];  // one or two k16 blocks of 64 tokens × 16 slots
@@ -122,7 +125,8 @@ __global__ void wg_kernel(const uint8_t* A, const uint8_t* B, const float* C, fl
   for (int e = threadIdx.x; e < kN * 16; e += blockDim.x) {
     const int n = e / 16, s = e % 16;  // token, k slot
     if constexpr (kFp8) {
-      // Half h holds bytes 2h, 2h+1 of each 4-byte group: slot s ↔ k = 16·(s / 8) + 4·((s % 8) / 2) + 2h + s % 2.
+      // Half h holds bytes 2h, 2h+1 of each 4-byte group: slot s ↔ k = 16·(s / 8) + 4·((s % 8) / 2) + 2h + s
+      // % 2.
       for (int h = 0; h < 2; ++h) {
         const int k = 16 * (s / 8) + 4 * ((s % 8) / 2) + 2 * h + s % 2;
         bs[h][(n / 8) * 128 + (s / 8) * 64 + (n % 8) * 8 + s % 8] =
@@ -131,7 +135,7 @@ __global__ void wg_kernel(const uint8_t* A, const uint8_t* B, const float* C, fl
     } else {
       uint16_t v;
       memcpy(&v, b + n * 32 + 2 * s, 2);
-      if (kMode == 0)  // K-major: core (token group, k half) at group·256 + half·128 bytes
+      if (kMode == 0 || kMode == 5)  // K-major: core (token group, k half) at group·256 + half·128 bytes
         bs[0][(n / 8) * 128 + (s / 8) * 64 + (n % 8) * 8 + s % 8] = v;
       else  // N-major: core (k group, token group) at kgroup·128 + tgroup·256 bytes, 8 tokens contiguous
         bs[0][(n / 8) * 128 + (s / 8) * 64 + (s % 8) * 8 + n % 8] = v;
@@ -159,7 +163,7 @@ __global__ void wg_kernel(const uint8_t* A, const uint8_t* B, const float* C, fl
       wgmma64<true, 0>(d, lo, desc(bs[0], 128, 256));
       wgmma64<true, 0>(d, hi, desc(bs[1], 128, 256));
     }
-  } else if constexpr (kMode == 0) {
+  } else if constexpr (kMode == 0 || kMode == 5) {
     wgmma64<false, 0>(d, q, desc(bs[0], 128, 256));
   } else if constexpr (kMode == 3) {
     wgmma64<false, 1>(d, q, desc(bs[0], 128, 256));
@@ -170,13 +174,13 @@ __global__ void wg_kernel(const uint8_t* A, const uint8_t* B, const float* C, fl
     for (int i = 0; i < 4; ++i) o[row_of(w, g, i) * kN + col_of(j, t, i)] = d[4 * j + i];
 }
 
-#define CK(x)                                                                             \
-  do {                                                                                    \
-    const cudaError_t e_ = (x);                                                           \
-    if (e_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));   \
-      std::exit(2);                                                                       \
-    }                                                                                     \
+#define CK(x)                                                                         \
+  do {                                                                                \
+    const cudaError_t e_ = (x);                                                       \
+    if (e_ != cudaSuccess) {                                                          \
+      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
+      std::exit(2);                                                                   \
+    }                                                                                 \
   } while (0)
 
 // Random operands with wide exponent spreads (alignment and truncation inside the dot product are what differ
@@ -188,12 +192,14 @@ long long run_case(int inst, std::mt19937& rng) {
   std::vector<float> C(static_cast<size_t>(inst) * kM * kN);
   auto fill = [&](std::vector<uint8_t>& v) {
     if (kFp8) {
-      for (auto& x : v)
-        do x = static_cast<uint8_t>(rng());
+      for (auto& x : v) do
+          x = static_cast<uint8_t>(rng());
         while ((x & 0x7F) == 0x7F);
     } else {
       for (size_t i = 0; i + 1 < v.size(); i += 2) {
-        const uint32_t sign = rng() & 1, exp = 127 - 40 + rng() % 81, man = rng() & 0x7F;
+        // kMode 5: the whole finite range, subnormals and zeros included (exponent field 0 … 254).
+        const uint32_t sign = rng() & 1, exp = kMode == 5 ? rng() % 255 : 127 - 40 + rng() % 81,
+                       man = rng() & 0x7F;
         const uint16_t bits = static_cast<uint16_t>(sign << 15 | exp << 7 | man);
         memcpy(&v[i], &bits, 2);
       }
@@ -236,10 +242,12 @@ int main(int argc, char** argv) {
   const long long outs = 1LL * inst * kM * kN;
   std::mt19937 rng(12345);
   const long long b = run_case<0>(inst, rng), f = run_case<1>(inst, rng), fd = run_case<2>(inst, rng);
-  const long long t1 = run_case<3>(inst, rng), t2 = run_case<4>(inst, rng);
-  std::printf("bf16 (mma m16n8k16 vs wgmma m64n64k16, B K-major):        %lld of %lld outputs differ\n", b, outs);
+  const long long t1 = run_case<3>(inst, rng), t2 = run_case<4>(inst, rng), bw = run_case<5>(inst, rng);
+  std::printf("bf16 (mma m16n8k16 vs wgmma m64n64k16, B K-major):        %lld of %lld outputs differ\n", b,
+              outs);
   std::printf("fp8  (mma m16n8k32 e4m3 vs 2x wgmma f16 from +0, FADD):  %lld differ\n", f);
   std::printf("fp8, accumulating onto C inside the wgmma (information):  %lld differ\n", fd);
   std::printf("bf16, B N-major, strides (LBO 128, SBO 256) / (256, 128): %lld / %lld differ\n", t1, t2);
+  std::printf("bf16 over the whole finite range (subnormals, zeros):      %lld differ\n", bw);
   return b || f ? 1 : 0;
 }
