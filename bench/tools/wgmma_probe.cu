@@ -42,31 +42,26 @@ __device__ uint64_t desc(const void* smem, int lbo, int sbo) {
 }
 
 #define R4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+// One wgmma m64n64k16 of input type T ("f16" or "bf16").
+#define WGMMA64(T)                                                                                         \
+  asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32." T "." T                                      \
+               " {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24," \
+               "%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, 1, 1, 1, %37;"                          \
+               : R4(0), R4(4), R4(8), R4(12), R4(16), R4(20), R4(24), R4(28)                                 \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(kTransB)                            \
+               : "memory")
 // d[32] (this thread's part of 64 × 64) += A (64 × 16, this warp's rows in a) · B (16 × 64 at desc b).
 template <bool kF16, int kTransB>
 __device__ void wgmma64(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
   if constexpr (kF16)
-    asm volatile(
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,"
-        "%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, "
-        "1, "
-        "1, 1, %37;"
-        : R4(0), R4(4), R4(8), R4(12), R4(16), R4(20), R4(24), R4(28)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(kTransB)
-        : "memory");
+    WGMMA64("f16");
   else
-    asm volatile(
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,"
-        "%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, "
-        "1, "
-        "1, 1, %37;"
-        : R4(0), R4(4), R4(8), R4(12), R4(16), R4(20), R4(24), R4(28)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(kTransB)
-        : "memory");
+    WGMMA64("bf16");
   asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
   asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 }
+#undef WGMMA64
 #undef R4
 
 // Operands of one instance: A [64][kb] bytes, B [64 tokens][kb] bytes (k contiguous), C/D [64][64] f32;
