@@ -1,5 +1,5 @@
 // Batch invariance on the GPU (gpu-engine.md §3): a row's logits depend only on its own sequence. Checked
-// bit for bit: every row of every tiled GEMV / GEMM (and fused SwiGLU) at M = 1…200 vs the row alone; greedy
+// bit for bit: every row of every tiled GEMV / GEMM (and fused SwiGLU) at M = 1…2048 vs the row alone; greedy
 // 128-token generations run to run and alone vs among 15 and 63 others (with their logits); a prompt
 // prefilled in one call vs token by token and in chunks of 7. Skips without a GPU.
 #include <gtest/gtest.h>
@@ -162,15 +162,14 @@ TEST(CudaInvariance, LongPrefillStepsMatchChunks) {
   }
 }
 
-// Every row of every tiled format's GEMV (M ≤ 16) and GEMM (M > 16, token blocks of 64 and 32) has the bits
-// of the same row computed alone (M = 1): the work split depends on the matrix only. 65 tiles: the last CTA
-// of the GEMM has one active warp.
-TEST(CudaInvariance, TiledRowsSameAtEveryM) {
-  REQUIRE_GPU();
-  Rng r(11);
+// Every row of every tiled format's GEMV (M ≤ 16) and GEMM (M > 16, token blocks of 64 and 32) at each M of
+// `Ms` has the bits of the same row computed alone (M = 1): the work split depends on the matrix only. With
+// `accumulate` the F32 output adds onto a residual (the fused residual add of o_proj and the MLP down).
+void check_tiled_rows(int rows, int in, const std::vector<int>& Ms, bool accumulate, uint64_t seed) {
+  Rng r(seed);
   auto ws = WorkspaceBuffers::create();
   ASSERT_TRUE(ws.ok()) << ws.message();
-  const int rows = 1040, in = 2048, Mmax = 200;
+  const int Mmax = *std::max_element(Ms.begin(), Ms.end());
   std::vector<uint16_t> wb(static_cast<size_t>(rows) * in);
   for (auto& v : wb) v = r.bf16(0.05f);
   std::vector<uint8_t> w8(static_cast<size_t>(rows) * in);
@@ -185,8 +184,9 @@ TEST(CudaInvariance, TiledRowsSameAtEveryM) {
   for (auto& v : x) v = r.bf16(1.0f);
   std::vector<uint8_t> xq(static_cast<size_t>(Mmax) * in);
   for (auto& v : xq) v = static_cast<uint8_t>(r.uniform_int(0, 255) & 0xF7);
-  std::vector<float> xs(static_cast<size_t>(Mmax));
+  std::vector<float> xs(static_cast<size_t>(Mmax)), res(static_cast<size_t>(Mmax) * rows);
   for (auto& v : xs) v = r.uniform(0.01f, 0.03f);
+  for (auto& v : res) v = r.uniform(-4.0f, 4.0f);
   auto dx = DeviceBuffer::alloc(x.size() * 2, "x");
   auto dq = DeviceBuffer::alloc(xq.size(), "xq");
   auto ds = DeviceBuffer::alloc(xs.size() * 4, "xs");
@@ -199,6 +199,9 @@ TEST(CudaInvariance, TiledRowsSameAtEveryM) {
     const bool fp8 = d->m.format == WeightFormat::FP8;
     const size_t xb = fp8 ? 1 : 2, yn = static_cast<size_t>(rows);
     auto run = [&](int M, int first, std::vector<float>& out) {
+      if (accumulate) {
+        ASSERT_TRUE(dy->upload(res.data() + static_cast<size_t>(first) * yn, M * yn * 4).ok());
+      }
       GemvArgs a;
       a.w = &d->m;
       a.M = M;
@@ -206,6 +209,7 @@ TEST(CudaInvariance, TiledRowsSameAtEveryM) {
       a.xscale = ds->as<float>() + first;
       a.y = dy->as();
       a.out = OutType::F32;
+      a.accumulate = accumulate;
       ASSERT_TRUE(gemv(a, ws->ws, nullptr, false).ok());
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       out.resize(static_cast<size_t>(M) * yn);
@@ -214,17 +218,29 @@ TEST(CudaInvariance, TiledRowsSameAtEveryM) {
     std::vector<std::vector<float>> alone(static_cast<size_t>(Mmax));
     for (int m = 0; m < Mmax; ++m) run(1, m, alone[static_cast<size_t>(m)]);
     int bad = 0;
-    for (int M : {2, 7, 8, 9, 16, 17, 31, 64, 65, 130, 200}) {
+    for (int M : Ms) {
       std::vector<float> cur;
       run(M, 0, cur);
       for (int m = 0; m < M; ++m)
         bad += std::memcmp(alone[static_cast<size_t>(m)].data(), cur.data() + static_cast<size_t>(m) * yn,
                            yn * 4) != 0;
     }
-    std::printf("[gpu invariance] format %d: rows differing from the row alone: %d\n",
-                static_cast<int>(d->m.format), bad);
-    EXPECT_EQ(bad, 0) << "format " << static_cast<int>(d->m.format);
+    std::printf("[gpu invariance] format %d, %d x %d%s: rows differing from the row alone: %d\n",
+                static_cast<int>(d->m.format), rows, in, accumulate ? " (+= residual)" : "", bad);
+    EXPECT_EQ(bad, 0) << "format " << static_cast<int>(d->m.format) << ", " << rows << " x " << in;
   }
+}
+
+// 65 tiles: the last CTA of the GEMM has one active warp.
+TEST(CudaInvariance, TiledRowsSameAtEveryM) {
+  REQUIRE_GPU();
+  check_tiled_rows(1040, 2048, {2, 7, 8, 9, 16, 17, 31, 64, 65, 130, 200}, false, 11);
+}
+
+// A prefill step's shapes: o_proj's K (9216 = 144 units of 64), a 2048-row step, the residual add fused.
+TEST(CudaInvariance, TiledRowsSameAtPrefillShapes) {
+  REQUIRE_GPU();
+  check_tiled_rows(1040, 9216, {300, 2048}, true, 13);
 }
 
 // The fused gate+up+SiLU·mul (+FP4 QDQ): every row of M = 17 .. 130 (GEMM, 32-row blocks) equals the row
