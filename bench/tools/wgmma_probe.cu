@@ -28,6 +28,7 @@
 namespace {
 
 constexpr int kM = 64, kN = 64;
+__host__ __device__ constexpr bool is_fp8(int mode) { return mode == 1 || mode == 2; }  // modes: wg_kernel
 
 __device__ uint32_t f16x2_of_e4m3x2(uint32_t two) {  // 2 E4M3 bytes (low 16 bits) -> f16x2, low byte low half
   uint32_t d;
@@ -116,7 +117,7 @@ __global__ void wg_kernel(const uint8_t* A, const uint8_t* B, const float* C, fl
   const uint8_t* b = B + static_cast<size_t>(inst) * kN * 32;
   const float* c = C + static_cast<size_t>(inst) * kM * kN;
   float* o = D + static_cast<size_t>(inst) * kM * kN;
-  constexpr bool kFp8 = kMode == 1 || kMode == 2;
+  constexpr bool kFp8 = is_fp8(kMode);
   for (int e = threadIdx.x; e < kN * 16; e += blockDim.x) {
     const int n = e / 16, s = e % 16;  // token, k slot
     if constexpr (kFp8) {
@@ -182,11 +183,11 @@ __global__ void wg_kernel(const uint8_t* A, const uint8_t* B, const float* C, fl
 // between datapaths): FP8 bytes without NaN, BF16 with exponents over ±40, C over ±30 (a quarter zeros).
 template <int kMode>
 long long run_case(int inst, std::mt19937& rng) {
-  constexpr bool kFp8 = kMode == 1 || kMode == 2;
+  constexpr bool kFp8 = is_fp8(kMode);
   std::vector<uint8_t> A(static_cast<size_t>(inst) * kM * 32), B(static_cast<size_t>(inst) * kN * 32);
   std::vector<float> C(static_cast<size_t>(inst) * kM * kN);
   auto fill = [&](std::vector<uint8_t>& v) {
-    if (kFp8) {
+    if constexpr (kFp8) {
       for (auto& x : v) do
           x = static_cast<uint8_t>(rng());
         while ((x & 0x7F) == 0x7F);

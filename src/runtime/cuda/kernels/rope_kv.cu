@@ -11,6 +11,7 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kPerLane = kMaxHeadDim / 32;  // element i = lane + 32·j of the head, j < kPerLane
+static_assert(kPerLane == 8, "warp_sum_sq_f64 replays block_sum_f64<128> over 256 elements");
 
 // The FP64 sum of squares that block_sum_f64<128> gives over a head's d ≤ 256 values, on one warp: thread
 // i of that block held sq(i) + sq(i + 128) (0 past d), its tree added i + 64 to i, then i + 32 to i, then
@@ -24,7 +25,7 @@ __device__ __forceinline__ double warp_sum_sq_f64(const float (&v)[kPerLane], in
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int j = k + 4 * r;  // element lane + 32·k + 128·r
-      if (j < kPerLane && lane + 32 * j < d) s += static_cast<double>(v[j]) * v[j];
+      if (lane + 32 * j < d) s += static_cast<double>(v[j]) * v[j];
     }
     th[k] = s;
   }
