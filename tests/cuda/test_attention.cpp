@@ -1,7 +1,8 @@
 // The attention kernels on their own: a paged full layer and a sliding ring, GQA groups of 6 and 9, head_dim
 // 128 / 64 / 32, positions across several 256-key splits. Against a float64 softmax over the same BF16 keys
 // and values, and bit for bit across every way a row can meet the kernel: in a 64-row prefill chunk (4-warp
-// tiles), the same chunk with 1-warp tiles, alone, in chunks of 7, beside rows of another sequence.
+// tiles), the same chunk with 1-warp tiles, alone, in chunks of 7, beside rows of another sequence, and as
+// one of 16 decode rows of 1-, 4- or 8-warp tiles.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -192,6 +193,24 @@ void check_case(const Case& c) {
     std::vector<int> s2{0, 1}, p2{Cache::kLen - 1 - t, pos[static_cast<size_t>(t)]};
     const auto o2 = run(c, cache, s2, p2, queries(c, s2, p2), 1);
     expect_same(want, std::vector<float>(o2.begin() + per, o2.end()), "beside another sequence");
+  }
+  // A decode step of 16 rows, each its own run (the two sequences in turn, scattered positions: several
+  // tiles and split counts in one launch): 1-, 4- and 8-warp tiles bit for bit, and each row as it is alone.
+  // (A full-model decode at batch 16 with 8-warp tiles moved the logits hash, session 29.)
+  std::vector<int> sd, pd;
+  for (int t = 0; t < 16; ++t) {
+    sd.push_back(t % 2);
+    pd.push_back(t % 2 ? Cache::kLen - 1 - 37 * t : 5 + 53 * t);
+  }
+  const auto qd = queries(c, sd, pd);
+  const auto dec1 = run(c, cache, sd, pd, qd, 1);
+  expect_same(dec1, run(c, cache, sd, pd, qd, 4), "16 decode rows: 4-warp vs 1-warp tiles");
+  expect_same(dec1, run(c, cache, sd, pd, qd, 8), "16 decode rows: 8-warp vs 1-warp tiles");
+  for (int t : {0, 7, 15}) {
+    std::vector<int> s1{sd[static_cast<size_t>(t)]}, p1{pd[static_cast<size_t>(t)]};
+    const std::vector<float> want(dec1.begin() + t * per, dec1.begin() + (t + 1) * per);
+    for (int w : {1, 4, 8})
+      expect_same(want, run(c, cache, s1, p1, queries(c, s1, p1), w), "decode row alone vs in the step");
   }
   // Early positions: fewer keys than one block, a single split.
   std::vector<int> s0{0, 0, 0}, pe{0, 1, 2};

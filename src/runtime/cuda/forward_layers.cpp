@@ -106,14 +106,16 @@ Status norm(Ctx& c, const float* weight, const NormContracts& n, float* a32) {
 
 // Attention warps per CTA by the step's longest run of consecutive positions of one sequence: 8 for a
 // prefill chunk of ≥ 32 rows (a tile of 128 (row, head) pairs: the split's keys are read once for twice the
-// pairs of 4 warps), 4 for ≥ 8, else 1 (decode rows). The tiles fill up either way; no bits change.
+// pairs of 4 warps), else 4. A decode row's pairs fit one warp's 16, but the CTA's other three warps share
+// the key blocks' copies and zero fill (a quarter of the issue each). The tiles fill up either way; no bits
+// change.
 int attention_warps(const std::vector<int>& pos, const std::vector<int>& slot) {
   int run = 1, best = 1;
   for (size_t t = 1; t < pos.size(); ++t) {
     run = slot[t] == slot[t - 1] && pos[t] == pos[t - 1] + 1 ? run + 1 : 1;
     best = std::max(best, run);
   }
-  return best >= 32 ? 8 : best >= 8 ? 4 : 1;
+  return best >= 32 ? 8 : 4;
 }
 
 Status linear(Ctx& c, const DevLinear& L, const uint16_t* x, float* y) {
