@@ -78,7 +78,8 @@ struct NormContracts {
 NormContracts attention_contracts(const DevLayer& dl);
 NormContracts mlp_contracts(const DevLayer& dl, bool moe, bool shared);
 
-// 4 attention warps per CTA when the step holds a prefill chunk, else 1 (AttnArgs::tile_warps).
+// Attention warps per CTA (AttnArgs::tile_warps): 8 when the step holds a run of ≥ 32 positions of one
+// sequence (a prefill chunk), else 4.
 int attention_warps(const std::vector<int>& pos, const std::vector<int>& slot);
 
 // c.w.a = RMSNorm(c.w.x) (and FP32 into a32 when given), with the contract copies the block needs.
