@@ -195,8 +195,8 @@ void check_case(const Case& c) {
     expect_same(want, std::vector<float>(o2.begin() + per, o2.end()), "beside another sequence");
   }
   // A decode step of 16 rows, each its own run (the two sequences in turn, scattered positions: several
-  // tiles and split counts in one launch): 1-, 4- and 8-warp tiles bit for bit, and each row as it is alone.
-  // (A full-model decode at batch 16 with 8-warp tiles moved the logits hash, session 29.)
+  // tiles and split counts in one launch): 1-, 4- and 8-warp tiles bit for bit, and each row as it is alone
+  // (decode steps run 4-warp tiles; a decode row beside a prefill chunk runs 8-warp ones).
   std::vector<int> sd, pd;
   for (int t = 0; t < 16; ++t) {
     sd.push_back(t % 2);

@@ -95,18 +95,37 @@ __device__ void build_tiles(const AttnArgs& a, int g, int per_tile, Tile* tiles,
 }
 
 // Loads keys [b0, b0 + 64) of KV head kvh into buffers (ks, vs); keys outside [jmin, jmax] are zeros, so
-// P·V never meets bytes no row may see.
+// P·V never meets bytes no row may see. The block's 64 row addresses are formed once per warp (lane l: keys l
+// and l + 32, one page lookup each, K and V on the same page) and passed round by shuffles: the copy loop
+// itself is two shuffles and two 16-byte copies a chunk, where forming each chunk's address (two page-table
+// reads and two divisions by the page size) cost a one-warp CTA most of a key block's time at long context.
 template <int D>
 __device__ __forceinline__ void load_block(const AttnArgs& a, int slot, int kvh, int b0, int jmin, int jmax,
                                            uint16_t* ks, uint16_t* vs) {
-  constexpr int kChunks = D / 8;  // 16-byte chunks per key row
-  for (int i = threadIdx.x; i < kKeys * kChunks; i += blockDim.x) {
-    const int r = i / kChunks, c = i % kChunks, j = b0 + r;
+  constexpr int kChunks = D / 8;              // 16-byte chunks per key row
+  constexpr int kRowsPerWarp = 32 / kChunks;  // key rows one warp copies per pass
+  static_assert(kKeys == 64 && kChunks <= 32 && 32 % kChunks == 0, "two key rows a lane, whole rows a warp");
+  const int lane = threadIdx.x % 32;
+  long long off[2];  // element offset of key b0 + lane + 32·h's K row (its V row: + v_off − k_off), −1: zeros
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int j = b0 + lane + 32 * h;
+    off[h] = j >= jmin && j <= jmax
+                 ? (kv_row(a.kv, slot, j, false) - a.kv.base) + static_cast<long long>(kvh) * D
+                 : -1;
+  }
+  const long long dv = a.kv.v_off - a.kv.k_off;
+  const int c = lane % kChunks, warps = static_cast<int>(blockDim.x) / 32;
+  for (int r = threadIdx.x / 32 * kRowsPerWarp + lane / kChunks; r < kKeys; r += warps * kRowsPerWarp) {
+    // Every lane of the warp runs the same passes (r − lane/kChunks is uniform), so the shuffles are full.
+    const long long o0 = __shfl_sync(0xffffffffu, off[0], r % 32),
+                    o1 = __shfl_sync(0xffffffffu, off[1], r % 32);
+    const long long o = r < 32 ? o0 : o1;
     uint16_t* kd = ks + r * pitch<D>() + 8 * c;
     uint16_t* vd = vs + r * pitch<D>() + 8 * c;
-    if (j >= jmin && j <= jmax) {
-      cp_async16(kd, kv_row(a.kv, slot, j, false) + static_cast<long long>(kvh) * D + 8 * c);
-      cp_async16(vd, kv_row(a.kv, slot, j, true) + static_cast<long long>(kvh) * D + 8 * c);
+    if (o >= 0) {
+      cp_async16(kd, a.kv.base + o + 8 * c);
+      cp_async16(vd, a.kv.base + o + dv + 8 * c);
     } else {
       *reinterpret_cast<uint4*>(kd) = make_uint4(0, 0, 0, 0);
       *reinterpret_cast<uint4*>(vd) = make_uint4(0, 0, 0, 0);
