@@ -241,7 +241,7 @@ if has variants; then  # source variants built incrementally in build-gpu (one o
       # and engine invariance tests that pin the decode's bits.
       timeout 200 $T --gtest_filter="$vfilter" \
         > "$OUT/variant_${n}_tests.txt" 2>&1
-      echo "var_$n tests exit $?: $(grep -E "^\[  (PASSED|FAILED)" "$OUT/variant_${n}_tests.txt" | tr '\n' ' ')"
+      log "var_$n tests exit $?: $(grep -E "^\[  (PASSED|FAILED)" "$OUT/variant_${n}_tests.txt" | tr '\n' ' ')"
     else
       grep -E "error" -A3 "$OUT/variant_${n}_build.txt" | head -30
     fi
