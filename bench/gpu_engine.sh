@@ -222,6 +222,7 @@ fi
 if has variants; then  # source variants built incrementally in build-gpu (one object, not a second full build)
   t0=$(date +%s)
   n=0
+  rm -rf /tmp/var_*  # an earlier invocation's variants are not this one's (benchab times every /tmp/var_N)
   for v in ${GRIDQ_VARIANTS:-}; do
     n=$((n + 1))
     # A variant's own test filter and bench choice: files .tests (a gtest filter) and .nobench (not timed by
