@@ -222,7 +222,9 @@ fi
 if has variants; then  # source variants built incrementally in build-gpu (one object, not a second full build)
   t0=$(date +%s)
   n=0
-  rm -rf /tmp/var_*  # an earlier invocation's variants are not this one's (benchab times every /tmp/var_N)
+  # An earlier invocation's variants are not this one's (benchab times every /tmp/var_N): no stale binary or
+  # nobench mark.
+  rm -rf /tmp/var_*
   for v in ${GRIDQ_VARIANTS:-}; do
     n=$((n + 1))
     # A variant's own test filter and bench choice: files .tests (a gtest filter) and .nobench (not timed by
@@ -230,7 +232,7 @@ if has variants; then  # source variants built incrementally in build-gpu (one o
     files=$(cd "$v" && find . -type f ! -name .tests ! -name .nobench | sed 's#^\./##')
     vfilter="${GRIDQ_VARIANT_FILTER:-CudaCb*:CudaMoe*:CudaLinear.*:CudaInvariance.*:CudaEngine.*}"
     [ -f "$v/.tests" ] && vfilter=$(cat "$v/.tests")
-    rm -rf /tmp/var_keep /tmp/var_$n && mkdir -p /tmp/var_keep /tmp/var_$n  # no stale binary or nobench mark
+    rm -rf /tmp/var_keep && mkdir -p /tmp/var_keep /tmp/var_$n
     for f in $files; do
       [ -f "$f" ] && mkdir -p "/tmp/var_keep/$(dirname "$f")" && cp "$f" "/tmp/var_keep/$f"
     done

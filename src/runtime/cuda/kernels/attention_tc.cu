@@ -117,10 +117,10 @@ __device__ __forceinline__ void load_block(const AttnArgs& a, int slot, int kvh,
   const long long dv = a.kv.v_off - a.kv.k_off;
   const int c = lane % kChunks, warps = static_cast<int>(blockDim.x) / 32;
   for (int r = threadIdx.x / 32 * kRowsPerWarp + lane / kChunks; r < kKeys; r += warps * kRowsPerWarp) {
-    // Every lane of the warp runs the same passes (r − lane/kChunks is uniform), so the shuffles are full.
-    const long long o0 = __shfl_sync(0xffffffffu, off[0], r % 32),
-                    o1 = __shfl_sync(0xffffffffu, off[1], r % 32);
-    const long long o = r < 32 ? o0 : o1;
+    // Every lane of the warp runs the same passes (r − lane/kChunks is uniform), so the shuffle is full; the
+    // warp's rows of a pass lie in one half of the block (kRowsPerWarp divides 32), so all lanes offer the
+    // same half.
+    const long long o = __shfl_sync(0xffffffffu, r < 32 ? off[0] : off[1], r % 32);
     uint16_t* kd = ks + r * pitch<D>() + 8 * c;
     uint16_t* vd = vs + r * pitch<D>() + 8 * c;
     if (o >= 0) {
