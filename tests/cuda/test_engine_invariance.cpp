@@ -165,7 +165,9 @@ TEST(CudaInvariance, LongPrefillStepsMatchChunks) {
 // Every row of every tiled format's GEMV (M ≤ 16) and GEMM (M > 16, token blocks of 64 and 32) at each M of
 // `Ms` has the bits of the same row computed alone (M = 1): the work split depends on the matrix only. With
 // `accumulate` the F32 output adds onto a residual (the fused residual add of o_proj and the MLP down).
-void check_tiled_rows(int rows, int in, const std::vector<int>& Ms, bool accumulate, uint64_t seed) {
+// `expect_split`: some M of `Ms` must run the GEMM split over K (gemm_impl.cuh), in every format.
+void check_tiled_rows(int rows, int in, const std::vector<int>& Ms, bool accumulate, uint64_t seed,
+                      bool expect_split = false) {
   Rng r(seed);
   auto ws = WorkspaceBuffers::create();
   ASSERT_TRUE(ws.ok()) << ws.message();
@@ -198,6 +200,7 @@ void check_tiled_rows(int rows, int in, const std::vector<int>& Ms, bool accumul
   for (const DeviceWeights* d : {&*bf, &*f8, &*cb}) {
     const bool fp8 = d->m.format == WeightFormat::FP8;
     const size_t xb = fp8 ? 1 : 2, yn = static_cast<size_t>(rows);
+    int max_parts = 0;
     auto run = [&](int M, int first, std::vector<float>& out) {
       if (accumulate) {
         ASSERT_TRUE(dy->upload(res.data() + static_cast<size_t>(first) * yn, M * yn * 4).ok());
@@ -212,6 +215,7 @@ void check_tiled_rows(int rows, int in, const std::vector<int>& Ms, bool accumul
       a.accumulate = accumulate;
       ASSERT_TRUE(gemv(a, ws->ws, nullptr, false).ok());
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      if (M > kMaxTokens) max_parts = std::max(max_parts, gemm_last_split_parts());
       out.resize(static_cast<size_t>(M) * yn);
       ASSERT_TRUE(dy->download(out.data(), out.size() * 4).ok());
     };
@@ -225,9 +229,13 @@ void check_tiled_rows(int rows, int in, const std::vector<int>& Ms, bool accumul
         bad += std::memcmp(alone[static_cast<size_t>(m)].data(), cur.data() + static_cast<size_t>(m) * yn,
                            yn * 4) != 0;
     }
-    std::printf("[gpu invariance] format %d, %d x %d%s: rows differing from the row alone: %d\n",
-                static_cast<int>(d->m.format), rows, in, accumulate ? " (+= residual)" : "", bad);
+    std::printf(
+        "[gpu invariance] format %d, %d x %d%s: rows differing from the row alone: %d (GEMM K-parts %d)\n",
+        static_cast<int>(d->m.format), rows, in, accumulate ? " (+= residual)" : "", bad, max_parts);
     EXPECT_EQ(bad, 0) << "format " << static_cast<int>(d->m.format) << ", " << rows << " x " << in;
+    if (expect_split) {
+      EXPECT_GT(max_parts, 1) << "format " << static_cast<int>(d->m.format) << ": no split-K GEMM ran";
+    }
   }
 }
 
@@ -241,6 +249,13 @@ TEST(CudaInvariance, TiledRowsSameAtEveryM) {
 TEST(CudaInvariance, TiledRowsSameAtPrefillShapes) {
   REQUIRE_GPU();
   check_tiled_rows(1040, 9216, {300, 2048}, true, 13);
+}
+
+// A decode batch past 16 rows: o_proj's shape (192 tiles, K 9216), whose GEMV ranges are tile-aligned, so
+// the GEMM splits K over CTAs at one to three token blocks; 130 rows also leave a partial last block.
+TEST(CudaInvariance, TiledRowsSameSplitOverK) {
+  REQUIRE_GPU();
+  check_tiled_rows(3072, 9216, {17, 64, 65, 130, 192}, true, 17, true);
 }
 
 // The fused gate+up+SiLU·mul (+FP4 QDQ): every row of M = 17 .. 130 (GEMM, 32-row blocks) equals the row

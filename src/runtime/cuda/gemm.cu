@@ -8,39 +8,75 @@ namespace gridq::cuda::detail {
 
 namespace {
 
-template <class Dec, int MODE, int MINB>
-cudaError_t launch_gemm_minb(int fmt, int k, int v, const KParams& p, cudaStream_t s, bool pdl, long long mwb) {
-  constexpr int NB = 8 * gemm_nt<MODE>();
+int g_last_parts = 0;  // K-parts a tile of the last GEMM launch (tests: the split-K path ran)
+
+int sm_count() {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      return 0;
+    return n;
+  }();
+  return sms;
+}
+
+template <class Dec, int MODE, int MINB, bool SPLIT>
+cudaError_t launch_gemm_kernel(const GemmParams& gp, cudaStream_t s, bool pdl) {
   constexpr int kSmem = gemm_smem_bytes<Dec, MODE>();
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(gemm_kernel<Dec, MODE, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  static const cudaError_t attr = cudaFuncSetAttribute(gemm_kernel<Dec, MODE, MINB, SPLIT>,
+                                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (attr != cudaSuccess) return attr;
+  const long long grid = static_cast<long long>(gp.tile_groups) * gp.token_blocks * gp.parts;
+  if (grid > 0x7FFFFFFFLL) return cudaErrorInvalidValue;
+  return launch_pdl(pdl, gemm_kernel<Dec, MODE, MINB, SPLIT>, dim3(static_cast<unsigned>(grid)),
+                    dim3(kThreads), static_cast<size_t>(kSmem), s, gp);
+}
+
+// Two CTAs an SM for the dense formats past a decode step's rows (gemm_impl.cuh).
+constexpr int kDecodeRows = 64;
+
+template <class Dec, int MODE>
+cudaError_t launch_gemm(int fmt, int k, int v, const KParams& p, cudaStream_t s, bool pdl, long long mwb) {
+  constexpr int NB = 8 * gemm_nt<MODE>();
   long long blocks = 0;
-  // The GEMV's grid comes from the GEMV's own translation unit (gemv_cb.cuh: one device function per kernel).
+  // The GEMV's grid comes from the GEMV's own translation unit (gemv_cb.cuh: one device function per kernel),
+  // tile-aligned as the GEMV launcher does (launch.cuh).
   const cudaError_t ge = raw_gemv_grid(fmt, k, v, MODE, static_cast<long long>(p.R) * p.S, mwb, blocks);
   if (ge != cudaSuccess) return ge;
+  blocks = tile_aligned_blocks(blocks, p.R);
   GemmParams gp;
   gp.kp = p;
   gp.kp.trace = nullptr;
   gp.gemv_warps = static_cast<unsigned>(blocks * kWarpsPerBlock);
   gp.tile_groups = (p.R + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  const long long grid = static_cast<long long>(gp.tile_groups) * ((p.M + NB - 1) / NB);
-  if (grid > 0x7FFFFFFFLL) return cudaErrorInvalidValue;
-  return launch_pdl(pdl, gemm_kernel<Dec, MODE, MINB>, dim3(static_cast<unsigned>(grid)), dim3(kThreads),
-                    static_cast<size_t>(kSmem), s, gp);
-}
-
-// Two CTAs an SM for the dense formats past a decode step's rows (gemm_impl.cuh).
-constexpr int kDecodeRows = 64;
-template <class Dec, int MODE>
-cudaError_t launch_gemm(int fmt, int k, int v, const KParams& p, cudaStream_t s, bool pdl, long long mwb) {
-  if constexpr (Dec::kUnitK != 256) {
-    if (p.M > kDecodeRows) return launch_gemm_minb<Dec, MODE, 2>(fmt, k, v, p, s, pdl, mwb);
+  gp.token_blocks = (p.M + NB - 1) / NB;
+  gp.parts = 1;
+  // Split-K where the unsplit grid would leave SMs idle, the ranges are tile-aligned with at least one unit a
+  // part, and the workspace holds every token block's parts and counters.
+  const long long T = gp.gemv_warps, tb = gp.token_blocks;
+  const long long P = T % p.R == 0 ? T / p.R : 1;
+  if (P >= 2 && P <= p.S && gp.tile_groups * tb < 2LL * sm_count() &&
+      tb * gemm_split_floats<MODE>(T) <= kMaxPartialFloats && tb * p.R <= kMaxCounters) {
+    gp.parts = static_cast<int>(P);
+    // The split grid is the GEMV's (T / 8 CTAs, sized to its occupancy: two an SM for FP8 and BF16) per token
+    // block: two CTAs an SM keep one token block in one wave. CB's shared memory fits one.
+    g_last_parts = gp.parts;
+    if constexpr (Dec::kUnitK != 256)
+      return launch_gemm_kernel<Dec, MODE, 2, true>(gp, s, pdl);
+    else
+      return launch_gemm_kernel<Dec, MODE, 1, true>(gp, s, pdl);
   }
-  return launch_gemm_minb<Dec, MODE, 1>(fmt, k, v, p, s, pdl, mwb);
+  g_last_parts = 1;
+  if constexpr (Dec::kUnitK != 256) {
+    if (p.M > kDecodeRows) return launch_gemm_kernel<Dec, MODE, 2, false>(gp, s, pdl);
+  }
+  return launch_gemm_kernel<Dec, MODE, 1, false>(gp, s, pdl);
 }
 
 }  // namespace
+
+int raw_gemm_last_parts() { return g_last_parts; }
 
 cudaError_t raw_gemm(int fmt, int k, int v, int mode, const KParams& p, cudaStream_t s, bool pdl,
                      long long mwb) {

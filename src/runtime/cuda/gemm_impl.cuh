@@ -13,6 +13,13 @@
 // CTA = 8 warps = 8 consecutive tiles × one token block. Per K-unit a CTA-wide cp.async stage holds the 8
 // tiles' weight units and the block's activation slice (rows padded so the lanes' fragment loads hit
 // distinct banks); kGemmStages stages in flight.
+//
+// Split-K (SPLIT, a step of few token blocks: a decode batch of 17-512 rows). Unsplit, such a step has only
+// tile groups × token blocks CTAs (o_proj of Laguna-S-2.1 at 64 rows: 24 CTAs on 132 SMs, 190 GB/s). When the
+// GEMV's ranges are tile-aligned (tile_aligned_blocks: T = R·P), each CTA takes one of the P parts of its
+// tiles' K-runs, exactly a GEMV warp's range: its accumulator is that warp's part, posted to the workspace,
+// and the last CTA of a tile to arrive sums the P parts from +0 in order, as the GEMV's finisher and the
+// unsplit GEMM's in-warp fold both do. The same bits, P times the CTAs.
 #pragma once
 
 #include "runtime/cuda/gemv_impl.cuh"
@@ -57,7 +64,44 @@ struct GemmParams {
   KParams kp;
   unsigned gemv_warps;  // T of the GEMV over this matrix (gemv_grid · kWarpsPerBlock)
   int tile_groups;      // ceil(R / kWarpsPerBlock)
+  int token_blocks;     // ceil(M / NB)
+  int parts;            // SPLIT: P = T / R K-parts a tile (CTAs); else 1
 };
+
+// Floats of one token block's split-K partials: a part's accumulators (NO floats a lane) per GEMV warp.
+template <int MODE>
+constexpr long long gemm_split_floats(long long gemv_warps) {
+  return gemv_warps * (MODE == kSwiglu ? 2 : 1) * gemm_nt<MODE>() * 4 * 32;
+}
+
+// SPLIT: post this warp's part (GEMV warp gw of `parts` for the tile) and, in the last of the tile's CTAs to
+// arrive, sum all parts from +0 in part order into v; false in the others (they are done).
+template <int NO>
+__device__ __forceinline__ bool gemm_fold_parts(float (&v)[NO], float* partials, int* counter, unsigned gw0,
+                                                int part, int parts, int lane) {
+  float* mine = partials + (static_cast<size_t>(gw0) + part) * NO * 32;
+#pragma unroll
+  for (int i = 0; i < NO; ++i) __stcg(mine + i * 32 + lane, v[i]);
+  // Release by lane 0 after the warp's stores, acquire by the last arriver (as finish_tile).
+  __syncwarp();
+  int old = 0;
+  if (lane == 0) old = static_cast<int>(atom_add_acq_rel_gpu(reinterpret_cast<unsigned*>(counter), 1));
+  old = __shfl_sync(0xffffffffu, old, 0);
+  if (old != parts - 1) return false;
+  __syncwarp();
+#pragma unroll
+  for (int i = 0; i < NO; ++i) v[i] = 0.0f;
+  for (int j = 0; j < parts; ++j) {
+    const float* src = partials + (static_cast<size_t>(gw0) + j) * NO * 32;
+    float buf[NO];
+#pragma unroll
+    for (int i = 0; i < NO; ++i) buf[i] = __ldcg(src + i * 32 + lane);
+#pragma unroll
+    for (int i = 0; i < NO; ++i) v[i] += buf[i];
+  }
+  if (lane == 0) *counter = 0;
+  return true;
+}
 
 // One unit's products for NT token tiles of one tile: acc[nt] += W_unit · x(nt) for nt < live (warp-uniform;
 // the tiles past it hold no rows). x rows at xs (row 8nt + g, quarter t). CB decodes each group of 4
@@ -116,7 +160,7 @@ __device__ __forceinline__ void gemm_unit(const typename Dec::Frag& f, const uin
 // 2048-row FP8 qkv). A decode-sized one (one token block) streams weights and is faster unconstrained
 // (batch 64: 48.6 → 52.9 ms a step with 2). CB's decoder tables and stages fill the shared memory of one.
 // The arithmetic is the same either way, so the choice is free.
-template <class Dec, int MODE, int MINB>
+template <class Dec, int MODE, int MINB, bool SPLIT>
 __global__ void __launch_bounds__(kThreads, MINB) gemm_kernel(const GemmParams gp) {
   constexpr int NT = gemm_nt<MODE>(), NB = 8 * NT;
   constexpr int NP = MODE == kSwiglu ? 2 : 1;
@@ -128,20 +172,26 @@ __global__ void __launch_bounds__(kThreads, MINB) gemm_kernel(const GemmParams g
   Dec::init_smem(smem, p);
   uint8_t* stages = smem + Dec::kSmemBytes;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int group = blockIdx.x % gp.tile_groups, block = blockIdx.x / gp.tile_groups;
+  const int group = blockIdx.x % gp.tile_groups;
+  const int block = SPLIT ? (blockIdx.x / gp.tile_groups) % gp.token_blocks : blockIdx.x / gp.tile_groups;
+  const int part = SPLIT ? static_cast<int>(blockIdx.x) / (gp.tile_groups * gp.token_blocks) : 0;
   const int tile0 = group * kWarpsPerBlock, n0 = block * NB;
   const int rows_here = min(NB, p.M - n0);
   const int S = p.S;
+  // This CTA's K-units [s0, s0 + S_run): the whole run, or (SPLIT) part `part` of P (a GEMV warp's range).
+  const int s0 = SPLIT ? part * S / gp.parts : 0;
+  const int S_run = SPLIT ? (part + 1) * S / gp.parts - s0 : S;
   const long long RSu = static_cast<long long>(p.R) * S * Dec::kUnitBytes;  // gate -> up tile
   // Weights do not depend on the previous kernel: the first stages' weight copies start before waiting.
-  auto issue_w = [&](int s) {
+  auto issue_w = [&](int s) {  // local step s: K-unit s0 + s
     uint8_t* dst = stages + (s % kGemmStages) * kStageBytes;
     for (int c = threadIdx.x; c < kWBytes / 16; c += kThreads) {
       const int wt = c / (NP * Dec::kUnitBytes / 16), rem = c % (NP * Dec::kUnitBytes / 16);
       const int pi = rem / (Dec::kUnitBytes / 16), ch = rem % (Dec::kUnitBytes / 16);
       if (tile0 + wt < p.R)
-        cp_async16(dst + (wt * NP + pi) * Dec::kUnitBytes + 16 * ch,
-                   p.w + (static_cast<long long>(tile0 + wt) * S + s) * Dec::kUnitBytes + pi * RSu + 16 * ch);
+        cp_async16(
+            dst + (wt * NP + pi) * Dec::kUnitBytes + 16 * ch,
+            p.w + (static_cast<long long>(tile0 + wt) * S + s0 + s) * Dec::kUnitBytes + pi * RSu + 16 * ch);
     }
   };
   auto issue_x = [&](int s) {
@@ -153,25 +203,25 @@ __global__ void __launch_bounds__(kThreads, MINB) gemm_kernel(const GemmParams g
         cp_async16(dst + n * X::kPitch + (b / kQ) * X::kTStride + b % kQ,
                    static_cast<const uint8_t*>(p.x) +
                        static_cast<long long>(n0 + n) * p.K * X::kXB / Dec::kUnitK +
-                       static_cast<long long>(s) * X::kXB + b);
+                       static_cast<long long>(s0 + s) * X::kXB + b);
     }
   };
   __syncthreads();  // the decoder tables
   pdl_launch_dependents();
 #pragma unroll
   for (int i = 0; i < kGemmStages - 1; ++i)
-    if (i < S) issue_w(i);
+    if (i < S_run) issue_w(i);
   pdl_wait();
 #pragma unroll
   for (int i = 0; i < kGemmStages - 1; ++i) {
-    if (i < S) issue_x(i);
+    if (i < S_run) issue_x(i);
     cp_async_commit();
   }
 
   const int tile = tile0 + warp;
   const bool active = tile < p.R;
   const unsigned U = static_cast<unsigned>(p.R) * S, T = gp.gemv_warps;
-  unsigned u = static_cast<unsigned>(tile) * S;
+  unsigned u = static_cast<unsigned>(tile) * S + s0;
   unsigned nb = active ? range_start(warp_of(u, U, T) + 1, U, T) : 0;
   bool folded = false;
   float acc[NP][NT][4], sum[NP][NT][4];
@@ -182,12 +232,12 @@ __global__ void __launch_bounds__(kThreads, MINB) gemm_kernel(const GemmParams g
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[pi][nt][i] = sum[pi][nt][i] = 0.0f;
 
-  for (int s = 0; s < S; ++s) {
+  for (int s = 0; s < S_run; ++s) {
     // One barrier per K step: after it every thread's copies of stage s are visible and every warp is done
     // with stage s - 1, whose buffer then takes step s + kGemmStages - 1 while this one is computed.
     cp_async_wait<kGemmStages - 2>();
     __syncthreads();
-    if (s + kGemmStages - 1 < S) {
+    if (s + kGemmStages - 1 < S_run) {
       issue_w(s + kGemmStages - 1);
       issue_x(s + kGemmStages - 1);
     }
@@ -218,6 +268,7 @@ __global__ void __launch_bounds__(kThreads, MINB) gemm_kernel(const GemmParams g
   }
   if (!active) return;
   constexpr int NO = NP * NT * 4;
+  static_assert(gemm_split_floats<MODE>(1) == NO * 32);
   float v[NO];
 #pragma unroll
   for (int pi = 0; pi < NP; ++pi)
@@ -226,6 +277,12 @@ __global__ void __launch_bounds__(kThreads, MINB) gemm_kernel(const GemmParams g
 #pragma unroll
       for (int i = 0; i < 4; ++i)
         v[pi * NT * 4 + nt * 4 + i] = folded ? __fadd_rn(sum[pi][nt][i], acc[pi][nt][i]) : acc[pi][nt][i];
+  if constexpr (SPLIT) {
+    if (!gemm_fold_parts<NO>(v, p.partials + block * gemm_split_floats<MODE>(T),
+                             p.counters + static_cast<long long>(block) * p.R + tile,
+                             static_cast<unsigned>(tile) * gp.parts, part, gp.parts, lane))
+      return;
+  }
   // The GEMV's epilogue on this token block: rows n0 .. n0 + rows_here - 1.
   KParams q = p;
   q.M = rows_here;

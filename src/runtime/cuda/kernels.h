@@ -45,7 +45,7 @@ struct Workspace {
   float* partials = nullptr;    // [kMaxPartialFloats]
   unsigned* barrier = nullptr;  // [2] grid barrier of the persistent chain, zero-initialised once
   static constexpr long long kMaxCounters = 1 << 15;
-  static constexpr long long kMaxPartialFloats = 1LL << 23;
+  static constexpr long long kMaxPartialFloats = 1LL << 24;
 };
 
 enum class OutType { BF16, F32 };
@@ -73,6 +73,8 @@ long long gemv_min_warp_bytes();
 // Blocks per SM of a GEMV grid (0 = automatic: all that fit).
 void set_gemv_blocks_per_sm(int n);
 int gemv_blocks_per_sm();
+// K-parts a tile of the last GEMM launch (M > kMaxTokens): 1 unsplit, > 1 split-K at few token blocks.
+int gemm_last_split_parts();
 // Bulk L2 prefetch of weight units ahead of the loads (default off: measured slower, docs/kernels.md).
 void set_gemv_l2_prefetch(bool on);
 

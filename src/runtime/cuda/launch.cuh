@@ -91,6 +91,8 @@ cudaError_t launch_gemv_kernel(const KParams& p, long long max_units, cudaStream
   long long blocks = 0;
   const cudaError_t ge = gemv_grid<Dec, MODE>(max_units, min_warp_bytes, blocks);
   if (ge != cudaSuccess) return ge;
+  // A dense matrix (not an expert stack): tile-aligned ranges, as the GEMM's launcher (gemm.cu) computes.
+  if (MODE != kMoeDown && p.slot_expert == nullptr) blocks = tile_aligned_blocks(blocks, p.R);
 
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(blocks));
