@@ -165,9 +165,10 @@ TEST(CudaInvariance, LongPrefillStepsMatchChunks) {
 // Every row of every tiled format's GEMV (M ≤ 16) and GEMM (M > 16, token blocks of 64 and 32) at each M of
 // `Ms` has the bits of the same row computed alone (M = 1): the work split depends on the matrix only. With
 // `accumulate` the F32 output adds onto a residual (the fused residual add of o_proj and the MLP down).
-// `expect_split`: some M of `Ms` must run the GEMM split over K (gemm_impl.cuh), in every format.
+// `expect_split`: some M of `Ms` must run the GEMM split over K (gemm_impl.cuh), in every format
+// (`expect_split_bf16`: in BF16).
 void check_tiled_rows(int rows, int in, const std::vector<int>& Ms, bool accumulate, uint64_t seed,
-                      bool expect_split = false) {
+                      bool expect_split = false, bool expect_split_bf16 = false) {
   Rng r(seed);
   auto ws = WorkspaceBuffers::create();
   ASSERT_TRUE(ws.ok()) << ws.message();
@@ -233,7 +234,7 @@ void check_tiled_rows(int rows, int in, const std::vector<int>& Ms, bool accumul
         "[gpu invariance] format %d, %d x %d%s: rows differing from the row alone: %d (GEMM K-parts %d)\n",
         static_cast<int>(d->m.format), rows, in, accumulate ? " (+= residual)" : "", bad, max_parts);
     EXPECT_EQ(bad, 0) << "format " << static_cast<int>(d->m.format) << ", " << rows << " x " << in;
-    if (expect_split) {
+    if (expect_split || (expect_split_bf16 && d->m.format == WeightFormat::BF16)) {
       EXPECT_GT(max_parts, 1) << "format " << static_cast<int>(d->m.format) << ": no split-K GEMM ran";
     }
   }
@@ -256,6 +257,8 @@ TEST(CudaInvariance, TiledRowsSameAtPrefillShapes) {
 TEST(CudaInvariance, TiledRowsSameSplitOverK) {
   REQUIRE_GPU();
   check_tiled_rows(3072, 9216, {17, 64, 65, 130, 192}, true, 17, true);
+  // A per-head gate's shape (g_proj: 72 rows, padded to 80 = 5 tiles): one tile group, split over K in BF16.
+  check_tiled_rows(80, 3072, {17, 64}, false, 19, false, true);
 }
 
 // The fused gate+up+SiLU·mul (+FP4 QDQ): every row of M = 17 .. 130 (GEMM, 32-row blocks) equals the row

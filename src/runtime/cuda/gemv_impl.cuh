@@ -28,20 +28,20 @@ inline constexpr int kThreads = kWarpsPerBlock * 32;
 inline constexpr int kThreadsPerBlock = kThreads;
 
 // The GEMV's grid cut down to tile-aligned ranges: when its T = 8·blocks warps are at least the matrix's R
-// tiles, T becomes R·P (at most 10 % fewer warps, a multiple of the block's 8), so warp w = tile·P + j holds
-// units [tile·S + j·S/P, tile·S + (j+1)·S/P): every tile's K-run is cut into the same P parts at the same
-// K-units. The GEMM (gemm_impl.cuh) can then give each part its own CTA at small M (split-K) and fold the
-// parts in the GEMV's order. A function of (blocks, R) alone, so still of the matrix alone.
+// tiles, T becomes R·P (at most half as many warps, a multiple of the block's 8), so warp w = tile·P + j
+// holds units [tile·S + j·S/P, tile·S + (j+1)·S/P): every tile's K-run is cut into the same P parts at the
+// same K-units. The GEMM (gemm_impl.cuh) can then give each part its own CTA at small M (split-K) and fold
+// the parts in the GEMV's order. A function of (blocks, R) alone, so still of the matrix alone.
 __host__ __device__ constexpr long long tile_aligned_blocks(long long blocks, long long tiles) {
   const long long T = blocks * kWarpsPerBlock;
   if (tiles < 1 || T < tiles) return blocks;
-  for (long long P = T / tiles; P >= 1 && 10 * tiles * P >= 9 * T; --P)
+  for (long long P = T / tiles; P >= 1 && 2 * tiles * P >= T; --P)
     if (tiles * P % kWarpsPerBlock == 0) return tiles * P / kWarpsPerBlock;
   return blocks;
 }
 static_assert(tile_aligned_blocks(264, 192) == 264 && tile_aligned_blocks(264, 512) == 256 &&
-              tile_aligned_blocks(264, 768) == 264 && tile_aligned_blocks(65, 65) == 65 &&
-              tile_aligned_blocks(10, 100) == 10);
+              tile_aligned_blocks(264, 768) == 192 && tile_aligned_blocks(8, 5) == 5 &&
+              tile_aligned_blocks(65, 65) == 65 && tile_aligned_blocks(10, 100) == 10);
 
 // ---------------------------------------------------------------------------------------------------------
 // Unit cursor: which tile / K-slice / slot a unit index is, and where its bytes are.
