@@ -115,16 +115,20 @@ __device__ __forceinline__ uint16_t f32_to_bf16_bits(float f) {
 }
 __device__ __forceinline__ float bf16_round(float f) { return bf16_bits_to_f32(f32_to_bf16_bits(f)); }
 
-// format.md §14.1 step 4: nearest FP4 grid value, exact ties to the lower value.
+// format.md §14.1 step 4: nearest FP4 grid value, exact ties to the lower value. hi = the smallest grid value
+// ≥ v (6 when none), lo = the largest < v (−6 when none; 6 for NaN, whose comparisons all fail: the result is
+// then lo = 6, as the table walk gave). Selects over the constant grid, unrolled: a dynamically indexed table
+// would live in local memory (a 64-byte stack frame and 8 stores + 2 loads a call in every kernel that QDQs).
 __device__ __forceinline__ float fp4_snap(float v) {
   constexpr float G[15] = {-6.f, -4.f, -3.f, -2.f, -1.5f, -1.f, -0.5f, 0.f,
                            0.5f, 1.f,  1.5f, 2.f,  3.f,   4.f,  6.f};
-  int i = 15;
+  float hi = 6.f, lo = isnan(v) ? 6.f : -6.f;
 #pragma unroll
   for (int j = 14; j >= 0; --j)
-    if (G[j] >= v) i = j;
-  float lo = G[i - 1 < 0 ? 0 : i - 1];
-  float hi = G[i > 14 ? 14 : i];
+    if (G[j] >= v) hi = G[j];
+#pragma unroll
+  for (int j = 0; j < 15; ++j)
+    if (G[j] < v) lo = G[j];
   // fabsf(hi - v) etc. are exact-order FP32 ops; __fsub_rn keeps the compiler from contracting.
   return fabsf(__fsub_rn(hi, v)) < fabsf(__fsub_rn(v, lo)) ? hi : lo;
 }
