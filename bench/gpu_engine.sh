@@ -24,6 +24,8 @@
 #                 bit-pinning kernel and engine tests); a folder with .nobench is built and tested, not timed
 #   GRIDQ_BENCHX  step "benchx": '|'-separated extra argument lists, `bench decode $GRIDQ_BENCH` once with each
 #   GRIDQ_TIMELINE_ARGS  step "timeline": `bench decode` arguments run under the CUPTI kernel recorder
+#   GRIDQ_PT_ARGS / GRIDQ_PT_RUNS  step "prefilltimeline": `bench prefill` arguments under the recorder (default
+#                 one 8k prompt) and the forward steps reported together (default 4: 8192 / 2048-row steps)
 #   GRIDQ_PREFILL arguments of `gridq bench prefill` (step "prefill"; default: --synthetic laguna-s-2.1)
 #   GRIDQ_COMMIT  commit recorded in the results (pass `git rev-parse --short=12 HEAD` of the sent tree: the copied
 #                 tree's .git may be stale)
@@ -286,11 +288,17 @@ if has benchx; then  # A/B of bench decode switches: each '|'-separated list of 
   done
 fi
 
-if has timeline; then  # every kernel of a decode step from CUPTI (bench/tools/kernel_timeline.cpp)
+# The CUPTI kernel recorder (bench/tools/kernel_timeline.cpp) as an injection library: /tmp/libkt.so.
+build_kt() {
+  [ -f /tmp/libkt.so ] && return 0
   CUPTI_LIB=$(dirname "$(find / -name 'libcupti.so*' -not -path '/proc/*' 2>/dev/null | head -1)")
   CUDA_INC=$(dirname "$(find / -name cupti.h -not -path '/proc/*' 2>/dev/null | head -1)")
-  if g++ -std=c++17 -O2 -shared -fPIC bench/tools/kernel_timeline.cpp -I"$CUDA_INC" -L"$CUPTI_LIB" -lcupti \
-       -Wl,-rpath,"$CUPTI_LIB" -o /tmp/libkt.so > "$OUT/timeline_build.txt" 2>&1; then
+  g++ -std=c++17 -O2 -shared -fPIC bench/tools/kernel_timeline.cpp -I"$CUDA_INC" -L"$CUPTI_LIB" -lcupti \
+    -Wl,-rpath,"$CUPTI_LIB" -o /tmp/libkt.so > "$OUT/timeline_build.txt" 2>&1 || { cat "$OUT/timeline_build.txt"; return 1; }
+}
+
+if has timeline; then  # every kernel of a decode step from CUPTI (bench/tools/kernel_timeline.cpp)
+  if build_kt; then
     CUDA_INJECTION64_PATH=/tmp/libkt.so GRIDQ_TIMELINE="$OUT/timeline.csv" timeout 300 $G bench decode \
       ${GRIDQ_TIMELINE_ARGS:---synthetic laguna-s-2.1 --batches 1 --contexts 0 --steps 4 --warmup 2} \
       > "$OUT/timeline_bench.txt" 2>&1
@@ -299,8 +307,18 @@ if has timeline; then  # every kernel of a decode step from CUPTI (bench/tools/k
       > "$OUT/timeline_report.txt" 2>&1
     head -80 "$OUT/timeline_report.txt"
     xz -9 "$OUT/timeline.csv"
-  else
-    cat "$OUT/timeline_build.txt"
+  fi
+fi
+
+if has prefilltimeline; then  # every kernel of one prompt's prefill from CUPTI: the first GRIDQ_PT_RUNS forward steps
+  if build_kt; then
+    CUDA_INJECTION64_PATH=/tmp/libkt.so GRIDQ_TIMELINE="$OUT/prefill_timeline.csv" timeout 300 $G bench prefill \
+      ${GRIDQ_PT_ARGS:---synthetic laguna-s-2.1 --lengths 8192 --repeats 1} > "$OUT/prefill_timeline_bench.txt" 2>&1
+    echo "prefill timeline bench exit $?"
+    python3 bench/tools/timeline_report.py "$OUT/prefill_timeline.csv" --outside embed_kernel \
+      --runs "${GRIDQ_PT_RUNS:-4}" --json "$OUT/prefill_timeline.json" > "$OUT/prefill_timeline_report.txt" 2>&1
+    tail -30 "$OUT/prefill_timeline_report.txt"
+    xz -6 "$OUT/prefill_timeline.csv"
   fi
 fi
 

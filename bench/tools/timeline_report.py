@@ -6,7 +6,12 @@ wall time, the time some kernel was running (busy) and none was (idle), and kern
 --detail N the median replay of the N-th largest graph is listed kernel by kernel (start offset, duration,
 gap after the previous kernel of its stream: negative = overlapped under programmatic dependent launch).
 
+Kernels outside graphs (a prefill: `bench prefill` runs eagerly) are reported with --outside MARKER: the
+eager kernels are cut into runs at each kernel whose name contains MARKER (`embed_kernel` starts every forward
+step), and the first --runs of them (e.g. the 4 steps of 2048 rows of an 8k prompt) are reported together.
+
   python3 bench/tools/timeline_report.py k.csv [--detail 1] [--json out.json]
+  python3 bench/tools/timeline_report.py prefill.csv --outside embed_kernel --runs 4
 """
 import argparse
 import csv
@@ -79,12 +84,43 @@ def replays_of(ks):
     return [r for r in out if len(r) == n]  # whole replays only
 
 
+def report_outside(rows, marker, runs, top):
+    """The eager kernels from the first `marker` kernel on, cut into runs at each `marker` kernel; the first
+    `runs` runs (0: all) reported together with exposed() over their union."""
+    eager = sorted((r for r in rows if not r["graph"]), key=lambda r: r["start"])
+    starts = [i for i, r in enumerate(eager) if marker in r["name"]]
+    if not starts:
+        sys.exit(f"no eager kernel named like {marker!r}")
+    cuts = starts + [len(eager)]
+    n = len(starts) if runs <= 0 else min(runs, len(starts))
+    ks = eager[starts[0]:cuts[n]]
+    wall, busy = busy_idle(ks)
+    by = {}
+    for k, x in exposed(ks):
+        d = by.setdefault(k["name"], [0, 0.0, 0.0])
+        d[0] += 1
+        d[1] += (k["end"] - k["start"]) / 1e3
+        d[2] += x / 1e3
+    print(f"\n== eager runs 1-{n} of {len(starts)} (cut at {marker}): {len(ks)} kernels, wall {wall / 1e3:.1f} us, "
+          f"busy {busy / 1e3:.1f}, idle {(wall - busy) / 1e3:.1f} us")
+    for i in range(n):
+        seg = eager[cuts[i]:cuts[i + 1]]
+        print(f"  run {i + 1}: {len(seg)} kernels, wall {busy_idle(seg)[0] / 1e3:.1f} us")
+    print(f"  {'count':>5} {'total us':>9} {'mean us':>8} {'exposed':>8} {'% wall':>6}  kernel")
+    for name, (c, t, x) in sorted(by.items(), key=lambda x: -x[1][2])[:top]:
+        print(f"  {c:5d} {t:9.1f} {t / c:8.2f} {x:8.1f} {100 * x * 1e3 / wall:6.1f}  {name}")
+    return {"eager_runs": n, "marker": marker, "kernels": len(ks), "wall_us": wall / 1e3, "busy_us": busy / 1e3,
+            "by_kernel": {nm: {"count": c, "total_us": t, "exposed_us": x} for nm, (c, t, x) in by.items()}}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("csv")
     ap.add_argument("--detail", type=int, default=0, help="list the median replay of the N-th largest graph")
     ap.add_argument("--top", type=int, default=25, help="kernel names shown per graph")
     ap.add_argument("--json", help="write the summary here")
+    ap.add_argument("--outside", help="report the kernels outside graphs, cut into runs at this kernel name")
+    ap.add_argument("--runs", type=int, default=0, help="with --outside: the first N runs (0: all)")
     a = ap.parse_args()
     rows = []
     with open(a.csv, newline="") as f:
@@ -138,6 +174,8 @@ def main():
                 print(f"  {i:4d} {(k['start'] - t0) / 1e3:8.2f} {(k['end'] - k['start']) / 1e3:7.2f} "
                       f"{x / 1e3:6.2f} {gap:6.2f} {k['stream']:4d} {k['grid']:5d} {k['block']:4d} "
                       f"{k['smem']:6d} {k['regs']:4d}  {k['name']}")
+    if a.outside:
+        summary.append(report_outside(rows, a.outside, a.runs, a.top))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(summary, f, indent=1)
