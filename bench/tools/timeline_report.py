@@ -84,6 +84,27 @@ def replays_of(ks):
     return [r for r in out if len(r) == n]  # whole replays only
 
 
+def by_kernel(ks):
+    """name -> [launches, summed duration us, exposed us] over the kernels ks."""
+    by = {}
+    for k, x in exposed(ks):
+        d = by.setdefault(k["name"], [0, 0.0, 0.0])
+        d[0] += 1
+        d[1] += (k["end"] - k["start"]) / 1e3
+        d[2] += x / 1e3
+    return by
+
+
+def print_by_kernel(by, wall, top):
+    print(f"  {'count':>5} {'total us':>9} {'mean us':>8} {'exposed':>8} {'% wall':>6}  kernel")
+    for name, (c, t, x) in sorted(by.items(), key=lambda x: -x[1][2])[:top]:
+        print(f"  {c:5d} {t:9.1f} {t / c:8.2f} {x:8.1f} {100 * x * 1e3 / wall:6.1f}  {name}")
+
+
+def by_kernel_json(by):
+    return {n: {"count": c, "total_us": t, "exposed_us": x} for n, (c, t, x) in by.items()}
+
+
 def report_outside(rows, marker, runs, top):
     """The eager kernels from the first `marker` kernel on, cut into runs at each `marker` kernel; the first
     `runs` runs (0: all) reported together with exposed() over their union."""
@@ -95,22 +116,15 @@ def report_outside(rows, marker, runs, top):
     n = len(starts) if runs <= 0 else min(runs, len(starts))
     ks = eager[starts[0]:cuts[n]]
     wall, busy = busy_idle(ks)
-    by = {}
-    for k, x in exposed(ks):
-        d = by.setdefault(k["name"], [0, 0.0, 0.0])
-        d[0] += 1
-        d[1] += (k["end"] - k["start"]) / 1e3
-        d[2] += x / 1e3
+    by = by_kernel(ks)
     print(f"\n== eager runs 1-{n} of {len(starts)} (cut at {marker}): {len(ks)} kernels, wall {wall / 1e3:.1f} us, "
           f"busy {busy / 1e3:.1f}, idle {(wall - busy) / 1e3:.1f} us")
     for i in range(n):
         seg = eager[cuts[i]:cuts[i + 1]]
         print(f"  run {i + 1}: {len(seg)} kernels, wall {busy_idle(seg)[0] / 1e3:.1f} us")
-    print(f"  {'count':>5} {'total us':>9} {'mean us':>8} {'exposed':>8} {'% wall':>6}  kernel")
-    for name, (c, t, x) in sorted(by.items(), key=lambda x: -x[1][2])[:top]:
-        print(f"  {c:5d} {t:9.1f} {t / c:8.2f} {x:8.1f} {100 * x * 1e3 / wall:6.1f}  {name}")
+    print_by_kernel(by, wall, top)
     return {"eager_runs": n, "marker": marker, "kernels": len(ks), "wall_us": wall / 1e3, "busy_us": busy / 1e3,
-            "by_kernel": {nm: {"count": c, "total_us": t, "exposed_us": x} for nm, (c, t, x) in by.items()}}
+            "by_kernel": by_kernel_json(by)}
 
 
 def main():
@@ -144,25 +158,16 @@ def main():
         walls = [busy_idle(r) for r in reps]
         med = sorted(range(len(reps)), key=lambda i: walls[i][0])[len(reps) // 2]
         rep, (wall, busy) = reps[med], walls[med]
-        by = {}
-        for k, x in exposed(rep):
-            d = by.setdefault(k["name"], [0, 0.0, 0.0])
-            d[0] += 1
-            d[1] += (k["end"] - k["start"]) / 1e3
-            d[2] += x / 1e3
+        by = by_kernel(rep)
         print(f"\n== graph {gi} (id {g}): {len(rep)} kernels, {len(reps)} replays; median replay wall "
               f"{wall / 1e3:.1f} us (min {min(w for w, _ in walls) / 1e3:.1f}), busy {busy / 1e3:.1f}, "
               f"idle {(wall - busy) / 1e3:.1f} us, sum of kernel durations "
               f"{sum(k['end'] - k['start'] for k in rep) / 1e3:.1f} us, streams "
               f"{sorted(set(k['stream'] for k in rep))}")
         # "exposed": the wall time the kernels added (exposed() above)
-        print(f"  {'count':>5} {'total us':>9} {'mean us':>8} {'exposed':>8} {'% wall':>6}  kernel")
-        for name, (c, t, x) in sorted(by.items(), key=lambda x: -x[1][2])[: a.top]:
-            print(f"  {c:5d} {t:9.1f} {t / c:8.2f} {x:8.1f} {100 * x * 1e3 / wall:6.1f}  {name}")
+        print_by_kernel(by, wall, a.top)
         summary.append({"graph": g, "kernels": len(rep), "replays": len(reps), "wall_us": wall / 1e3,
-                        "busy_us": busy / 1e3,
-                        "by_kernel": {n: {"count": c, "total_us": t, "exposed_us": x}
-                                      for n, (c, t, x) in by.items()}})
+                        "busy_us": busy / 1e3, "by_kernel": by_kernel_json(by)})
         if gi == a.detail:
             t0 = min(k["start"] for k in rep)
             last_end = {}
