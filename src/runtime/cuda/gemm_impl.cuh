@@ -14,7 +14,7 @@
 // tiles' weight units and the block's activation slice (rows padded so the lanes' fragment loads hit
 // distinct banks); kGemmStages stages in flight.
 //
-// Split-K (SPLIT, a step of few token blocks: a decode batch of 17-512 rows). Unsplit, such a step has only
+// Split-K (SPLIT, a step of few token blocks: every decode step past 16 rows). Unsplit, such a step has only
 // tile groups × token blocks CTAs (o_proj of Laguna-S-2.1 at 64 rows: 24 CTAs on 132 SMs, 190 GB/s). When the
 // GEMV's ranges are tile-aligned (tile_aligned_blocks: T = R·P), each CTA takes one of the P parts of its
 // tiles' K-runs, exactly a GEMV warp's range: its accumulator is that warp's part, posted to the workspace,
