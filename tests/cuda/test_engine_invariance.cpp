@@ -216,7 +216,7 @@ void check_tiled_rows(int rows, int in, const std::vector<int>& Ms, bool accumul
       a.accumulate = accumulate;
       ASSERT_TRUE(gemv(a, ws->ws, nullptr, false).ok());
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      if (M > kMaxTokens) max_parts = std::max(max_parts, gemm_last_split_parts());
+      if (M > kMaxTokens) max_parts = std::max(max_parts, gemm_split_parts(d->m, M));
       out.resize(static_cast<size_t>(M) * yn);
       ASSERT_TRUE(dy->download(out.data(), out.size() * 4).ok());
     };

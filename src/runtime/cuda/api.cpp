@@ -106,7 +106,15 @@ void set_gemv_min_warp_bytes(long long bytes) { g_min_warp_bytes = bytes < 256 ?
 long long gemv_min_warp_bytes() { return g_min_warp_bytes; }
 void set_gemv_blocks_per_sm(int n) { raw_set_blocks_per_sm(n < 0 ? 0 : n); }
 int gemv_blocks_per_sm() { return raw_blocks_per_sm(); }
-int gemm_last_split_parts() { return raw_gemm_last_parts(); }
+int gemm_split_parts(const DeviceMatrix& w, int M) {
+  KParams p;
+  if (!fill_params(w, p, "gemm_split_parts").ok()) return 0;
+  p.M = M;
+  int parts = 0;
+  const cudaError_t e =
+      raw_gemm_parts(fmt_of(w.format), w.k, w.layout_version, kStore, p, g_min_warp_bytes, parts);
+  return e == cudaSuccess ? parts : 0;
+}
 void set_gemv_l2_prefetch(bool on) { raw_set_l2_prefetch(on); }
 void set_gemv_chain_copy_engine(bool on) { raw_set_chain_bulk(on); }
 bool gemv_chain_copy_engine() { return raw_chain_bulk(); }

@@ -8,17 +8,30 @@ namespace gridq::cuda::detail {
 
 namespace {
 
-int g_last_parts = 0;  // K-parts a tile of the last GEMM launch (tests: the split-K path ran)
-
-int sm_count() {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-      return 0;
-    return n;
-  }();
-  return sms;
+// The launch's shape: the GEMV's split of the matrix and, where it pays and fits, the split over K.
+template <class Dec, int MODE>
+cudaError_t plan_gemm(int fmt, int k, int v, const KParams& p, long long mwb, GemmParams& gp) {
+  constexpr int NB = 8 * gemm_nt<MODE>();
+  long long blocks = 0;
+  // The GEMV's grid comes from the GEMV's own translation unit (gemv_cb.cuh: one device function per kernel),
+  // tile-aligned as the GEMV launcher does (launch.cuh).
+  const cudaError_t ge = raw_gemv_grid(fmt, k, v, MODE, static_cast<long long>(p.R) * p.S, mwb, blocks);
+  if (ge != cudaSuccess) return ge;
+  blocks = tile_aligned_blocks(blocks, p.R);
+  gp.kp = p;
+  gp.kp.trace = nullptr;
+  gp.gemv_warps = static_cast<unsigned>(blocks * kWarpsPerBlock);
+  gp.tile_groups = (p.R + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  gp.token_blocks = (p.M + NB - 1) / NB;
+  gp.parts = 1;
+  // Split-K where the unsplit grid would leave SMs idle, the ranges are tile-aligned with at least one unit a
+  // part, and the workspace holds every token block's parts and counters.
+  const long long T = gp.gemv_warps, tb = gp.token_blocks;
+  const long long P = T % p.R == 0 ? T / p.R : 1;
+  if (P >= 2 && P <= p.S && gp.tile_groups * tb < 2LL * device_sm_count(0) &&
+      tb * gemm_split_floats<MODE>(T) <= kMaxPartialFloats && tb * p.R <= kMaxCounters)
+    gp.parts = static_cast<int>(P);
+  return cudaSuccess;
 }
 
 template <class Dec, int MODE, int MINB, bool SPLIT>
@@ -37,59 +50,51 @@ cudaError_t launch_gemm_kernel(const GemmParams& gp, cudaStream_t s, bool pdl) {
 constexpr int kDecodeRows = 64;
 
 template <class Dec, int MODE>
-cudaError_t launch_gemm(int fmt, int k, int v, const KParams& p, cudaStream_t s, bool pdl, long long mwb) {
-  constexpr int NB = 8 * gemm_nt<MODE>();
-  long long blocks = 0;
-  // The GEMV's grid comes from the GEMV's own translation unit (gemv_cb.cuh: one device function per kernel),
-  // tile-aligned as the GEMV launcher does (launch.cuh).
-  const cudaError_t ge = raw_gemv_grid(fmt, k, v, MODE, static_cast<long long>(p.R) * p.S, mwb, blocks);
-  if (ge != cudaSuccess) return ge;
-  blocks = tile_aligned_blocks(blocks, p.R);
+cudaError_t launch_gemm(int fmt, int k, int v, const KParams& p, long long mwb, cudaStream_t s, bool pdl) {
   GemmParams gp;
-  gp.kp = p;
-  gp.kp.trace = nullptr;
-  gp.gemv_warps = static_cast<unsigned>(blocks * kWarpsPerBlock);
-  gp.tile_groups = (p.R + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  gp.token_blocks = (p.M + NB - 1) / NB;
-  gp.parts = 1;
-  // Split-K where the unsplit grid would leave SMs idle, the ranges are tile-aligned with at least one unit a
-  // part, and the workspace holds every token block's parts and counters.
-  const long long T = gp.gemv_warps, tb = gp.token_blocks;
-  const long long P = T % p.R == 0 ? T / p.R : 1;
-  if (P >= 2 && P <= p.S && gp.tile_groups * tb < 2LL * sm_count() &&
-      tb * gemm_split_floats<MODE>(T) <= kMaxPartialFloats && tb * p.R <= kMaxCounters) {
-    gp.parts = static_cast<int>(P);
+  const cudaError_t e = plan_gemm<Dec, MODE>(fmt, k, v, p, mwb, gp);
+  if (e != cudaSuccess) return e;
+  if constexpr (Dec::kUnitK != 256) {
     // The split grid is the GEMV's (T / 8 CTAs, sized to its occupancy: two an SM for FP8 and BF16) per token
     // block: two CTAs an SM keep one token block in one wave. CB's shared memory fits one.
-    g_last_parts = gp.parts;
-    if constexpr (Dec::kUnitK != 256)
-      return launch_gemm_kernel<Dec, MODE, 2, true>(gp, s, pdl);
-    else
-      return launch_gemm_kernel<Dec, MODE, 1, true>(gp, s, pdl);
-  }
-  g_last_parts = 1;
-  if constexpr (Dec::kUnitK != 256) {
+    if (gp.parts > 1) return launch_gemm_kernel<Dec, MODE, 2, true>(gp, s, pdl);
     if (p.M > kDecodeRows) return launch_gemm_kernel<Dec, MODE, 2, false>(gp, s, pdl);
+  } else {
+    if (gp.parts > 1) return launch_gemm_kernel<Dec, MODE, 1, true>(gp, s, pdl);
   }
   return launch_gemm_kernel<Dec, MODE, 1, false>(gp, s, pdl);
 }
 
-}  // namespace
+// f.template operator()<Dec, MODE>() for the (format, mode) pairs that have a GEMM.
+template <class F>
+cudaError_t with_gemm(int fmt, int k, int v, int mode, F&& f) {
+  if (fmt == kFmtBF16) {
+    if (mode == kStore) return f.template operator()<DecBF16, kStore>();
+    if (mode == kSwiglu) return f.template operator()<DecBF16, kSwiglu>();
+  } else if (fmt == kFmtFP8) {
+    if (mode == kStore) return f.template operator()<DecFP8, kStore>();
+  } else if (fmt == kFmtCB && k == 16 && v == 2) {
+    if (mode == kStore) return f.template operator()<DecCB<16, 2>, kStore>();
+    if (mode == kSwiglu) return f.template operator()<DecCB<16, 2>, kSwiglu>();
+  }
+  return cudaErrorNotSupported;
+}
 
-int raw_gemm_last_parts() { return g_last_parts; }
+}  // namespace
 
 cudaError_t raw_gemm(int fmt, int k, int v, int mode, const KParams& p, cudaStream_t s, bool pdl,
                      long long mwb) {
-  if (fmt == kFmtBF16) {
-    if (mode == kStore) return launch_gemm<DecBF16, kStore>(fmt, k, v, p, s, pdl, mwb);
-    if (mode == kSwiglu) return launch_gemm<DecBF16, kSwiglu>(fmt, k, v, p, s, pdl, mwb);
-  } else if (fmt == kFmtFP8) {
-    if (mode == kStore) return launch_gemm<DecFP8, kStore>(fmt, k, v, p, s, pdl, mwb);
-  } else if (fmt == kFmtCB && k == 16 && v == 2) {
-    if (mode == kStore) return launch_gemm<DecCB<16, 2>, kStore>(fmt, k, v, p, s, pdl, mwb);
-    if (mode == kSwiglu) return launch_gemm<DecCB<16, 2>, kSwiglu>(fmt, k, v, p, s, pdl, mwb);
-  }
-  return cudaErrorNotSupported;
+  return with_gemm(fmt, k, v, mode,
+                   [&]<class Dec, int MODE>() { return launch_gemm<Dec, MODE>(fmt, k, v, p, mwb, s, pdl); });
+}
+
+cudaError_t raw_gemm_parts(int fmt, int k, int v, int mode, const KParams& p, long long mwb, int& parts) {
+  return with_gemm(fmt, k, v, mode, [&]<class Dec, int MODE>() {
+    GemmParams gp;
+    const cudaError_t e = plan_gemm<Dec, MODE>(fmt, k, v, p, mwb, gp);
+    parts = gp.parts;
+    return e;
+  });
 }
 
 }  // namespace gridq::cuda::detail

@@ -73,8 +73,9 @@ long long gemv_min_warp_bytes();
 // Blocks per SM of a GEMV grid (0 = automatic: all that fit).
 void set_gemv_blocks_per_sm(int n);
 int gemv_blocks_per_sm();
-// K-parts a tile of the last GEMM launch (M > kMaxTokens): 1 unsplit, > 1 split-K at few token blocks.
-int gemm_last_split_parts();
+// K-parts a tile of w's GEMM (gemv() of M > kMaxTokens rows, kStore): 1 unsplit, > 1 split over K at few
+// token blocks, 0 where the format runs as GEMV slices or w is not a matrix gemv() takes.
+int gemm_split_parts(const DeviceMatrix& w, int M);
 // Bulk L2 prefetch of weight units ahead of the loads (default off: measured slower, docs/kernels.md).
 void set_gemv_l2_prefetch(bool on);
 

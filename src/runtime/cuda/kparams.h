@@ -101,8 +101,9 @@ cudaError_t raw_gemv(int fmt, int k, int v, int mode, int nt, const KParams& p, 
 // and kSwiglu. cudaErrorNotSupported for a format without a GEMM instantiation (the caller runs GEMV slices).
 cudaError_t raw_gemm(int fmt, int k, int v, int mode, const KParams& p, cudaStream_t s, bool pdl,
                      long long min_warp_bytes);
-// K-parts a tile of the last raw_gemm launch: 1 unsplit, P > 1 split-K (gemm_impl.cuh); for tests.
-int raw_gemm_last_parts();
+// K-parts a tile of the raw_gemm launch for these arguments: 1 unsplit, P > 1 split over K (gemm_impl.cuh).
+cudaError_t raw_gemm_parts(int fmt, int k, int v, int mode, const KParams& p, long long min_warp_bytes,
+                           int& parts);
 // Blocks of the GEMV launch over `units` units of a matrix of this format and mode (launch.cuh gemv_grid),
 // for the formats that have a GEMM.
 cudaError_t raw_gemv_grid(int fmt, int k, int v, int mode, long long units, long long min_warp_bytes,

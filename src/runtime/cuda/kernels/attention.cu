@@ -223,11 +223,7 @@ cudaError_t raw_attention(const AttnArgs& a, cudaStream_t s) {
     return cudaErrorInvalidValue;
   // The grid: every item of the longest possible step, at most 32 one-warp blocks per SM (the residency
   // limit); the kernel walks the items the step's positions need.
-  static const int sms = [] {
-    int dev = 0, n = 132;
-    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
-    return n;
-  }();
+  const int sms = device_sm_count(132);
   if (attention_tc_supported(a.d, a.nh, a.nkv)) {
     GQ_KLAUNCH(raw_attention_tc_splits(a, a.tile_warps, s));
     GQ_KLAUNCH(launch_merge(a, true, s));

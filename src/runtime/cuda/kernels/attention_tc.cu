@@ -301,11 +301,7 @@ cudaError_t launch_tc(const AttnArgs& a, int warps, cudaStream_t s) {
       cudaFuncSetAttribute(attn_tc_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            kv_smem_bytes<D>() + max_tiles(kAttnSliceRows) * int(sizeof(Tile)));
   if (attr != cudaSuccess) return attr;
-  static const int sms = [] {
-    int dev = 0, n = 132;
-    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
-    return n;
-  }();
+  const int sms = device_sm_count(132);
   // The grid: as many CTAs as fit on the device at once (a function of the kernel and the slice class, not
   // of the step, so the decode graphs replay it), walking the items the step's positions need.
   static int resident[2][9] = {};

@@ -38,6 +38,18 @@ cudaError_t launch_pdl(bool pdl, void (*kernel)(P...), dim3 grid, dim3 block, si
   return e != cudaSuccess ? e : cudaGetLastError();
 }
 
+// SMs of the current device, asked once (`fallback` where the query fails).
+inline int device_sm_count(int fallback) {
+  static const int n = [] {
+    int dev = 0, c = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      return 0;
+    return c;
+  }();
+  return n > 0 ? n : fallback;
+}
+
 // The forward's launches: PDL as forward_pdl() says.
 template <class... P, class... A>
 cudaError_t launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A&&... args) {
