@@ -23,7 +23,8 @@ struct GroupedOut {
 };
 
 GroupedOut run_grouped(const ExpertStacks& st, const std::vector<uint16_t>& x, const std::vector<int>& eid,
-                       int T, int k, int E, int I, int H, int wide = -1, bool qdq_fp4 = true) {
+                       int T, int k, int E, int I, int H, int wide = -1, bool qdq_fp4 = true,
+                       int paired = -1) {
   GroupedOut o;
   auto xd = upload_vec(x, "x");
   auto ed = upload_vec(eid, "eid");
@@ -47,6 +48,7 @@ GroupedOut run_grouped(const ExpertStacks& st, const std::vector<uint16_t>& x, c
   a.y = yd->as<float>();
   a.wide = wide;
   a.qdq_fp4 = qdq_fp4;
+  a.paired = paired;
   auto s = grouped_moe(a, nullptr, true);
   EXPECT_TRUE(s.ok()) << s.message();
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -187,6 +189,15 @@ TEST(CudaMoeGrouped, WideItemsAreBitIdenticalToNarrow) {
     for (float v : wide.y) ASSERT_FALSE(std::isnan(v)) << "unwritten y (T=" << T << ")";
     EXPECT_EQ(std::memcmp(narrow.h.data(), wide.h.data(), narrow.h.size() * 2), 0) << "h, T=" << T;
     EXPECT_EQ(std::memcmp(narrow.y.data(), wide.y.data(), narrow.y.size() * 4), 0) << "y, T=" << T;
+    // Narrow items of two tiles (gate_up: a gate tile + its up tile, h from the item's SwiGLU epilogue; down:
+    // two adjacent tiles) and of one (FP32 gu, swiglu_pairs): the same bits, for both activation contracts.
+    for (bool qdq : {true, false}) {
+      GroupedOut two = run_grouped(st, x, eid, T, k, E, I, H, 0, qdq, 1);
+      GroupedOut one = run_grouped(st, x, eid, T, k, E, I, H, 0, qdq, 0);
+      for (float v : two.y) ASSERT_FALSE(std::isnan(v)) << "unwritten y, paired items (T=" << T << ")";
+      EXPECT_EQ(std::memcmp(two.h.data(), one.h.data(), two.h.size() * 2), 0) << "paired h, T=" << T;
+      EXPECT_EQ(std::memcmp(two.y.data(), one.y.data(), two.y.size() * 4), 0) << "paired y, T=" << T;
+    }
   }
 }
 

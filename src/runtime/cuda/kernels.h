@@ -181,12 +181,15 @@ struct GroupedMoeArgs {
   const int* eid = nullptr;     // [T, k]
   int* grp = nullptr;           // scratch, grouped_moe_grp_ints(T, k, E) ints
   const uint16_t* x = nullptr;  // [T, H]
-  float* gu = nullptr;          // [T·k, 2I] scratch: gate and up sums
+  float* gu = nullptr;          // [T·k, 2I] scratch: gate and up sums (wide items; narrow ones write h)
   uint16_t* h = nullptr;        // [T·k, I]
   float* y = nullptr;           // [T·k, H]
   int wide =
       -1;  // items of 16 tiles × 64 pairs: 1 always, 0 never, -1 when the step has ≥ 16 pairs per expert
   bool qdq_fp4 = true;  // h through the FP4 group-16 QDQ (w4a4); false: BF16 h (w4a16)
+  // Narrow items of two tiles (gate_up: a gate tile with its up tile and the SwiGLU epilogue; down: two
+  // adjacent tiles): 1 always, 0 never, -1 from 16 tokens a step. The same bits either way.
+  int paired = -1;
 };
 inline long long grouped_moe_grp_ints(int T, int k, int E) {
   return 3LL * (E + 1) + static_cast<long long>(T) * k;

@@ -74,7 +74,10 @@ struct ExpertParams {
   const int* grp;
   int E;
   int x_div;  // activation row of pair p: p / x_div (gate_up: k, a token's pairs share its row; down: 1)
-  int ldy;    // down: FP32 output row stride
+  int ldy;    // output row stride (fused gate_up: of h, BF16; else of gu or y, FP32)
+  int qdq_fp4 = 0;  // paired gate_up: the FP4 QDQ after the SwiGLU (w4a4)
+  int pair = 0;     // items of two tiles: gate_up a gate tile + its up tile, writing h (SwiGLU epilogue);
+                    // down two adjacent tiles (R even)
 };
 // Sorts the P = T·k pairs of eid by expert into grp (int [3·(E+1) + P]) and counts the items of both
 // kernels (blocks of nb pairs × r_gu gate tiles / r_dn down tiles). One block: its shared memory is
@@ -82,11 +85,14 @@ struct ExpertParams {
 constexpr long long group_pairs_smem_bytes(long long P, long long E) { return (32 + 32 * E + P) * 4; }
 cudaError_t raw_group_pairs(const int* eid, int P, int E, int nb, int r_gu, int r_dn, int* grp,
                             cudaStream_t s, bool pdl);
-// gate_up: gu [P, 2I] FP32 (gate rows, then up rows); down: y [P, H] FP32. nt token tiles per item (the same
-// nt as group_pairs' nb = 8·nt); built for nt = 1.
+// gate_up: gu [P, 2I] FP32 (gate rows, then up rows; group_pairs' r_gu = 2I/16), or with p.pair h [P, I] BF16
+// = the SwiGLU (+ FP4 QDQ) of the gate and up rows (kp.y = h, ldy = I; r_gu = I/16: an item is a gate tile
+// with its up tile); down: y [P, H] FP32 (with p.pair r_dn = H/32: an item is two adjacent tiles). nt token
+// tiles per item (the same nt as group_pairs' nb = 8·nt); built for nt = 1.
 cudaError_t raw_grouped_experts(bool gate_up, int nt, const ExpertParams& p, cudaStream_t s, bool pdl);
-// The same outputs, bit for bit, with items of 16 tiles × 64 pairs on a CTA (moe_grouped_wide.cu):
-// group_pairs with nb = kWidePairs and r_gu / r_dn = tile groups of kWideTiles.
+// The same outputs, bit for bit, with items of 16 tiles × 64 pairs on a CTA (moe_grouped_wide.cu), except
+// that gate_up writes gu [P, 2I] FP32 (raw_swiglu_pairs makes h): group_pairs with nb = kWidePairs and
+// r_gu / r_dn = tile groups of kWideTiles.
 cudaError_t raw_grouped_wide(bool gate_up, const ExpertParams& p, cudaStream_t s, bool pdl);
 inline constexpr int kWidePairs = 64, kWideTiles = 16;
 // h [P, I] = FP4QDQ(bf16(silu(bf16(gate))·bf16(up))) from gu [P, 2I] (the GEMV SwiGLU epilogue's arithmetic).

@@ -5,12 +5,18 @@
 // computed by ONE warp over the whole K of the tile, units in order, one mma chain per token column. A
 // column's bits depend on its own activations and the expert's weights only, never on the other columns of
 // the block, on how many pairs the expert has, or on the step's size. SwiGLU + FP4 QDQ then run per pair
-// (swiglu_pairs_kernel, the GEMV epilogue's arithmetic), and the per-token combine (raw_moe_combine) sums a
-// token's pairs in ascending expert order, as the CPU reference does.
+// (the GEMV epilogue's arithmetic, swiglu_column: in the gate_up item's epilogue here, in swiglu_pairs_kernel
+// after the wide kernel), and the per-token combine (raw_moe_combine) sums a token's pairs in ascending
+// expert order, as the CPU reference does.
 //
 // Work: group_pairs_kernel sorts the step's T·k pairs by expert (stable: ascending pair index) and counts
-// the items; an item is (expert, 16-row tile, block of NB = 8·NT of the expert's pairs); gate and up tiles
-// are separate items (twice the warps of a fused gate+up at batch 1). Item i goes to the warp of rank
+// the items; an item is (expert, 16-row tile, block of NB = 8·NT of the expert's pairs). From 16 tokens a
+// step an item takes two tiles (kPair): a gate_up item is a gate tile and its up tile (rows r and I + r of
+// the [2I, H] stack) and ends with the SwiGLU + FP4 QDQ epilogue (swiglu_column), so h is written without an
+// FP32 round trip or a kernel of its own; a down item is two adjacent tiles. The warp streams the two units
+// of each K-slice together and runs the two mma chains on one load of the pairs' activations. Below 16 tokens
+// an item is one tile (twice the busy warps at batch 1-4), gate_up writes gu FP32 and swiglu_pairs_kernel
+// makes h: the same bits either way. Item i goes to the warp of rank
 // i mod W, ranks striped across blocks (rank = warp-in-block · blocks + block) so that a small step spreads
 // over every SM. A warp streams the weight units of its items through a cp.async ring that runs ahead
 // across item boundaries. 16 warps per block share one copy of the decoder tables.
@@ -147,11 +153,19 @@ __device__ __forceinline__ void item_cols(const ExpertParams& p, const Item& it,
 
 inline constexpr int kExpertWarps = 16, kExpertThreads = kExpertWarps * 32, kExpertStages = 4;
 
-// y[pair, row] FP32 for every item of this launch (gate_up: the [2I, H] stacks' rows, gate then up; down: H).
-template <int NT, bool kGateUp>
+// Items of two tiles (kPair, steps of 16 tokens and more), a stage holding both tiles' units of a K-slice:
+// kPairGateUp, a gate tile and its up tile (rows r and I + r of the [2I, H] stacks), writes h[pair, i] BF16
+// (SwiGLU, then the FP4 QDQ when p.qdq_fp4); kPairDown, two adjacent tiles of the [H, I] stacks, writes their
+// rows of y FP32, the pairs' activation loads shared by both. kPairNone: one tile an item, y[pair, row] FP32
+// (gate_up: gu, the [2I, H] stacks' rows, gate then up; down: the [H, I] stacks' rows).
+inline constexpr int kPairNone = 0, kPairGateUp = 1, kPairDown = 2;
+template <int NT, bool kGateUp, int kPair>
 __global__ void __launch_bounds__(kExpertThreads, 1) grouped_expert_kernel(const ExpertParams p) {
+  static_assert(kPair == kPairNone || (kPair == kPairGateUp) == kGateUp, "gate_up pairs gate and up tiles");
+  constexpr bool kFused = kPair == kPairGateUp;
   constexpr int kStages = kExpertStages;
   constexpr int kChunks = Dec::kUnitBytes / 16;
+  constexpr int NP = kPair != kPairNone ? 2 : 1;  // units a stage
   extern __shared__ __align__(16) unsigned char smem[];
   const KParams& kp = p.kp;
   Dec::init_smem(smem, kp);
@@ -161,13 +175,18 @@ __global__ void __launch_bounds__(kExpertThreads, 1) grouped_expert_kernel(const
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int W = static_cast<int>(gridDim.x) * kExpertWarps;
   const int rank = (static_cast<int>(threadIdx.x) >> 5) * static_cast<int>(gridDim.x) + blockIdx.x;
-  const int n_items = ioff[p.E], R = kp.R, S = kp.S;
-  uint8_t* ring = rings + (threadIdx.x >> 5) * kStages * Dec::kUnitBytes;
+  // Item tiles: paired items number R/2 (gate_up: the I/16 gate tiles, each with its up tile R/2 tiles later;
+  // down: tiles 2r and 2r + 1).
+  const int n_items = ioff[p.E], R = NP == 2 ? kp.R / 2 : kp.R, S = kp.S;
+  const long long up_off =  // an item's first tile -> its second
+      static_cast<long long>(kPair == kPairGateUp ? R : 1) * S * Dec::kUnitBytes;
+  uint8_t* ring = rings + (threadIdx.x >> 5) * kStages * NP * Dec::kUnitBytes;
   auto unit0 = [&](const Item& it) {
-    return kp.w + kp.expert_stride * it.e + static_cast<long long>(it.r) * S * Dec::kUnitBytes;
+    return kp.w + kp.expert_stride * it.e +
+           static_cast<long long>(kPair == kPairDown ? 2 * it.r : it.r) * S * Dec::kUnitBytes;
   };
 
-  // Issue side: the weight units of this warp's items in order, kStages - 1 ahead of the compute side.
+  // Issue side: the weight units of this warp's items in order, kStages - 1 stages ahead of the compute side.
   Item ii;
   bool iv = locate(rank, n_items, ioff, p.E, R, ii);
   if (!iv) return;
@@ -176,11 +195,14 @@ __global__ void __launch_bounds__(kExpertThreads, 1) grouped_expert_kernel(const
   unsigned issued = 0;
   auto issue = [&]() {
     if (iv) {
-      uint8_t* dst = ring + (issued % kStages) * Dec::kUnitBytes;
+      uint8_t* dst = ring + (issued % kStages) * NP * Dec::kUnitBytes;
 #pragma unroll
       for (int j = 0; j < (kChunks + 31) / 32; ++j) {  // unrolled: no loop counter per chunk
         const int c = lane + 32 * j;
-        if (c < kChunks) cp_async16(dst + 16 * c, iw + 16 * c);
+        if (c < kChunks) {
+          cp_async16(dst + 16 * c, iw + 16 * c);
+          if constexpr (NP == 2) cp_async16(dst + Dec::kUnitBytes + 16 * c, iw + up_off + 16 * c);
+        }
       }
       iw += Dec::kUnitBytes;
       if (++is == S) {
@@ -195,12 +217,14 @@ __global__ void __launch_bounds__(kExpertThreads, 1) grouped_expert_kernel(const
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) issue();
 
-  float acc[NT][4];
+  float acc[NP][NT][4];
   auto zero_acc = [&]() {
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+    for (int q = 0; q < NP; ++q)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[q][nt][i] = 0.0f;
   };
   zero_acc();
   Item ci;
@@ -225,14 +249,45 @@ __global__ void __launch_bounds__(kExpertThreads, 1) grouped_expert_kernel(const
   load_x(cc, 0, xa);
   typename Dec::Frag cur;
   unsigned u = 0;
-  // One unit: the mma with xc while xn takes the next unit's activations; false after the warp's last unit.
+  // The item's K-run is complete: its rows of its pairs (gate_up: h through the SwiGLU epilogue).
+  auto store = [&]() {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      if constexpr (kFused) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          uint16_t hv[2];  // rows g and g + 8 of column 8nt + 2t + c (warp-collective: every lane calls it)
+          swiglu_column(acc[0][nt][c], acc[0][nt][2 + c], acc[1][nt][c], acc[1][nt][2 + c], p.qdq_fp4 != 0,
+                        hv);
+          const int pr = cc.po[nt][c];
+          if (pr >= 0) {
+            uint16_t* h = static_cast<uint16_t*>(kp.y) + static_cast<long long>(pr) * p.ldy + ci.r * 16 + g;
+            h[0] = hv[0];
+            h[8] = hv[1];
+          }
+        }
+      } else {
+#pragma unroll
+        for (int q = 0; q < NP; ++q)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int pr = cc.po[nt][i & 1], row = (NP * ci.r + q) * 16 + g + 8 * (i >> 1);
+            if (pr >= 0 && row < kp.rows)
+              static_cast<float*>(kp.y)[static_cast<long long>(pr) * p.ldy + row] = acc[q][nt][i];
+          }
+      }
+    }
+    zero_acc();
+  };
+  // One K-slice: the mma(s) with xc while xn takes the next slice's activations; false after the warp's last.
   auto step = [&](typename Dec::XFrag(&xc)[NT], typename Dec::XFrag(&xn)[NT]) -> bool {
     __syncwarp();  // every lane has read the stage that the next issue overwrites
     issue();
     cp_async_wait<kStages - 1>();
     __syncwarp();
-    Dec::load(cur, ring + (u % kStages) * Dec::kUnitBytes, lane);
-    // The next unit: the same item's next K-slice, or the first slice of the warp's next item.
+    const uint8_t* stage = ring + (u % kStages) * NP * Dec::kUnitBytes;
+    Dec::load(cur, stage, lane);
+    // The next slice: the same item's next K-slice, or the first slice of the warp's next item.
     Item ni = ci;
     int ns = cs + 1;
     bool nv = true;
@@ -244,18 +299,12 @@ __global__ void __launch_bounds__(kExpertThreads, 1) grouped_expert_kernel(const
       nc = cc;
     }
     if (nv) load_x(nc, ns, xn);
-    Dec::template mma<NT>(cur, xc, acc, smem, lane);
-    if (cs == S - 1) {  // the item's K-run is complete: its rows of its pairs
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int pr = cc.po[nt][i & 1], row = ci.r * 16 + g + 8 * (i >> 1);
-          if (pr >= 0 && row < kp.rows)
-            static_cast<float*>(kp.y)[static_cast<long long>(pr) * p.ldy + row] = acc[nt][i];
-        }
-      zero_acc();
+    Dec::template mma<NT>(cur, xc, acc[0], smem, lane);
+    if constexpr (NP == 2) {  // the second tile's unit after the first's mma: one fragment live at a time
+      Dec::load(cur, stage + Dec::kUnitBytes, lane);
+      Dec::template mma<NT>(cur, xc, acc[1], smem, lane);
     }
+    if (cs == S - 1) store();
     ci = ni, cs = ns, cc = nc, ++u;
     return nv;
   };
@@ -295,14 +344,15 @@ __global__ void __launch_bounds__(kSwigluThreads)
                                                   : fp4_qdq_elem(hv, fp4_group_scale(a));
 }
 
-constexpr int grouped_smem_bytes(int E) {
-  return Dec::kSmemBytes + 2 * (E + 1) * 4 + 16 + kExpertWarps * kExpertStages * Dec::kUnitBytes;
+constexpr int grouped_smem_bytes(int E, bool pair) {
+  return Dec::kSmemBytes + 2 * (E + 1) * 4 + 16 +
+         kExpertWarps * kExpertStages * (pair ? 2 : 1) * Dec::kUnitBytes;
 }
 
-template <int NT, bool kGateUp>
+template <int NT, bool kGateUp, int kPair>
 cudaError_t launch_grouped(const ExpertParams& p, cudaStream_t s, bool pdl) {
-  auto kern = grouped_expert_kernel<NT, kGateUp>;
-  const int smem = grouped_smem_bytes(p.E);
+  auto kern = grouped_expert_kernel<NT, kGateUp, kPair>;
+  const int smem = grouped_smem_bytes(p.E, kPair != kPairNone);
   // Occupancy depends on E (the offset tables): queried per E, cached for the last one seen.
   static int cache[2] = {-1, 0};
   int blocks = 0;
@@ -340,7 +390,12 @@ cudaError_t raw_grouped_experts(bool gate_up, int nt, const ExpertParams& p, cud
   // One token tile per item: a 16-warp block leaves 128 registers a thread, which two tiles' activation
   // fragments (loaded one unit ahead) would overflow.
   if (nt != 1) return cudaErrorNotSupported;
-  return gate_up ? launch_grouped<1, true>(p, s, pdl) : launch_grouped<1, false>(p, s, pdl);
+  if (p.pair && p.kp.R % 2) return cudaErrorInvalidValue;
+  if (!gate_up)
+    return p.pair ? launch_grouped<1, false, kPairDown>(p, s, pdl)
+                  : launch_grouped<1, false, kPairNone>(p, s, pdl);
+  return p.pair ? launch_grouped<1, true, kPairGateUp>(p, s, pdl)
+                : launch_grouped<1, true, kPairNone>(p, s, pdl);
 }
 
 }  // namespace gridq::cuda::detail

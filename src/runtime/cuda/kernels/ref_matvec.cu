@@ -249,11 +249,14 @@ cudaError_t raw_ref_matvec(const RefArgs& a, cudaStream_t s) {
   const bool fast = a.w.format == kRefBF16 && a.w.act_bits == 16 && a.w.cols % 8 == 0 &&
                     a.w.row_bytes % 16 == 0 && a.w.expert_stride % 16 == 0 && aligned16(a.w.data) &&
                     (a.x_f32 ? aligned16(a.x_f32) : aligned16(a.x));
-  // Without ids a warp takes kNP tokens of its row; past kWideP tokens (prefill steps) also kNR rows: fewer
-  // warps, each reusing its activation loads over kNR rows (no bits change: the sums are the same chains).
-  // Measured at an 8k prompt (router + its norm, 48 layers): kNR 1 / 2 / 4 / 8 → 135 / 101 / 115 / 156 ms
-  // (more rows a warp cost registers: 75 → 186, one CTA an SM at 8).
-  constexpr int kNP = 8, kNR = 2, kWideP = 64;
+  // Without ids a warp takes kNP tokens of its row; past kWideP tokens (decode batches past 16, prefill
+  // steps) also kNR rows, or the shared-memory tiles: fewer warps, each reusing its activation loads over its
+  // rows (no bits change: the sums are the same chains). Measured at an 8k prompt (router + its norm, 48
+  // layers): kNR 1 / 2 / 4 / 8 → 135 / 101 / 115 / 156 ms (more rows a warp cost registers: 75 → 186, one CTA
+  // an SM at 8). At a 64-row decode step the one-row warps read the step's 786 KB of FP32 rows once per
+  // router row (200 MB of L2 reads a layer: 25 µs of the batch-64 step's router, H100 session 30); the tiles
+  // from 16 rows gave batch 32 and 64 +2.2-2.5 % (session 31).
+  constexpr int kNP = 8, kNR = 2, kWideP = 16;
   const dim3 grid_np(grid.x, static_cast<unsigned>((a.P + kNP - 1) / kNP));
   const dim3 grid_wide(static_cast<unsigned>((a.w.rows + kWarps * kNR - 1) / (kWarps * kNR)), grid_np.y);
   const bool wide = a.P > kWideP;
