@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "runtime/cuda/attn_splits.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/forward.h"
 #include "runtime/cuda/gptq/gptq_hook.h"
@@ -45,6 +46,7 @@ Status allocate_work(CudaBackend::Work& w, const WorkSizes& z) {
   const size_t R = z.R, LR = z.LR, A = z.A, W = z.W, Y = z.Y, G = z.G, I2 = z.I2, Ih = z.Ih, K = z.K, H = z.H,
                qw = z.qw, max_d = z.max_d;
   w.max_splits = z.max_splits;
+  w.partial_slots = static_cast<int64_t>(A * qw / max_d) * z.max_splits;
   struct B {
     DeviceBuffer* buf;
     size_t bytes;
@@ -179,7 +181,7 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
   ws.qkv = static_cast<size_t>(max_qkv), ws.qw = qw, ws.max_d = static_cast<size_t>(max_d);
   ws.E = static_cast<size_t>(std::max(1, S.moe.n_experts));
   ws.lm_rows = static_cast<size_t>(dm_->lm_head.out_rows()), ws.vocab = static_cast<size_t>(S.vocab_size);
-  ws.max_splits = static_cast<int>((max_len_ + detail::kAttnSplitKeys - 1) / detail::kAttnSplitKeys);
+  ws.max_splits = 0;  // the attention split buffer is sized below, beside the KV pages
   GRIDQ_RETURN_IF_ERROR(allocate_work(*work_, ws));
   // KV: what is left of gpu_memory_utilization × total after the weights and the step buffers.
   size_t free_b = 0, total_b = 0;
@@ -190,13 +192,32 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
   const int64_t budget = static_cast<int64_t>(opts.gpu_memory_utilization * static_cast<double>(total_b)) -
                          static_cast<int64_t>(total_b - free_b) - table_bytes - (int64_t{256} << 20);
   // Ring snapshots (cuda_snapshots.cpp): four per sequence slot (two a turn: prompt end, answer end; a turn's
-  // must not push out those of users not yet readmitted), at most an eighth of the KV budget; none without
-  // both kinds of layer (no pages to share or no rings to rebuild).
+  // must not push out those of users not yet readmitted), at most a quarter of the KV budget; none without
+  // both kinds of layer (no pages to share or no rings to rebuild). An eighth gave an H100 55 snapshots for
+  // 32 agent users, and their TTFT grew from 0.7 to 2.7 s over 8 turns as snapshots were evicted; a quarter
+  // (110) kept it at 0.73-0.77 s with 320k tokens of pages left (session 31).
   const int64_t snap_b = init_ring_layers();
   int n_snaps = 0;
   if (opts.prefix_caching && snap_b > 0 && plan_.n_full > 0 && budget > 0)
-    n_snaps = static_cast<int>(std::min<int64_t>(4LL * max_seqs_, budget / 8 / snap_b));
-  GRIDQ_ASSIGN_OR_RETURN(auto cap, plan_.capacity(budget - n_snaps * snap_b, max_seqs_));
+    n_snaps = static_cast<int>(std::min<int64_t>(4LL * max_seqs_, budget / 4 / snap_b));
+  // The attention split buffer: for max_len, or, when the KV pool beside it holds fewer tokens (no
+  // sequence outgrows the pool), for what the pool holds (1M positions of Laguna-S-2.1 would take 6.5 GB).
+  const int64_t slot_b = attn_split_slot_bytes(S);
+  const auto split_bytes = [&](int n) { return attn_split_slots(S, n) * slot_b; };
+  const auto kv_tokens = [&](int64_t b) -> int64_t {
+    auto c = plan_.capacity(b, max_seqs_);
+    return c ? c->tokens : 0;
+  };
+  const int64_t kv_budget = budget - n_snaps * snap_b;
+  const int ctx_splits =
+      plan_.n_full > 0 ? attn_ctx_splits(max_len_, kv_budget, kv_tokens, split_bytes)
+                       : static_cast<int>((max_len_ + detail::kAttnSplitKeys - 1) / detail::kAttnSplitKeys);
+  work_->max_splits = ctx_splits;
+  work_->partial_slots = attn_split_slots(S, ctx_splits);
+  GRIDQ_ASSIGN_OR_RETURN(
+      work_->partial, DeviceBuffer::alloc(static_cast<size_t>(split_bytes(ctx_splits)), "attention splits"));
+  GRIDQ_RETURN_IF_ERROR(work_->partial.zero());
+  GRIDQ_ASSIGN_OR_RETURN(auto cap, plan_.capacity(kv_budget - split_bytes(ctx_splits), max_seqs_));
   // --num-gpu-blocks-override: at most that many pages (never more than the memory holds).
   if (opts.num_gpu_blocks_override > 0 && cap.pages > opts.num_gpu_blocks_override) {
     cap.pages = opts.num_gpu_blocks_override;

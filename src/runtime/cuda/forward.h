@@ -46,7 +46,8 @@ struct CudaBackend::Work {
   DeviceBuffer sample_rows;     // SampleRowArgs [L]
   DeviceBuffer sample_out;      // SampleResult [L]
   DeviceBuffer sample_edits;    // SampleEdit [n], grown on demand
-  int max_splits = 0;
+  int max_splits = 0;           // a full layer's splits a row at most (attn_splits.h)
+  int64_t partial_slots = 0;    // (row, head, split) slots of `partial`
   size_t bytes() const;
 };
 

@@ -5,6 +5,7 @@
 // the rows of the step.
 #include <algorithm>
 
+#include "runtime/cuda/attn_splits.h"
 #include "runtime/cuda/forward_ops.h"
 
 namespace gridq::cuda::fwd {
@@ -212,16 +213,15 @@ Status attention_gated(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, co
   detail::AttnArgs at;
   at.nh = nh, at.nkv = nkv, at.d = d;
   at.window = L.attn == model::AttnKind::kSliding ? L.window : 0;
-  at.max_splits = c.w.max_splits;
   at.tile_warps = c.attn_warps;
   at.kv = kv;
   at.partial = c.w.partial.as<float>();
   // Slices of ≤ kAttnSliceRows rows in row order, each writing its K/V and then attending (a row reads only
   // keys at positions ≤ its own: the earlier slices' and its own). The rings hold window + kAttnSliceRows
   // slots, so a slice never overwrites a key a row of the same slice still needs. The split buffer holds
-  // kMaxSliceRows rows of max_splits splits: a longer slice is cut where its own splits would not fit (a
+  // partial_slots (row, head, split) slots: a longer slice is cut where its own splits would not fit (a
   // row's splits count from its window's first: a sliding layer's slices stay whole at any position). A
-  // step of one slice (every decode step, graphs included) keeps the position-independent max_splits.
+  // step of one slice (every decode step, graphs included) keeps the layer's position-independent bound.
   auto splits_of = [&](int t0, int n) {
     int mx = 1;
     for (int t = t0; t < t0 + n; ++t) mx = std::max(mx, detail::attn_row_splits(at.window, c.pos_host[t]));
@@ -229,10 +229,10 @@ Status attention_gated(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, co
   };
   for (int t0 = 0, n = 0; t0 < c.T; t0 += n) {
     n = std::min(detail::kAttnSliceRows, c.T - t0);
-    const long long room = static_cast<long long>(detail::kMaxSliceRows) * c.w.max_splits;
-    while (n > detail::kMaxSliceRows && static_cast<long long>(n) * splits_of(t0, n) > room)
+    while (n > detail::kMaxSliceRows && static_cast<int64_t>(n) * nh * splits_of(t0, n) > c.w.partial_slots)
       n = std::max(detail::kMaxSliceRows, n / 2);
-    at.max_splits = c.T <= detail::kMaxSliceRows ? c.w.max_splits : splits_of(t0, n);
+    at.max_splits =
+        c.T <= detail::kMaxSliceRows ? layer_attn_splits(at.window, c.w.max_splits) : splits_of(t0, n);
     const detail::RowInfo rows{c.rows.pos + t0, c.rows.seq_slot + t0,
                                c.rows.kv_write ? c.rows.kv_write + t0 : nullptr};
     detail::RopeArgs rs = r;
