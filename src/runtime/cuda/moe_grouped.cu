@@ -16,10 +16,10 @@
 // FP32 round trip or a kernel of its own; a down item is two adjacent tiles. The warp streams the two units
 // of each K-slice together and runs the two mma chains on one load of the pairs' activations. Below 16 tokens
 // an item is one tile (twice the busy warps at batch 1-4), gate_up writes gu FP32 and swiglu_pairs_kernel
-// makes h: the same bits either way. Item i goes to the warp of rank
-// i mod W, ranks striped across blocks (rank = warp-in-block · blocks + block) so that a small step spreads
-// over every SM. A warp streams the weight units of its items through a cp.async ring that runs ahead
-// across item boundaries. 16 warps per block share one copy of the decoder tables.
+// makes h: the same bits either way. Item i goes to the warp of rank i mod W, ranks striped across blocks
+// (rank = warp-in-block · blocks + block) so that a small step spreads over every SM. A warp streams the
+// weight units of its items through a cp.async ring that runs ahead across item boundaries. 16 warps per
+// block share one copy of the decoder tables.
 #include "runtime/cuda/kernels/pdl_launch.cuh"
 #include "runtime/cuda/kparams.h"
 #include "runtime/cuda/launch.cuh"
