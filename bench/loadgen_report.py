@@ -118,6 +118,7 @@ def by_turn(results, turn_metrics=None):
             row["prefix_cache_hit_rate"] = turn_metrics[t].get("prefix_cache_hit_rate")
             row["prefix_cache_hits"] = turn_metrics[t].get("prefix_cache_hits")
             row["prefix_cache_queries"] = turn_metrics[t].get("prefix_cache_queries")
+            row["prefix_cache_recomputed_tokens"] = turn_metrics[t].get("prefix_cache_recomputed_tokens")
         rows.append(row)
     return rows
 
@@ -172,17 +173,21 @@ def format_table(rep) -> str:
         hr = m.get("prefix_cache_hit_rate")
         lines.append(f"  server /metrics delta: prefix cache hit rate {_f(hr and hr * 100, '{:.1f}')} % "
                      f"({_f(m.get('prefix_cache_hits'), '{:.0f}')} / {_f(m.get('prefix_cache_queries'), '{:.0f}')}"
-                     f" tokens), generation tokens {_f(m.get('generation_tokens'), '{:.0f}')}, "
+                     f" tokens; recomputed {_f(m.get('prefix_cache_recomputed_tokens'), '{:.0f}')}), "
+                     f"generation tokens {_f(m.get('generation_tokens'), '{:.0f}')}, "
                      f"preemptions {_f(m.get('num_preemptions'), '{:.0f}')}")
     if rep.get("by_turn"):
         lines.append("")
-        lines.append(f"  {'turn':<6}{'ok':>5}{'prompt tok':>12}{'TTFT p50':>10}{'p90':>9}{'mean':>9}{'hit %':>8}")
+        # recomputed: hit tokens computed again anyway (sliding-window rings without a snapshot; docs/serving.md)
+        lines.append(f"  {'turn':<6}{'ok':>5}{'prompt tok':>12}{'TTFT p50':>10}{'p90':>9}{'mean':>9}{'hit %':>8}"
+                     f"{'recomputed':>12}")
         for row in rep["by_turn"]:
             t = row["ttft_ms"] or {}
             hr = row.get("prefix_cache_hit_rate")
             lines.append(f"  {row['turn']:<6}{row['ok']:>5}{_f(row['mean_prompt_tokens']):>12}"
                          f"{_f(t.get('p50'), '{:.1f}'):>10}{_f(t.get('p90'), '{:.1f}'):>9}"
-                         f"{_f(t.get('mean'), '{:.1f}'):>9}{_f(hr and hr * 100, '{:.1f}'):>8}")
+                         f"{_f(t.get('mean'), '{:.1f}'):>9}{_f(hr and hr * 100, '{:.1f}'):>8}"
+                         f"{_f(row.get('prefix_cache_recomputed_tokens'), '{:.0f}'):>12}")
         if not any("prefix_cache_hit_rate" in r for r in rep["by_turn"]):
             lines.append("  (hit rate by turn needs --sync-turns: turns overlap across users otherwise)")
     cpu = rep.get("client", {}).get("cpu_frac")

@@ -140,8 +140,11 @@ def test_agent_prefix_cache_hits(server, tmp_path):
     assert turns[1]["mean_prompt_tokens"] > turns[0]["mean_prompt_tokens"]
     assert all(t["ttft_ms"]["n"] == 2 for t in turns)
     assert rep["server_metrics"]["prefix_cache_hits"] == sum(t["prefix_cache_hits"] for t in turns)
+    # Hit tokens the sliding-window layers computed again (no ring snapshots on the CPU backend), by turn.
+    assert rep["server_metrics"]["prefix_cache_recomputed_tokens"] == sum(
+        t["prefix_cache_recomputed_tokens"] for t in turns)
     assert rep["meta"]["server"]["cache_config"]["enable_prefix_caching"] == "True"
-    assert "hit %" in table
+    assert "hit %" in table and "recomputed" in table
 
 
 def test_agent_without_prefix_caching(tmp_path):
