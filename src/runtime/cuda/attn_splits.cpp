@@ -6,6 +6,11 @@
 
 namespace gridq::cuda {
 
+int attn_splits_for(int64_t tokens) {
+  return static_cast<int>(
+      std::max<int64_t>(1, (tokens + detail::kAttnSplitKeys - 1) / detail::kAttnSplitKeys));
+}
+
 int layer_attn_splits(int window, int ctx_splits) {
   if (window <= 0) return ctx_splits;
   const int w = (window - 1 + detail::kAttnSplitKeys - 1) / detail::kAttnSplitKeys + 1;
@@ -29,15 +34,11 @@ int64_t attn_split_slot_bytes(const model::ModelSpec& s) {
 
 int attn_ctx_splits(int64_t max_len, int64_t budget, const std::function<int64_t(int64_t)>& kv_tokens,
                     const std::function<int64_t(int)>& buffer_bytes) {
-  const auto splits_of = [](int64_t tokens) {
-    return static_cast<int>(
-        std::max<int64_t>(1, (tokens + detail::kAttnSplitKeys - 1) / detail::kAttnSplitKeys));
-  };
-  const int all = splits_of(max_len);
+  const int all = attn_splits_for(max_len);
   if (kv_tokens(budget - buffer_bytes(all)) >= max_len) return all;
   // Covered: the buffer for n splits leaves KV for at most n splits' tokens. kv_tokens falls as n grows, so
   // the smallest covered n is found by bisection; `all` is covered (its KV holds fewer than max_len tokens).
-  const auto covered = [&](int n) { return splits_of(kv_tokens(budget - buffer_bytes(n))) <= n; };
+  const auto covered = [&](int n) { return attn_splits_for(kv_tokens(budget - buffer_bytes(n))) <= n; };
   int lo = 1, hi = all;
   while (lo < hi) {
     const int mid = lo + (hi - lo) / 2;

@@ -9,6 +9,9 @@
 
 namespace gridq::cuda {
 
+// Splits of kAttnSplitKeys keys that `tokens` positions span (at least 1).
+int attn_splits_for(int64_t tokens);
+
 // Splits a row of a layer reads at most when no row is past `ctx_splits` splits of keys: a sliding layer's
 // rows read their window's splits (⌈(window − 1) / kAttnSplitKeys⌉ + 1 at any position), a full layer's
 // up to `ctx_splits`.

@@ -209,9 +209,8 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
     return c ? c->tokens : 0;
   };
   const int64_t kv_budget = budget - n_snaps * snap_b;
-  const int ctx_splits =
-      plan_.n_full > 0 ? attn_ctx_splits(max_len_, kv_budget, kv_tokens, split_bytes)
-                       : static_cast<int>((max_len_ + detail::kAttnSplitKeys - 1) / detail::kAttnSplitKeys);
+  const int ctx_splits = plan_.n_full > 0 ? attn_ctx_splits(max_len_, kv_budget, kv_tokens, split_bytes)
+                                          : attn_splits_for(max_len_);
   work_->max_splits = ctx_splits;
   work_->partial_slots = attn_split_slots(S, ctx_splits);
   GRIDQ_ASSIGN_OR_RETURN(

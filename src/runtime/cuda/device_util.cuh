@@ -27,13 +27,13 @@ __device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
 }
 
 // 16-byte asynchronous global -> shared copy (L2 only), and its group bookkeeping.
-__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(gmem_src) : "memory");
-}
-// The same with the shared-memory address already in the shared window (its cvta done once by the caller).
+// cp_async16_s takes the shared address already in the shared window (a caller copying to fixed offsets
+// converts once); cp_async16 converts a generic pointer per copy.
 __device__ __forceinline__ void cp_async16_s(uint32_t smem_dst, const void* gmem_src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_dst), "l"(gmem_src) : "memory");
+}
+__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {
+  cp_async16_s(static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst)), gmem_src);
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
