@@ -40,6 +40,7 @@ void compare_on(Both& b, const std::vector<int32_t>& ids, testing::Compare& acc,
   acc.mean_kl = (acc.mean_kl * acc.rows + c.mean_kl * n) / static_cast<double>(acc.rows + n);
   acc.rows += n;
   acc.max_abs = std::max(acc.max_abs, c.max_abs);
+  acc.max_mismatch_margin = std::max(acc.max_mismatch_margin, c.max_mismatch_margin);
   agree += n - c.argmax_mismatch;
   b.cpu->free_sequence(sc);
   b.gpu->free_sequence(sg);
@@ -71,9 +72,10 @@ void check_model(const std::string& dir, const std::vector<std::vector<int32_t>>
   const bool met = acc.mean_kl <= bound.kl && top1 >= bound.top1;
   std::printf(
       "[gpu parity] %-34s rows %5lld mean KL %.3e top-1 %.4f max|dlogit| %.3g | issue bound KL %.0e top-1 "
-      "%.2f: %s | CPU rounding floor KL %.3e top-1 %.4f\n",
+      "%.2f: %s | CPU rounding floor KL %.3e top-1 %.4f | widest CPU top-1 margin flipped %.3g (floor "
+      "%.3g)\n",
       what.c_str(), static_cast<long long>(acc.rows), acc.mean_kl, top1, acc.max_abs, bound.kl, bound.top1,
-      met ? "met" : "NOT met", f.c.mean_kl, f.top1);
+      met ? "met" : "NOT met", f.c.mean_kl, f.top1, acc.max_mismatch_margin, f.c.max_mismatch_margin);
   EXPECT_LE(acc.mean_kl, std::max(bound.kl, 1.5 * f.c.mean_kl)) << what;
   EXPECT_GE(top1, std::min(bound.top1, f.top1 - 0.01)) << what;
 }

@@ -60,6 +60,7 @@ struct Compare {
   double mean_kl = 0.0;  // KL(ref || got), float64
   int64_t argmax_mismatch = 0;
   int64_t rows = 0;
+  double max_mismatch_margin = 0.0;  // largest ref[argmax ref] - ref[argmax got] over mismatched rows
 };
 
 // ref, got: [rows, V].
@@ -77,7 +78,10 @@ inline Compare compare_logits(const float* ref, const float* got, int64_t rows, 
       if (a[v] > amax) amax = a[v], am = v;
       if (b[v] > bmax) bmax = b[v], bm = v;
     }
-    if (am != bm) ++c.argmax_mismatch;
+    if (am != bm) {
+      ++c.argmax_mismatch;
+      c.max_mismatch_margin = std::max(c.max_mismatch_margin, static_cast<double>(a[am]) - a[bm]);
+    }
     double za = 0.0, zb = 0.0;
     for (int64_t v = 0; v < V; ++v) za += std::exp(a[v] - amax), zb += std::exp(b[v] - bmax);
     const double lza = std::log(za) + amax, lzb = std::log(zb) + bmax;

@@ -183,28 +183,51 @@ __global__ void __launch_bounds__(kThreads, MINB) gemm_kernel(const GemmParams g
   const int S_run = SPLIT ? (part + 1) * S / gp.parts - s0 : S;
   const long long RSu = static_cast<long long>(p.R) * S * Dec::kUnitBytes;  // gate -> up tile
   // Weights do not depend on the previous kernel: the first stages' weight copies start before waiting.
+  // Each thread's chunks of a stage are fixed: their sources and shared-memory offsets are formed once, and a
+  // step moves the sources by one unit (a tile's K-units are contiguous) or one activation slice. Forming
+  // them per chunk and step (64-bit products, divisions by the chunk counts, the generic-to-shared
+  // conversion) was most of the prefill GEMM's K-step loop: ≈ 350 of its 724 SASS instructions.
+  constexpr int kWChunks = kWBytes / 16, kWPer = (kWChunks + kThreads - 1) / kThreads;
+  constexpr int kRowChunks = X::kXB / 16, kQ = X::kXB / 4;
+  constexpr int kXChunks = NB * kRowChunks, kXPer = (kXChunks + kThreads - 1) / kThreads;
+  const uint32_t stage0 = static_cast<uint32_t>(__cvta_generic_to_shared(stages));
+  const uint8_t* w_src[kWPer];  // this thread's weight chunk j at local step 0 (nullptr: none)
+  uint32_t w_dst[kWPer];        // its offset in a stage
+#pragma unroll
+  for (int j = 0; j < kWPer; ++j) {
+    const int c = static_cast<int>(threadIdx.x) + kThreads * j;
+    const int wt = c / (NP * Dec::kUnitBytes / 16), rem = c % (NP * Dec::kUnitBytes / 16);
+    const int pi = rem / (Dec::kUnitBytes / 16), ch = rem % (Dec::kUnitBytes / 16);
+    const bool ok = c < kWChunks && tile0 + wt < p.R;
+    w_src[j] = ok ? p.w + (static_cast<long long>(tile0 + wt) * S + s0) * Dec::kUnitBytes + pi * RSu + 16 * ch
+                  : nullptr;
+    w_dst[j] = static_cast<uint32_t>((wt * NP + pi) * Dec::kUnitBytes + 16 * ch);
+  }
+  const uint8_t* x_src[kXPer];  // this thread's activation chunk j at local step 0 (nullptr: none)
+  uint32_t x_dst[kXPer];
+#pragma unroll
+  for (int j = 0; j < kXPer; ++j) {
+    const int c = static_cast<int>(threadIdx.x) + kThreads * j;
+    const int n = c / kRowChunks, b = (c % kRowChunks) * 16;
+    const bool ok = c < kXChunks && n < rows_here;
+    x_src[j] = ok ? static_cast<const uint8_t*>(p.x) +
+                        static_cast<long long>(n0 + n) * p.K * X::kXB / Dec::kUnitK +
+                        static_cast<long long>(s0) * X::kXB + b
+                  : nullptr;
+    x_dst[j] = static_cast<uint32_t>(kWBytes + n * X::kPitch + (b / kQ) * X::kTStride + b % kQ);
+  }
   auto issue_w = [&](int s) {  // local step s: K-unit s0 + s
-    uint8_t* dst = stages + (s % kGemmStages) * kStageBytes;
-    for (int c = threadIdx.x; c < kWBytes / 16; c += kThreads) {
-      const int wt = c / (NP * Dec::kUnitBytes / 16), rem = c % (NP * Dec::kUnitBytes / 16);
-      const int pi = rem / (Dec::kUnitBytes / 16), ch = rem % (Dec::kUnitBytes / 16);
-      if (tile0 + wt < p.R)
-        cp_async16(
-            dst + (wt * NP + pi) * Dec::kUnitBytes + 16 * ch,
-            p.w + (static_cast<long long>(tile0 + wt) * S + s0 + s) * Dec::kUnitBytes + pi * RSu + 16 * ch);
-    }
+    const uint32_t dst = stage0 + static_cast<uint32_t>((s % kGemmStages) * kStageBytes);
+#pragma unroll
+    for (int j = 0; j < kWPer; ++j)
+      if (w_src[j] != nullptr)
+        cp_async16_s(dst + w_dst[j], w_src[j] + static_cast<long long>(s) * Dec::kUnitBytes);
   };
   auto issue_x = [&](int s) {
-    uint8_t* dst = stages + (s % kGemmStages) * kStageBytes + kWBytes;
-    constexpr int kRowChunks = X::kXB / 16, kQ = X::kXB / 4;
-    for (int c = threadIdx.x; c < NB * kRowChunks; c += kThreads) {
-      const int n = c / kRowChunks, b = (c % kRowChunks) * 16;
-      if (n < rows_here)
-        cp_async16(dst + n * X::kPitch + (b / kQ) * X::kTStride + b % kQ,
-                   static_cast<const uint8_t*>(p.x) +
-                       static_cast<long long>(n0 + n) * p.K * X::kXB / Dec::kUnitK +
-                       static_cast<long long>(s0 + s) * X::kXB + b);
-    }
+    const uint32_t dst = stage0 + static_cast<uint32_t>((s % kGemmStages) * kStageBytes);
+#pragma unroll
+    for (int j = 0; j < kXPer; ++j)
+      if (x_src[j] != nullptr) cp_async16_s(dst + x_dst[j], x_src[j] + static_cast<long long>(s) * X::kXB);
   };
   __syncthreads();  // the decoder tables
   pdl_launch_dependents();
