@@ -65,7 +65,8 @@ void check_model(const std::string& dir, const std::vector<std::vector<int32_t>>
     if (::testing::Test::HasFatalFailure()) return;
   }
   const double top1 = static_cast<double>(agree) / static_cast<double>(acc.rows);
-  // The floor: two CPU runs that differ only by BF16 rounding of the residual (rounding_floor.h). No
+  // The floor: two CPU runs that differ only by BF16 rounding of the residual and of the KV cache
+  // (rounding_floor.h; the GPU stores K and V as BF16). No
   // BF16-activation engine can be held below it; discontinuous contracts (FP4, FP8 per token) raise it.
   const auto& cpu = dynamic_cast<const runtime::cpu::CpuBackend&>(b->cpu->backend());
   const runtime::Floor f = runtime::measure(what, cpu.spec(), cpu.weights(), seqs);

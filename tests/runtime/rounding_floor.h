@@ -1,7 +1,9 @@
 // The rounding floor of the CPU reference (rounding_floor_test.cpp, and the GPU parity bounds of
 // tests/cuda/test_engine.cpp): the CPU forward of one sequence twice, (a) as CpuBackend::forward computes it
-// and (b) with the residual stream rounded to BF16 after every decoder layer — the size of perturbation any
-// BF16-activation engine introduces. KL(a‖b) is the floor below which no such engine can be judged.
+// and (b) with the residual stream rounded to BF16 after every decoder layer and K/V kept in a BF16 cache
+// (attention's fast arithmetic: scores and value sums fused, vectorised exp) — the size of perturbation any
+// BF16-activation engine with a BF16 KV cache (the GPU's, vLLM's default) introduces. KL(a‖b) is the floor
+// below which no such engine can be judged.
 #pragma once
 
 #include <cstdio>
@@ -17,14 +19,15 @@
 namespace gridq::runtime {
 
 // The CPU forward of one sequence from position 0, all tokens in one call, logits [n, V] of every row, as
-// CpuBackend::forward computes them. With round_bf16, x is rounded to BF16 after every decoder layer.
+// CpuBackend::forward computes them. With round_bf16, x is rounded to BF16 after every decoder layer and the
+// KV cache holds BF16.
 inline std::vector<float> forward_all(const model::ModelSpec& spec, const ModelWeights& w,
                                       const std::vector<int32_t>& tokens, bool round_bf16) {
   const int64_t H = spec.hidden_size;
   const int64_t T = static_cast<int64_t>(tokens.size());
   std::vector<cpu::LayerCache> caches;
   caches.reserve(static_cast<size_t>(spec.n_layers));
-  for (const auto& L : spec.layers) caches.push_back(cpu::fresh_layer_cache(L));
+  for (const auto& L : spec.layers) caches.push_back(cpu::fresh_layer_cache(L, round_bf16));
   cpu::AttnLayout lay;
   lay.seqs.push_back(cpu::AttnSeq{nullptr, 0, 0, T});
   for (int64_t j = 0; j < T; ++j) {

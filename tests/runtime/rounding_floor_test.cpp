@@ -1,11 +1,12 @@
 // The rounding floor of the CPU reference: how far apart are the logits of two correct implementations that
 // differ only by BF16-level rounding of the activations? Runs the CPU forward (mirroring CpuBackend::forward:
 // one sequence, the whole prompt in one call, logits of every row) twice on the same tokens: (a) unchanged,
-// (b) with the residual stream rounded to BF16 after every decoder layer, the size of perturbation a
-// BF16-activation engine introduces. Mean KL(a‖b) and top-1 agreement are printed per model: the bundled BF16
-// model (asserted small), and the artifacts named by GRIDQ_FLOOR_ARTIFACTS (colon-separated; measured only).
-// Discontinuous activation contracts (FP4 group-16 QDQ of the experts' input, act_bits 4) flip codes on
-// last-bit differences, so their floor is expected to be far higher than the BF16 model's.
+// (b) with the residual stream rounded to BF16 after every decoder layer and a BF16 KV cache, the size of
+// perturbation a BF16-activation engine with a BF16 KV cache introduces. Mean KL(a‖b) and top-1 agreement are
+// printed per model: the bundled BF16 model (asserted small), and the artifacts named by
+// GRIDQ_FLOOR_ARTIFACTS (colon-separated; measured only). Discontinuous activation contracts (FP4 group-16
+// QDQ of the experts' input, act_bits 4) flip codes on last-bit differences, so their floor is expected to be
+// far higher than the BF16 model's.
 #include "rounding_floor.h"
 
 #include <gtest/gtest.h>
