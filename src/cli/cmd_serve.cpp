@@ -301,7 +301,7 @@ int run_serve(ServeOpts o) {
   // read, so smaller chunks re-read the routed experts); the CPU's, its prefill chunk (runtime/engine.cpp:
   // 256 is its fastest).
   so.max_batch_tokens =
-      o.max_batch_tokens > 0 ? o.max_batch_tokens : (dev_kind == runtime::DeviceKind::kCuda ? 2048 : 256);
+      o.max_batch_tokens > 0 ? o.max_batch_tokens : (dev_kind == runtime::DeviceKind::kCuda ? 4096 : 256);
   log(fmt::format("max_num_batched_tokens {}", so.max_batch_tokens));
   so.max_queue = o.max_queue;
   so.queue_timeout_s = o.queue_timeout;

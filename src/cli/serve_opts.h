@@ -39,7 +39,7 @@ struct ServeOpts {
   double shutdown_timeout = 30.0;
   bool metrics_public = false, skip_pin_check = false;
   std::string access_log;
-  int64_t max_batch_tokens = 0;  // 0: by device (cuda 2048: one prefill step of the engine; cpu 256)
+  int64_t max_batch_tokens = 0;  // 0: by device (cuda 4096: one prefill step of the engine; cpu 256)
   int64_t num_gpu_blocks_override = 0;
   bool prefix_caching = true, prefix_caching_explicit = false;  // explicit: a backend without it is an error
   bool prompt_tokens_details = false;
