@@ -178,6 +178,7 @@ Expected<std::unique_ptr<runtime::Engine>> open_engine(const std::string& model_
   eo.dev.num_gpu_blocks_override = o.num_gpu_blocks_override;
   eo.dev.cpu_kv_budget = o.cpu_kv_budget;
   eo.dev.prefix_caching = o.prefix_caching;
+  eo.dev.max_num_batched_tokens = o.max_num_batched_tokens;
   eo.synthetic = o.synthetic;
   eo.synthetic_seed = o.synthetic_seed;
   eo.synthetic_vocab = o.synthetic_vocab;

@@ -21,6 +21,7 @@ struct RunOptions {
   std::string device = "auto";          // --device cpu|cuda|auto
   double gpu_memory_utilization = 0.9;  // --gpu-memory-utilization (cuda only)
   int max_num_seqs = 16;                // sequences that hold KV at once (serve sets it; eval raises it)
+  int64_t max_num_batched_tokens = 0;   // serve: the cuda step's token budget (runtime::DeviceOptions)
   bool enforce_eager = false;           // --enforce-eager: no CUDA graphs (vLLM's name)
   int64_t max_model_len = 0;            // 0 = the model's (serve sets it)
   int64_t num_gpu_blocks_override = 0;  // KV pages (serve's --num-gpu-blocks-override; 0 = default)

@@ -205,6 +205,7 @@ int run_serve(ServeOpts o) {
   ro.enforce_eager = o.enforce_eager;
   ro.num_gpu_blocks_override = o.num_gpu_blocks_override;
   ro.prefix_caching = o.prefix_caching;
+  ro.max_num_batched_tokens = o.max_batch_tokens;
   ro.activation_contract = o.activation_contract;
   ro.cpu_kernels = o.cpu_kernels;
   ro.cpu_weights = o.cpu_weights;

@@ -66,7 +66,8 @@ Registrar reg(
        sub.add_option("--shutdown-timeout", o->shutdown_timeout, "drain seconds on SIGTERM (default 30)")
            ->check(finite_check(0.0, 1e7));
        sub.add_option("--max-num-batched-tokens", o->max_batch_tokens,
-                      "token budget per step (default: 4096 on cuda, 256 on cpu)")
+                      "token budget per step (default: 4096 on cuda, 256 on cpu); on cuda also the rows the "
+                      "step buffers hold")
            ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
        sub.add_option("--num-gpu-blocks-override", o->num_gpu_blocks_override,
                       "KV pages of 16 tokens (cuda: at most this many; cpu: exactly; default: from memory, "

@@ -36,6 +36,9 @@ struct DeviceOptions {
   // Prefix caching will be turned on (serve): the cuda backend reserves its ring snapshots
   // (cuda_snapshots.cpp) only then, so generate, eval and bench keep that memory for KV.
   bool prefix_caching = false;
+  // cuda: the token budget of one forward step (vLLM's --max-num-batched-tokens): the rows its buffers are
+  // sized for, 0 = the engine's default (cuda/kernels/forward_kernels.h step_rows_for).
+  int64_t max_num_batched_tokens = 0;
 };
 
 // The CUDA backend as seen from runtime/: a probe (is there a GPU this build can run?) and a factory.

@@ -1,4 +1,5 @@
-// The attention split buffer's sizing (attn_splits.h): host code, runs without a GPU.
+// The attention split buffer's sizing (attn_splits.h) and the step rows a token budget gives
+// (forward_kernels.h step_rows_for): host code, runs without a GPU.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -16,6 +17,23 @@ using detail::kAttnSplitKeys;
 using detail::kMaxSliceRows;
 
 int splits_of(int64_t tokens) { return static_cast<int>((tokens + kAttnSplitKeys - 1) / kAttnSplitKeys); }
+
+// --max-num-batched-tokens → rows of one step: 0 is the default; a decode graph's rows at least (a step of
+// up to kMaxSliceRows sequences must fit one step); the build's bound at most.
+TEST(AttnSplits, StepRowsOfATokenBudget) {
+  using detail::kDefaultStepRows;
+  using detail::kMaxStepRows;
+  using detail::step_rows_for;
+  EXPECT_EQ(step_rows_for(0), kDefaultStepRows);
+  EXPECT_EQ(step_rows_for(-5), kDefaultStepRows);
+  EXPECT_EQ(step_rows_for(1), kMaxSliceRows);
+  EXPECT_EQ(step_rows_for(kMaxSliceRows + 1), kMaxSliceRows + 1);
+  EXPECT_EQ(step_rows_for(2048), 2048);
+  EXPECT_EQ(step_rows_for(kMaxStepRows), kMaxStepRows);
+  EXPECT_EQ(step_rows_for(int64_t{1} << 40), kMaxStepRows);
+  EXPECT_LE(kDefaultStepRows, kMaxStepRows);
+  EXPECT_GE(kDefaultStepRows, kMaxSliceRows);
+}
 
 TEST(AttnSplits, LayerBoundCoversEveryRow) {
   // A row at pos of a sequence of pos + 1 tokens reads attn_row_splits; the bound for a context of that

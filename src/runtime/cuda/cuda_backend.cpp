@@ -18,7 +18,6 @@ namespace gridq::cuda {
 namespace {
 
 using detail::kMaxSliceRows;
-using detail::kMaxStepRows;
 
 size_t round16(size_t n) { return (n + 15) / 16 * 16; }
 
@@ -46,6 +45,7 @@ Status allocate_work(CudaBackend::Work& w, const WorkSizes& z) {
   const size_t R = z.R, LR = z.LR, A = z.A, W = z.W, Y = z.Y, G = z.G, I2 = z.I2, Ih = z.Ih, K = z.K, H = z.H,
                qw = z.qw, max_d = z.max_d;
   w.max_splits = z.max_splits;
+  w.step_rows = static_cast<int>(z.R);
   w.partial_slots = static_cast<int64_t>(A * qw / max_d) * z.max_splits;
   struct B {
     DeviceBuffer* buf;
@@ -172,8 +172,9 @@ Status CudaBackend::init(const runtime::DeviceOptions& opts) {
   }
   // R: rows of a step; LR: logit rows of a step (sampling's per-row scratch is vocabulary-wide); A: rows of
   // one attention slice.
-  const size_t R = kMaxStepRows, LR = kMaxSliceRows, A = kMaxSliceRows,
-               K = static_cast<size_t>(std::max(1, S.moe.top_k)), H = static_cast<size_t>(S.hidden_size);
+  const size_t R = static_cast<size_t>(detail::step_rows_for(opts.max_num_batched_tokens)),
+               LR = kMaxSliceRows, A = kMaxSliceRows, K = static_cast<size_t>(std::max(1, S.moe.top_k)),
+               H = static_cast<size_t>(S.hidden_size);
   const size_t qw = static_cast<size_t>(max_nh) * static_cast<size_t>(max_d);
   work_ = std::make_unique<Work>();
   WorkSizes ws;
@@ -281,13 +282,13 @@ std::string CudaBackend::memory_report() const {
   auto gb = [](size_t b) { return fmt::format("{:.3f} GB", static_cast<double>(b) / 1e9); };
   return fmt::format(
       "{}: weights {} resident ({} packed, {:+.2f}%), KV pages {} ({} tokens of full-layer KV), "
-      "KV rings {} ({} sequences × {:.1f} MiB), ring snapshots {} ({}), step workspace {}",
+      "KV rings {} ({} sequences × {:.1f} MiB), ring snapshots {} ({}), step workspace {} ({} rows a step)",
       mem_.device, gb(mem_.weights), gb(mem_.packed),
       mem_.packed ? 100.0 * (static_cast<double>(mem_.weights) / static_cast<double>(mem_.packed) - 1.0)
                   : 0.0,
       gb(mem_.kv_pages), mem_.kv_tokens, gb(mem_.kv_rings), mem_.max_seqs,
       static_cast<double>(plan_.ring_bytes_per_seq) / (1 << 20), gb(mem_.kv_snapshots), mem_.snapshots,
-      gb(mem_.workspace));
+      gb(mem_.workspace), work_ ? work_->step_rows : 0);
 }
 
 std::vector<std::string> CudaBackend::kernel_report() const {

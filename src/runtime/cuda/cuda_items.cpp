@@ -9,7 +9,6 @@
 namespace gridq::cuda {
 
 using detail::kMaxSliceRows;
-using detail::kMaxStepRows;
 
 Status CudaBackend::forward(std::span<const runtime::BatchItem> items, std::vector<float>& logits) {
   return run_items(items, {}, &logits, nullptr);
@@ -46,7 +45,7 @@ Status CudaBackend::run_items(std::span<const runtime::BatchItem> items,
     Seq& s = seqs_.at(item.seq);
     GRIDQ_RETURN_IF_ERROR(ensure_pages(item.seq, s, s.len + static_cast<int64_t>(item.tokens.size())));
   }
-  // Rows in item order, cut into steps of ≤ kMaxStepRows rows and ≤ kMaxSliceRows logit rows; a step's rows
+  // Rows in item order, cut into steps of ≤ step_rows rows and ≤ kMaxSliceRows logit rows; a step's rows
   // of one sequence are consecutive positions.
   Step st;
   st.sampled = sampled != nullptr;
@@ -73,7 +72,7 @@ Status CudaBackend::run_items(std::span<const runtime::BatchItem> items,
       }
       const bool want = item.logits == runtime::LogitsMode::kAll ||
                         (item.logits == runtime::LogitsMode::kLast && j == n - 1);
-      if (st.T() == kMaxStepRows || (want && st.logit_rows.size() == static_cast<size_t>(kMaxSliceRows)))
+      if (st.T() == work_->step_rows || (want && st.logit_rows.size() == static_cast<size_t>(kMaxSliceRows)))
         GRIDQ_RETURN_IF_ERROR(flush());
       if (want) {
         st.logit_rows.push_back(st.T());

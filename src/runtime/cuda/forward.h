@@ -19,7 +19,7 @@ struct CudaBackend::Step {
   int T() const { return static_cast<int>(ids.size()); }
 };
 
-// Every activation buffer of a step, sized once from the spec for R = kMaxStepRows rows (shape per field);
+// Every activation buffer of a step, sized once from the spec for R = step_rows rows (shape per field);
 // the logit and sampling buffers for L = kMaxSliceRows rows, the attention splits for one slice of as many.
 struct CudaBackend::Work {
   DeviceBuffer rows;    // int [4][T]: ids, pos, seq_slot, kv_write (T = the step's rows)
@@ -48,6 +48,7 @@ struct CudaBackend::Work {
   DeviceBuffer sample_edits;    // SampleEdit [n], grown on demand
   int max_splits = 0;           // a full layer's splits a row at most (attn_splits.h)
   int64_t partial_slots = 0;    // (row, head, split) slots of `partial`
+  int step_rows = 0;            // R: the rows of one step the buffers hold
   size_t bytes() const;
 };
 

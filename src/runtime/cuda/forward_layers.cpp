@@ -11,7 +11,6 @@
 namespace gridq::cuda::fwd {
 namespace {
 
-using detail::kMaxStepRows;
 using P = DevLinear::Path;
 
 // A kernel rewrote rows p: a contract copy made from them is stale.
@@ -177,7 +176,7 @@ Status attention_gated(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, co
     r.ld_q = r.ld_k = r.ld_v = ld;
   } else {
     float* base = c.w.qkv.as<float>();
-    const long long span = static_cast<long long>(kMaxStepRows);
+    const long long span = static_cast<long long>(c.w.step_rows);
     float* qb = base;
     float* kb = qb + span * dl.q.out_rows();
     float* vb = kb + span * dl.k.out_rows();

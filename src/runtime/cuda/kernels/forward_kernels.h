@@ -24,6 +24,16 @@ inline constexpr int kMaxStepRows = 4096;
 // Rows of a decode graph and of one step's logit rows (sampling's scratch is vocabulary-wide per row); the
 // attention split buffer holds this many rows at the longest context.
 inline constexpr int kMaxSliceRows = 64;
+// Rows of one step for a requested token budget (`--max-num-batched-tokens`, DeviceOptions): 0 takes
+// kDefaultStepRows; else at least a decode graph's rows and at most kMaxStepRows. The step buffers scale
+// with it (≈ 380 KB a row on Laguna-S-2.1), so a smaller budget leaves more memory for KV.
+inline constexpr int kDefaultStepRows = 4096 < kMaxStepRows ? 4096 : kMaxStepRows;
+constexpr int step_rows_for(long long asked) {
+  return asked <= 0 ? kDefaultStepRows
+                    : static_cast<int>(asked < kMaxSliceRows  ? kMaxSliceRows
+                                       : asked > kMaxStepRows ? kMaxStepRows
+                                                              : asked);
+}
 // Rows of one QK-norm/RoPE/KV-write + attention launch at most. A step of more rows runs its attention as
 // slices in row order, each writing its K/V right before reading: the sliding-window rings then need only
 // window + kAttnSliceRows slots whatever the step size. A slice is cut shorter where its rows' splits would
