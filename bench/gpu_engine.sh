@@ -22,7 +22,7 @@
 #                 incrementally in build-gpu into /tmp/var_N/gridq (then this tree is rebuilt); benchab times them.
 #                 Each variant's test_cuda runs its folder's .tests filter, else GRIDQ_VARIANT_FILTER (default: the
 #                 bit-pinning kernel and engine tests); a folder with .nobench is built and tested, not timed
-#   GRIDQ_BENCHX  step "benchx": '|'-separated extra argument lists, `bench decode $GRIDQ_BENCH` once with each
+#   GRIDQ_BENCHX  step "benchx": '|'-separated extra argument lists, `bench $GRIDQ_AB_CMD $GRIDQ_BENCH` once with each
 #   GRIDQ_TIMELINE_ARGS  step "timeline": `bench decode` arguments run under the CUPTI kernel recorder
 #   GRIDQ_PT_ARGS / GRIDQ_PT_RUNS  step "prefilltimeline": `bench prefill` arguments under the recorder (default
 #                 one 8k prompt) and the forward steps reported together (default 4: 8192 / 2048-row steps)
@@ -277,14 +277,14 @@ if has benchab; then  # bench decode alternating the baseline (step basebuild), 
   done
 fi
 
-if has benchx; then  # A/B of bench decode switches: each '|'-separated list of GRIDQ_BENCHX added to GRIDQ_BENCH
+if has benchx; then  # A/B of bench switches (GRIDQ_AB_CMD): each '|'-separated list of GRIDQ_BENCHX added to GRIDQ_BENCH
   IFS='|' read -ra variants <<< "${GRIDQ_BENCHX:-}"
   n=0
   for args in "${variants[@]}"; do
     n=$((n + 1))
-    timeout 300 $G bench decode ${GRIDQ_BENCH:---synthetic laguna-s-2.1} $args --out "$OUT/benchx_$n.json" \
-      > "$OUT/benchx_$n.txt" 2>&1
-    echo "-- bench decode $args: exit $?"; grep -E "tok/s|^ *[0-9]+ +[0-9]+ " "$OUT/benchx_$n.txt" | head -8
+    timeout 300 $G bench ${GRIDQ_AB_CMD:-decode} ${GRIDQ_BENCH:---synthetic laguna-s-2.1} $args \
+      --out "$OUT/benchx_$n.json" > "$OUT/benchx_$n.txt" 2>&1
+    echo "-- bench ${GRIDQ_AB_CMD:-decode} $args: exit $?"; grep -E "tok/s|^ *[0-9]+ +[0-9]+ " "$OUT/benchx_$n.txt" | head -8
   done
 fi
 
