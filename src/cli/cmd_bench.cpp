@@ -41,7 +41,7 @@ struct BenchFlags {
   // bench prefill
   std::vector<int> lengths{1024, 8192};
   int repeats = 3;
-  long long step_tokens = 0;
+  long long max_num_batched_tokens = 0;
   bool prefill = false;
 };
 
@@ -56,7 +56,8 @@ int run_decode(const BenchFlags& f) {
   o.model_dir = f.model_dir;
   o.batches = f.prefill ? std::vector<int>{} : f.batches;
   o.contexts = f.prefill ? std::vector<int>{} : f.contexts;
-  if (f.prefill) o.prefill = f.lengths, o.prefill_repeats = f.repeats, o.step_tokens = f.step_tokens;
+  if (f.prefill)
+    o.prefill = f.lengths, o.prefill_repeats = f.repeats, o.max_num_batched_tokens = f.max_num_batched_tokens;
   o.steps = f.steps;
   o.warmup = f.warmup;
   o.seed = f.seed;
@@ -211,7 +212,7 @@ const Registrar reg{Command{
       p->add_option("--repeats", flags->repeats, "timed prefills per length, after one untimed (default 3)")
           ->check(CLI::Range(1, 100));
       p->add_option(
-           "--max-num-batched-tokens", flags->step_tokens,
+           "--max-num-batched-tokens", flags->max_num_batched_tokens,
            "rows of one forward step, as `serve` takes it (default 4096; 64 up to the build's bound)")
           ->check(CLI::Range(0, 1 << 20));
       auto gf = std::make_shared<BenchGrammarFlags>();

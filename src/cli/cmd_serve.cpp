@@ -301,8 +301,9 @@ int run_serve(ServeOpts o) {
   // The default step budget fills one CUDA forward step (kMaxStepRows: a prefill chunk shares every weight
   // read, so smaller chunks re-read the routed experts); the CPU's, its prefill chunk (runtime/engine.cpp:
   // 256 is its fastest).
-  so.max_batch_tokens =
-      o.max_batch_tokens > 0 ? o.max_batch_tokens : (dev_kind == runtime::DeviceKind::kCuda ? 4096 : 256);
+  so.max_batch_tokens = o.max_batch_tokens > 0
+                            ? o.max_batch_tokens
+                            : (dev_kind == runtime::DeviceKind::kCuda ? runtime::kCudaStepTokens : 256);
   log(fmt::format("max_num_batched_tokens {}", so.max_batch_tokens));
   so.max_queue = o.max_queue;
   so.queue_timeout_s = o.queue_timeout;

@@ -37,9 +37,12 @@ struct DeviceOptions {
   // (cuda_snapshots.cpp) only then, so generate, eval and bench keep that memory for KV.
   bool prefix_caching = false;
   // cuda: the token budget of one forward step (vLLM's --max-num-batched-tokens): the rows its buffers are
-  // sized for, 0 = the engine's default (cuda/kernels/forward_kernels.h step_rows_for).
+  // sized for, 0 = kCudaStepTokens (cuda/kernels/forward_kernels.h step_rows_for).
   int64_t max_num_batched_tokens = 0;
 };
+// The CUDA engine's default rows of one step: its prefill chunk and serve's default step budget, so that a
+// prompt's chunk fills one step (cuda/kernels/forward_kernels.h kDefaultStepRows, held equal to it).
+inline constexpr int kCudaStepTokens = 4096;
 
 // The CUDA backend as seen from runtime/: a probe (is there a GPU this build can run?) and a factory.
 struct CudaProbe {

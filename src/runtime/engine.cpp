@@ -136,9 +136,9 @@ std::unique_ptr<Engine> Engine::finish_open(std::unique_ptr<Backend> be, const s
   e->model_dir_ = model_dir;
   e->device_ = choice.kind;
   e->device_log_ = std::move(choice.log_line);
-  // The CUDA engine runs up to 4096 rows a step (cuda/kernels/forward_kernels.h kMaxStepRows): a longer chunk
-  // reads every weight once per 4096 prompt tokens instead of once per 512.
-  if (opts.prefill_chunk == 0 && choice.kind == DeviceKind::kCuda) e->opts_.prefill_chunk = 4096;
+  // The CUDA engine runs kCudaStepTokens rows a step: a longer chunk reads every weight once per step's
+  // prompt tokens instead of once per 512.
+  if (opts.prefill_chunk == 0 && choice.kind == DeviceKind::kCuda) e->opts_.prefill_chunk = kCudaStepTokens;
   return e;
 }
 

@@ -21,7 +21,7 @@ namespace gridq::runtime {
 
 struct EngineOptions {
   int threads = 0;              // CPU threads (0 = OpenMP default)
-  int prefill_chunk = 0;        // tokens per prefill forward; 0: by device (cpu 256, cuda 4096: one step)
+  int prefill_chunk = 0;        // tokens per prefill forward; 0: by device (cpu 256, cuda kCudaStepTokens)
   std::string device = "auto";  // cpu, cuda or auto (choose_device in device.h)
   DeviceOptions dev;            // what the CUDA backend is asked for; unused on cpu
   // The activation contract of the FP4-CB layers (issue 15 item 4): "" = the artifact's own (format.md §14.1:

@@ -194,7 +194,7 @@ Expected<json> run_bench_decode(const BenchDecodeOptions& o) {
   dev.gpu_memory_utilization = 0.9;
   dev.max_model_len = std::max<int64_t>(static_cast<int64_t>(max_ctx) + o.steps + o.warmup, max_prompt) + 16;
   dev.max_num_seqs = max_batch;
-  dev.max_num_batched_tokens = o.step_tokens;
+  dev.max_num_batched_tokens = o.max_num_batched_tokens;
   GRIDQ_ASSIGN_OR_RETURN(Model m, open_model(o, dev));
   CudaBackend& be = *m.be;
   GRIDQ_RETURN_IF_ERROR(be.randomize_kv_for_bench(o.seed ^ 0x5C2B));
@@ -337,7 +337,7 @@ Expected<json> run_bench_decode(const BenchDecodeOptions& o) {
                   {"beside", detail::forward_beside()},
                   {"prefill", o.prefill},
                   {"prefill_repeats", o.prefill_repeats},
-                  {"step_rows", detail::step_rows_for(o.step_tokens)}};
+                  {"step_rows", detail::step_rows_for(o.max_num_batched_tokens)}};
   r["timing"] =
       "std::chrono around CudaBackend::forward (synchronous: the last row's logits are copied back); "
       "median over the timed steps";

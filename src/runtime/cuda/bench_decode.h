@@ -37,7 +37,7 @@ struct BenchDecodeOptions {
   // time to first token); with batches empty only these are measured.
   std::vector<int> prefill;
   int prefill_repeats = 3;       // timed prefills per length (median), after one untimed
-  long long step_tokens = 0;     // rows of one forward step (DeviceOptions::max_num_batched_tokens)
+  long long max_num_batched_tokens = 0;  // rows of one forward step (DeviceOptions)
   long long min_warp_bytes = 0;  // GEMV work-split knob (kernels.h set_gemv_min_warp_bytes); 0 = default
   int blocks_per_sm = -1;        // GEMV blocks per SM (kernels.h set_gemv_blocks_per_sm); -1 = default
   int l2_ahead = 0;              // forward_kernels.h kL2Ahead* mask (0: none)

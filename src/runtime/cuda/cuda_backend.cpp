@@ -18,6 +18,8 @@ namespace gridq::cuda {
 namespace {
 
 using detail::kMaxSliceRows;
+static_assert(detail::kDefaultStepRows == runtime::kCudaStepTokens,
+              "the engine's prefill chunk and serve's default budget fill one default step");
 
 size_t round16(size_t n) { return (n + 15) / 16 * 16; }
 

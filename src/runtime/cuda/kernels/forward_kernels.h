@@ -9,6 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace gridq::cuda::detail {
@@ -27,12 +28,11 @@ inline constexpr int kMaxSliceRows = 64;
 // Rows of one step for a requested token budget (`--max-num-batched-tokens`, DeviceOptions): 0 takes
 // kDefaultStepRows; else at least a decode graph's rows and at most kMaxStepRows. The step buffers scale
 // with it (≈ 380 KB a row on Laguna-S-2.1), so a smaller budget leaves more memory for KV.
+// (runtime/device.h kCudaStepTokens, the engine's prefill chunk, is held equal to it in cuda_backend.cpp.)
 inline constexpr int kDefaultStepRows = 4096 < kMaxStepRows ? 4096 : kMaxStepRows;
 constexpr int step_rows_for(long long asked) {
   return asked <= 0 ? kDefaultStepRows
-                    : static_cast<int>(asked < kMaxSliceRows  ? kMaxSliceRows
-                                       : asked > kMaxStepRows ? kMaxStepRows
-                                                              : asked);
+                    : static_cast<int>(std::clamp<long long>(asked, kMaxSliceRows, kMaxStepRows));
 }
 // Rows of one QK-norm/RoPE/KV-write + attention launch at most. A step of more rows runs its attention as
 // slices in row order, each writing its K/V right before reading: the sliding-window rings then need only
