@@ -25,7 +25,7 @@
 #   GRIDQ_BENCHX  step "benchx": '|'-separated extra argument lists, `bench $GRIDQ_AB_CMD $GRIDQ_BENCH` once with each
 #   GRIDQ_TIMELINE_ARGS  step "timeline": `bench decode` arguments run under the CUPTI kernel recorder
 #   GRIDQ_PT_ARGS / GRIDQ_PT_RUNS  step "prefilltimeline": `bench prefill` arguments under the recorder (default
-#                 one 8k prompt) and the forward steps reported together (default 4: 8192 / 2048-row steps)
+#                 one 8k prompt) and the forward steps reported together (default 2: 8192 / 4096-row steps)
 #   GRIDQ_PREFILL arguments of `gridq bench prefill` (step "prefill"; default: --synthetic laguna-s-2.1)
 #   GRIDQ_COMMIT  commit recorded in the results (pass `git rev-parse --short=12 HEAD` of the sent tree: the copied
 #                 tree's .git may be stale)
@@ -316,7 +316,7 @@ if has prefilltimeline; then  # every kernel of one prompt's prefill from CUPTI:
       ${GRIDQ_PT_ARGS:---synthetic laguna-s-2.1 --lengths 8192 --repeats 1} > "$OUT/prefill_timeline_bench.txt" 2>&1
     echo "prefill timeline bench exit $?"
     python3 bench/tools/timeline_report.py "$OUT/prefill_timeline.csv" --outside embed_kernel \
-      --runs "${GRIDQ_PT_RUNS:-4}" --json "$OUT/prefill_timeline.json" > "$OUT/prefill_timeline_report.txt" 2>&1
+      --runs "${GRIDQ_PT_RUNS:-2}" --json "$OUT/prefill_timeline.json" > "$OUT/prefill_timeline_report.txt" 2>&1
     tail -30 "$OUT/prefill_timeline_report.txt"
     xz -6 "$OUT/prefill_timeline.csv"
   fi
