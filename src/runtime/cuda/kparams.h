@@ -81,8 +81,11 @@ struct ExpertParams {
 };
 // Sorts the P = T·k pairs of eid by expert into grp (int [3·(E+1) + P]) and counts the items of both
 // kernels (blocks of nb pairs × r_gu gate tiles / r_dn down tiles). One block: its shared memory is
-// group_pairs_smem_bytes (the caller checks it against the device's limit).
-constexpr long long group_pairs_smem_bytes(long long P, long long E) { return (32 + 32 * E + P) * 4; }
+// group_pairs_smem_bytes (the caller checks it against the device's limit): the per-warp histogram and the
+// pairs' expert ids as 16-bit values (E ≤ 1024), 192 KiB for 8192 rows × 10 pairs and 256 experts.
+constexpr long long group_pairs_smem_bytes(long long P, long long E) {
+  return (32 + 32 * E) * 4 + (P + 1) / 2 * 4;
+}
 cudaError_t raw_group_pairs(const int* eid, int P, int E, int nb, int r_gu, int r_dn, int* grp,
                             cudaStream_t s, bool pdl);
 // gate_up: gu [P, 2I] FP32 (gate rows, then up rows; group_pairs' r_gu = 2I/16), or with p.pair h [P, I] BF16

@@ -68,13 +68,13 @@ __global__ void __launch_bounds__(1024)
     group_pairs_kernel(const int* eid, int P, int E, int nb, int r_gu, int r_dn, int* grp) {
   extern __shared__ int sm[];
   int* ws = sm;             // [32] scan scratch
-  int* hist = sm + 32;      // [32][E] per-warp counts, then per-warp first slots
-  int* ev = hist + 32 * E;  // [P]
+  int* hist = sm + 32;      // [32][E] per-warp counts, then first slots
+  uint16_t* ev = reinterpret_cast<uint16_t*>(hist + 32 * E);  // [P] expert ids (E ≤ 1024)
   pdl_wait();
   pdl_launch_dependents();
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   for (int i = threadIdx.x; i < 32 * E; i += blockDim.x) hist[i] = 0;
-  for (int p = threadIdx.x; p < P; p += blockDim.x) ev[p] = eid[p];
+  for (int p = threadIdx.x; p < P; p += blockDim.x) ev[p] = static_cast<uint16_t>(eid[p]);
   __syncthreads();
   const int per = (P + 31) / 32, lo = min(P, w * per), hi = min(P, lo + per);
   int* mine = hist + w * E;

@@ -15,13 +15,14 @@
 namespace gridq::cuda::detail {
 
 // Rows of one forward step at most (step_rows_for below picks a step's rows): a prefill chunk's rows share
-// every weight read, so a long prompt reads the routed experts once per step instead of once per 64 — 160
-// pairs per expert of Laguna-S-2.1 at 4096 rows, whose 64-pair wide items decode each expert tile 3 times for
-// 160 pairs where 2048 rows decoded it twice for 80 (H100, session 32: 8k prompt 1,147 -> 1,079 ms, the same
-// bits; ≈ 380 KB of step buffers a row). The grouped experts' pair sort holds a step's T·k pairs in one
-// block's shared memory (group_pairs_smem_bytes: 197 KB at 4096 × 10 pairs and 256 experts), which bounds it.
-// The GEMM and the grouped experts take any row count; a row's bits never depend on the step's size.
-inline constexpr int kMaxStepRows = 4096;
+// every weight read, so a long prompt reads the routed experts once per step instead of once per 64 — 320
+// pairs per expert of Laguna-S-2.1 at 8192 rows, five full 64-pair wide items, where 4096 rows decode each
+// expert tile 3 times for 160 pairs and 2048 twice for 80 (H100, session 32: 4096 against 2048, 8k prompt
+// 1,147 -> 1,079 ms, the same bits; ≈ 380 KB of step buffers a row). The grouped experts' pair sort holds a
+// step's T·k expert ids in one block's shared memory (group_pairs_smem_bytes: 192 KiB at 8192 × 10 pairs and
+// 256 experts), which bounds it. The GEMM and the grouped experts take any row count; a row's bits never
+// depend on the step's size.
+inline constexpr int kMaxStepRows = 8192;
 // Rows of a decode graph and of one step's logit rows (sampling's scratch is vocabulary-wide per row); the
 // attention split buffer holds this many rows at the longest context.
 inline constexpr int kMaxSliceRows = 64;
