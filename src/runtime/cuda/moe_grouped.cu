@@ -6,8 +6,8 @@
 // column's bits depend on its own activations and the expert's weights only, never on the other columns of
 // the block, on how many pairs the expert has, or on the step's size. SwiGLU + FP4 QDQ then run per pair
 // (the GEMV epilogue's arithmetic, swiglu_column: in the gate_up item's epilogue here, in swiglu_pairs_kernel
-// after the wide kernel), and the per-token combine (raw_moe_combine) sums a token's pairs in ascending
-// expert order, as the CPU reference does.
+// (swiglu_pairs.cu) after the wide kernel), and the per-token combine (raw_moe_combine) sums a token's pairs
+// in ascending expert order, as the CPU reference does.
 //
 // Work: group_pairs_kernel sorts the step's T·k pairs by expert (stable: ascending pair index) and counts
 // the items; an item is (expert, 16-row tile, block of NB = 8·NT of the expert's pairs). From 16 tokens a
@@ -313,37 +313,6 @@ __global__ void __launch_bounds__(kExpertThreads, 1) grouped_expert_kernel(const
   cp_async_wait<0>();
 }
 
-// h[p, i] = FP4QDQ(bf16(silu(bf16(g))·bf16(u))) over groups of 16 consecutive i (format.md §14.1), g and u
-// the FP32 rows i and I + i of gu[p]: the arithmetic of the GEMV's SwiGLU epilogue (swiglu_column). A block
-// takes kSwigluThreads consecutive i of one pair (block b: pair b / cpr, chunk b % cpr, one 32-bit division a
-// block: a 64-bit one a thread was most of this kernel's time at a prefill chunk's 20k pairs); a group is 16
-// consecutive lanes (I % 16 == 0, chunks start at multiples of 16), reduced by xor 1, 2, 4, 8. qdq == 0 (the
-// w4a16 contract): h is the BF16 product itself.
-constexpr int kSwigluThreads = 256;
-__global__ void __launch_bounds__(kSwigluThreads)
-    swiglu_pairs_kernel(const float* gu, int I, int cpr, uint16_t* h, int qdq) {
-  pdl_entry();
-  const unsigned b = blockIdx.x, pr = b / static_cast<unsigned>(cpr);
-  const int i = static_cast<int>(b - pr * static_cast<unsigned>(cpr)) * kSwigluThreads + threadIdx.x;
-  const bool ok = i < I;  // whole groups in or out
-  float hv = 0.0f;
-  if (ok) {
-    const float* g = gu + static_cast<long long>(pr) * 2 * I;
-    hv = bf16_round(__fmul_rn(silu_f32(bf16_round(__ldcg(g + i))), bf16_round(__ldcg(g + I + i))));
-  }
-  float a = fabsf(hv);
-  int nan = isnan(hv);
-#pragma unroll
-  for (int m = 1; m < 16; m <<= 1) {
-    a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, m));
-    nan |= __shfl_xor_sync(0xffffffffu, nan, m);
-  }
-  if (ok)
-    h[static_cast<long long>(pr) * I + i] = !qdq  ? f32_to_bf16_bits(hv)
-                                            : nan ? uint16_t{0x7FC0}
-                                                  : fp4_qdq_elem(hv, fp4_group_scale(a));
-}
-
 constexpr int grouped_smem_bytes(int E, bool pair) {
   return Dec::kSmemBytes + 2 * (E + 1) * 4 + 16 +
          kExpertWarps * kExpertStages * (pair ? 2 : 1) * Dec::kUnitBytes;
@@ -373,17 +342,6 @@ cudaError_t raw_group_pairs(const int* eid, int P, int E, int nb, int r_gu, int 
     if (e != cudaSuccess) return e;
   }
   return launch_pdl(pdl, group_pairs_kernel, dim3(1), dim3(1024), smem, s, eid, P, E, nb, r_gu, r_dn, grp);
-}
-
-cudaError_t raw_swiglu_pairs(const float* gu, int P, int I, uint16_t* h, bool qdq_fp4, cudaStream_t s,
-                             bool pdl) {
-  if (I % 16 || P < 0 || I < 1) return cudaErrorInvalidValue;
-  const int cpr = (I + kSwigluThreads - 1) / kSwigluThreads;  // blocks a pair
-  const long long blocks = static_cast<long long>(P) * cpr;
-  if (blocks > 0x7FFFFFFFLL) return cudaErrorInvalidValue;
-  if (blocks == 0) return cudaSuccess;
-  return launch_pdl(pdl, swiglu_pairs_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kSwigluThreads), 0, s,
-                    gu, I, cpr, h, qdq_fp4 ? 1 : 0);
 }
 
 cudaError_t raw_grouped_experts(bool gate_up, int nt, const ExpertParams& p, cudaStream_t s, bool pdl) {
