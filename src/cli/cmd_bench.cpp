@@ -211,9 +211,8 @@ const Registrar reg{Command{
           ->check(CLI::Range(1, 1 << 26));
       p->add_option("--repeats", flags->repeats, "timed prefills per length, after one untimed (default 3)")
           ->check(CLI::Range(1, 100));
-      p->add_option(
-           "--max-num-batched-tokens", flags->max_num_batched_tokens,
-           "rows of one forward step, as `serve` takes it (default 4096; 64 up to the build's bound)")
+      p->add_option("--max-num-batched-tokens", flags->max_num_batched_tokens,
+                    "rows of one forward step, as `serve` takes it (default 4096; 64 up to 8192)")
           ->check(CLI::Range(0, 1 << 20));
       auto gf = std::make_shared<BenchGrammarFlags>();
       CLI::App* g = sub.add_subcommand(

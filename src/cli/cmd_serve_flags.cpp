@@ -67,7 +67,7 @@ Registrar reg(
            ->check(finite_check(0.0, 1e7));
        sub.add_option("--max-num-batched-tokens", o->max_batch_tokens,
                       "token budget per step (default: 4096 on cuda, 256 on cpu); on cuda also the rows the "
-                      "step buffers hold")
+                      "step buffers hold (64 up to 8192)")
            ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
        sub.add_option("--num-gpu-blocks-override", o->num_gpu_blocks_override,
                       "KV pages of 16 tokens (cuda: at most this many; cpu: exactly; default: from memory, "
