@@ -56,8 +56,11 @@ int run_decode(const BenchFlags& f) {
   o.model_dir = f.model_dir;
   o.batches = f.prefill ? std::vector<int>{} : f.batches;
   o.contexts = f.prefill ? std::vector<int>{} : f.contexts;
-  if (f.prefill)
-    o.prefill = f.lengths, o.prefill_repeats = f.repeats, o.max_num_batched_tokens = f.max_num_batched_tokens;
+  if (f.prefill) {
+    o.prefill = f.lengths;
+    o.prefill_repeats = f.repeats;
+    o.max_num_batched_tokens = f.max_num_batched_tokens;
+  }
   o.steps = f.steps;
   o.warmup = f.warmup;
   o.seed = f.seed;

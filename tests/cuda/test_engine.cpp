@@ -20,7 +20,9 @@
 namespace gridq::cuda::test {
 namespace {
 
+using testing::fixture_seqs;
 using testing::repo_path;
+using testing::tiny_seqs;
 
 struct Bounds {
   double kl;
@@ -81,13 +83,6 @@ void check_model(const std::string& dir, const std::vector<std::vector<int32_t>>
   EXPECT_GE(top1, std::min(bound.top1, f.top1 - 0.01)) << what;
 }
 
-std::vector<std::vector<int32_t>> fixture_seqs(const std::string& path) {
-  auto f = testing::load_fixture(path);
-  std::vector<std::vector<int32_t>> out;
-  for (int64_t b = 0; b < f.B; ++b) out.emplace_back(f.ids.begin() + b * f.T, f.ids.begin() + (b + 1) * f.T);
-  return out;
-}
-
 // The fixture's windows plus 320 tokens of held-out code (past the 64-token window of the bundled model).
 std::vector<std::vector<int32_t>> laguna_seqs() {
   auto s = fixture_seqs(repo_path("tests/fixtures/laguna-tiny-code.hf-logits.safetensors"));
@@ -100,18 +95,7 @@ TEST(CudaEngine, BundledBf16MatchesCpu) {
   check_model(repo_path("models/laguna-tiny-code"), laguna_seqs(), {1e-3, 0.99}, "laguna-tiny-code BF16");
 }
 
-// The fixture's windows plus a 320-token sequence (the issue's ≥ 300 tokens; these tiny models have no
-// tokenizer, so seeded ids below their 512-token vocabularies): 80 rows alone make the 99 % top-1 bound
-// mean "no mismatch at all".
-std::vector<std::vector<int32_t>> tiny_seqs(const std::string& fixture) {
-  auto s = fixture_seqs(repo_path(fixture));
-  std::mt19937 rng(11);
-  std::vector<int32_t> ids(320);
-  for (auto& t : ids) t = static_cast<int32_t>(rng() % 512u);
-  s.push_back(ids);
-  return s;
-}
-
+// The tiny fixtures on their windows plus 320 seeded ids (parity_util.h tiny_seqs).
 TEST(CudaEngine, Qwen3MoeAndLlamaFixturesMatchCpu) {
   REQUIRE_GPU();
   check_model(repo_path("tests/fixtures/qwen3-moe-tiny"),

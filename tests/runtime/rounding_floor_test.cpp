@@ -16,7 +16,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -40,9 +39,7 @@ using testing::repo_path;
 // The 640 rows of the GPU parity test: the fixture's two windows plus 320 tokens of held-out code (past the
 // bundled model's 64-token sliding window). The sanitizer build keeps the fixture windows only.
 std::vector<std::vector<int32_t>> floor_seqs() {
-  std::vector<std::vector<int32_t>> out;
-  auto f = testing::load_fixture(repo_path("tests/fixtures/laguna-tiny-code.hf-logits.safetensors"));
-  for (int64_t b = 0; b < f.B; ++b) out.emplace_back(f.ids.begin() + b * f.T, f.ids.begin() + (b + 1) * f.T);
+  auto out = testing::fixture_seqs(repo_path("tests/fixtures/laguna-tiny-code.hf-logits.safetensors"));
   if (testing::kSanitized) return out;
   auto tok = text::Tokenizer::from_file(repo_path("models/laguna-tiny-code/tokenizer.json"));
   EXPECT_TRUE(tok.ok()) << tok.message();
@@ -104,14 +101,9 @@ TEST(RoundingFloor, Artifacts) {
 // llama-tiny top-1 (issue 9); measured, with only a KL bound that a wrong kernel would not meet.
 TEST(RoundingFloor, LlamaTinyBf16KernelsAgainstReference) {
   if (!cpu::have_avx512_bf16()) GTEST_SKIP() << "this CPU has no AVX512-BF16";
-  auto fx = testing::load_fixture(repo_path("tests/fixtures/llama-tiny.hf-logits.safetensors"));
-  std::vector<std::vector<int32_t>> seqs;
-  for (int64_t b = 0; b < fx.B; ++b)
-    seqs.emplace_back(fx.ids.begin() + b * fx.T, fx.ids.begin() + (b + 1) * fx.T);
-  std::mt19937 rng(11);
-  std::vector<int32_t> ids(320);
-  for (auto& t : ids) t = static_cast<int32_t>(rng() % 512u);
-  seqs.push_back(ids);
+  const auto seqs = testing::tiny_seqs("tests/fixtures/llama-tiny.hf-logits.safetensors");
+  int64_t rows = 0;
+  for (const auto& q : seqs) rows += static_cast<int64_t>(q.size());
   std::vector<float> logits[2];
   for (int k = 0; k < 2; ++k) {
     EngineOptions o;
@@ -127,8 +119,8 @@ TEST(RoundingFloor, LlamaTinyBf16KernelsAgainstReference) {
       (*eng)->free_sequence(id);
     }
   }
-  const int64_t V = static_cast<int64_t>(logits[0].size()) / static_cast<int64_t>(fx.B * fx.T + 320);
-  const auto c = testing::compare_logits(logits[0].data(), logits[1].data(), fx.B * fx.T + 320, V);
+  const int64_t V = static_cast<int64_t>(logits[0].size()) / rows;
+  const auto c = testing::compare_logits(logits[0].data(), logits[1].data(), rows, V);
   std::printf(
       "[bf16 engine floor] llama-tiny rows %lld: mean KL %.3e top-1 %.4f (%lld flips, widest margin %.3g)\n",
       static_cast<long long>(c.rows), c.mean_kl,

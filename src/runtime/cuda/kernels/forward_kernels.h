@@ -30,7 +30,8 @@ inline constexpr int kMaxSliceRows = 64;
 // kDefaultStepRows; else at least a decode graph's rows and at most kMaxStepRows. The step buffers scale
 // with it (≈ 380 KB a row on Laguna-S-2.1), so a smaller budget leaves more memory for KV.
 // (runtime/device.h kCudaStepTokens, the engine's prefill chunk, is held equal to it in cuda_backend.cpp.)
-inline constexpr int kDefaultStepRows = 4096 < kMaxStepRows ? 4096 : kMaxStepRows;
+inline constexpr int kDefaultStepRows = 4096;
+static_assert(kMaxSliceRows <= kDefaultStepRows && kDefaultStepRows <= kMaxStepRows);
 constexpr int step_rows_for(long long asked) {
   return asked <= 0 ? kDefaultStepRows
                     : static_cast<int>(std::clamp<long long>(asked, kMaxSliceRows, kMaxStepRows));
