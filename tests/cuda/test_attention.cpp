@@ -1,8 +1,8 @@
 // The attention kernels on their own: a paged full layer and a sliding ring, GQA groups of 6 and 9, head_dim
 // 128 / 64 / 32, positions across several 256-key splits. Against a float64 softmax over the same BF16 keys
 // and values, and bit for bit across every way a row can meet the kernel: in a 64-row prefill chunk (4-warp
-// tiles), the same chunk with 1-warp tiles, alone, in chunks of 7, beside rows of another sequence, and as
-// one of 16 decode rows of 1-, 4- or 8-warp tiles.
+// tiles), the same chunk with 1-warp tiles, alone, in chunks of 7, beside rows of another sequence, as one
+// of 16 decode rows of 1-, 4- or 8-warp tiles, and in fused items (AttnArgs::fused) against split items.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -88,7 +88,8 @@ struct Cache {
 
 // o FP32 [T, nh, d] for rows (slot, pos) with queries q [T, nh, d].
 std::vector<float> run(const Case& c, const Cache& cache, const std::vector<int>& slot,
-                       const std::vector<int>& pos, const std::vector<float>& q, int warps) {
+                       const std::vector<int>& pos, const std::vector<float>& q, int warps,
+                       bool fused = false) {
   const int T = static_cast<int>(pos.size());
   std::vector<int> rows(pos);
   rows.insert(rows.end(), slot.begin(), slot.end());
@@ -98,6 +99,7 @@ std::vector<float> run(const Case& c, const Cache& cache, const std::vector<int>
   a.T = T, a.nh = c.nh, a.nkv = c.nkv, a.d = c.d, a.window = c.window;
   a.max_splits = (Cache::kLen + detail::kAttnSplitKeys - 1) / detail::kAttnSplitKeys;
   a.tile_warps = warps;
+  a.fused = fused;
   a.kv = cache.view;
   a.rows.pos = rows_d.as<int>();
   a.rows.seq_slot = rows_d.as<int>() + T;
@@ -211,6 +213,25 @@ void check_case(const Case& c) {
     const std::vector<float> want(dec1.begin() + t * per, dec1.begin() + (t + 1) * per);
     for (int w : {1, 4, 8})
       expect_same(want, run(c, cache, s1, p1, queries(c, s1, p1), w), "decode row alone vs in the step");
+  }
+  // Fused items (a tile's splits folded in the kernel, no merge) against split items + merge, bit for bit:
+  // the chunk, the decode step, and (full layer) a 300-row chunk in one launch against 64-row split chunks.
+  expect_same(chunk4, run(c, cache, slot, pos, q, 4, true), "64-row chunk: fused vs split items");
+  expect_same(chunk4, run(c, cache, slot, pos, q, 8, true), "64-row chunk: fused 8-warp vs split items");
+  expect_same(dec1, run(c, cache, sd, pd, qd, 4, true), "16 decode rows: fused vs split items");
+  if (c.window == 0) {
+    const int nl = 300;
+    std::vector<int> sl(static_cast<size_t>(nl), 1), pl(static_cast<size_t>(nl));
+    std::iota(pl.begin(), pl.end(), Cache::kLen - nl);
+    const auto fused = run(c, cache, sl, pl, queries(c, sl, pl), 8, true);
+    std::vector<float> split;
+    for (int t0 = 0; t0 < nl; t0 += n) {
+      const int t1 = std::min(nl, t0 + n);
+      std::vector<int> sc(sl.begin() + t0, sl.begin() + t1), pc(pl.begin() + t0, pl.begin() + t1);
+      const auto oc = run(c, cache, sc, pc, queries(c, sc, pc), 4);
+      split.insert(split.end(), oc.begin(), oc.end());
+    }
+    expect_same(split, fused, "300-row fused chunk vs 64-row split chunks");
   }
   // Early positions: fewer keys than one block, a single split.
   std::vector<int> s0{0, 0, 0}, pe{0, 1, 2};

@@ -83,5 +83,17 @@ TEST(AttnSplits, ContextFitsWhatThePoolHolds) {
   EXPECT_EQ(attn_ctx_splits(max_len, 1 << 20, kv_tokens, bytes), 1);
 }
 
+// Fused attention slices: a full layer's are kAttnFusedSliceRows; a sliding layer's make one round of (tile,
+// KV head) items on the CTAs, within [kMaxSliceRows, kAttnSliceRows].
+TEST(AttnSplits, FusedSliceRows) {
+  using detail::kAttnFusedSliceRows;
+  using detail::kAttnSliceRows;
+  EXPECT_EQ(attn_fused_slice_rows(0, 6, 8, 8, 132), kAttnFusedSliceRows);
+  EXPECT_EQ(attn_fused_slice_rows(512, 9, 8, 8, 132), 227);  // 16 tiles of 128 pairs a KV head: 128 items
+  EXPECT_EQ((227 * 9 + 127) / 128 * 8, 128);
+  EXPECT_EQ(attn_fused_slice_rows(512, 9, 8, 8, 100000), kAttnSliceRows);
+  EXPECT_EQ(attn_fused_slice_rows(512, 16, 8, 1, 8), kMaxSliceRows);
+}
+
 }  // namespace
 }  // namespace gridq::cuda::test

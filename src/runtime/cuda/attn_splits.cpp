@@ -50,4 +50,10 @@ int attn_ctx_splits(int64_t max_len, int64_t budget, const std::function<int64_t
   return lo;
 }
 
+int attn_fused_slice_rows(int window, int g, int nkv, int tile_warps, int ctas) {
+  if (window <= 0) return detail::kAttnFusedSliceRows;
+  const int rows = std::max(1, ctas / std::max(1, nkv)) * 16 * tile_warps / std::max(1, g);
+  return std::clamp(rows, detail::kMaxSliceRows, detail::kAttnSliceRows);
+}
+
 }  // namespace gridq::cuda

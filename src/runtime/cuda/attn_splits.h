@@ -32,4 +32,11 @@ int64_t attn_split_slot_bytes(const model::ModelSpec& s);
 int attn_ctx_splits(int64_t max_len, int64_t budget, const std::function<int64_t(int64_t)>& kv_tokens,
                     const std::function<int64_t(int)>& buffer_bytes);
 
+// Rows of one fused attention slice (AttnArgs::fused) of a layer: a full layer's kAttnFusedSliceRows; a
+// sliding layer's as many as make one round of (tile, KV head) items on `ctas` resident CTAs (tiles of
+// 16·tile_warps (row, head) pairs, g heads a KV head), between kMaxSliceRows and the rings' kAttnSliceRows:
+// past one round, a second round of a few items doubles the slice's time (Laguna-S-2.1 on 132 SMs: 256
+// rows are 144 items, 227 rows 128).
+int attn_fused_slice_rows(int window, int g, int nkv, int tile_warps, int ctas);
+
 }  // namespace gridq::cuda

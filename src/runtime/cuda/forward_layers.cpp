@@ -6,7 +6,9 @@
 #include <algorithm>
 
 #include "runtime/cuda/attn_splits.h"
+#include "runtime/cuda/device_buffer.h"
 #include "runtime/cuda/forward_ops.h"
+#include "runtime/cuda/kernels/attention_tc.h"
 
 namespace gridq::cuda::fwd {
 namespace {
@@ -226,9 +228,20 @@ Status attention_gated(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, co
     for (int t = t0; t < t0 + n; ++t) mx = std::max(mx, detail::attn_row_splits(at.window, c.pos_host[t]));
     return mx;
   };
+  // A step of more rows than a decode graph's runs fused items on the tensor-core path (AttnArgs::fused: no
+  // split buffer, so no cut), in slices of up to kAttnFusedSliceRows rows on full layers and of one round of
+  // items on sliding ones (attn_fused_slice_rows).
+  at.fused = c.T > detail::kMaxSliceRows && detail::attention_tc_supported(d, nh, nkv);
+  static const int sms = [] {
+    const auto d = device_info();
+    return d.ok() && d->sm_count > 0 ? d->sm_count : 132;
+  }();
+  const int slice =
+      at.fused ? attn_fused_slice_rows(at.window, nh / nkv, nkv, at.tile_warps, sms) : detail::kAttnSliceRows;
   for (int t0 = 0, n = 0; t0 < c.T; t0 += n) {
-    n = std::min(detail::kAttnSliceRows, c.T - t0);
-    while (n > detail::kMaxSliceRows && static_cast<int64_t>(n) * nh * splits_of(t0, n) > c.w.partial_slots)
+    n = std::min(slice, c.T - t0);
+    while (!at.fused && n > detail::kMaxSliceRows &&
+           static_cast<int64_t>(n) * nh * splits_of(t0, n) > c.w.partial_slots)
       n = std::max(detail::kMaxSliceRows, n / 2);
     at.max_splits =
         c.T <= detail::kMaxSliceRows ? layer_attn_splits(at.window, c.w.max_splits) : splits_of(t0, n);

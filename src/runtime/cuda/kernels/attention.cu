@@ -1,6 +1,6 @@
 // Attention of the step's rows over their sequences' KV (paged full layers, ring sliding layers), prefill and
 // decode alike: one warp per (row, head, split of kAttnSplitKeys key positions) item with an online softmax
-// in FP32 over chunks of 32 keys, then one warp per (row, head) merges the splits in split order. Splits are
+// in FP32 over chunks of 32 keys, then one block per (row, head) folds the splits in split order. Splits are
 // cut at fixed positions, so a row's result depends only on its own sequence (batch invariance), never on the
 // step's other rows. Bound: KV bandwidth at long context, latency otherwise (the speed issue reworks this for
 // full bandwidth).
@@ -8,6 +8,7 @@
 
 #include "runtime/cuda/device_util.cuh"
 #include "runtime/cuda/kernels/attention_tc.h"
+#include "runtime/cuda/kernels/attn_fold.cuh"
 #include "runtime/cuda/kernels/kv_view.cuh"
 #include "runtime/cuda/kernels/pdl_launch.cuh"
 
@@ -156,57 +157,66 @@ __global__ void __launch_bounds__(32) attn_split_kernel(const AttnArgs a) {
   }
 }
 
-// One (row, head) per block of kMergeThreads: the splits' max in parallel (exact in any order), each split's
-// weight exp(m_s − M) once, then L = Σ l_s·w_s and O[e] = Σ O_s[e]·w_s in split order (a thread per dim,
-// the split loop unrolled so its loads are in flight together: at 32k keys a row has 128 splits, and one
-// warp walking them one dependent load at a time cost ~200 µs per layer). kLog2: the maxima are in the log2
-// domain (the tensor-core splits), else natural.
+// One (row, head) per block of kMergeThreads: the fold of attn_fold.cuh in split order. The running maxima
+// are a parallel scan (max is exact in any order), each split's weights (a_s, b_s, l_s·b_s) are computed once
+// in parallel into shared memory, then every thread folds its dims (and L, the same chain in each) in split
+// order, the split loop unrolled so its loads are in flight together (at 32k keys a row has 128 splits, and
+// one warp walking them one dependent load at a time cost ~200 µs per layer). kLog2: the maxima are in the
+// log2 domain (the tensor-core splits), else natural.
 constexpr int kMergeThreads = 128;
-// Floats of each of the merge's two shared arrays: max_splits rounded up to 8, because the unrolled split
+// Floats of each of the merge's three shared arrays: max_splits rounded up to 8, because the unrolled split
 // loop's remainder reads the weights as 16-byte vectors (up to 7 floats past the last split; a slice of one
 // split per row had 8 bytes of shared memory and read 16: compute-sanitizer memcheck).
 __host__ __device__ constexpr int merge_pitch(int max_splits) { return (max_splits + 7) / 8 * 8; }
 template <bool kLog2>
 __global__ void __launch_bounds__(kMergeThreads) attn_merge_kernel(const AttnArgs a) {
-  extern __shared__ float wsm[];  // [2][merge_pitch]: weights, then l_s·w_s
-  __shared__ float red[kMergeThreads / 32];
-  __shared__ float total;
+  extern __shared__ float wsm[];  // [3][merge_pitch]: a_s, b_s, l_s·b_s
+  __shared__ float wmax[kMergeThreads / 32];
   pdl_entry();
-  const int th = blockIdx.x, tid = threadIdx.x, d = a.d, t = th / a.nh, pitch = merge_pitch(a.max_splits);
+  const int th = blockIdx.x, tid = threadIdx.x, lane = tid % 32, warp = tid / 32, d = a.d, t = th / a.nh;
+  const int pitch = merge_pitch(a.max_splits);
   const RowSplits rs = row_splits(a, a.rows.pos[t]);
   const float* base = a.partial + static_cast<long long>(th) * a.max_splits * (d + 2);  // slot 0: split rs.lo
-  float M = -FLT_MAX;
-  for (int s = tid; s < rs.n; s += kMergeThreads) M = fmaxf(M, base[static_cast<long long>(s) * (d + 2)]);
-  for (int o = 16; o; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-  if (tid % 32 == 0) red[tid / 32] = M;
-  __syncthreads();
-  M = red[0];
-  for (int i = 1; i < kMergeThreads / 32; ++i) M = fmaxf(M, red[i]);
-  for (int s = tid; s < rs.n; s += kMergeThreads) {
-    const float* p = base + static_cast<long long>(s) * (d + 2);
-    const float w = kLog2 ? exp2f(__fsub_rn(p[0], M)) : expf(__fsub_rn(p[0], M));
-    wsm[s] = w;
-    wsm[pitch + s] = __fmul_rn(p[1], w);
+  float carry = -INFINITY;  // the running maximum before this chunk of splits
+  for (int c0 = 0; c0 < rs.n; c0 += kMergeThreads) {
+    const int s = c0 + tid;
+    const float ms = s < rs.n ? base[static_cast<long long>(s) * (d + 2)] : -INFINITY;
+    float v = ms;  // inclusive max over the warp's splits up to s
+    for (int o = 1; o < 32; o <<= 1) {
+      const float u = __shfl_up_sync(0xffffffffu, v, o);
+      if (lane >= o) v = fmaxf(v, u);
+    }
+    if (lane == 31) wmax[warp] = v;
+    __syncthreads();
+    float before = carry;  // the maximum before this warp's first split
+    for (int w = 0; w < warp; ++w) before = fmaxf(before, wmax[w]);
+    const float Mn = fmaxf(before, v);
+    const float up = __shfl_up_sync(0xffffffffu, Mn, 1);
+    const float M = lane == 0 ? before : up;
+    if (s < rs.n) {
+      const FoldStep f = fold_step<kLog2>(M, Mn, ms);
+      wsm[s] = f.a;
+      wsm[pitch + s] = f.b;
+      wsm[2 * pitch + s] = __fmul_rn(base[static_cast<long long>(s) * (d + 2) + 1], f.b);
+    }
+    for (int w = 0; w < kMergeThreads / 32; ++w) carry = fmaxf(carry, wmax[w]);
+    __syncthreads();  // wmax is rewritten by the next chunk
   }
-  __syncthreads();
-  if (tid == 0) {
-    float L = 0.0f;
-    for (int s = 0; s < rs.n; ++s) L = __fadd_rn(L, wsm[pitch + s]);
-    total = L;
-  }
-  __syncthreads();
   float* out = a.o + static_cast<long long>(th) * d;
   for (int e = tid; e < d; e += kMergeThreads) {
-    float o = 0.0f;
+    float o = 0.0f, L = 0.0f;
 #pragma unroll 8
-    for (int s = 0; s < rs.n; ++s)
-      o = __fadd_rn(o, __fmul_rn(base[static_cast<long long>(s) * (d + 2) + 2 + e], wsm[s]));
-    out[e] = __fdiv_rn(o, total);
+    for (int s = 0; s < rs.n; ++s) {
+      const FoldStep f{wsm[s], wsm[pitch + s]};
+      o = fold(o, base[static_cast<long long>(s) * (d + 2) + 2 + e], f);
+      L = __fadd_rn(__fmul_rn(L, f.a), wsm[2 * pitch + s]);
+    }
+    out[e] = __fdiv_rn(o, L);
   }
 }
 
 cudaError_t launch_merge(const AttnArgs& a, bool log2, cudaStream_t s) {
-  const size_t smem = 2ull * static_cast<size_t>(merge_pitch(a.max_splits)) * 4;
+  const size_t smem = 3ull * static_cast<size_t>(merge_pitch(a.max_splits)) * 4;
   auto kern = log2 ? attn_merge_kernel<true> : attn_merge_kernel<false>;
   if (smem > 48 * 1024) {
     const cudaError_t e =
@@ -226,7 +236,7 @@ cudaError_t raw_attention(const AttnArgs& a, cudaStream_t s) {
   const int sms = device_sm_count(132);
   if (attention_tc_supported(a.d, a.nh, a.nkv)) {
     GQ_KLAUNCH(raw_attention_tc_splits(a, a.tile_warps, s));
-    GQ_KLAUNCH(launch_merge(a, true, s));
+    if (!a.fused) GQ_KLAUNCH(launch_merge(a, true, s));
     return cudaGetLastError();
   }
   const long long most = static_cast<long long>(a.T) * a.nh * a.max_splits;

@@ -4,8 +4,8 @@
 // positions. The CTA streams the split's keys in blocks of 64 through shared memory (K and V BF16,
 // double-buffered cp.async) and each warp runs the FlashAttention-2 inner loop for its 16 pairs:
 // S = Q·Kᵀ on mma.sync BF16 (q rounded to BF16), an online softmax in the log2 domain (FP32), O += P·V with
-// P rounded to BF16. It writes each pair's (max, sum, unnormalised O) for the split; attention.cu merges the
-// splits in split order.
+// P rounded to BF16. It writes each pair's (max, sum, unnormalised O) for the split and attention.cu folds
+// the splits in split order (attn_fold.cuh), or, fused (prefill), one item walks a tile's splits and folds.
 //
 // Batch invariance by construction: an mma row's result does not depend on the other rows of its tile, the
 // key blocks sit at fixed positions (a block outside a row's window is an exact no-op for it: p = 0,
@@ -16,6 +16,7 @@
 
 #include "runtime/cuda/device_util.cuh"
 #include "runtime/cuda/kernels/attention_tc.h"
+#include "runtime/cuda/kernels/attn_fold.cuh"
 #include "runtime/cuda/kernels/kv_view.cuh"
 #include "runtime/cuda/kernels/pdl_launch.cuh"
 
@@ -54,9 +55,9 @@ struct Tile {
 // 256-row prefill slice spent ~13 µs of every CTA there). Within a run positions are consecutive, so a
 // tile's first and last positions follow from the run's first. Block-collective; the result is in
 // *n_tiles / *total after the trailing barrier.
-__device__ void build_tiles(const AttnArgs& a, int g, int per_tile, Tile* tiles, int* n_tiles, int* total,
-                            unsigned* starts) {
-  constexpr int kWords = kAttnSliceRows / 32;
+__device__ void build_tiles(const AttnArgs& a, int g, int per_tile, bool fused, Tile* tiles, int* n_tiles,
+                            int* total, unsigned* starts) {
+  constexpr int kWords = kAttnFusedSliceRows / 32;
   for (int w = threadIdx.x; w < kWords; w += blockDim.x) starts[w] = 0u;
   __syncthreads();
   for (int t = threadIdx.x; t < a.T; t += blockDim.x)
@@ -84,7 +85,7 @@ __device__ void build_tiles(const AttnArgs& a, int g, int per_tile, Tile* tiles,
         x.lo = attn_first_split(a.window, first_pos);
         x.ns = last_pos / kAttnSplitKeys - x.lo + 1;
         x.first = items;
-        items += x.ns * a.nkv;
+        items += (fused ? 1 : x.ns) * a.nkv;
       }
       t = e;
     }
@@ -133,19 +134,25 @@ __device__ __forceinline__ void load_block(const AttnArgs& a, int slot, int kvh,
   }
 }
 
-template <int D>
+// kFused: an item is (tile, KV head) over all the tile's splits, each split's softmax started afresh at its
+// first block as a split item starts it and folded into the row's (M, L, O) (attn_fold.cuh) at its last; o is
+// written normalised, no partials, no merge (8k prompt: attention 302 -> 136 ms, H100, session 34). Else an
+// item is one split and writes its partial for the merge. The same bits either way.
+template <int D, bool kFused>
 __global__ void __launch_bounds__(256) attn_tc_kernel(const AttnArgs a) {
   pdl_entry();
   extern __shared__ __align__(16) uint16_t smem[];
   Tile* tiles = reinterpret_cast<Tile*>(reinterpret_cast<unsigned char*>(smem) + kv_smem_bytes<D>());
   __shared__ int total_items, n_tiles;
-  __shared__ unsigned starts[kAttnSliceRows / 32];
+  __shared__ unsigned starts[kAttnFusedSliceRows / 32];
   const int g = a.nh / a.nkv, warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  build_tiles(a, g, 16 * warps, tiles, &n_tiles, &total_items, starts);
+  build_tiles(a, g, 16 * warps, kFused, tiles, &n_tiles, &total_items, starts);
   uint16_t* kbuf[2] = {smem, smem + 2 * kKeys * pitch<D>()};
   uint16_t* vbuf[2] = {smem + kKeys * pitch<D>(), smem + 3 * kKeys * pitch<D>()};
   const float scale = __fmul_rn(__fdiv_rn(1.0f, __fsqrt_rn(static_cast<float>(D))), kLog2e);
-  for (int item = blockIdx.x; item < total_items; item += gridDim.x) {
+  for (int it = blockIdx.x; it < total_items; it += gridDim.x) {
+    // Fused items from the last: a slice's later tiles hold its longest rows, so the longest go first.
+    const int item = kFused ? total_items - 1 - it : it;
     int ti = 0;  // the tile holding the item: binary search on `first`
     for (int lo = 0, hi = n_tiles - 1; lo <= hi;) {
       const int mid = (lo + hi) / 2;
@@ -155,14 +162,17 @@ __global__ void __launch_bounds__(256) attn_tc_kernel(const AttnArgs a) {
         hi = mid - 1;
     }
     const Tile tl = tiles[ti];
-    const int r_item = item - tl.first, kvh = r_item % a.nkv, split = tl.lo + r_item / a.nkv;
+    const int r_item = item - tl.first, kvh = kFused ? r_item : r_item % a.nkv;
+    const int s_first = kFused ? tl.lo : tl.lo + r_item / a.nkv,
+              s_last = kFused ? tl.lo + tl.ns - 1 : s_first;
     const int slot = a.rows.seq_slot[tl.t0];
-    // The keys any row of the tile may see in this split, and the 64-key blocks holding them.
-    const int jmin = max(attn_first_key(a.window, a.rows.pos[tl.t0 + tl.p0 / g]), split * kAttnSplitKeys);
-    const int jmax = min(a.rows.pos[tl.t0 + (tl.p0 + tl.np - 1) / g], (split + 1) * kAttnSplitKeys - 1);
+    // The keys any row of the tile may see in the item's splits, and the 64-key blocks holding them (a block
+    // lies in one split: kAttnSplitKeys is a multiple of kKeys).
+    const int jmin = max(attn_first_key(a.window, a.rows.pos[tl.t0 + tl.p0 / g]), s_first * kAttnSplitKeys);
+    const int jmax = min(a.rows.pos[tl.t0 + (tl.p0 + tl.np - 1) / g], (s_last + 1) * kAttnSplitKeys - 1);
     const int blk0 = jmin / kKeys * kKeys, n_blk = jmax / kKeys - jmin / kKeys + 1;
-    // This lane's two rows of the warp's 16: r = lane/4 and lane/4 + 8.
-    int row_t[2], row_h[2], row_lo[2], row_hi[2];
+    // This lane's two rows of the warp's 16: r = lane/4 and lane/4 + 8; their keys [first, pos].
+    int row_t[2], row_h[2], row_first[2], row_pos[2], row_lo[2], row_hi[2];
     bool live[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -170,9 +180,8 @@ __global__ void __launch_bounds__(256) attn_tc_kernel(const AttnArgs a) {
       live[i] = 16 * warp + lane / 4 + 8 * i < tl.np;
       const int t = tl.t0 + (live[i] ? p / g : 0);
       row_t[i] = t, row_h[i] = kvh * g + p % g;
-      const int pos = a.rows.pos[t];
-      row_lo[i] = live[i] ? max(attn_first_key(a.window, pos), split * kAttnSplitKeys) : 1;
-      row_hi[i] = live[i] ? min(pos, (split + 1) * kAttnSplitKeys - 1) : 0;
+      row_pos[i] = a.rows.pos[t];
+      row_first[i] = attn_first_key(a.window, row_pos[i]);
     }
     // Q fragments (A of m16n8k16, row-major 16 × D): q FP32 rounded to BF16.
     uint32_t qf[D / 16][4];
@@ -188,14 +197,27 @@ __global__ void __launch_bounds__(256) attn_tc_kernel(const AttnArgs a) {
           qf[kk][i + 2 * hi] = pack2(v.x, v.y);
         }
     float acc[D / 8][4];
+    float m[2], l[2];
+    // The fused item's running fold per row (unused by split items).
+    float fo[kFused ? D / 8 : 1][4], fm[2] = {-INFINITY, -INFINITY}, fl[2] = {0.0f, 0.0f};
 #pragma unroll
-    for (int nt = 0; nt < D / 8; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    for (int nt = 0; nt < (kFused ? D / 8 : 1); ++nt) fo[nt][0] = fo[nt][1] = fo[nt][2] = fo[nt][3] = 0.0f;
     __syncthreads();  // the previous item's readers are done with the buffers
     load_block<D>(a, slot, kvh, blk0, jmin, jmax, kbuf[0], vbuf[0]);
     cp_async_commit();
     for (int b = 0; b < n_blk; ++b) {
-      const int cur = b & 1;
+      const int cur = b & 1, kb0 = blk0 + kKeys * b;
+      if (b == 0 || kb0 % kAttnSplitKeys == 0) {  // a split's first block: a fresh softmax, its keys per row
+        const int split = kb0 / kAttnSplitKeys;
+#pragma unroll
+        for (int nt = 0; nt < D / 8; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          m[i] = -INFINITY, l[i] = 0.0f;
+          row_lo[i] = live[i] ? max(row_first[i], split * kAttnSplitKeys) : 1;
+          row_hi[i] = live[i] ? min(row_pos[i], (split + 1) * kAttnSplitKeys - 1) : 0;
+        }
+      }
       // One barrier per block: after it every thread's copies of block b are visible and every warp is
       // done with block b - 1, whose buffer then takes block b + 1 while block b is computed.
       cp_async_wait<0>();
@@ -220,7 +242,6 @@ __global__ void __launch_bounds__(256) attn_tc_kernel(const AttnArgs a) {
           mma_bf16(s[2 * np + 1], qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3], kb[2], kb[3]);
         }
       // Online softmax, per row: scale, mask, block max, rescale.
-      const int kb0 = blk0 + kKeys * b;
       float corr[2];
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
@@ -273,49 +294,89 @@ __global__ void __launch_bounds__(256) attn_tc_kernel(const AttnArgs a) {
           mma_bf16(acc[2 * dp + 1], p0, p1, p2, p3, vb[2], vb[3]);
         }
       }
+      if constexpr (kFused) {
+        if (b + 1 == n_blk || (kb0 + kKeys) % kAttnSplitKeys == 0) {  // the split's last block: fold it
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            if (!live[i] || row_lo[i] > row_hi[i]) continue;  // no key of the row in this split
+            const float mn = fmaxf(fm[i], m[i]);
+            const FoldStep f = fold_step<true>(fm[i], mn, m[i]);
+            fm[i] = mn, fl[i] = fold(fl[i], l[i], f);
+#pragma unroll
+            for (int nt = 0; nt < D / 8; ++nt) {
+              fo[nt][2 * i] = fold(fo[nt][2 * i], acc[nt][2 * i], f);
+              fo[nt][2 * i + 1] = fold(fo[nt][2 * i + 1], acc[nt][2 * i + 1], f);
+            }
+          }
+        }
+      }
     }
     cp_async_wait<0>();
-    // The split's partial per live row that has keys in it: [m (log2 domain), l, O[D]]. (A tile's splits
-    // cover all its rows; a row outside its own window's splits has none, and the merge reads none there.)
+    if constexpr (kFused) {
+      // The rows' outputs, normalised (every live row has a key: its own position).
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      if (!live[i] || row_lo[i] > row_hi[i]) continue;
-      const int slot = split - attn_first_split(a.window, a.rows.pos[row_t[i]]);
-      float* part =
-          a.partial + ((static_cast<long long>(row_t[i]) * a.nh + row_h[i]) * a.max_splits + slot) * (D + 2);
-      if (lane % 4 == 0) part[0] = m[i], part[1] = l[i];
+      for (int i = 0; i < 2; ++i) {
+        if (!live[i]) continue;
+        float* o = a.o + (static_cast<long long>(row_t[i]) * a.nh + row_h[i]) * D + 2 * (lane % 4);
 #pragma unroll
-      for (int nt = 0; nt < D / 8; ++nt) {
-        part[2 + 8 * nt + 2 * (lane % 4)] = acc[nt][2 * i];
-        part[2 + 8 * nt + 2 * (lane % 4) + 1] = acc[nt][2 * i + 1];
+        for (int nt = 0; nt < D / 8; ++nt)
+          *reinterpret_cast<float2*>(o + 8 * nt) =
+              make_float2(__fdiv_rn(fo[nt][2 * i], fl[i]), __fdiv_rn(fo[nt][2 * i + 1], fl[i]));
+      }
+    } else {
+      // The split's partial per live row that has keys in it: [m (log2 domain), l, O[D]]. (A tile's splits
+      // cover all its rows; a row outside its own window's splits has none, and the merge reads none there.)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        if (!live[i] || row_lo[i] > row_hi[i]) continue;
+        const int sl = s_first - attn_first_split(a.window, row_pos[i]);
+        float* part =
+            a.partial + ((static_cast<long long>(row_t[i]) * a.nh + row_h[i]) * a.max_splits + sl) * (D + 2);
+        if (lane % 4 == 0) part[0] = m[i], part[1] = l[i];
+#pragma unroll
+        for (int nt = 0; nt < D / 8; ++nt) {
+          part[2 + 8 * nt + 2 * (lane % 4)] = acc[nt][2 * i];
+          part[2 + 8 * nt + 2 * (lane % 4) + 1] = acc[nt][2 * i + 1];
+        }
       }
     }
   }
 }
 
-template <int D>
+// Rows of each launch class at most: a decode step, a prefill slice, a fused slice of a full layer. The tile
+// table in shared memory is sized for the class, so a decode step's CTAs stay as small as the key blocks
+// make them.
+constexpr int kClassRows[3] = {kMaxSliceRows, kAttnSliceRows, kAttnFusedSliceRows};
+
+template <int D, bool kFused>
 cudaError_t launch_tc(const AttnArgs& a, int warps, cudaStream_t s) {
-  const int cls = a.T <= kMaxSliceRows ? 0 : 1;  // decode-sized or prefill slice
-  const int smem = kv_smem_bytes<D>() + max_tiles(cls ? kAttnSliceRows : kMaxSliceRows) * int(sizeof(Tile));
+  const int cls = a.T <= kMaxSliceRows ? 0 : a.T <= kAttnSliceRows ? 1 : 2;
+  const int smem = kv_smem_bytes<D>() + max_tiles(kClassRows[cls]) * int(sizeof(Tile));
   static const cudaError_t attr =
-      cudaFuncSetAttribute(attn_tc_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           kv_smem_bytes<D>() + max_tiles(kAttnSliceRows) * int(sizeof(Tile)));
+      cudaFuncSetAttribute(attn_tc_kernel<D, kFused>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           kv_smem_bytes<D>() + max_tiles(kAttnFusedSliceRows) * int(sizeof(Tile)));
   if (attr != cudaSuccess) return attr;
   const int sms = device_sm_count(132);
   // The grid: as many CTAs as fit on the device at once (a function of the kernel and the slice class, not
   // of the step, so the decode graphs replay it), walking the items the step's positions need.
-  static int resident[2][9] = {};
+  static int resident[3][9] = {};
   if (resident[cls][warps] == 0) {
     int n = 0;
     const cudaError_t e =
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attn_tc_kernel<D>, 32 * warps, smem);
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, attn_tc_kernel<D, kFused>, 32 * warps, smem);
     if (e != cudaSuccess) return e;
     resident[cls][warps] = n < 1 ? 1 : n;
   }
-  const long long most = static_cast<long long>(a.T) * a.nh * a.max_splits,
+  // Items at most: a tile has at least one pair, so tiles·nkv ≤ T·nh (fused); times the splits (split items).
+  const long long most = static_cast<long long>(a.T) * a.nh * (kFused ? 1 : a.max_splits),
                   cap = 1LL * resident[cls][warps] * sms;
   const dim3 grid(static_cast<unsigned>(most < cap ? most : cap));
-  return launch(attn_tc_kernel<D>, grid, dim3(32 * warps), static_cast<size_t>(smem), s, a);
+  return launch(attn_tc_kernel<D, kFused>, grid, dim3(32 * warps), static_cast<size_t>(smem), s, a);
+}
+
+template <int D>
+cudaError_t launch_tc(const AttnArgs& a, int warps, cudaStream_t s) {
+  return a.fused ? launch_tc<D, true>(a, warps, s) : launch_tc<D, false>(a, warps, s);
 }
 
 }  // namespace
@@ -326,7 +387,7 @@ bool attention_tc_supported(int d, int nh, int nkv) {
 
 cudaError_t raw_attention_tc_splits(const AttnArgs& a, int warps, cudaStream_t s) {
   if (!attention_tc_supported(a.d, a.nh, a.nkv) || (warps != 1 && warps != 4 && warps != 8) ||
-      a.T > kAttnSliceRows)
+      a.T > (a.fused ? kAttnFusedSliceRows : kAttnSliceRows))
     return cudaErrorInvalidValue;
   if (a.d == 128) return launch_tc<128>(a, warps, s);
   if (a.d == 64) return launch_tc<64>(a, warps, s);

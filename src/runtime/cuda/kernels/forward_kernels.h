@@ -41,6 +41,9 @@ constexpr int step_rows_for(long long asked) {
 // window + kAttnSliceRows slots whatever the step size. A slice is cut shorter where its rows' splits would
 // not fit the split buffer (fwd::attention).
 inline constexpr int kAttnSliceRows = 256;
+// Rows of one attention launch at most on a full (paged) layer of a step that runs fused items
+// (AttnArgs::fused): no ring bounds it and no split buffer is read, only the tile table in shared memory.
+inline constexpr int kAttnFusedSliceRows = 1024;
 inline constexpr int kAttnSplitKeys = 256;  // keys per attention split: fixed, so the merge order is too
 inline constexpr int kMaxHeadDim = 256;
 // The first key a row at pos attends to: pos − window + 1 on a sliding layer (window > 0), else 0.
@@ -148,8 +151,8 @@ cudaError_t raw_qk_rope_kv(const RopeArgs& a, cudaStream_t s);
 
 // o FP32 [T, nh, d] = softmax(q·Kᵀ/sqrt(d)) V over keys j ≤ pos (and j > pos − window when window > 0) of the
 // row's sequence, GQA head h → kv head h / (nh / nkv). Keys are cut in splits of kAttnSplitKeys positions
-// (fixed by position, not by batch) merged in split order. partial: [T·nh, max_splits, d + 2] FP32, split s
-// of a row at slot s − attn_first_split.
+// (fixed by position, not by batch) folded in split order (attn_fold.cuh). partial: [T·nh, max_splits, d + 2]
+// FP32, split s of a row at slot s − attn_first_split.
 struct AttnArgs {
   const float* q = nullptr;
   int T = 0, nh = 0, nkv = 0, d = 0, window = 0;
@@ -157,6 +160,10 @@ struct AttnArgs {
   // Warps per CTA of the tensor-core path (attention_tc.h): 1, 4 or 8 (fwd::attention_warps). Only the
   // speed depends on it.
   int tile_warps = 1;
+  // Tensor-core path only: one item per (tile, KV head) folds all the tile's splits itself (attn_fold.cuh)
+  // and writes o; no partials, no merge. For prefill slices (few long items, ≤ kAttnFusedSliceRows rows);
+  // split items (0) keep a decode step's parallelism at long context. Only the speed depends on it.
+  int fused = 0;
   KvView kv;
   RowInfo rows;
   float* partial = nullptr;
