@@ -243,8 +243,10 @@ Status attention_gated(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, co
     while (!at.fused && n > detail::kMaxSliceRows &&
            static_cast<int64_t>(n) * nh * splits_of(t0, n) > c.w.partial_slots)
       n = std::max(detail::kMaxSliceRows, n / 2);
-    at.max_splits =
-        c.T <= detail::kMaxSliceRows ? layer_attn_splits(at.window, c.w.max_splits) : splits_of(t0, n);
+    // (Fused items write no partials: no split count to find.)
+    at.max_splits = at.fused                       ? 1
+                    : c.T <= detail::kMaxSliceRows ? layer_attn_splits(at.window, c.w.max_splits)
+                                                   : splits_of(t0, n);
     const detail::RowInfo rows{c.rows.pos + t0, c.rows.seq_slot + t0,
                                c.rows.kv_write ? c.rows.kv_write + t0 : nullptr};
     detail::RopeArgs rs = r;
