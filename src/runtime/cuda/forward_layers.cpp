@@ -15,25 +15,6 @@ namespace {
 
 using P = DevLinear::Path;
 
-// A kernel rewrote rows p: a contract copy made from them is stale.
-void rewrote(Ctx& c, const void* p) {
-  if (c.cc.fp4_of == p) c.cc.fp4_of = nullptr;
-  if (c.cc.fp8_of == p) c.cc.fp8_of = nullptr;
-}
-
-// The FP4 QDQ copy of a in xin, made unless a norm or an earlier matrix already made it.
-Status fp4_copy(Ctx& c, const uint16_t* a, int cols) {
-  if (c.cc.fp4_of != a)
-    GRIDQ_RETURN_IF_ERROR(qdq_fp4(a, c.T, cols, c.w.xin.as<uint16_t>(), c.s, detail::forward_pdl()));
-  c.cc.fp4_of = a;
-  return {};
-}
-
-// Whether applying L writes the contract scratch (xin or xq/xs).
-bool uses_scratch(const DevLinear& L) {
-  return L.path == DevLinear::Path::kTiled && (L.tiled.m.format == WeightFormat::FP8 || L.act_bits == 4);
-}
-
 void add_contract(NormContracts& n, const DevLinear& L) {
   if (L.path != DevLinear::Path::kTiled) return;
   if (L.tiled.m.format == WeightFormat::FP8)
@@ -47,27 +28,6 @@ LinearScratch scratch(Ctx& c) {
   return {c.w.xin.as<uint16_t>(), c.w.xq.as<uint8_t>(), c.w.xs.as<float>(), &c.cc};
 }
 
-// Whether the step asks the weights of `what` (kL2Ahead*) into L2 ahead: not while phases are timed (each
-// phase would then pay for the next one's bytes).
-bool l2_on(const Ctx& c, int what) { return (detail::forward_l2_ahead() & what) && c.pf && !c.timer->on; }
-
-// The prefetch stream, forked at this point of the main stream (what it runs next may read what the main
-// stream wrote so far: the router's choices).
-Status l2_fork(Ctx& c) {
-  GRIDQ_CUDA(cudaEventRecord(c.pf_fork, c.s));
-  GRIDQ_CUDA(cudaStreamWaitEvent(c.pf, c.pf_fork, 0));
-  c.pf_open = true;
-  return {};
-}
-
-// Requests L's tiles into L2 from the prefetch stream (forked by the caller).
-Status l2_ahead(Ctx& c, const DevLinear& L) {
-  if (L.path != P::kTiled) return {};
-  GQ_LAUNCH(detail::raw_l2_ahead(L.tiled.m.tiles, static_cast<long long>(L.tiled.tiles.bytes()), c.pf),
-            "L2 prefetch");
-  return {};
-}
-
 // The residual rows res [T, H] += L(x) (c.w.y is the unfused path's scratch).
 Status linear_residual(Ctx& c, const DevLinear& L, const uint16_t* x, float* res) {
   return apply_linear_residual(L, x, c.T, res, c.spec.hidden_size, c.w.y.as<float>(), scratch(c), c.ws.ws,
@@ -75,6 +35,46 @@ Status linear_residual(Ctx& c, const DevLinear& L, const uint16_t* x, float* res
 }
 
 }  // namespace
+
+void rewrote(Ctx& c, const void* p) {
+  if (c.cc.fp4_of == p) c.cc.fp4_of = nullptr;
+  if (c.cc.fp8_of == p) c.cc.fp8_of = nullptr;
+}
+
+Status fp4_copy(Ctx& c, const uint16_t* a, int cols) {
+  if (c.cc.fp4_of != a)
+    GRIDQ_RETURN_IF_ERROR(qdq_fp4(a, c.T, cols, c.w.xin.as<uint16_t>(), c.s, detail::forward_pdl()));
+  c.cc.fp4_of = a;
+  return {};
+}
+
+bool uses_scratch(const DevLinear& L) {
+  return L.path == DevLinear::Path::kTiled && (L.tiled.m.format == WeightFormat::FP8 || L.act_bits == 4);
+}
+
+bool l2_on(const Ctx& c, int what) { return (detail::forward_l2_ahead() & what) && c.pf && !c.timer->on; }
+
+Status l2_fork(Ctx& c) {
+  GRIDQ_CUDA(cudaEventRecord(c.pf_fork, c.s));
+  GRIDQ_CUDA(cudaStreamWaitEvent(c.pf, c.pf_fork, 0));
+  c.pf_open = true;
+  return {};
+}
+
+Status l2_ahead(Ctx& c, const DevLinear& L) {
+  if (L.path != P::kTiled) return {};
+  GQ_LAUNCH(detail::raw_l2_ahead(L.tiled.m.tiles, static_cast<long long>(L.tiled.tiles.bytes()), c.pf),
+            "L2 prefetch");
+  return {};
+}
+
+Status l2_join(Ctx& c) {
+  if (!c.pf_open) return {};
+  GRIDQ_CUDA(cudaEventRecord(c.pf_join, c.pf));
+  GRIDQ_CUDA(cudaStreamWaitEvent(c.s, c.pf_join, 0));
+  c.pf_open = false;
+  return {};
+}
 
 NormContracts attention_contracts(const DevLayer& dl) {
   NormContracts n;
@@ -281,133 +281,6 @@ Status attention_gated(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, co
               "output gate");
   }
   return {};
-}
-
-Status l2_join(Ctx& c) {
-  if (!c.pf_open) return {};
-  GRIDQ_CUDA(cudaEventRecord(c.pf_join, c.pf));
-  GRIDQ_CUDA(cudaStreamWaitEvent(c.s, c.pf_join, 0));
-  c.pf_open = false;
-  return {};
-}
-
-Status route(Ctx& c, const DevLayer& dl) {
-  const auto& M = c.spec.moe;
-  // The router reads the FP32 normed rows (laguna.md §1.4: near-ties are real; the BF16 rounding of its
-  // input would flip choices the reference makes). Always the reference matvec.
-  {
-    detail::RefArgs r;
-    r.w = dl.router.ref;
-    r.P = c.T;
-    r.x_f32 = c.w.a32.as<float>();
-    r.y = c.w.z.as<float>();
-    r.ld_y = dl.router.rows;
-    GQ_LAUNCH(detail::raw_ref_matvec(r, c.s), "router");
-  }
-  GQ_LAUNCH(detail::raw_route_tokens(c.w.z.as<float>(), dl.router.out_rows(), dl.router_bias, c.T,
-                                     M.n_experts, M.top_k, M.score == model::RouterScore::kSoftmax ? 1 : 0,
-                                     M.renormalize ? 1 : 0, c.w.eid.as<int>(), c.w.ew.as<float>(), c.s),
-            "route");
-  return {};
-}
-
-Status moe(Ctx& c, const DevLayer& dl) {
-  const auto& M = c.spec.moe;
-  const int H = c.spec.hidden_size, E = M.n_experts, k = M.top_k, I = M.expert_intermediate;
-  const uint16_t* a = c.w.a.as<uint16_t>();
-  // The shared expert runs on its own stream beside the router and the routed experts (those leave most
-  // SMs idle at small batch), when it needs no contract scratch (xin / xq, which the routed experts read)
-  // and phases are not being timed; its output stays in c.w.y (nothing else writes it) until the combine.
-  const bool has_shared = M.shared_intermediate > 0;
-  const bool beside = has_shared && (detail::forward_beside() & detail::kBesideShared) && !c.timer->on &&
-                      c.side != nullptr && !uses_scratch(dl.shared.gate_up) && !uses_scratch(dl.shared.down);
-  const float* shared = has_shared ? c.w.y.as<float>() : nullptr;
-  const long long ld_shared = has_shared ? dl.shared.down.out_rows() : 0;
-  if (beside) {
-    GRIDQ_CUDA(cudaEventRecord(c.fork, c.s));
-    GRIDQ_CUDA(cudaStreamWaitEvent(c.side, c.fork, 0));
-    Ctx sc = c;
-    sc.s = c.side;
-    GRIDQ_RETURN_IF_ERROR(swiglu_mlp(sc, dl.shared, a, c.w.hs.as<uint16_t>(), nullptr));
-    GRIDQ_CUDA(cudaEventRecord(c.join, c.side));
-  }
-  GRIDQ_RETURN_IF_ERROR(route(c, dl));
-  // One fork after the router for both: the experts' prefetch reads its choices.
-  const bool ahead_experts = dl.experts.fused && l2_on(c, detail::kL2AheadExperts);
-  const bool ahead_qkv = c.next && l2_on(c, detail::kL2AheadNextQkv);
-  if (ahead_experts || ahead_qkv) GRIDQ_RETURN_IF_ERROR(l2_fork(c));
-  if (ahead_experts) {
-    const DevExperts& ex = dl.experts;
-    GQ_LAUNCH(detail::raw_l2_ahead_experts(c.w.eid.as<int>(), c.T * k, E, ex.gate_up.m.tiles,
-                                           ex.gate_up.m.expert_stride, ex.down.m.tiles,
-                                           ex.down.m.expert_stride, c.pf),
-              "L2 prefetch (experts)");
-  }
-  if (ahead_qkv) {
-    for (const DevLinear* L : {&c.next->qkv, &c.next->q, &c.next->k, &c.next->v})
-      GRIDQ_RETURN_IF_ERROR(l2_ahead(c, *L));
-  }
-  GRIDQ_RETURN_IF_ERROR(c.timer->mark("moe norm+router"));
-  if (has_shared && !beside)
-    GRIDQ_RETURN_IF_ERROR(swiglu_mlp(c, dl.shared, a, c.w.hs.as<uint16_t>(), nullptr));
-  GRIDQ_RETURN_IF_ERROR(c.timer->mark("moe shared"));
-  const DevExperts& ex = dl.experts;
-  float* x = c.w.x.as<float>();
-  if (ex.fused) {
-    // Grouped by expert for the whole step (kernels.h grouped_moe: a pair's bits do not depend on the rest
-    // of the step), then the reference combine: FP32, a token's experts in ascending id order.
-    if (ex.fp4) GRIDQ_RETURN_IF_ERROR(fp4_copy(c, a, H));
-    GroupedMoeArgs g;
-    g.gate_up = &ex.gate_up.m;
-    g.down = &ex.down.m;
-    g.T = c.T, g.k = k, g.E = E;
-    g.eid = c.w.eid.as<int>();
-    g.grp = c.w.grp.as<int>();
-    g.x = ex.fp4 ? c.w.xin.as<uint16_t>() : a;
-    g.qdq_fp4 = ex.fp4;
-    g.gu = c.w.gu.as<float>();
-    g.h = c.w.h.as<uint16_t>();
-    g.y = c.w.yd.as<float>();
-    GRIDQ_RETURN_IF_ERROR(grouped_moe(g, c.s, detail::forward_pdl()));
-    if (beside) GRIDQ_CUDA(cudaStreamWaitEvent(c.s, c.join, 0));
-    GRIDQ_RETURN_IF_ERROR(l2_join(c));
-    GQ_LAUNCH(detail::raw_moe_combine(c.w.yd.as<float>(), c.w.ew.as<float>(), c.T, k, H, M.routed_scaling,
-                                      shared, ld_shared, true, x, c.s),
-              "moe combine + residual add");
-    return c.timer->mark("moe routed");
-  }
-  // Reference experts: every (row, chosen expert) pair on its own, then the fixed-order combine.
-  const int Pn = c.T * k;
-  float* gu = c.w.gu.as<float>();
-  detail::RefArgs g;
-  g.w = ex.gate.ref;
-  g.P = Pn;
-  g.ids = c.w.eid.as<int>();
-  g.x = a;
-  g.x_div = k;
-  g.y = gu;
-  g.ld_y = 2LL * I;
-  GQ_LAUNCH(detail::raw_ref_matvec(g, c.s), "experts gate");
-  detail::RefArgs u = g;
-  u.w = ex.up.ref;
-  u.y = gu + I;
-  GQ_LAUNCH(detail::raw_ref_matvec(u, c.s), "experts up");
-  GQ_LAUNCH(detail::raw_swiglu(gu, 2LL * I, I, Pn, I, c.w.h.as<uint16_t>(), c.s), "experts swiglu");
-  rewrote(c, c.w.h.as());
-  detail::RefArgs dn;
-  dn.w = ex.down_ref.ref;
-  dn.P = Pn;
-  dn.ids = c.w.eid.as<int>();
-  dn.x = c.w.h.as<uint16_t>();
-  dn.x_div = 1;
-  dn.y = c.w.yd.as<float>();
-  dn.ld_y = H;
-  GQ_LAUNCH(detail::raw_ref_matvec(dn, c.s), "experts down");
-  if (beside) GRIDQ_CUDA(cudaStreamWaitEvent(c.s, c.join, 0));
-  GQ_LAUNCH(detail::raw_moe_combine(c.w.yd.as<float>(), c.w.ew.as<float>(), c.T, k, H, M.routed_scaling,
-                                    shared, ld_shared, true, x, c.s),
-            "moe combine + residual add");
-  return c.timer->mark("moe routed");
 }
 
 }  // namespace gridq::cuda::fwd

@@ -94,6 +94,21 @@ Status attention(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, const de
 // c.w.ob [T, n_h·d] BF16 = the gated attention of the normed rows c.w.a (o_proj's input; its FP8 codes in
 // xq / xs when o_proj reads them).
 Status attention_gated(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, const detail::KvView& kv);
+// Helpers of the layer ops (forward_layers.cpp) that the MoE block (forward_moe.cpp) uses too.
+// A kernel rewrote rows p: a contract copy made from them is stale.
+void rewrote(Ctx& c, const void* p);
+// The FP4 QDQ copy of a [T, cols] in xin, made unless a norm or an earlier matrix already made it.
+Status fp4_copy(Ctx& c, const uint16_t* a, int cols);
+// Whether applying L writes the contract scratch (xin or xq/xs).
+bool uses_scratch(const DevLinear& L);
+// Whether the step asks the weights of `what` (kL2Ahead*) into L2 ahead: not while phases are timed (each
+// phase would then pay for the next one's bytes).
+bool l2_on(const Ctx& c, int what);
+// The prefetch stream, forked at this point of the main stream (what it runs next may read what the main
+// stream wrote so far: the router's choices).
+Status l2_fork(Ctx& c);
+// Requests L's tiles into L2 from the prefetch stream (forked by the caller).
+Status l2_ahead(Ctx& c, const DevLinear& L);
 // Rejoins the L2 prefetch stream to the main stream if this layer forked it (forward_l2_ahead).
 Status l2_join(Ctx& c);
 // c.w.eid / c.w.ew [T, top_k] = the router's choices for the FP32 normed rows c.w.a32 (ascending expert id)
