@@ -32,8 +32,9 @@ GroupedOut run_grouped(const ExpertStacks& st, const std::vector<uint16_t>& x, c
   auto gud = DeviceBuffer::alloc(static_cast<size_t>(T) * k * 2 * I * 4, "gu");
   auto hd = DeviceBuffer::alloc(static_cast<size_t>(T) * k * I * 2, "h");
   auto yd = DeviceBuffer::alloc(static_cast<size_t>(T) * k * H * 4, "y");
-  EXPECT_TRUE(gd.ok() && gud.ok() && hd.ok() && yd.ok());
-  if (!gd.ok() || !gud.ok() || !hd.ok() || !yd.ok()) return o;
+  auto xpd = DeviceBuffer::alloc(static_cast<size_t>(T) * H * 2, "xp");
+  EXPECT_TRUE(gd.ok() && gud.ok() && hd.ok() && yd.ok() && xpd.ok());
+  if (!gd.ok() || !gud.ok() || !hd.ok() || !yd.ok() || !xpd.ok()) return o;
   poison(*hd);
   poison(*yd);
   GroupedMoeArgs a;
@@ -46,6 +47,7 @@ GroupedOut run_grouped(const ExpertStacks& st, const std::vector<uint16_t>& x, c
   a.gu = gud->as<float>();
   a.h = hd->as<uint16_t>();
   a.y = yd->as<float>();
+  a.xp = xpd->as<uint16_t>();
   a.wide = wide;
   a.qdq_fp4 = qdq_fp4;
   a.paired = paired;
@@ -53,6 +55,16 @@ GroupedOut run_grouped(const ExpertStacks& st, const std::vector<uint16_t>& x, c
   EXPECT_TRUE(s.ok()) << s.message();
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   o.h = download<uint16_t>(*hd, static_cast<size_t>(T) * k * I);
+  // Wide items leave h unit-permuted (word w of a 256-column unit at 4·(w % 32) + w / 32): back to columns.
+  if (grouped_moe_wide(a)) {
+    const std::vector<uint16_t> hp = o.h;
+    for (size_t u = 0; u < hp.size() / 256; ++u)
+      for (int e = 0; e < 256; ++e) {
+        const int w = e / 2;
+        o.h[u * 256 + static_cast<size_t>(e)] =
+            hp[u * 256 + static_cast<size_t>(2 * (4 * (w % 32) + w / 32) + e % 2)];
+      }
+  }
   o.y = download<float>(*yd, static_cast<size_t>(T) * k * H);
   return o;
 }
@@ -272,6 +284,13 @@ TEST(CudaMoeGrouped, RefusesBadArguments) {
   s = grouped_moe(a, nullptr, false);  // null x / h / y
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("null"), std::string::npos) << s.message();
+  uint16_t b16 = 0;
+  float f32 = 0;
+  a.x = &b16, a.gu = &f32, a.h = &b16, a.y = &f32;
+  a.wide = 1;  // wide items without their permuted-activation scratch
+  s = grouped_moe(a, nullptr, false);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("(xp)"), std::string::npos) << s.message();
 }
 
 }  // namespace

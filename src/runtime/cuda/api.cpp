@@ -286,6 +286,12 @@ Status moe_down(const MoeArgs& a, const Workspace& ws, cudaStream_t stream, bool
   return {};
 }
 
+// Items of 16 tiles × 64 pairs on a CTA once the step has enough pairs per expert to fill them (a prefill
+// chunk), else 1 tile × 8 pairs on a warp: the same bits either way (moe_grouped_wide.cu).
+bool grouped_moe_wide(const GroupedMoeArgs& a) {
+  return a.wide == 1 || (a.wide < 0 && static_cast<long long>(a.T) * a.k >= 16LL * a.E);
+}
+
 Status grouped_moe(const GroupedMoeArgs& a, cudaStream_t stream, bool pdl) {
   if (a.gate_up == nullptr || a.down == nullptr) return err("grouped_moe: no expert matrices");
   for (const DeviceMatrix* m : {a.gate_up, a.down})
@@ -297,6 +303,8 @@ Status grouped_moe(const GroupedMoeArgs& a, cudaStream_t stream, bool pdl) {
   if (group_pairs_smem_bytes(P, a.E) > 227 * 1024)
     return err("grouped_moe: {} pairs and {} experts exceed one block's sort (shared memory)", P, a.E);
   if (!a.eid || !a.grp || !a.x || !a.gu || !a.h || !a.y) return err("grouped_moe: null argument");
+  const bool wide = grouped_moe_wide(a);
+  if (wide && !a.xp) return err("grouped_moe: wide items need the permuted-activation scratch (xp)");
   if (a.E > 1024) return err("grouped_moe: {} experts exceed one block's scan (1024)", a.E);
   if (a.gate_up->rows % 32) return err("grouped_moe: gate_up rows {} is not 2·I", a.gate_up->rows);
   if (a.gate_up->in != a.down->rows || a.down->in != a.gate_up->rows / 2)
@@ -305,13 +313,10 @@ Status grouped_moe(const GroupedMoeArgs& a, cudaStream_t stream, bool pdl) {
   KParams gu, dn;
   GRIDQ_RETURN_IF_ERROR(fill_params(*a.gate_up, gu, "grouped_moe gate_up"));
   GRIDQ_RETURN_IF_ERROR(fill_params(*a.down, dn, "grouped_moe down"));
-  gu.x = a.x;
+  gu.x = wide ? a.xp : a.x;
   gu.y = a.gu;
   dn.x = a.h;
   dn.y = a.y;
-  // Items of 16 tiles × 64 pairs on a CTA once the step has enough pairs per expert to fill them (a prefill
-  // chunk), else 1 tile × 8 pairs on a warp: the same bits either way (moe_grouped_wide.cu).
-  const bool wide = a.wide == 1 || (a.wide < 0 && P >= 16LL * a.E);
   // Narrow items of two tiles from 16 tokens a step: gate_up a gate tile with its up tile, h written by the
   // item's SwiGLU epilogue (no FP32 round trip, no SwiGLU kernel); down two adjacent tiles. Half the items,
   // each loading its pairs' activations once for two tiles. Below 16 tokens one tile an item: twice the busy
@@ -325,6 +330,9 @@ Status grouped_moe(const GroupedMoeArgs& a, cudaStream_t stream, bool pdl) {
   const int r_dn = wide ? (dn.R + kWideTiles - 1) / kWideTiles : (pair_dn ? dn.R / 2 : dn.R);
   GRIDQ_LAUNCHED(raw_group_pairs(a.eid, static_cast<int>(P), a.E, nb, r_gu, r_dn, a.grp, stream, pdl),
                  "grouped_moe: pair sort");
+  if (wide)
+    GRIDQ_LAUNCHED(raw_permute_units(a.x, a.T, a.gate_up->in, a.xp, stream, pdl),
+                   "grouped_moe: activations permuted for the wide items");
   const ExpertParams pd{dn, a.grp, a.E, 1, a.down->rows, 0, pair_dn ? 1 : 0};
   if (paired) {
     KParams guh = gu;
@@ -336,7 +344,7 @@ Status grouped_moe(const GroupedMoeArgs& a, cudaStream_t stream, bool pdl) {
     GRIDQ_LAUNCHED(
         wide ? raw_grouped_wide(true, pg, stream, pdl) : raw_grouped_experts(true, 1, pg, stream, pdl),
         "grouped_moe: gate_up");
-    GRIDQ_LAUNCHED(raw_swiglu_pairs(a.gu, static_cast<int>(P), I, a.h, a.qdq_fp4, stream, pdl),
+    GRIDQ_LAUNCHED(raw_swiglu_pairs(a.gu, static_cast<int>(P), I, a.h, a.qdq_fp4, wide, stream, pdl),
                    "grouped_moe: swiglu");
   }
   GRIDQ_LAUNCHED(

@@ -27,8 +27,8 @@ size_t round16(size_t n) { return (n + 15) / 16 * 16; }
 
 size_t CudaBackend::Work::bytes() const {
   size_t n = 0;
-  for (const DeviceBuffer* b : {&rows, &x,  &a, &a32, &xin, &xq, &xs,  &qkv, &g,   &q,  &o,      &ob,
-                                &y,    &gu, &h, &hs,  &yd,  &z,  &eid, &ew,  &grp, &an, &logits, &partial})
+  for (const DeviceBuffer* b : {&rows, &x, &a,  &a32, &xin, &xq, &xs,  &qkv, &g,   &q,  &o,      &ob,     &y,
+                                &gu,   &h, &xp, &hs,  &yd,  &z,  &eid, &ew,  &grp, &an, &logits, &partial})
     n += b->bytes();
   return n;
 }
@@ -69,6 +69,7 @@ Status allocate_work(CudaBackend::Work& w, const WorkSizes& z) {
                      B{&w.y, R * Y * 4, "matrix output"},
                      B{&w.gu, R * K * I2 * 4, "gate_up"},
                      B{&w.h, R * K * Ih * 2, "swiglu"},
+                     B{&w.xp, z.E > 0 ? R * H * 2 : 0, "expert input permuted"},
                      B{&w.hs, R * Ih * 2, "shared expert swiglu"},
                      B{&w.yd, R * K * H * 4, "expert outputs"},
                      B{&w.z, R * round16(z.E) * 4, "router logits"},

@@ -34,6 +34,7 @@ struct CudaBackend::Work {
   DeviceBuffer y;       // f32 [R, Y] o_proj / down output (the shared expert's until the combine), Y = widest
   DeviceBuffer gu;      // f32 [R·top_k, 2I] gate/up outputs (unfused SwiGLU, reference experts)
   DeviceBuffer h;       // bf16 [R·top_k, I] SwiGLU output
+  DeviceBuffer xp;      // bf16 [R, H] the routed experts' input, unit-permuted (wide grouped items)
   DeviceBuffer hs;      // bf16 [R, I] the shared expert's SwiGLU output (its own: it runs beside the routed)
   DeviceBuffer yd;      // f32 [R·top_k, H] expert down outputs per (row, choice)
   DeviceBuffer z;       // f32 [R, E padded] router logits

@@ -80,6 +80,7 @@ Status moe(Ctx& c, const DevLayer& dl) {
     g.x = ex.fp4 ? c.w.xin.as<uint16_t>() : a;
     g.qdq_fp4 = ex.fp4;
     g.gu = c.w.gu.as<float>();
+    g.xp = c.w.xp.as<uint16_t>();
     g.h = c.w.h.as<uint16_t>();
     g.y = c.w.yd.as<float>();
     GRIDQ_RETURN_IF_ERROR(grouped_moe(g, c.s, detail::forward_pdl()));

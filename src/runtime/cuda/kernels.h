@@ -182,8 +182,9 @@ struct GroupedMoeArgs {
   int* grp = nullptr;           // scratch, grouped_moe_grp_ints(T, k, E) ints
   const uint16_t* x = nullptr;  // [T, H]
   float* gu = nullptr;          // [T·k, 2I] scratch: gate and up sums (wide items; narrow ones write h)
-  uint16_t* h = nullptr;        // [T·k, I]
+  uint16_t* h = nullptr;        // [T·k, I] scratch (wide items: unit-permuted, raw_permute_units' layout)
   float* y = nullptr;           // [T·k, H]
+  uint16_t* xp = nullptr;       // [T, H] scratch: x unit-permuted for the wide items
   int wide =
       -1;  // items of 16 tiles × 64 pairs: 1 always, 0 never, -1 when the step has ≥ 16 pairs per expert
   bool qdq_fp4 = true;  // h through the FP4 group-16 QDQ (w4a4); false: BF16 h (w4a16)
@@ -195,6 +196,8 @@ inline long long grouped_moe_grp_ints(int T, int k, int E) {
   return 3LL * (E + 1) + static_cast<long long>(T) * k;
 }
 Status grouped_moe(const GroupedMoeArgs& a, cudaStream_t stream, bool pdl);
+// Whether grouped_moe runs a's step as wide items (16 tiles × 64 pairs on a CTA, warpgroup MMAs).
+bool grouped_moe_wide(const GroupedMoeArgs& a);
 
 // ---- Test / bench helpers ----
 

@@ -88,19 +88,25 @@ constexpr long long group_pairs_smem_bytes(long long P, long long E) {
 }
 cudaError_t raw_group_pairs(const int* eid, int P, int E, int nb, int r_gu, int r_dn, int* grp,
                             cudaStream_t s, bool pdl);
-// gate_up: gu [P, 2I] FP32 (gate rows, then up rows; group_pairs' r_gu = 2I/16), or with p.pair h [P, I] BF16
-// = the SwiGLU (+ FP4 QDQ) of the gate and up rows (kp.y = h, ldy = I; r_gu = I/16: an item is a gate tile
-// with its up tile); down: y [P, H] FP32 (with p.pair r_dn = H/32: an item is two adjacent tiles). nt token
-// tiles per item (the same nt as group_pairs' nb = 8·nt); built for nt = 1.
+// gate_up: gu [P, 2I] FP32 (gate rows, then up rows; group_pairs' r_gu = 2I/16),
+// or with p.pair h [P, I] BF16 = the SwiGLU (+ FP4 QDQ) of the gate and up rows (kp.y = h, ldy = I; r_gu =
+// I/16: an item is a gate tile with its up tile); down: y [P, H] FP32 (with p.pair r_dn = H/32: an item is
+// two adjacent tiles). nt token tiles per item (the same nt as group_pairs' nb = 8·nt); built for nt = 1.
 cudaError_t raw_grouped_experts(bool gate_up, int nt, const ExpertParams& p, cudaStream_t s, bool pdl);
 // The same outputs, bit for bit, with items of 16 tiles × 64 pairs on a CTA (moe_grouped_wide.cu), except
-// that gate_up writes gu [P, 2I] FP32 (raw_swiglu_pairs makes h): group_pairs with nb = kWidePairs and
-// r_gu / r_dn = tile groups of kWideTiles.
+// that gate_up writes gu [P, 2I] FP32 (raw_swiglu_pairs makes h) and that the activations kp.x (gate_up: the
+// rows, down: h) are unit-permuted (raw_permute_units; raw_swiglu_pairs with perm): group_pairs with nb =
+// kWidePairs and r_gu / r_dn = tile groups of kWideTiles.
 cudaError_t raw_grouped_wide(bool gate_up, const ExpertParams& p, cudaStream_t s, bool pdl);
 inline constexpr int kWidePairs = 64, kWideTiles = 16;
-// h [P, I] = FP4QDQ(bf16(silu(bf16(gate))·bf16(up))) from gu [P, 2I] (the GEMV SwiGLU epilogue's arithmetic).
-cudaError_t raw_swiglu_pairs(const float* gu, int P, int I, uint16_t* h, bool qdq_fp4, cudaStream_t s,
-                             bool pdl);
+// xp [rows, cols] BF16 = x with each 256-column unit's 128 words (BF16 pairs) permuted, word w to
+// 4·(w % 32) + w / 32: the layout in which the wide kernel's copies put a unit's columns where its warpgroup
+// MMAs read them (moe_grouped_wide.cu). cols % 256 == 0.
+cudaError_t raw_permute_units(const uint16_t* x, int rows, int cols, uint16_t* xp, cudaStream_t s, bool pdl);
+// h [P, I] = FP4QDQ(bf16(silu(bf16(gate))·bf16(up))) from gu [P, 2I] (the GEMV SwiGLU epilogue's
+// arithmetic); perm: h unit-permuted (I % 256 == 0).
+cudaError_t raw_swiglu_pairs(const float* gu, int P, int I, uint16_t* h, bool qdq_fp4, bool perm,
+                             cudaStream_t s, bool pdl);
 
 // Launches the GEMV engine for (format, k, layout_version, mode, token tiles nt = 1|2). Returns
 // cudaErrorNotSupported when that combination is not instantiated.

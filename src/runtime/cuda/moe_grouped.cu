@@ -232,22 +232,24 @@ __global__ void __launch_bounds__(kExpertThreads, 1) grouped_expert_kernel(const
   int cs = 0;
   Cols<NT> cc, nc;
   item_cols<NT>(p, ci, poff, lane, cc);
-  // Two activation buffers in turn (xa feeds the unit while xb takes the next one's, then the other way
-  // round), so that no register copy of a buffer is made per unit. Columns past an item's pairs keep
-  // whatever an earlier load left there (zero at first): their mma columns are never stored, and a column's
-  // bits depend on its own activations only.
-  typename Dec::XFrag xa[NT], xb[NT];
+  // One activation buffer, refilled group by group: after a unit's products of group G (sub-vectors 4G…4G+3,
+  // fragment words v[2G], v[2G + 1]) the next slice's words of that group are loaded into the registers just
+  // read, three quarters of a unit ahead of their use. (Two whole buffers in turn held 64 of the kernel's 128
+  // registers: ncu at batch 64 had the table lookups' latency, short scoreboard, as the top stall.) Columns
+  // past an item's pairs keep whatever an earlier load left there (zero at first): their mma columns are
+  // never stored, and a column's bits depend on its own activations only.
+  typename Dec::XFrag x[NT];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-    for (int i = 0; i < 8; ++i) xa[nt].v[i] = xb[nt].v[i] = make_uint4(0, 0, 0, 0);
-  auto load_x = [&](const Cols<NT>& c, int s, typename Dec::XFrag(&x)[NT]) {
+    for (int i = 0; i < 8; ++i) x[nt].v[i] = make_uint4(0, 0, 0, 0);
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-      if (c.xr[nt]) Dec::load_x(x[nt], c.xr[nt] + s * Dec::kUnitK, t, true);
-  };
-  load_x(cc, 0, xa);
-  typename Dec::Frag cur;
+  for (int nt = 0; nt < NT; ++nt)
+    if (cc.xr[nt]) Dec::load_x(x[nt], cc.xr[nt], t, true);
+  const uint2* tab = reinterpret_cast<const uint2*>(smem);
+  const int* stab = reinterpret_cast<const int*>(smem + Dec::kScaleTabOff);
+  const int rep = lane % Dec::kRep;
+  typename Dec::Frag cur, cur2;  // cur2: the second tile's unit (NP == 2)
   unsigned u = 0;
   // The item's K-run is complete: its rows of its pairs (gate_up: h through the SwiGLU epilogue).
   auto store = [&]() {
@@ -279,14 +281,15 @@ __global__ void __launch_bounds__(kExpertThreads, 1) grouped_expert_kernel(const
     }
     zero_acc();
   };
-  // One K-slice: the mma(s) with xc while xn takes the next slice's activations; false after the warp's last.
-  auto step = [&](typename Dec::XFrag(&xc)[NT], typename Dec::XFrag(&xn)[NT]) -> bool {
+  // One K-slice: its products with x while x takes the next slice's activations; false after the warp's last.
+  auto step = [&]() -> bool {
     __syncwarp();  // every lane has read the stage that the next issue overwrites
     issue();
     cp_async_wait<kStages - 1>();
     __syncwarp();
     const uint8_t* stage = ring + (u % kStages) * NP * Dec::kUnitBytes;
     Dec::load(cur, stage, lane);
+    if constexpr (NP == 2) Dec::load(cur2, stage + Dec::kUnitBytes, lane);
     // The next slice: the same item's next K-slice, or the first slice of the warp's next item.
     Item ni = ci;
     int ns = cs + 1;
@@ -298,17 +301,29 @@ __global__ void __launch_bounds__(kExpertThreads, 1) grouped_expert_kernel(const
     } else {
       nc = cc;
     }
-    if (nv) load_x(nc, ns, xn);
-    Dec::template mma<NT>(cur, xc, acc[0], smem, lane);
-    if constexpr (NP == 2) {  // the second tile's unit after the first's mma: one fragment live at a time
-      Dec::load(cur, stage + Dec::kUnitBytes, lane);
-      Dec::template mma<NT>(cur, xc, acc[1], smem, lane);
-    }
+    // Group G of both tiles (each tile's chain keeps its order), then the next slice's words of group G.
+#define GRIDQ_MOE_GROUP(G)                                                              \
+  {                                                                                     \
+    Dec::template mma_group<G>(cur, x, acc[0], tab, stab, rep);                         \
+    if constexpr (NP == 2) Dec::template mma_group<G>(cur2, x, acc[1], tab, stab, rep); \
+    if (nv) {                                                                           \
+      _Pragma("unroll") for (int nt = 0; nt < NT; ++nt) if (nc.xr[nt]) {                \
+        const uint16_t* xr = nc.xr[nt] + ns * Dec::kUnitK + 64 * t + 16 * G;            \
+        x[nt].v[2 * G] = ldx16<false>(xr);                                              \
+        x[nt].v[2 * G + 1] = ldx16<false>(xr + 8);                                      \
+      }                                                                                 \
+    }                                                                                   \
+  }
+    GRIDQ_MOE_GROUP(0);
+    GRIDQ_MOE_GROUP(1);
+    GRIDQ_MOE_GROUP(2);
+    GRIDQ_MOE_GROUP(3);
+#undef GRIDQ_MOE_GROUP
     if (cs == S - 1) store();
     ci = ni, cs = ns, cc = nc, ++u;
     return nv;
   };
-  while (step(xa, xb) && step(xb, xa)) {
+  while (step()) {
   }
   cp_async_wait<0>();
 }

@@ -1,40 +1,82 @@
 // Routed experts for prefill-sized steps: the grouped experts (moe_grouped.cu) with an item of 16 tiles ×
-// 64 of the expert's pairs on one CTA, so a weight unit is decoded once per 64 pairs instead of once per 8.
+// 64 of the expert's pairs on one CTA, so a weight unit is decoded once per 64 pairs instead of once per 8,
+// and the products on warpgroup MMAs (wgmma.cuh), so the 64 pairs' activations are read from shared memory
+// once per 4 tiles instead of once per tile (mma.sync: 16 warps read a unit's 32 KB slice 16 times, 512 KB
+// a unit against 19 KB of weights).
 //
-// The same bits as moe_grouped.cu, pair for pair: each 16-row tile of a pair is one warp's mma chain over
-// the whole K, from +0, units in order, the unit's 16 sub-vector products in the GEMV's order (gemm_unit),
-// one chain per token column. mma columns are independent, so a column's value does not depend on the other
-// pairs of its block (nor on the garbage of a block's unused columns, which are never stored). Which kernel
-// runs is therefore free: grouped_moe picks it by the step's pairs per expert.
+// The same bits as moe_grouped.cu, pair for pair: each 16-row tile of a pair is one chain over the whole K,
+// from +0, units in order, the unit's 16 sub-vector k16 steps in the GEMV's order, and a wgmma k16 step
+// rounds as the mma.sync step (wgmma.cuh). A column's value does not depend on the other pairs of its block
+// (nor on the garbage of a block's unused columns, which are never stored). Which kernel runs is therefore
+// free: grouped_moe picks it by the step's pairs per expert.
 //
-// CTA = 16 warps = 16 consecutive tiles (tile group) × 64 pairs. Per K-unit a cp.async stage holds the 16
-// tiles' weight units and the 64 pairs' activation slices (gathered by pair: x row = pair / x_div); the
-// stages run ahead across the CTA's items (item i, i + grid, …), one in flight beside the computed one.
+// B's k slots must hold the K positions the decoder's A fragments give them (DecCB: slot pair 2t + 8c of
+// step J is x word 32t + 2J + c of the unit). The activations therefore arrive with each 256-column unit's
+// 128 words permuted (raw_permute_units; the down's h from raw_swiglu_pairs with perm): word w at
+// 4·(w % 32) + w / 32, so 16-byte chunk q = 2J + c of a row is the row's 16 bytes of core matrix c of
+// step J, and one cp.async puts it in place.
+//
+// CTA = 16 warps = 4 warpgroups = 16 consecutive tiles (tile group) × 64 pairs. Per K-unit a cp.async
+// stage holds the 64 pairs' slices as 16 B blocks (one per k16 step, core matrices of 8 pairs × 16 bytes)
+// and the 16 tiles' weight units; stages run one ahead across the CTA's items (item i, i + grid, …) in a
+// ring of three, so the unit before the computed one may still be in the tensor cores.
 #include "runtime/cuda/gemm_impl.cuh"
 #include "runtime/cuda/kernels/pdl_launch.cuh"
 #include "runtime/cuda/kparams.h"
 #include "runtime/cuda/launch.cuh"
 #include "runtime/cuda/moe_items.cuh"
+#include "runtime/cuda/wgmma.cuh"
 
 namespace gridq::cuda::detail {
 
 namespace {
 
 using Dec = DecCB<16, 2>;
-constexpr int kNT = 8, kNB = 8 * kNT;  // token tiles and pairs of an item
-// 16 warps (tiles) a CTA and 2 stages: the decoder tables (65 KB) allow one CTA an SM, and the decode's
-// dependent integer chains need more than 2 warps a scheduler to hide their latency (ncu: with 8 warps and
-// 3 stages, 72 % of cycles had no eligible warp, mostly fixed-latency dependencies).
-constexpr int kWarps = kWideTiles, kThr = kWarps * 32, kStages = 2;
-using X = XSlice<Dec>;
+constexpr int kNB = 64;  // pairs of an item (the wgmma's N)
+// 16 warps (tiles) a CTA: the decoder tables (65 KB) allow one CTA an SM, and the decode's dependent integer
+// chains need more than 2 warps a scheduler to hide their latency (ncu: with 8 warps and 3 stages, 72 % of
+// cycles had no eligible warp, mostly fixed-latency dependencies).
+constexpr int kWarps = kWideTiles, kThr = kWarps * 32, kBufs = 3;
+constexpr int kSteps = Dec::kUnitK / 16;      // k16 steps a unit
+constexpr int kStepBytes = kNB * 32;          // a step's B block: 64 pairs × 16 slots × 2 bytes
+constexpr int kXBytes = kSteps * kStepBytes;  // the unit's activations (64 × 512 bytes)
 constexpr int kWBytes = kWarps * Dec::kUnitBytes;
-constexpr int kStageBytes = kWBytes + kNB * X::kPitch;
+constexpr int kStageBytes = kXBytes + kWBytes;  // B blocks first (16-byte aligned descriptors)
+static_assert(kStageBytes % 16 == 0 && kNB == 64 && kWarps % 4 == 0);
 
-constexpr int wide_smem_bytes(int E) {
-  return Dec::kSmemBytes + 2 * (E + 1) * 4 + 16 + kStages * kStageBytes;
+constexpr int wide_smem_bytes(int E) { return Dec::kSmemBytes + 2 * (E + 1) * 4 + 16 + kBufs * kStageBytes; }
+
+// acc += this warp's tile unit (f) × the unit's 64 pair columns (B blocks at xb), on the warpgroup's MMAs.
+// A group of 4 steps is decoded into one of two register sets while the other group's MMAs may still run:
+// wg_wait<1> after each group leaves only that group in flight.
+__device__ __forceinline__ void wide_unit(const Dec::Frag& f, uint32_t xb, float (&acc)[32],
+                                          uint32_t (&a)[2][4][4], const unsigned char* smem, int lane) {
+  const uint2* tab = reinterpret_cast<const uint2*>(smem);
+  const int* st = reinterpret_cast<const int*>(smem + Dec::kScaleTabOff);
+  const int rep = lane % Dec::kRep;
+  // Step J's descriptor is step 0's with the start address (bits 0-13, in 16-byte units) J·kStepBytes on:
+  // shared addresses stay below 2^18, so the field does not carry.
+  const uint64_t d0 = wg_desc(xb);
+#define GRIDQ_WIDE_GROUP(G)                                                                         \
+  {                                                                                                 \
+    const uint32_t s0 = Dec::template scale2<G>(f, 0, st), s1 = Dec::template scale2<G>(f, 1, st);  \
+    uint32_t(&ag)[4][4] = a[(G) % 2];                                                               \
+    Dec::template decode<4 * (G) + 0>(f, tab, rep, s0, s1, ag[0][0], ag[0][1], ag[0][2], ag[0][3]); \
+    Dec::template decode<4 * (G) + 1>(f, tab, rep, s0, s1, ag[1][0], ag[1][1], ag[1][2], ag[1][3]); \
+    Dec::template decode<4 * (G) + 2>(f, tab, rep, s0, s1, ag[2][0], ag[2][1], ag[2][2], ag[2][3]); \
+    Dec::template decode<4 * (G) + 3>(f, tab, rep, s0, s1, ag[3][0], ag[3][1], ag[3][2], ag[3][3]); \
+    wg_fence();                                                                                     \
+    _Pragma("unroll") for (int i = 0; i < 4; ++i)                                                   \
+        wgmma_bf16_n64(acc, ag[i], d0 + (4 * (G) + i) * (kStepBytes >> 4));                         \
+    wg_commit();                                                                                    \
+    wg_wait<1>();                                                                                   \
+  }
+  GRIDQ_WIDE_GROUP(0) GRIDQ_WIDE_GROUP(1) GRIDQ_WIDE_GROUP(2) GRIDQ_WIDE_GROUP(3)
+#undef GRIDQ_WIDE_GROUP
 }
 
 // y[pair, row] FP32 (gate_up: the [2I, H] stacks' rows, gate then up; down: H) for every item of the launch.
+// The activations kp.x are unit-permuted (raw_permute_units).
 __global__ void __launch_bounds__(kThr, 1)
     grouped_wide_kernel(const ExpertParams p, int tile_groups, int gate_up) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -46,103 +88,111 @@ __global__ void __launch_bounds__(kThr, 1)
   const int n_items = ioff[p.E], S = kp.S, G = static_cast<int>(gridDim.x);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 
-  // Issue side: (item, unit) in order over the CTA's items, kGemmStages - 1 ahead of the compute side.
+  // Issue side: (item, unit) in order over the CTA's items, one ahead of the compute side. A thread copies
+  // 4 chunks of one pair row: row xn = 8·(warp % 8) + lane % 8, chunks 4·(warp / 8 + 2j) + lane / 8. A warp's
+  // copy then fills 4 core-matrix rows of 8 consecutive pairs: 128 contiguous bytes each, no bank conflict.
+  // Its weight copies: chunks lane, lane + 32, lane + 64 of its warp's tile's unit.
   Item ii;
   bool iv = locate(blockIdx.x, n_items, ioff, p.E, tile_groups, ii);
   if (!iv) return;
-  // A thread copies 16-byte chunk `lane` of every activation row n = warp + 16·j of the item's pairs, and
-  // chunks lane, lane + 32, lane + 64 of its warp's tile's weight unit: no divisions in the issue loop, and
-  // the pairs' activation rows are looked up once per item (xrow), not once per unit.
-  constexpr int kRowChunks = X::kXB / 16, kQ = X::kXB / 4, kRowsPerThread = kNB / kWarps;
-  static_assert(kRowChunks == 32 && kNB % kWarps == 0, "one 16-byte chunk of each row per lane");
+  const int xn = 8 * (warp % 8) + (lane % 8);
+  const uint32_t x_dst = static_cast<uint32_t>((xn / 8) * 256 + (xn % 8) * 16);
   constexpr int kUnitChunks = Dec::kUnitBytes / 16;
-  const uint8_t* xrow[kRowsPerThread];
-  auto item_rows = [&]() {
+  const uint8_t* xrow = nullptr;
+  auto item_row = [&]() {
     const int n0 = poff[ii.e] + ii.b * kNB, n_here = min(kNB, poff[ii.e + 1] - n0);
-#pragma unroll
-    for (int j = 0; j < kRowsPerThread; ++j) {
-      const int n = warp + kWarps * j;
-      xrow[j] = n < n_here
-                    ? static_cast<const uint8_t*>(kp.x) +
-                          static_cast<long long>(__ldcg(pairs + n0 + n) / p.x_div) * kp.K * 2 + 16 * lane
-                    : nullptr;
-    }
+    xrow = xn < n_here ? static_cast<const uint8_t*>(kp.x) +
+                             static_cast<long long>(__ldcg(pairs + n0 + xn) / p.x_div) * kp.K * 2
+                       : nullptr;
   };
-  item_rows();
+  item_row();
+  const uint32_t stages_s = static_cast<uint32_t>(__cvta_generic_to_shared(stages));
   int is = 0;
   unsigned issued = 0;
   auto issue = [&]() {
     if (iv) {
-      uint8_t* dst = stages + (issued % kStages) * kStageBytes;
+      const uint32_t dst = stages_s + (issued % kBufs) * kStageBytes;
       const int tile = ii.r * kWarps + warp;
       if (tile < kp.R) {
         const uint8_t* src =
             kp.w + kp.expert_stride * ii.e + (static_cast<long long>(tile) * S + is) * Dec::kUnitBytes;
         for (int ch = lane; ch < kUnitChunks; ch += 32)
-          cp_async16(dst + warp * Dec::kUnitBytes + 16 * ch, src + 16 * ch);
+          cp_async16_s(dst + kXBytes + warp * Dec::kUnitBytes + 16 * ch, src + 16 * ch);
       }
-      const int b = 16 * lane;
+      if (xrow != nullptr) {
 #pragma unroll
-      for (int j = 0; j < kRowsPerThread; ++j)
-        if (xrow[j] != nullptr)
-          cp_async16(dst + kWBytes + (warp + kWarps * j) * X::kPitch + (b / kQ) * X::kTStride + b % kQ,
-                     xrow[j] + static_cast<long long>(is) * X::kXB);
+        for (int j = 0; j < 4; ++j) {
+          const int q = 4 * (warp / 8 + 2 * j) + lane / 8;  // chunk q: step q / 2, core q % 2
+          cp_async16_s(dst + (q / 2) * kStepBytes + (q % 2) * 128 + x_dst,
+                       xrow + static_cast<long long>(is) * Dec::kUnitK * 2 + 16 * q);
+        }
+      }
       if (++is == S) {
         is = 0;
         iv = locate(ii.item + G, n_items, ioff, p.E, tile_groups, ii);
-        if (iv) item_rows();
+        if (iv) item_row();
       }
     }
     cp_async_commit();
     ++issued;
   };
-#pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) issue();
+  issue();
 
   Item ci;
   locate(blockIdx.x, n_items, ioff, p.E, tile_groups, ci);
   int cs = 0;
-  float acc[kNT][4];
+  float acc[32];
 #pragma unroll
-  for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
+  for (int i = 0; i < 32; ++i) acc[i] = 0.0f;
+  uint32_t a[2][4][4];
   const int g = lane >> 2, t = lane & 3;
   for (unsigned u = 0;; ++u) {
-    // One barrier per unit: after it every thread's copies of stage u are visible and every warp is done
-    // with stage u - 1, whose buffer then takes the next unit while this one is computed.
-    cp_async_wait<kStages - 2>();
+    // One barrier per unit: after it every thread's copies of stage u are visible, and every warp's MMAs of
+    // unit u - 2 are done (each warp waited for them in unit u - 1), so the issue may refill that buffer.
+    cp_async_wait<0>();
     __syncthreads();
     issue();
     const int tile = ci.r * kWarps + warp;
-    const uint8_t* st = stages + (u % kStages) * kStageBytes;
-    if (tile < kp.R) {
-      typename Dec::Frag f;
-      Dec::load(f, st + warp * Dec::kUnitBytes, lane);
-      // Token tiles with pairs only (an expert's last block is partial; a column's bits do not change).
-      const int live = (min(kNB, poff[ci.e + 1] - poff[ci.e] - ci.b * kNB) + 7) / 8;
-      gemm_unit<Dec, kNT>(f, st + kWBytes, acc, smem, lane, live);
-    }
+    const uint32_t st = stages_s + (u % kBufs) * kStageBytes;
+    // Every warp runs the MMAs (warpgroup-collective); a warp past the last tile decodes a stale unit and
+    // stores nothing.
+    typename Dec::Frag f;
+    Dec::load(f, stages + (u % kBufs) * kStageBytes + kXBytes + warp * Dec::kUnitBytes, lane);
+    wide_unit(f, st, acc, a, smem, lane);
     bool more = true;
     if (++cs == S) {  // the item's K-run is complete: this warp's tile of the item's pairs
+      wg_wait<0>();
       if (tile < kp.R) {
         const int n0 = poff[ci.e] + ci.b * kNB, end = poff[ci.e + 1];
 #pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
+        for (int nt = 0; nt < kNB / 8; ++nt)
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
             const int n = n0 + 8 * nt + 2 * t + (i & 1), row = tile * 16 + g + 8 * (i >> 1);
             if (n < end && row < kp.rows)
-              static_cast<float*>(kp.y)[static_cast<long long>(__ldcg(pairs + n)) * p.ldy + row] = acc[nt][i];
-            acc[nt][i] = 0.0f;
+              static_cast<float*>(kp.y)[static_cast<long long>(__ldcg(pairs + n)) * p.ldy + row] =
+                  acc[4 * nt + i];
           }
       }
+#pragma unroll
+      for (int i = 0; i < 32; ++i) acc[i] = 0.0f;
       cs = 0;
       more = locate(ci.item + G, n_items, ioff, p.E, tile_groups, ci);
     }
     if (!more) break;
   }
+  wg_wait<0>();
   cp_async_wait<0>();
+}
+
+// xp = x with each 256-column unit's 128 words permuted: word w to 4·(w % 32) + w / 32 (one thread a
+// destination word: the reads of a warp are four 32-byte runs).
+__global__ void permute_units_kernel(const uint32_t* x, long long words, uint32_t* xp) {
+  pdl_entry();
+  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= words) return;
+  const int d = static_cast<int>(i & 127);
+  xp[i] = __ldcg(x + (i - d) + 32 * (d & 3) + (d >> 2));
 }
 
 }  // namespace
@@ -157,6 +207,15 @@ cudaError_t raw_grouped_wide(bool gate_up, const ExpertParams& p, cudaStream_t s
   const int tile_groups = (p.kp.R + kWarps - 1) / kWarps;
   return launch_pdl(pdl, grouped_wide_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThr),
                     static_cast<size_t>(smem), s, p, tile_groups, gate_up ? 1 : 0);
+}
+
+cudaError_t raw_permute_units(const uint16_t* x, int rows, int cols, uint16_t* xp, cudaStream_t s, bool pdl) {
+  if (cols % Dec::kUnitK || rows < 0 || x == nullptr || xp == nullptr) return cudaErrorInvalidValue;
+  const long long words = static_cast<long long>(rows) * cols / 2;
+  if (words == 0) return cudaSuccess;
+  constexpr int kT = 256;
+  return launch_pdl(pdl, permute_units_kernel, dim3(static_cast<unsigned>((words + kT - 1) / kT)), dim3(kT),
+                    0, s, reinterpret_cast<const uint32_t*>(x), words, reinterpret_cast<uint32_t*>(xp));
 }
 
 }  // namespace gridq::cuda::detail

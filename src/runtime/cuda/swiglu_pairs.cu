@@ -14,10 +14,13 @@ namespace {
 // takes kSwigluThreads consecutive i of one pair (block b: pair b / cpr, chunk b % cpr, one 32-bit division a
 // block: a 64-bit one a thread was most of this kernel's time at a prefill chunk's 20k pairs); a group is 16
 // consecutive lanes (I % 16 == 0, chunks start at multiples of 16), reduced by xor 1, 2, 4, 8. qdq == 0 (the
-// w4a16 contract): h is the BF16 product itself.
+// w4a16 contract): h is the BF16 product itself. perm (the wide down's input, I % 256 == 0): each 256-column
+// unit of h stored word-permuted as raw_permute_units does it, through shared memory (a block is one unit),
+// so the stores stay coalesced.
 constexpr int kSwigluThreads = 256;
 __global__ void __launch_bounds__(kSwigluThreads)
-    swiglu_pairs_kernel(const float* gu, int I, int cpr, uint16_t* h, int qdq) {
+    swiglu_pairs_kernel(const float* gu, int I, int cpr, uint16_t* h, int qdq, int perm) {
+  __shared__ uint16_t unit[kSwigluThreads];
   pdl_entry();
   const unsigned b = blockIdx.x, pr = b / static_cast<unsigned>(cpr);
   const int i = static_cast<int>(b - pr * static_cast<unsigned>(cpr)) * kSwigluThreads + threadIdx.x;
@@ -34,23 +37,32 @@ __global__ void __launch_bounds__(kSwigluThreads)
     a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, m));
     nan |= __shfl_xor_sync(0xffffffffu, nan, m);
   }
-  if (ok)
-    h[static_cast<long long>(pr) * I + i] = !qdq  ? f32_to_bf16_bits(hv)
-                                            : nan ? uint16_t{0x7FC0}
-                                                  : fp4_qdq_elem(hv, fp4_group_scale(a));
+  const uint16_t v = !qdq  ? f32_to_bf16_bits(hv)
+                     : nan ? uint16_t{0x7FC0}
+                           : fp4_qdq_elem(hv, fp4_group_scale(a));
+  uint16_t* out = h + static_cast<long long>(pr) * I;
+  if (!perm) {
+    if (ok) out[i] = v;
+    return;
+  }
+  // Element e = 2w + half of the unit goes to 2·(4·(w % 32) + w / 32) + half.
+  const int e = static_cast<int>(threadIdx.x), w = e >> 1;
+  unit[2 * (4 * (w & 31) + (w >> 5)) + (e & 1)] = v;
+  __syncthreads();
+  out[i] = unit[threadIdx.x];  // perm: I % 256 == 0, every i of the block is in
 }
 
 }  // namespace
 
-cudaError_t raw_swiglu_pairs(const float* gu, int P, int I, uint16_t* h, bool qdq_fp4, cudaStream_t s,
-                             bool pdl) {
-  if (I % 16 || P < 0 || I < 1) return cudaErrorInvalidValue;
+cudaError_t raw_swiglu_pairs(const float* gu, int P, int I, uint16_t* h, bool qdq_fp4, bool perm,
+                             cudaStream_t s, bool pdl) {
+  if (I % 16 || P < 0 || I < 1 || (perm && I % kSwigluThreads)) return cudaErrorInvalidValue;
   const int cpr = (I + kSwigluThreads - 1) / kSwigluThreads;  // blocks a pair
   const long long blocks = static_cast<long long>(P) * cpr;
   if (blocks > 0x7FFFFFFFLL) return cudaErrorInvalidValue;
   if (blocks == 0) return cudaSuccess;
   return launch_pdl(pdl, swiglu_pairs_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kSwigluThreads), 0, s,
-                    gu, I, cpr, h, qdq_fp4 ? 1 : 0);
+                    gu, I, cpr, h, qdq_fp4 ? 1 : 0, perm ? 1 : 0);
 }
 
 }  // namespace gridq::cuda::detail
