@@ -14,6 +14,7 @@
 #include "cuda_test_util.h"
 #include "model/loader.h"
 #include "quant/capture.h"
+#include "runtime/cuda/kernels/forward_kernels.h"
 #include "runtime/cuda/register.h"
 #include "runtime/device.h"
 #include "text/tokenizer.h"
@@ -118,9 +119,10 @@ TEST(CudaTeacher, SameBitsWhateverSharesTheStep) {
         << "layer " << l << ": sequences 3..6 changed with their step's company";
     EXPECT_NE(std::memcmp(all.data(), x.data(), tail.size() * 4), 0) << "layer " << l << " did nothing";
   }
-  // Fails closed on a sequence longer than a step.
-  std::vector<float> long_x(static_cast<size_t>(4096) * H);
-  EXPECT_FALSE((*t)->layer(0, w->layers[0], 1, 4096, long_x.data(), nullptr).ok());
+  // Fails closed on a sequence longer than a step (kMaxStepRows: 8192 rows since session 33).
+  const int too_long = detail::kMaxStepRows + 1;
+  std::vector<float> long_x(static_cast<size_t>(too_long) * H);
+  EXPECT_FALSE((*t)->layer(0, w->layers[0], 1, too_long, long_x.data(), nullptr).ok());
 }
 
 }  // namespace

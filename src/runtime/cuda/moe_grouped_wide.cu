@@ -14,11 +14,12 @@
 // step J is x word 32t + 2J + c of the unit). The activations therefore arrive with each 256-column unit's
 // 128 words permuted (raw_permute_units; the down's h from raw_swiglu_pairs with perm): word w at
 // 4·(w % 32) + w / 32, so 16-byte chunk q = 2J + c of a row is the row's 16 bytes of core matrix c of
-// step J, and one cp.async puts it in place.
+// step J, and one cp.async puts it in place: B is K-major with the 128-byte swizzle (wg_desc_sw128), chunk q
+// of pair n in atom q / 8 (steps 4a .. 4a + 3), row n, slot (q % 8) ^ (n % 8).
 //
 // CTA = 16 warps = 4 warpgroups = 16 consecutive tiles (tile group) × 64 pairs. Per K-unit a cp.async
-// stage holds the 64 pairs' slices as 16 B blocks (one per k16 step, core matrices of 8 pairs × 16 bytes)
-// and the 16 tiles' weight units; stages run one ahead across the CTA's items (item i, i + grid, …) in a
+// stage holds the 64 pairs' slices as 4 swizzle atoms (64 pairs × 128 bytes each) and the 16 tiles' weight
+// units; stages run one ahead across the CTA's items (item i, i + grid, …) in a
 // ring of three, so the unit before the computed one may still be in the tensor cores.
 #include "runtime/cuda/gemm_impl.cuh"
 #include "runtime/cuda/kernels/pdl_launch.cuh"
@@ -37,16 +38,20 @@ constexpr int kNB = 64;  // pairs of an item (the wgmma's N)
 // chains need more than 2 warps a scheduler to hide their latency (ncu: with 8 warps and 3 stages, 72 % of
 // cycles had no eligible warp, mostly fixed-latency dependencies).
 constexpr int kWarps = kWideTiles, kThr = kWarps * 32, kBufs = 3;
-constexpr int kSteps = Dec::kUnitK / 16;      // k16 steps a unit
-constexpr int kStepBytes = kNB * 32;          // a step's B block: 64 pairs × 16 slots × 2 bytes
-constexpr int kXBytes = kSteps * kStepBytes;  // the unit's activations (64 × 512 bytes)
+constexpr int kSteps = Dec::kUnitK / 16;          // k16 steps a unit
+constexpr int kAtomBytes = kNB * 128;             // 4 k16 steps of the 64 pairs: one 128-byte swizzle atom
+constexpr int kXBytes = kSteps / 4 * kAtomBytes;  // the unit's activations (64 × 512 bytes)
 constexpr int kWBytes = kWarps * Dec::kUnitBytes;
-constexpr int kStageBytes = kXBytes + kWBytes;  // B blocks first (16-byte aligned descriptors)
-static_assert(kStageBytes % 16 == 0 && kNB == 64 && kWarps % 4 == 0);
+// B first, each stage 1024-byte aligned (the 128-byte swizzle's XOR pattern is taken from address bits 7-9).
+constexpr int kStageBytes = (kXBytes + kWBytes + 1023) / 1024 * 1024;
+static_assert(kNB == 64 && kWarps % 4 == 0 && kSteps == 16);
 
-constexpr int wide_smem_bytes(int E) { return Dec::kSmemBytes + 2 * (E + 1) * 4 + 16 + kBufs * kStageBytes; }
+// The decoder tables (65 KB: the stages after them stay 1024-byte aligned), the stages, then the item and
+// pair offsets: 226 KB at E = 1024.
+constexpr int wide_smem_bytes(int E) { return Dec::kSmemBytes + kBufs * kStageBytes + 2 * (E + 1) * 4; }
+static_assert(Dec::kSmemBytes % 1024 == 0 && wide_smem_bytes(1024) <= 227 * 1024);
 
-// acc += this warp's tile unit (f) × the unit's 64 pair columns (B blocks at xb), on the warpgroup's MMAs.
+// acc += this warp's tile unit (f) × the unit's 64 pair columns (B atoms at xb), on the warpgroup's MMAs.
 // A group of 4 steps is decoded into one of two register sets while the other group's MMAs may still run:
 // wg_wait<1> after each group leaves only that group in flight.
 __device__ __forceinline__ void wide_unit(const Dec::Frag& f, uint32_t xb, float (&acc)[32],
@@ -54,9 +59,9 @@ __device__ __forceinline__ void wide_unit(const Dec::Frag& f, uint32_t xb, float
   const uint2* tab = reinterpret_cast<const uint2*>(smem);
   const int* st = reinterpret_cast<const int*>(smem + Dec::kScaleTabOff);
   const int rep = lane % Dec::kRep;
-  // Step J's descriptor is step 0's with the start address (bits 0-13, in 16-byte units) J·kStepBytes on:
-  // shared addresses stay below 2^18, so the field does not carry.
-  const uint64_t d0 = wg_desc(xb);
+  // Step J: atom J / 4, 32 bytes on per step inside it (the swizzle applies to the addresses the MMA forms);
+  // the start address field (bits 0-13, 16-byte units) does not carry: shared addresses stay below 2^18.
+  const uint64_t d0 = wg_desc_sw128(xb);
 #define GRIDQ_WIDE_GROUP(G)                                                                         \
   {                                                                                                 \
     const uint32_t s0 = Dec::template scale2<G>(f, 0, st), s1 = Dec::template scale2<G>(f, 1, st);  \
@@ -67,7 +72,7 @@ __device__ __forceinline__ void wide_unit(const Dec::Frag& f, uint32_t xb, float
     Dec::template decode<4 * (G) + 3>(f, tab, rep, s0, s1, ag[3][0], ag[3][1], ag[3][2], ag[3][3]); \
     wg_fence();                                                                                     \
     _Pragma("unroll") for (int i = 0; i < 4; ++i)                                                   \
-        wgmma_bf16_n64(acc, ag[i], d0 + (4 * (G) + i) * (kStepBytes >> 4));                         \
+        wgmma_bf16_n64(acc, ag[i], d0 + (G) * (kAtomBytes >> 4) + i * 2);                           \
     wg_commit();                                                                                    \
     wg_wait<1>();                                                                                   \
   }
@@ -79,24 +84,27 @@ __device__ __forceinline__ void wide_unit(const Dec::Frag& f, uint32_t xb, float
 // The activations kp.x are unit-permuted (raw_permute_units).
 __global__ void __launch_bounds__(kThr, 1)
     grouped_wide_kernel(const ExpertParams p, int tile_groups, int gate_up) {
-  extern __shared__ __align__(16) unsigned char smem[];
+  extern __shared__ __align__(1024) unsigned char smem[];
   const KParams& kp = p.kp;
+  if (static_cast<uint32_t>(__cvta_generic_to_shared(smem)) % 1024) __trap();  // the swizzle atoms' alignment
   Dec::init_smem(smem, kp);
   int *ioff, *poff;  // [E + 1] item offsets, [E + 1] pair offsets
-  uint8_t* stages = stage_offsets(p.grp, p.E, gate_up != 0, smem + Dec::kSmemBytes, ioff, poff);
+  uint8_t* stages = smem + Dec::kSmemBytes;
+  stage_offsets(p.grp, p.E, gate_up != 0, stages + kBufs * kStageBytes, ioff, poff);
   const int* pairs = p.grp + grp_pairs_off(p.E);
   const int n_items = ioff[p.E], S = kp.S, G = static_cast<int>(gridDim.x);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 
   // Issue side: (item, unit) in order over the CTA's items, one ahead of the compute side. A thread copies
-  // 4 chunks of one pair row: row xn = 8·(warp % 8) + lane % 8, chunks 4·(warp / 8 + 2j) + lane / 8. A warp's
-  // copy then fills 4 core-matrix rows of 8 consecutive pairs: 128 contiguous bytes each, no bank conflict.
-  // Its weight copies: chunks lane, lane + 32, lane + 64 of its warp's tile's unit.
+  // chunks q = 8·j + lane % 8 (j = 0..3) of one pair row xn = 4·warp + lane / 8: each 8 lanes read 128
+  // contiguous bytes of a row and write them to the 8 distinct 16-byte slots of its 128-byte swizzled row
+  // (chunk q to atom q / 8, slot (q % 8) ^ (xn % 8)): no bank conflict, one cache line a phase. Its weight
+  // copies: chunks lane, lane + 32, lane + 64 of its warp's tile's unit.
   Item ii;
   bool iv = locate(blockIdx.x, n_items, ioff, p.E, tile_groups, ii);
   if (!iv) return;
-  const int xn = 8 * (warp % 8) + (lane % 8);
-  const uint32_t x_dst = static_cast<uint32_t>((xn / 8) * 256 + (xn % 8) * 16);
+  const int xn = 4 * warp + (lane >> 3);
+  const uint32_t x_dst = static_cast<uint32_t>(xn * 128 + (((lane & 7) ^ (xn & 7)) * 16));
   constexpr int kUnitChunks = Dec::kUnitBytes / 16;
   const uint8_t* xrow = nullptr;
   auto item_row = [&]() {
@@ -122,9 +130,8 @@ __global__ void __launch_bounds__(kThr, 1)
       if (xrow != nullptr) {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          const int q = 4 * (warp / 8 + 2 * j) + lane / 8;  // chunk q: step q / 2, core q % 2
-          cp_async16_s(dst + (q / 2) * kStepBytes + (q % 2) * 128 + x_dst,
-                       xrow + static_cast<long long>(is) * Dec::kUnitK * 2 + 16 * q);
+          cp_async16_s(dst + j * kAtomBytes + x_dst,
+                       xrow + static_cast<long long>(is) * Dec::kUnitK * 2 + 16 * (8 * j + (lane & 7)));
         }
       }
       if (++is == S) {

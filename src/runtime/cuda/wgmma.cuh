@@ -9,10 +9,13 @@
 
 namespace gridq::cuda::detail {
 
-// Shared-memory matrix descriptor of B, K-major without swizzle: core matrices (8 rows × 16 bytes) 128 bytes
-// apart along K (leading byte offset) and 256 bytes apart along N (stride byte offset).
-__device__ __forceinline__ uint64_t wg_desc(uint32_t smem_addr) {
-  return ((smem_addr & 0x3FFFFu) >> 4) | (uint64_t{128 >> 4} << 16) | (uint64_t{256 >> 4} << 32);
+// Shared-memory matrix descriptor of B, K-major with the 128-byte swizzle: a row (one N index) holds 64
+// K-contiguous BF16 (128 bytes) whose 16-byte chunk j sits at slot j ^ (row % 8), 8 rows an atom of 1024
+// bytes (the stride byte offset between 8-row groups; the leading byte offset is unused for K-major swizzled
+// layouts). A k16 step inside the atom starts 32 bytes further; the atom must be 1024-byte aligned.
+__device__ __forceinline__ uint64_t wg_desc_sw128(uint32_t smem_addr) {
+  return ((smem_addr & 0x3FFFFu) >> 4) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) |
+         (uint64_t{1} << 62);
 }
 // Orders this thread's register writes (A fragments, zeroed accumulators) before the next wgmma reads them.
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
