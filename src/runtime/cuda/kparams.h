@@ -88,10 +88,10 @@ constexpr long long group_pairs_smem_bytes(long long P, long long E) {
 }
 cudaError_t raw_group_pairs(const int* eid, int P, int E, int nb, int r_gu, int r_dn, int* grp,
                             cudaStream_t s, bool pdl);
-// gate_up: gu [P, 2I] FP32 (gate rows, then up rows; group_pairs' r_gu = 2I/16),
-// or with p.pair h [P, I] BF16 = the SwiGLU (+ FP4 QDQ) of the gate and up rows (kp.y = h, ldy = I; r_gu =
-// I/16: an item is a gate tile with its up tile); down: y [P, H] FP32 (with p.pair r_dn = H/32: an item is
-// two adjacent tiles). nt token tiles per item (the same nt as group_pairs' nb = 8·nt); built for nt = 1.
+// gate_up: gu [P, 2I] FP32 (gate rows, then up rows; group_pairs' r_gu = 2I/16), or with p.pair h [P, I] BF16
+// = the SwiGLU (+ FP4 QDQ) of the gate and up rows (kp.y = h, ldy = I; r_gu = I/16: an item is a gate tile
+// with its up tile); down: y [P, H] FP32 (with p.pair r_dn = H/32: an item is two adjacent tiles). nt token
+// tiles per item (the same nt as group_pairs' nb = 8·nt); built for nt = 1.
 cudaError_t raw_grouped_experts(bool gate_up, int nt, const ExpertParams& p, cudaStream_t s, bool pdl);
 // The same outputs, bit for bit, with items of 16 tiles × 64 pairs on a CTA (moe_grouped_wide.cu), except
 // that gate_up writes gu [P, 2I] FP32 (raw_swiglu_pairs makes h) and that the activations kp.x (gate_up: the
@@ -99,9 +99,18 @@ cudaError_t raw_grouped_experts(bool gate_up, int nt, const ExpertParams& p, cud
 // kWidePairs and r_gu / r_dn = tile groups of kWideTiles.
 cudaError_t raw_grouped_wide(bool gate_up, const ExpertParams& p, cudaStream_t s, bool pdl);
 inline constexpr int kWidePairs = 64, kWideTiles = 16;
-// xp [rows, cols] BF16 = x with each 256-column unit's 128 words (BF16 pairs) permuted, word w to
-// 4·(w % 32) + w / 32: the layout in which the wide kernel's copies put a unit's columns where its warpgroup
-// MMAs read them (moe_grouped_wide.cu). cols % 256 == 0.
+// The wide items' unit permutation: word w (a BF16 pair) of a 256-column unit is stored at unit_word_slot(w),
+// so that 16-byte chunk q of a row holds the words the warpgroup MMAs read together (moe_grouped_wide.cu);
+// unit_word_at(d) is the word stored at d. Both take 0 <= w, d < 128.
+constexpr int unit_word_slot(int w) { return 4 * (w & 31) + (w >> 5); }
+constexpr int unit_word_at(int d) { return 32 * (d & 3) + (d >> 2); }
+constexpr bool unit_words_inverse() {
+  for (int w = 0; w < 128; ++w)
+    if (unit_word_slot(w) >= 128 || unit_word_at(unit_word_slot(w)) != w) return false;
+  return true;
+}
+static_assert(unit_words_inverse());
+// xp [rows, cols] BF16 = x with each 256-column unit's words at unit_word_slot. cols % 256 == 0.
 cudaError_t raw_permute_units(const uint16_t* x, int rows, int cols, uint16_t* xp, cudaStream_t s, bool pdl);
 // h [P, I] = FP4QDQ(bf16(silu(bf16(gate))·bf16(up))) from gu [P, 2I] (the GEMV SwiGLU epilogue's
 // arithmetic); perm: h unit-permuted (I % 256 == 0).

@@ -13,14 +13,14 @@
 // B's k slots must hold the K positions the decoder's A fragments give them (DecCB: slot pair 2t + 8c of
 // step J is x word 32t + 2J + c of the unit). The activations therefore arrive with each 256-column unit's
 // 128 words permuted (raw_permute_units; the down's h from raw_swiglu_pairs with perm): word w at
-// 4·(w % 32) + w / 32, so 16-byte chunk q = 2J + c of a row is the row's 16 bytes of core matrix c of
-// step J, and one cp.async puts it in place: B is K-major with the 128-byte swizzle (wg_desc_sw128), chunk q
-// of pair n in atom q / 8 (steps 4a .. 4a + 3), row n, slot (q % 8) ^ (n % 8).
+// unit_word_slot(w) = 4·(w % 32) + w / 32, so 16-byte chunk q = 2J + c of a row is the row's 16 bytes of core
+// matrix c of step J, and one cp.async puts it in place: B is K-major with the 128-byte swizzle
+// (wg_desc_sw128), chunk q of pair n in atom q / 8 (steps 4a .. 4a + 3), row n, slot (q % 8) ^ (n % 8).
 //
 // CTA = 16 warps = 4 warpgroups = 16 consecutive tiles (tile group) × 64 pairs. Per K-unit a cp.async
 // stage holds the 64 pairs' slices as 4 swizzle atoms (64 pairs × 128 bytes each) and the 16 tiles' weight
-// units; stages run one ahead across the CTA's items (item i, i + grid, …) in a
-// ring of three, so the unit before the computed one may still be in the tensor cores.
+// units; stages run one ahead across the CTA's items (item i, i + grid, …) in a ring of three, so the unit
+// before the computed one may still be in the tensor cores.
 #include "runtime/cuda/gemm_impl.cuh"
 #include "runtime/cuda/kernels/pdl_launch.cuh"
 #include "runtime/cuda/kparams.h"
@@ -160,12 +160,12 @@ __global__ void __launch_bounds__(kThr, 1)
     __syncthreads();
     issue();
     const int tile = ci.r * kWarps + warp;
-    const uint32_t st = stages_s + (u % kBufs) * kStageBytes;
+    const unsigned stage = (u % kBufs) * kStageBytes;
     // Every warp runs the MMAs (warpgroup-collective); a warp past the last tile decodes a stale unit and
     // stores nothing.
     typename Dec::Frag f;
-    Dec::load(f, stages + (u % kBufs) * kStageBytes + kXBytes + warp * Dec::kUnitBytes, lane);
-    wide_unit(f, st, acc, a, smem, lane);
+    Dec::load(f, stages + stage + kXBytes + warp * Dec::kUnitBytes, lane);
+    wide_unit(f, stages_s + stage, acc, a, smem, lane);
     bool more = true;
     if (++cs == S) {  // the item's K-run is complete: this warp's tile of the item's pairs
       wg_wait<0>();
@@ -192,14 +192,14 @@ __global__ void __launch_bounds__(kThr, 1)
   cp_async_wait<0>();
 }
 
-// xp = x with each 256-column unit's 128 words permuted: word w to 4·(w % 32) + w / 32 (one thread a
-// destination word: the reads of a warp are four 32-byte runs).
+// xp = x with each 256-column unit's 128 words at unit_word_slot (one thread a destination word: the reads
+// of a warp are four 32-byte runs).
 __global__ void permute_units_kernel(const uint32_t* x, long long words, uint32_t* xp) {
   pdl_entry();
   const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= words) return;
   const int d = static_cast<int>(i & 127);
-  xp[i] = __ldcg(x + (i - d) + 32 * (d & 3) + (d >> 2));
+  xp[i] = __ldcg(x + (i - d) + unit_word_at(d));
 }
 
 }  // namespace

@@ -15,7 +15,7 @@ namespace {
 // block: a 64-bit one a thread was most of this kernel's time at a prefill chunk's 20k pairs); a group is 16
 // consecutive lanes (I % 16 == 0, chunks start at multiples of 16), reduced by xor 1, 2, 4, 8. qdq == 0 (the
 // w4a16 contract): h is the BF16 product itself. perm (the wide down's input, I % 256 == 0): each 256-column
-// unit of h stored word-permuted as raw_permute_units does it, through shared memory (a block is one unit),
+// unit of h stored with its words at unit_word_slot (kparams.h), through shared memory (a block is one unit),
 // so the stores stay coalesced.
 constexpr int kSwigluThreads = 256;
 __global__ void __launch_bounds__(kSwigluThreads)
@@ -45,9 +45,9 @@ __global__ void __launch_bounds__(kSwigluThreads)
     if (ok) out[i] = v;
     return;
   }
-  // Element e = 2w + half of the unit goes to 2·(4·(w % 32) + w / 32) + half.
-  const int e = static_cast<int>(threadIdx.x), w = e >> 1;
-  unit[2 * (4 * (w & 31) + (w >> 5)) + (e & 1)] = v;
+  // Element e = 2w + half of the unit goes to 2·unit_word_slot(w) + half.
+  const int e = static_cast<int>(threadIdx.x);
+  unit[2 * unit_word_slot(e >> 1) + (e & 1)] = v;
   __syncthreads();
   out[i] = unit[threadIdx.x];  // perm: I % 256 == 0, every i of the block is in
 }
