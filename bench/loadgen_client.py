@@ -246,6 +246,15 @@ def metrics_delta(before: dict | None, after: dict | None) -> dict | None:
         a, b = metric(before, short), metric(after, short)
         if a is not None and b is not None:
             out[short.removesuffix("_total")] = b - a
+    # Histogram means over the run: a decode-only step's wall time and its forward + sampling (gridq's own
+    # families; the difference is the scheduler's host work a step), and tokens a step.
+    for short, key in (("decode_step_seconds", "decode_step_s"), ("decode_step_forward_seconds", "decode_forward_s"),
+                       ("iteration_tokens_total", "step_tokens")):
+        s0, s1 = metric(before, short + "_sum"), metric(after, short + "_sum")
+        c0, c1 = metric(before, short + "_count"), metric(after, short + "_count")
+        if None not in (s0, s1, c0, c1) and c1 > c0:
+            out[key + "_mean"] = (s1 - s0) / (c1 - c0)
+            out[key + "_count"] = c1 - c0
     q, h = out.get("prefix_cache_queries"), out.get("prefix_cache_hits")
     out["prefix_cache_hit_rate"] = (h / q if q else 0.0) if q is not None and h is not None else None
     return out

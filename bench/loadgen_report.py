@@ -176,6 +176,12 @@ def format_table(rep) -> str:
                      f" tokens; recomputed {_f(m.get('prefix_cache_recomputed_tokens'), '{:.0f}')}), "
                      f"generation tokens {_f(m.get('generation_tokens'), '{:.0f}')}, "
                      f"preemptions {_f(m.get('num_preemptions'), '{:.0f}')}")
+        st, fw = m.get("decode_step_s_mean"), m.get("decode_forward_s_mean")
+        if st is not None and fw is not None:
+            lines.append(f"  decode-only steps: {_f(m.get('decode_step_s_count'), '{:.0f}')}, mean "
+                         f"{_f(st * 1e3, '{:.2f}')} ms, forward + sampling {_f(fw * 1e3, '{:.2f}')} ms, scheduler "
+                         f"{_f((st - fw) * 1e3, '{:.2f}')} ms; tokens a step (all steps) "
+                         f"{_f(m.get('step_tokens_mean'), '{:.1f}')}")
     if rep.get("by_turn"):
         lines.append("")
         # recomputed: hit tokens computed again anyway (sliding-window rings without a snapshot; docs/serving.md)

@@ -3,19 +3,30 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iterator>
 
 #include "serve/process_metrics.h"
 
 namespace gridq::serve {
 namespace {
-const char* kHistNames[] = {"time_to_first_token_seconds",  "inter_token_latency_seconds",
-                            "e2e_request_latency_seconds",  "request_queue_time_seconds",
-                            "request_prefill_time_seconds", "request_decode_time_seconds",
-                            "request_prompt_tokens",        "request_generation_tokens"};
-const char* kHistHelp[] = {"Time to first token",        "Time between output tokens",
-                           "End-to-end request latency", "Time spent waiting in the queue",
-                           "Time spent in prefill",      "Time spent in decode",
-                           "Prompt tokens per request",  "Generated tokens per request"};
+const char* kHistNames[] = {
+    "time_to_first_token_seconds", "inter_token_latency_seconds",  "e2e_request_latency_seconds",
+    "request_queue_time_seconds",  "request_prefill_time_seconds", "request_decode_time_seconds",
+    "request_prompt_tokens",       "request_generation_tokens",    "iteration_tokens_total",
+    "decode_step_seconds",         "decode_step_forward_seconds"};
+const char* kHistHelp[] = {"Time to first token",
+                           "Time between output tokens",
+                           "End-to-end request latency",
+                           "Time spent waiting in the queue",
+                           "Time spent in prefill",
+                           "Time spent in decode",
+                           "Prompt tokens per request",
+                           "Generated tokens per request",
+                           "Tokens per scheduler step",
+                           "Wall time of a decode-only scheduler step",
+                           "Wall time of a decode-only step's forward and sampling"};
+static_assert(std::size(kHistNames) == static_cast<size_t>(Hist::kCount) &&
+              std::size(kHistHelp) == static_cast<size_t>(Hist::kCount));
 
 std::string esc(const std::string& s) {
   std::string o;
@@ -41,7 +52,8 @@ constexpr std::string_view kVllmFamilies[] = {
     "num_preemptions_total",       "prefix_cache_queries_total",  "prefix_cache_hits_total",
     "cache_config_info",           "time_to_first_token_seconds", "inter_token_latency_seconds",
     "e2e_request_latency_seconds", "request_queue_time_seconds",  "request_prefill_time_seconds",
-    "request_decode_time_seconds", "request_prompt_tokens",       "request_generation_tokens"};
+    "request_decode_time_seconds", "request_prompt_tokens",       "request_generation_tokens",
+    "iteration_tokens_total"};
 
 // The families of `text` (each starts at its HELP line) named in kVllmFamilies, with `vllm:` for `gridq:`.
 std::string vllm_names(const std::string& text) {
@@ -91,9 +103,15 @@ Metrics::Metrics(std::string model_name) : model_(std::move(model_name)) {
                                     0.75,  1.0,   2.5,  5.0,  7.5,  10.0, 20.0, 40.0, 80.0};
   const std::vector<double> toks = {1,   2,    5,    10,   20,    50,    100,  200,
                                     500, 1000, 2000, 5000, 10000, 20000, 50000};
+  // A step's time: fine buckets around the 5-60 ms that a decode step of a large model takes.
+  const std::vector<double> step = {0.001, 0.0025, 0.005, 0.0075, 0.01, 0.0125, 0.015, 0.0175, 0.02, 0.025,
+                                    0.03,  0.035,  0.04,  0.05,   0.06, 0.08,   0.1,   0.15,   0.25, 0.5};
   for (size_t i = 0; i < hist_.size(); ++i) {
     auto& h = hist_[i];
-    h.bounds = i >= static_cast<size_t>(Hist::kPromptTokens) ? toks : secs;
+    const auto which = static_cast<Hist>(i);
+    h.bounds = which == Hist::kPromptTokens || which == Hist::kGenTokens || which == Hist::kIterTokens ? toks
+               : which == Hist::kDecodeStep || which == Hist::kDecodeForward                           ? step
+                                                                                                       : secs;
     h.counts.assign(h.bounds.size() + 1, 0);
   }
 }

@@ -15,7 +15,24 @@
 
 namespace gridq::serve {
 
-enum class Hist { kTtft, kItl, kE2e, kQueue, kPrefill, kDecode, kPromptTokens, kGenTokens, kCount };
+// kIterTokens: tokens a scheduler step ran (vLLM's iteration_tokens_total). kDecodeStep / kDecodeForward: the
+// wall time of a decode-only step (every row one sequence's next token: the steps that set the inter-token
+// latency) and of its engine call (forward and sampling) within it; their difference is the scheduler's own
+// host work a step.
+enum class Hist {
+  kTtft,
+  kItl,
+  kE2e,
+  kQueue,
+  kPrefill,
+  kDecode,
+  kPromptTokens,
+  kGenTokens,
+  kIterTokens,
+  kDecodeStep,
+  kDecodeForward,
+  kCount
+};
 
 // The label values a method, handler, status or finish reason is counted under: the value itself when it is
 // one of the known ones, else "other" (statuses: "other" outside 100..599).

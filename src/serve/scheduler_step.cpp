@@ -190,11 +190,14 @@ void Scheduler::loop() {
 
     std::vector<StepItem> items;
     std::vector<Seq*> owners;
+    const auto step_start = Clock::now();
     build_step(items, owners);
     if (items.empty()) {
       update_gauges();
       continue;
     }
+    const bool decode_only =
+        std::none_of(owners.begin(), owners.end(), [](const Seq* s) { return s->prefilling(); });
     // Each sampled row's plan (its uniform drawn now, in row order) before the step, so the engine can
     // sample where the logits are; rows of finished or cancelled sequences are not sampled.
     std::deque<runtime::SamplePlan> plan_store;  // stable addresses as it grows
@@ -227,6 +230,7 @@ void Scheduler::loop() {
     }
     sampled.clear();
     Status st;
+    const auto forward_start = Clock::now();
     if (engine_.samples_on_host()) {
       // The forward runs while the workers compute the rows' masks (prepare_constraint); the rows are then
       // restricted and sampled here exactly as the engine's forward_sampled would (engine_iface.h).
@@ -248,6 +252,7 @@ void Scheduler::loop() {
       continue;
     }
     const auto now = Clock::now();
+    const double forward_secs = secs(now - forward_start);
     size_t row = 0;
     for (size_t k = 0; k < items.size(); ++k) {
       Seq& s = *owners[k];
@@ -324,6 +329,15 @@ void Scheduler::loop() {
       s.next_input = tok.token;
     }
     std::erase_if(running_, [](const std::unique_ptr<Seq>& s) { return s->done; });
+    if (metrics_) {
+      int64_t tokens = 0;
+      for (const auto& it : items) tokens += static_cast<int64_t>(it.tokens.size());
+      metrics_->observe(Hist::kIterTokens, static_cast<double>(tokens));
+      if (decode_only) {
+        metrics_->observe(Hist::kDecodeStep, secs(Clock::now() - step_start));
+        metrics_->observe(Hist::kDecodeForward, forward_secs);
+      }
+    }
     update_gauges();
   }
 }

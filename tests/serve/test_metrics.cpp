@@ -60,5 +60,26 @@ TEST(Metrics, CountersTypedOnTotalNamesWithVllmAndProcessFamilies) {
   EXPECT_NE(out.find("# TYPE process_cpu_seconds_total counter"), std::string::npos);
 }
 
+// The step histograms: tokens a step in token buckets (vLLM's iteration_tokens_total, copied under its
+// name), decode-step times in the fine step buckets; the step-time families are gridq's own.
+TEST(Metrics, StepHistogramsBucketTheirOwnUnits) {
+  Metrics m("model");
+  m.observe(Hist::kIterTokens, 64);
+  m.observe(Hist::kDecodeStep, 0.033);
+  m.observe(Hist::kDecodeForward, 0.028);
+  const std::string out = m.render();
+  EXPECT_NE(out.find("gridq:iteration_tokens_total_bucket{model_name=\"model\",le=\"50\"} 0\n"
+                     "gridq:iteration_tokens_total_bucket{model_name=\"model\",le=\"100\"} 1\n"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("vllm:iteration_tokens_total_count{model_name=\"model\"} 1\n"), std::string::npos);
+  EXPECT_NE(out.find("gridq:decode_step_seconds_bucket{model_name=\"model\",le=\"0.03\"} 0\n"
+                     "gridq:decode_step_seconds_bucket{model_name=\"model\",le=\"0.035\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(out.find("gridq:decode_step_forward_seconds_sum{model_name=\"model\"} 0.028\n"),
+            std::string::npos);
+  EXPECT_EQ(out.find("vllm:decode_step"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace gridq::serve
