@@ -205,6 +205,9 @@ TEST(BenchDecode, TinySyntheticCells) {
   EXPECT_GT((*r)["model"]["weights_bytes"].get<double>(), 0.0);
   for (const auto& c : cells) {
     EXPECT_GT(c["tok_s"].get<double>(), 0.0) << c.dump();
+    EXPECT_GT(c["tok_s_sampled"].get<double>(), 0.0) << c.dump();
+    // The sampled pass ran the same tokens: its greedy tokens are the logits pass's argmaxes.
+    EXPECT_TRUE(c["sampled_is_logits_argmax"].get<bool>()) << c.dump();
     EXPECT_GT(c["gbs"].get<double>(), 0.0) << c.dump();
     EXPECT_GT(c["bytes_per_step"].get<double>(), c["kv_bytes_per_step"].get<double>()) << c.dump();
     EXPECT_TRUE(c["logits_finite"].get<bool>()) << c.dump();

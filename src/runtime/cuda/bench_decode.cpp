@@ -83,7 +83,8 @@ Expected<Model> open_model(const BenchDecodeOptions& o, const runtime::DeviceOpt
 }
 
 struct Cell {
-  std::vector<double> ms;
+  std::vector<double> ms, ms_sampled;
+  bool sampled_is_argmax = false;
   std::map<std::string, double> phase_ms;
   double phase_pass_ms = 0;
   uint64_t hash = 0;
@@ -113,8 +114,12 @@ Status run_cell(CudaBackend& be, const BenchDecodeOptions& o, int batch, int ctx
   std::vector<int32_t> toks(static_cast<size_t>(batch));
   std::vector<runtime::BatchItem> items(static_cast<size_t>(batch));
   std::vector<float> logits;
+  // Greedy plans for the sampled pass (every row the default plan: argmax on the device).
+  const runtime::SamplePlan greedy;
+  const std::vector<const runtime::SamplePlan*> plans(static_cast<size_t>(batch), &greedy);
+  std::vector<runtime::SampledToken> sampled;
   std::uniform_int_distribution<int32_t> tok(0, V - 1);
-  auto run = [&](int n, std::vector<double>* ms) -> Status {
+  auto run = [&](int n, std::vector<double>* ms, bool sample = false) -> Status {
     for (int i = 0; i < n; ++i) {
       for (int b = 0; b < batch; ++b) {
         toks[static_cast<size_t>(b)] = tok(rng);
@@ -122,8 +127,12 @@ Status run_cell(CudaBackend& be, const BenchDecodeOptions& o, int batch, int ctx
             ids[static_cast<size_t>(b)], {&toks[static_cast<size_t>(b)], 1}, runtime::LogitsMode::kLast};
       }
       logits.clear();
+      sampled.clear();
       const auto t0 = std::chrono::steady_clock::now();
-      GRIDQ_RETURN_IF_ERROR(be.forward(items, logits));  // synchronizes (the logits come back)
+      if (sample)  // synchronizes (the tokens come back)
+        GRIDQ_RETURN_IF_ERROR(be.forward_sampled(items, plans, sampled));
+      else  // synchronizes (the logits come back)
+        GRIDQ_RETURN_IF_ERROR(be.forward(items, logits));
       const auto t1 = std::chrono::steady_clock::now();
       if (ms) ms->push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
     }
@@ -132,9 +141,21 @@ Status run_cell(CudaBackend& be, const BenchDecodeOptions& o, int batch, int ctx
   GRIDQ_RETURN_IF_ERROR(reset());
   GRIDQ_RETURN_IF_ERROR(run(o.warmup, nullptr));
   GRIDQ_RETURN_IF_ERROR(reset());
+  const std::mt19937_64 rng0 = rng;  // the sampled pass below runs the same tokens
   GRIDQ_RETURN_IF_ERROR(run(o.steps, &cell.ms));
   cell.hash = fnv1a(logits);
   cell.finite = std::all_of(logits.begin(), logits.end(), [](float x) { return std::isfinite(x); });
+  // The same steps as `serve` runs them: sampled on the device, only the tokens copied back (at batch 64
+  // the logits rows are 25 MB a step to the host, which the pass above times and serving never does).
+  GRIDQ_RETURN_IF_ERROR(reset());
+  rng = rng0;
+  GRIDQ_RETURN_IF_ERROR(run(o.steps, &cell.ms_sampled, true));
+  // Same tokens, same positions: the last step's greedy tokens are its logits rows' argmaxes (first of ties).
+  cell.sampled_is_argmax = sampled.size() == static_cast<size_t>(batch);
+  for (size_t r = 0; cell.sampled_is_argmax && r < sampled.size(); ++r) {
+    const auto row = logits.begin() + static_cast<std::ptrdiff_t>(r * static_cast<size_t>(V));
+    cell.sampled_is_argmax = std::max_element(row, row + V) - row == sampled[r].token;
+  }
   GRIDQ_RETURN_IF_ERROR(reset());
   (void)be.take_phase_ms();
   be.set_phase_timing(true);
@@ -220,8 +241,8 @@ Expected<json> run_bench_decode(const BenchDecodeOptions& o) {
         stderr, "%s: %.2f GB resident weights, KV for %lld tokens; %.3f GB non-expert + %.1f MB/expert set\n",
         m.desc["name"].get<std::string>().c_str(), static_cast<double>(mem.weights) / 1e9,
         static_cast<long long>(mem.kv_tokens), sb.fixed / 1e9, sb.experts / 1e6);
-    std::fprintf(stderr, "%5s %7s %9s %9s %9s %8s %6s\n", "batch", "context", "ms/step", "tok/s", "GB/step",
-                 "GB/s", "%copy");
+    std::fprintf(stderr, "%5s %7s %9s %9s %9s %8s %6s %9s\n", "batch", "context", "ms/step", "tok/s",
+                 "GB/step", "GB/s", "%copy", "tok/s smp");
   }
   std::mt19937_64 rng(o.seed ^ 0x5EEDDECull);
   runtime::SeqId next_id = 1;
@@ -253,7 +274,7 @@ Expected<json> run_bench_decode(const BenchDecodeOptions& o) {
       }
       Cell c;
       GRIDQ_RETURN_IF_ERROR(run_cell(be, o, batch, ctx, rng, next_id, c));
-      const double ms = bench::median(c.ms);
+      const double ms = bench::median(c.ms), ms_smp = bench::median(c.ms_sampled);
       const double distinct = sb.moe_layers > 0 ? E * (1.0 - std::pow(1.0 - k / E, batch)) : 0.0;
       const double wbytes = sb.fixed + batch * sb.embed_row + distinct * sb.experts;
       double kv = 0;
@@ -281,6 +302,9 @@ Expected<json> run_bench_decode(const BenchDecodeOptions& o) {
            {"ms_per_step_min", *mn},
            {"ms_per_step_max", *mx},
            {"tok_s", batch / (ms * 1e-3)},
+           {"ms_per_step_sampled", ms_smp},
+           {"tok_s_sampled", batch / (ms_smp * 1e-3)},
+           {"sampled_is_logits_argmax", c.sampled_is_argmax},
            {"expected_distinct_experts_per_moe_layer", distinct},
            {"weight_bytes_per_step", wbytes},
            {"weight_bytes_per_step_if_no_expert_reuse", sb.fixed + batch * (sb.embed_row + k * sb.experts)},
@@ -295,8 +319,8 @@ Expected<json> run_bench_decode(const BenchDecodeOptions& o) {
            {"logits_fnv1a", fmt::format("{:016x}", c.hash)},
            {"logits_finite", c.finite}});
       if (o.progress) {
-        std::fprintf(stderr, "%5d %7d %9.3f %9.1f %9.3f %8.0f %5.1f%%%s\n", batch, ctx, ms,
-                     batch / (ms * 1e-3), bytes / 1e9, gbs, 100.0 * gbs / copy,
+        std::fprintf(stderr, "%5d %7d %9.3f %9.1f %9.3f %8.0f %5.1f%% %9.1f%s\n", batch, ctx, ms,
+                     batch / (ms * 1e-3), bytes / 1e9, gbs, 100.0 * gbs / copy, batch / (ms_smp * 1e-3),
                      c.finite ? "" : "  (non-finite logits!)");
         std::fprintf(stderr, "      %d kernels a replayed step; phases (a pass with a sync after each):\n",
                      kernels);
@@ -340,7 +364,8 @@ Expected<json> run_bench_decode(const BenchDecodeOptions& o) {
                   {"step_rows", detail::step_rows_for(o.max_num_batched_tokens)}};
   r["timing"] =
       "std::chrono around CudaBackend::forward (synchronous: the last row's logits are copied back); "
-      "median over the timed steps";
+      "median over the timed steps. *_sampled: the same steps through CudaBackend::forward_sampled (greedy "
+      "on the device, only the tokens copied back, as serve runs a step)";
   r["bytes_model"] = kBytesModel;
   r["cells"] = cells;
   r["skipped"] = skipped;
@@ -352,13 +377,13 @@ std::string format_bench_decode_table(const json& r) {
   std::string s = fmt::format("gridq bench decode — {} — {} — {} — copy {:.0f} GB/s\n",
                               r["date"].get<std::string>(), r["gpu"].get<std::string>(),
                               r["model"]["name"].get<std::string>(), r["copy_gbs"].get<double>());
-  s += fmt::format("{:>5} {:>7} {:>9} {:>9} {:>9} {:>8} {:>7}\n", "batch", "context", "ms/step", "tok/s",
-                   "GB/step", "GB/s", "%copy");
+  s += fmt::format("{:>5} {:>7} {:>9} {:>9} {:>9} {:>8} {:>7} {:>9}\n", "batch", "context", "ms/step",
+                   "tok/s", "GB/step", "GB/s", "%copy", "tok/s smp");
   for (const auto& c : r["cells"])
-    s += fmt::format("{:>5} {:>7} {:>9.3f} {:>9.1f} {:>9.3f} {:>8.0f} {:>6.1f}%\n", c["batch"].get<int>(),
-                     c["context"].get<int>(), c["ms_per_step"].get<double>(), c["tok_s"].get<double>(),
-                     c["bytes_per_step"].get<double>() / 1e9, c["gbs"].get<double>(),
-                     c["pct_copy"].get<double>());
+    s += fmt::format("{:>5} {:>7} {:>9.3f} {:>9.1f} {:>9.3f} {:>8.0f} {:>6.1f}% {:>9.1f}\n",
+                     c["batch"].get<int>(), c["context"].get<int>(), c["ms_per_step"].get<double>(),
+                     c["tok_s"].get<double>(), c["bytes_per_step"].get<double>() / 1e9,
+                     c["gbs"].get<double>(), c["pct_copy"].get<double>(), c.value("tok_s_sampled", 0.0));
   if (r.contains("prefill")) {
     s += fmt::format("{:>7} {:>10} {:>10} {:>10}\n", "prompt", "ms", "tok/s", "TTFT ms");
     for (const auto& c : r["prefill"])

@@ -2,8 +2,9 @@
 // a full-size synthetic one built on the device (--synthetic NAME, synthetic_model.h) or a real artifact / HF
 // directory. For every (batch, context) cell it opens `batch` sequences at length `context`, runs `warmup`
 // decode steps, resets the lengths and times `steps` decode steps (one token per sequence per forward, the
-// last row's logits copied back as serving does), then repeats the steps with per-phase timing on. Reported
-// per cell: ms per step, tok/s, bytes streamed per step (estimate, see below), GB/s and % of a 1 GiB
+// last row's logits copied back), then the same steps sampled greedily on the device (forward_sampled: only
+// the tokens come back, as `serve` runs a step; tok_s_sampled), then the steps with per-phase timing on.
+// Reported per cell: ms per step, tok/s, bytes streamed per step (estimate, see below), GB/s and % of a 1 GiB
 // device-to-device copy measured in the same run, µs per phase; plus machine, commit, driver and CUDA
 // runtime.
 //
