@@ -89,7 +89,7 @@ struct Cache {
 // o FP32 [T, nh, d] for rows (slot, pos) with queries q [T, nh, d].
 std::vector<float> run(const Case& c, const Cache& cache, const std::vector<int>& slot,
                        const std::vector<int>& pos, const std::vector<float>& q, int warps,
-                       bool fused = false) {
+                       bool fused = false, int max_splits = 0) {
   const int T = static_cast<int>(pos.size());
   std::vector<int> rows(pos);
   rows.insert(rows.end(), slot.begin(), slot.end());
@@ -97,7 +97,8 @@ std::vector<float> run(const Case& c, const Cache& cache, const std::vector<int>
   AttnArgs a;
   a.q = q_d.as<float>();
   a.T = T, a.nh = c.nh, a.nkv = c.nkv, a.d = c.d, a.window = c.window;
-  a.max_splits = (Cache::kLen + detail::kAttnSplitKeys - 1) / detail::kAttnSplitKeys;
+  a.max_splits =
+      max_splits > 0 ? max_splits : (Cache::kLen + detail::kAttnSplitKeys - 1) / detail::kAttnSplitKeys;
   a.tile_warps = warps;
   a.fused = fused;
   a.kv = cache.view;
@@ -251,6 +252,22 @@ TEST(CudaAttention, HeadDim64And32) {
   REQUIRE_GPU();
   check_case({64, 8, 2, 0});
   check_case({32, 6, 3, 150});
+}
+
+// A split buffer sized for a long max_model_len (the engine's max_splits: 4096 splits for 1M positions, the
+// merge's shared memory at the 48 KB line beside its static bytes; 8192 past it) changes only the partials'
+// stride: the same bits as a buffer sized for the cache. (An H200's KV pool holds Laguna-S-2.1's 1M
+// positions, and the merge's launch was refused there: its shared-memory opt-in ignored the static bytes.)
+TEST(CudaAttention, SplitBufferForLongContextsSameBits) {
+  REQUIRE_GPU();
+  const Case c{128, 12, 2, 0};
+  Rng r(77);
+  const Cache cache(c, r);
+  std::vector<int> slot{0, 1, 1}, pos{Cache::kLen - 1, 300, 5};
+  const auto q = queries(c, slot, pos);
+  const auto want = run(c, cache, slot, pos, q, 4);
+  expect_same(want, run(c, cache, slot, pos, q, 4, false, 4096), "4096 splits vs the cache's");
+  expect_same(want, run(c, cache, slot, pos, q, 4, false, 8192), "8192 splits vs the cache's");
 }
 
 }  // namespace
