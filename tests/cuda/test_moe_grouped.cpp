@@ -213,6 +213,34 @@ TEST(CudaMoeGrouped, WideItemsAreBitIdenticalToNarrow) {
   }
 }
 
+// Rings of padded, phase-rotated slots (moe_grouped.cu) and of unit-sized ones (paired items of more than
+// 359 experts, whose padded rings do not fit beside the offset tables): the same bits. E = 400: paired items
+// run the unit-sized slots, one-tile items the padded ones.
+TEST(CudaMoeGrouped, PaddedAndUnitSizedRingSlotsSameBits) {
+  REQUIRE_GPU();
+  Rng r(2003);
+  const int E = 400, I = 256, H = 512, k = 4, T = 24;
+  ExpertStacks st = make_expert_stacks(E, I, H, r);
+  std::vector<uint16_t> xr(static_cast<size_t>(T) * H), x(xr.size());
+  for (auto& v : xr) v = r.bf16(2.0f);
+  ASSERT_OK(qdq_fp4_row(xr, x));
+  std::vector<int> eid;
+  for (int t = 0; t < T; ++t) {
+    std::vector<int> c;  // a few experts shared by many tokens, spread over the stack (last one included)
+    for (int j = 0; j < k; ++j) c.push_back(1 + j * 97 + (t % 3) * 5);
+    c[0] = E - 1 - t % 2;
+    std::sort(c.begin(), c.end());
+    c.erase(std::unique(c.begin(), c.end()), c.end());
+    ASSERT_EQ(static_cast<int>(c.size()), k);
+    eid.insert(eid.end(), c.begin(), c.end());
+  }
+  GroupedOut two = run_grouped(st, x, eid, T, k, E, I, H, 0, true, 1);
+  GroupedOut one = run_grouped(st, x, eid, T, k, E, I, H, 0, true, 0);
+  for (float v : two.y) ASSERT_FALSE(std::isnan(v)) << "unwritten y";
+  EXPECT_EQ(std::memcmp(two.h.data(), one.h.data(), two.h.size() * 2), 0) << "h";
+  EXPECT_EQ(std::memcmp(two.y.data(), one.y.data(), two.y.size() * 4), 0) << "y";
+}
+
 // The w4a16 contract (qdq_fp4 false, --activation-contract w4a16): h is the BF16 SiLU·up product itself, no
 // FP4 QDQ, on unquantized x; it differs from the w4a4 h, and y is down on that h.
 TEST(CudaMoeGrouped, W4A16SkipsTheFp4Qdq) {
