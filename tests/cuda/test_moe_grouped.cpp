@@ -241,6 +241,35 @@ TEST(CudaMoeGrouped, PaddedAndUnitSizedRingSlotsSameBits) {
   EXPECT_EQ(std::memcmp(two.y.data(), one.y.data(), two.y.size() * 4), 0) << "y";
 }
 
+// The default v2 scale table's scales by arithmetic (grouped kernels, DecCB::scale2_default) and any other
+// table's by lookup: a table that differs from the default only at entry 15, on weights without code 15,
+// gives the default table's bits (paired and one-tile items, a decode step and a larger one).
+TEST(CudaMoeGrouped, ScaleTableLookupMatchesDefaultTableArithmetic) {
+  REQUIRE_GPU();
+  const int E = 12, I = 256, H = 512, k = 4;
+  auto other = default_v2_table();
+  other[15] = 4.0f;  // exact E4M3, so a legal entry
+  Rng r1(2004), r2(2004);
+  ExpertStacks a = make_expert_stacks(E, I, H, r1, default_v2_table(), true);
+  ExpertStacks b = make_expert_stacks(E, I, H, r2, other, true);
+  ASSERT_EQ(a.gu_dense, b.gu_dense);
+  for (int T : {3, 40}) {
+    std::vector<uint16_t> xr(static_cast<size_t>(T) * H), x(xr.size());
+    for (auto& v : xr) v = r1.bf16(2.0f);
+    ASSERT_OK(qdq_fp4_row(xr, x));
+    const std::vector<int> eid = random_choices(T, k, E, r1);
+    for (int paired : {0, 1}) {
+      GroupedOut da = run_grouped(a, x, eid, T, k, E, I, H, 0, true, paired);
+      GroupedOut db = run_grouped(b, x, eid, T, k, E, I, H, 0, true, paired);
+      for (float v : da.y) ASSERT_FALSE(std::isnan(v)) << "unwritten y";
+      EXPECT_EQ(std::memcmp(da.h.data(), db.h.data(), da.h.size() * 2), 0)
+          << "h T=" << T << " paired " << paired;
+      EXPECT_EQ(std::memcmp(da.y.data(), db.y.data(), da.y.size() * 4), 0)
+          << "y T=" << T << " paired " << paired;
+    }
+  }
+}
+
 // The w4a16 contract (qdq_fp4 false, --activation-contract w4a16): h is the BF16 SiLU·up product itself, no
 // FP4 QDQ, on unquantized x; it differs from the w4a4 h, and y is down on that h.
 TEST(CudaMoeGrouped, W4A16SkipsTheFp4Qdq) {
