@@ -227,6 +227,14 @@ struct DecCB {
       return static_cast<uint32_t>(st[(f.sc[h] >> (8 * G)) & 255]) * 0x10001u;
   }
 
+  // v2 with the default table T4_2oct8m: the scale's BF16 bits are 128·E + 16·c (format.md §6.2, the
+  // table's own values), so scale2's table load becomes arithmetic: st[c] = 16·c·0x10001.
+  template <int G>
+  __device__ static uint32_t scale2_default(const Frag& f, int h) {
+    static_assert(V == 2, "the default table is v2's");
+    return ((f.sc[h] >> (4 * G)) & 15) * 0x100010u + f.e[h] * (0x10001u << 7);
+  }
+
   // Decoded A-fragment words of sub-vector J: a0/a2 (row g), a1/a3 (row g+8).
   template <int J>
   __device__ static void decode(const Frag& f, const uint2* tab, int rep, uint32_t s0, uint32_t s1,
@@ -250,10 +258,15 @@ struct DecCB {
     a3 = hmul2_bits(e1.y, s1);
   }
 
-  template <int G, int NT>
+  // kDefaultTable: the scales by scale2_default (only for a v2 matrix whose table is the default).
+  template <int G, int NT, bool kDefaultTable = false>
   __device__ static void mma_group(const Frag& f, const XFrag (&x)[NT], float (&acc)[NT][4], const uint2* tab,
                                    const int* st, int rep) {
-    uint32_t s0 = scale2<G>(f, 0, st), s1 = scale2<G>(f, 1, st);
+    uint32_t s0, s1;
+    if constexpr (kDefaultTable)
+      s0 = scale2_default<G>(f, 0), s1 = scale2_default<G>(f, 1);
+    else
+      s0 = scale2<G>(f, 0, st), s1 = scale2<G>(f, 1, st);
 #define GRIDQ_CB_STEP(JJ)                                                                                   \
   {                                                                                                         \
     constexpr int J = 4 * G + JJ;                                                                           \

@@ -9,17 +9,17 @@
 // (swiglu_pairs.cu) after the wide kernel), and the per-token combine (raw_moe_combine) sums a token's pairs
 // in ascending expert order, as the CPU reference does.
 //
-// Work: group_pairs_kernel sorts the step's T·k pairs by expert (stable: ascending pair index) and counts
-// the items; an item is (expert, 16-row tile, block of NB = 8·NT of the expert's pairs). From 16 tokens a
-// step an item takes two tiles (kPair): a gate_up item is a gate tile and its up tile (rows r and I + r of
-// the [2I, H] stack) and ends with the SwiGLU + FP4 QDQ epilogue (swiglu_column), so h is written without an
-// FP32 round trip or a kernel of its own; a down item is two adjacent tiles. The warp streams the two units
-// of each K-slice together and runs the two mma chains on one load of the pairs' activations. Below 16 tokens
-// an item is one tile (twice the busy warps at batch 1-4), gate_up writes gu FP32 and swiglu_pairs_kernel
-// makes h: the same bits either way. Item i goes to the warp of rank i mod W, ranks striped across blocks
-// (rank = warp-in-block · blocks + block) so that a small step spreads over every SM. A warp streams the
-// weight units of its items through a cp.async ring that runs ahead across item boundaries. 16 warps per
-// block share one copy of the decoder tables.
+// Work: group_pairs_kernel (moe_group_pairs.cu) sorts the step's T·k pairs by expert (stable: ascending pair
+// index) and counts the items; an item is (expert, 16-row tile, block of NB = 8·NT of the expert's pairs).
+// From 16 tokens a step an item takes two tiles (kPair): a gate_up item is a gate tile and its up tile (rows
+// r and I + r of the [2I, H] stack) and ends with the SwiGLU + FP4 QDQ epilogue (swiglu_column), so h is
+// written without an FP32 round trip or a kernel of its own; a down item is two adjacent tiles. The warp
+// streams the two units of each K-slice together and runs the two mma chains on one load of the pairs'
+// activations. Below 16 tokens an item is one tile (twice the busy warps at batch 1-4), gate_up writes gu
+// FP32 and swiglu_pairs_kernel makes h: the same bits either way. Item i goes to the warp of rank i mod W,
+// ranks striped across blocks (rank = warp-in-block · blocks + block) so that a small step spreads over every
+// SM. A warp streams the weight units of its items through a cp.async ring that runs ahead across item
+// boundaries. 16 warps per block share one copy of the decoder tables.
 #include "runtime/cuda/kernels/pdl_launch.cuh"
 #include "runtime/cuda/kparams.h"
 #include "runtime/cuda/launch.cuh"
@@ -30,96 +30,6 @@ namespace gridq::cuda::detail {
 namespace {
 
 using Dec = DecCB<16, 2>;  // the fused routed experts' format (device_model.cpp)
-
-// Exclusive prefix sum over the block's threads (blockDim.x ≤ 1024, a multiple of 32); ws: 32 ints of shared
-// memory. Returns this thread's exclusive sum; *total gets the block total.
-__device__ int block_exclusive_scan(int v, int* ws, int* total) {
-  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  int incl = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int n = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += n;
-  }
-  if (lane == 31) ws[w] = incl;
-  __syncthreads();
-  if (w == 0) {
-    int t = lane < nw ? ws[lane] : 0;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int n = __shfl_up_sync(0xffffffffu, t, o);
-      if (lane >= o) t += n;
-    }
-    ws[lane] = t;  // inclusive warp totals
-  }
-  __syncthreads();
-  const int r = incl - v + (w > 0 ? ws[w - 1] : 0);
-  *total = ws[nw - 1];
-  __syncthreads();
-  return r;
-}
-
-// One block of 1024 threads (32 warps), E ≤ 1024. Warp w owns the pairs [w·P/32, (w+1)·P/32): it counts
-// them per expert into its own row of a [32][E] histogram (__match_any_sync: lanes with the same expert),
-// the rows become each warp's first slot per expert (pair offsets + the earlier warps' counts), and the warp
-// places its pairs again in ascending order. The sorted order (by expert, then pair index) is a pure
-// function of eid, with no atomics and O(P/32 + E) steps a warp.
-__global__ void __launch_bounds__(1024)
-    group_pairs_kernel(const int* eid, int P, int E, int nb, int r_gu, int r_dn, int* grp) {
-  extern __shared__ int sm[];
-  int* ws = sm;             // [32] scan scratch
-  int* hist = sm + 32;      // [32][E] per-warp counts, then first slots
-  uint16_t* ev = reinterpret_cast<uint16_t*>(hist + 32 * E);  // [P] expert ids (E ≤ 1024)
-  pdl_wait();
-  pdl_launch_dependents();
-  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-  for (int i = threadIdx.x; i < 32 * E; i += blockDim.x) hist[i] = 0;
-  for (int p = threadIdx.x; p < P; p += blockDim.x) ev[p] = static_cast<uint16_t>(eid[p]);
-  __syncthreads();
-  const int per = (P + 31) / 32, lo = min(P, w * per), hi = min(P, lo + per);
-  int* mine = hist + w * E;
-  // Pass 1 and 2 walk the warp's pairs 32 at a time; the lowest lane of each equal-expert group updates
-  // the warp's row (one writer per expert per round).
-  for (int base = lo; base < hi; base += 32) {
-    const int p = base + lane;
-    const int e = p < hi ? ev[p] : -1 - lane;  // distinct sentinels never match a real expert
-    const unsigned same = __match_any_sync(0xffffffffu, e);
-    if (p < hi && (same & ((1u << lane) - 1)) == 0) mine[e] += __popc(same);
-    __syncwarp();
-  }
-  __syncthreads();
-  const int e = threadIdx.x;
-  int c = 0;
-  if (e < E)
-    for (int v = 0; v < 32; ++v) c += hist[v * E + e];
-  const int blocks = (c + nb - 1) / nb;
-  int tot_p = 0, tot_gu = 0, tot_dn = 0;
-  const int off = block_exclusive_scan(c, ws, &tot_p);
-  const int igu = block_exclusive_scan(blocks * r_gu, ws, &tot_gu);
-  const int idn = block_exclusive_scan(blocks * r_dn, ws, &tot_dn);
-  if (e < E) {
-    grp[e] = off, grp[E + 1 + e] = igu, grp[2 * E + 2 + e] = idn;
-    int run = off;  // warp v's first slot for expert e: after the pairs of the warps before it
-    for (int v = 0; v < 32; ++v) {
-      const int n = hist[v * E + e];
-      hist[v * E + e] = run;
-      run += n;
-    }
-  }
-  if (e == 0) grp[E] = tot_p, grp[2 * E + 1] = tot_gu, grp[3 * E + 2] = tot_dn;
-  __syncthreads();
-  int* pairs = grp + grp_pairs_off(E);
-  for (int base = lo; base < hi; base += 32) {
-    const int p = base + lane;
-    const int ex = p < hi ? ev[p] : -1 - lane;
-    const unsigned same = __match_any_sync(0xffffffffu, ex);
-    const unsigned before = same & ((1u << lane) - 1);
-    if (p < hi) pairs[mine[ex] + __popc(before)] = p;
-    __syncwarp();
-    if (p < hi && before == 0) mine[ex] += __popc(same);
-    __syncwarp();
-  }
-}
 
 // The token columns of an item: per 8-column tile nt, the activation row this lane loads (column 8nt + g)
 // and the pairs of the two output columns it writes (8nt + 2t + c); -1 where the block runs past the
@@ -153,13 +63,32 @@ __device__ __forceinline__ void item_cols(const ExpertParams& p, const Item& it,
 
 inline constexpr int kExpertWarps = 16, kExpertThreads = kExpertWarps * 32, kExpertStages = 4;
 
+// A ring slot holds one unit at the 16-byte phase its global copy has in a 128-byte line (slots 128-aligned
+// and padded to whole lines), and the fill's lanes are rotated by that phase: each 8-lane phase of a
+// cp.async then reads one 128-byte line of global memory into one line of shared memory. (Units are 1168
+// bytes, so each starts 16 bytes further into a line than the one before; filled from lane 0 at the unit's
+// first byte, a fill instruction cost 9.1 L1 wavefronts for 3.3 ideal: ncu, H200, batch 64, 18 M of the
+// gate_up launch's 119 M, a launch bound by L1 throughput at 87 %.) Where the padded rings do not fit beside
+// the offset tables (paired items, E > 359) the slots are unit-sized and the fill unrotated.
+inline constexpr int kLine = 128, kPadSlot = (Dec::kUnitBytes + kLine - 1) / kLine * kLine;
+// Shared memory before the offset tables: the codebook tables and the 16 words of the v2 scale table.
+inline constexpr int kTablesBytes = Dec::kScaleTabOff + 16 * 4;
+inline constexpr int kMaxSmem = 227 * 1024;
+__host__ __device__ constexpr int grouped_smem_bytes_at(int E, bool pair, int slot) {
+  return kTablesBytes + 2 * (E + 1) * 4 + 16 + kLine + kExpertWarps * kExpertStages * (pair ? 2 : 1) * slot;
+}
+constexpr bool ring_padded(int E, bool pair) { return grouped_smem_bytes_at(E, pair, kPadSlot) <= kMaxSmem; }
+static_assert(Dec::kUnitBytes % 16 == 0 && ring_padded(256, true));
+
 // Items of two tiles (kPair, steps of 16 tokens and more), a stage holding both tiles' units of a K-slice:
 // kPairGateUp, a gate tile and its up tile (rows r and I + r of the [2I, H] stacks), writes h[pair, i] BF16
 // (SwiGLU, then the FP4 QDQ when p.qdq_fp4); kPairDown, two adjacent tiles of the [H, I] stacks, writes their
 // rows of y FP32, the pairs' activation loads shared by both. kPairNone: one tile an item, y[pair, row] FP32
 // (gate_up: gu, the [2I, H] stacks' rows, gate then up; down: the [H, I] stacks' rows).
 inline constexpr int kPairNone = 0, kPairGateUp = 1, kPairDown = 2;
-template <int NT, bool kGateUp, int kPair>
+// kDefaultTable: the matrices' v2 scale table is the default (the scales by arithmetic,
+// DecCB::scale2_default).
+template <int NT, bool kGateUp, int kPair, bool kPad, bool kDefaultTable>
 __global__ void __launch_bounds__(kExpertThreads, 1) grouped_expert_kernel(const ExpertParams p) {
   static_assert(kPair == kPairNone || (kPair == kPairGateUp) == kGateUp, "gate_up pairs gate and up tiles");
   constexpr bool kFused = kPair == kPairGateUp;
@@ -170,7 +99,15 @@ __global__ void __launch_bounds__(kExpertThreads, 1) grouped_expert_kernel(const
   const KParams& kp = p.kp;
   Dec::init_smem(smem, kp);
   int *ioff, *poff;  // [E + 1] item offsets, [E + 1] pair offsets
-  uint8_t* rings = stage_offsets(p.grp, p.E, kGateUp, smem + Dec::kSmemBytes, ioff, poff);
+  uint8_t* rings = stage_offsets(p.grp, p.E, kGateUp, smem + kTablesBytes, ioff, poff);
+  rings += (kLine - static_cast<int>(__cvta_generic_to_shared(rings) % kLine)) % kLine;
+  // (A compile-time slot: a runtime one cost the table lookups their uniform base register, SASS.)
+  constexpr int slot = kPad ? kPadSlot : Dec::kUnitBytes;
+  constexpr bool rotate = kPad;
+  // The 16-byte phase of unit u in its 128-byte line, where the slots are padded (0 where not).
+  auto phase = [&](const uint8_t* u) {
+    return rotate ? static_cast<int>(reinterpret_cast<uintptr_t>(u) >> 4) & 7 : 0;
+  };
 
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int W = static_cast<int>(gridDim.x) * kExpertWarps;
@@ -180,7 +117,7 @@ __global__ void __launch_bounds__(kExpertThreads, 1) grouped_expert_kernel(const
   const int n_items = ioff[p.E], R = NP == 2 ? kp.R / 2 : kp.R, S = kp.S;
   const long long up_off =  // an item's first tile -> its second
       static_cast<long long>(kPair == kPairGateUp ? R : 1) * S * Dec::kUnitBytes;
-  uint8_t* ring = rings + (threadIdx.x >> 5) * kStages * NP * Dec::kUnitBytes;
+  uint8_t* ring = rings + (threadIdx.x >> 5) * kStages * NP * slot;
   auto unit0 = [&](const Item& it) {
     return kp.w + kp.expert_stride * it.e +
            static_cast<long long>(kPair == kPairDown ? 2 * it.r : it.r) * S * Dec::kUnitBytes;
@@ -195,13 +132,16 @@ __global__ void __launch_bounds__(kExpertThreads, 1) grouped_expert_kernel(const
   unsigned issued = 0;
   auto issue = [&]() {
     if (iv) {
-      uint8_t* dst = ring + (issued % kStages) * NP * Dec::kUnitBytes;
+      const int m0 = phase(iw), m1 = NP == 2 ? phase(iw + up_off) : 0;
+      uint8_t* d0 = ring + (issued % kStages) * NP * slot + 16 * m0;
+      uint8_t* d1 = d0 - 16 * m0 + slot + 16 * m1;
 #pragma unroll
-      for (int j = 0; j < (kChunks + 31) / 32; ++j) {  // unrolled: no loop counter per chunk
-        const int c = lane + 32 * j;
-        if (c < kChunks) {
-          cp_async16(dst + 16 * c, iw + 16 * c);
-          if constexpr (NP == 2) cp_async16(dst + Dec::kUnitBytes + 16 * c, iw + up_off + 16 * c);
+      for (int j = 0; j < (kChunks + 7 + 31) / 32; ++j) {  // unrolled: no loop counter per chunk
+        const int c0 = lane + 32 * j - m0;
+        if (c0 >= 0 && c0 < kChunks) cp_async16(d0 + 16 * c0, iw + 16 * c0);
+        if constexpr (NP == 2) {
+          const int c1 = lane + 32 * j - m1;
+          if (c1 >= 0 && c1 < kChunks) cp_async16(d1 + 16 * c1, iw + up_off + 16 * c1);
         }
       }
       iw += Dec::kUnitBytes;
@@ -230,6 +170,11 @@ __global__ void __launch_bounds__(kExpertThreads, 1) grouped_expert_kernel(const
   Item ci;
   locate(rank, n_items, ioff, p.E, R, ci);
   int cs = 0;
+  // The phases of the compute side's units: its item's first unit's, then one unit (kUnitBytes / 16 chunks)
+  // further a slice; the second tile's is up_off / 16 chunks further.
+  int cp0 = phase(unit0(ci));
+  const int up_ph = static_cast<int>((up_off >> 4) & 7);
+  constexpr int kUnitPh = (Dec::kUnitBytes / 16) & 7;
   Cols<NT> cc, nc;
   item_cols<NT>(p, ci, poff, lane, cc);
   // One activation buffer, refilled group by group: after a unit's products of group G (sub-vectors 4G…4G+3,
@@ -287,9 +232,10 @@ __global__ void __launch_bounds__(kExpertThreads, 1) grouped_expert_kernel(const
     issue();
     cp_async_wait<kStages - 1>();
     __syncwarp();
-    const uint8_t* stage = ring + (u % kStages) * NP * Dec::kUnitBytes;
-    Dec::load(cur, stage, lane);
-    if constexpr (NP == 2) Dec::load(cur2, stage + Dec::kUnitBytes, lane);
+    const uint8_t* stage = ring + (u % kStages) * NP * slot;
+    const int ph = rotate ? (cp0 + kUnitPh * cs) & 7 : 0;
+    Dec::load(cur, stage + 16 * ph, lane);
+    if constexpr (NP == 2) Dec::load(cur2, stage + slot + 16 * (rotate ? (ph + up_ph) & 7 : 0), lane);
     // The next slice: the same item's next K-slice, or the first slice of the warp's next item.
     Item ni = ci;
     int ns = cs + 1;
@@ -297,22 +243,22 @@ __global__ void __launch_bounds__(kExpertThreads, 1) grouped_expert_kernel(const
     if (ns == S) {
       ns = 0;
       nv = locate(ci.item + W, n_items, ioff, p.E, R, ni);
-      if (nv) item_cols<NT>(p, ni, poff, lane, nc);
+      if (nv) item_cols<NT>(p, ni, poff, lane, nc), cp0 = phase(unit0(ni));
     } else {
       nc = cc;
     }
     // Group G of both tiles (each tile's chain keeps its order), then the next slice's words of group G.
-#define GRIDQ_MOE_GROUP(G)                                                              \
-  {                                                                                     \
-    Dec::template mma_group<G>(cur, x, acc[0], tab, stab, rep);                         \
-    if constexpr (NP == 2) Dec::template mma_group<G>(cur2, x, acc[1], tab, stab, rep); \
-    if (nv) {                                                                           \
-      _Pragma("unroll") for (int nt = 0; nt < NT; ++nt) if (nc.xr[nt]) {                \
-        const uint16_t* xr = nc.xr[nt] + ns * Dec::kUnitK + 64 * t + 16 * G;            \
-        x[nt].v[2 * G] = ldx16<false>(xr);                                              \
-        x[nt].v[2 * G + 1] = ldx16<false>(xr + 8);                                      \
-      }                                                                                 \
-    }                                                                                   \
+#define GRIDQ_MOE_GROUP(G)                                                                                 \
+  {                                                                                                        \
+    Dec::template mma_group<G, NT, kDefaultTable>(cur, x, acc[0], tab, stab, rep);                         \
+    if constexpr (NP == 2) Dec::template mma_group<G, NT, kDefaultTable>(cur2, x, acc[1], tab, stab, rep); \
+    if (nv) {                                                                                              \
+      _Pragma("unroll") for (int nt = 0; nt < NT; ++nt) if (nc.xr[nt]) {                                   \
+        const uint16_t* xr = nc.xr[nt] + ns * Dec::kUnitK + 64 * t + 16 * G;                               \
+        x[nt].v[2 * G] = ldx16<false>(xr);                                                                 \
+        x[nt].v[2 * G + 1] = ldx16<false>(xr + 8);                                                         \
+      }                                                                                                    \
+    }                                                                                                      \
   }
     GRIDQ_MOE_GROUP(0);
     GRIDQ_MOE_GROUP(1);
@@ -328,36 +274,37 @@ __global__ void __launch_bounds__(kExpertThreads, 1) grouped_expert_kernel(const
   cp_async_wait<0>();
 }
 
-constexpr int grouped_smem_bytes(int E, bool pair) {
-  return Dec::kSmemBytes + 2 * (E + 1) * 4 + 16 +
-         kExpertWarps * kExpertStages * (pair ? 2 : 1) * Dec::kUnitBytes;
+// Whether the v2 scale table in kp is the default one (stab[c] = T_bf16[c] − 127·128 = 16·c).
+bool default_v2_table(const KParams& kp) {
+  for (int c = 0; c < 16; ++c)
+    if (kp.stab[c] != 16 * c) return false;
+  return true;
+}
+
+template <int NT, bool kGateUp, int kPair, bool kPad>
+auto grouped_kernel(bool default_table) {
+  return default_table ? grouped_expert_kernel<NT, kGateUp, kPair, kPad, true>
+                       : grouped_expert_kernel<NT, kGateUp, kPair, kPad, false>;
 }
 
 template <int NT, bool kGateUp, int kPair>
 cudaError_t launch_grouped(const ExpertParams& p, cudaStream_t s, bool pdl) {
-  auto kern = grouped_expert_kernel<NT, kGateUp, kPair>;
-  const int smem = grouped_smem_bytes(p.E, kPair != kPairNone);
-  // Occupancy depends on E (the offset tables): queried per E, cached for the last one seen.
+  const bool pad = ring_padded(p.E, kPair != kPairNone), dflt = default_v2_table(p.kp);
+  auto kern =
+      pad ? grouped_kernel<NT, kGateUp, kPair, true>(dflt) : grouped_kernel<NT, kGateUp, kPair, false>(dflt);
+  const int smem = grouped_smem_bytes_at(p.E, kPair != kPairNone, pad ? kPadSlot : Dec::kUnitBytes);
+  // Occupancy depends on E (the offset tables, the ring's slots) and the kernel: queried per (E, table
+  // kind), cached for the last one seen.
   static int cache[2] = {-1, 0};
   int blocks = 0;
-  if (const cudaError_t e = resident_grid(kern, kExpertThreads, smem, p.E, cache, blocks); e != cudaSuccess)
+  if (const cudaError_t e = resident_grid(kern, kExpertThreads, smem, 2 * p.E + dflt, cache, blocks);
+      e != cudaSuccess)
     return e;
   return launch_pdl(pdl, kern, dim3(static_cast<unsigned>(blocks)), dim3(kExpertThreads),
                     static_cast<size_t>(smem), s, p);
 }
 
 }  // namespace
-
-cudaError_t raw_group_pairs(const int* eid, int P, int E, int nb, int r_gu, int r_dn, int* grp,
-                            cudaStream_t s, bool pdl) {
-  const size_t smem = group_pairs_smem_bytes(P, E);
-  if (smem > 48 * 1024) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(group_pairs_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    if (e != cudaSuccess) return e;
-  }
-  return launch_pdl(pdl, group_pairs_kernel, dim3(1), dim3(1024), smem, s, eid, P, E, nb, r_gu, r_dn, grp);
-}
 
 cudaError_t raw_grouped_experts(bool gate_up, int nt, const ExpertParams& p, cudaStream_t s, bool pdl) {
   // One token tile per item: a 16-warp block leaves 128 registers a thread, which two tiles' activation
