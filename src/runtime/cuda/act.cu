@@ -204,12 +204,7 @@ cudaError_t raw_rmsnorm_f32(const float* x, const float* w, int T, int H, float 
 cudaError_t raw_rmsnorm(const uint16_t* x, const uint16_t* w, int M, int H, float eps, uint16_t* y,
                         uint16_t* y_fp4, uint8_t* y_q, float* y_s, cudaStream_t st, bool pdl) {
   const size_t smem = static_cast<size_t>(H) * 2;
-  // Without the opt-in, dynamic + static (red, < 1 KB) bytes must stay within 48 KB.
-  if (smem > 47 * 1024) {
-    cudaError_t e = cudaFuncSetAttribute(rmsnorm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem));
-    if (e != cudaSuccess) return e;
-  }
+  if (const cudaError_t e = opt_in_smem(rmsnorm_kernel, smem); e != cudaSuccess) return e;
   return launch_rows(rmsnorm_kernel, M, smem, st, pdl, x, w, H, eps, y, y_fp4, y_q, y_s);
 }
 

@@ -4,6 +4,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
+#include <cuda_runtime.h>
 
 #include <cstdint>
 
@@ -167,6 +168,18 @@ __device__ __forceinline__ uint64_t mix64(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
+}
+
+// The opt-in a launch with `bytes` of dynamic shared memory needs (host side). Without it dynamic + static
+// shared memory must fit in 48 KB; every kernel launched through this keeps its static bytes (reduction
+// scratch) under 1 KB, so the opt-in is set from 47 KB up. (A test of the dynamic bytes alone against 48 KB
+// let the attention merge's launch of exactly 48 KB beside 32 static bytes be refused: 4,096 splits, the
+// 1M-position KV of an H200.)
+inline constexpr size_t kSmemWithoutOptIn = 47 * 1024;
+template <class Kernel>
+cudaError_t opt_in_smem(Kernel kern, size_t bytes) {
+  if (bytes <= kSmemWithoutOptIn) return cudaSuccess;
+  return cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
 }
 
 }  // namespace gridq::cuda::detail

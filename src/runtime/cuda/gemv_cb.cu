@@ -84,10 +84,7 @@ template <int K, int V>
 cudaError_t decode_kv(const KParams& p, uint16_t* out, cudaStream_t s) {
   auto kern = cb_decode_kernel<K, V>;
   const int smem = DecCB<K, V>::kSmemBytes;
-  if (smem > 48 * 1024) {
-    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e != cudaSuccess) return e;
-  }
+  if (const cudaError_t e = opt_in_smem(kern, smem); e != cudaSuccess) return e;
   kern<<<264, kThreads, smem, s>>>(p, out);
   return cudaGetLastError();
 }

@@ -15,14 +15,12 @@ struct KernelShape {
 };
 
 // Occupancy and SM count of `kern` at `threads` per block and `smem` bytes of dynamic shared memory (the
-// opt-in above 48 KB set first); an error status when it cannot run at all.
+// opt-in set first, opt_in_smem); an error status when it cannot run at all.
 template <class Kernel>
 KernelShape query_kernel_shape(Kernel kern, int threads, int smem) {
   KernelShape s;
-  if (smem > 48 * 1024) {
-    s.status = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (s.status != cudaSuccess) return s;
-  }
+  s.status = opt_in_smem(kern, static_cast<size_t>(smem));
+  if (s.status != cudaSuccess) return s;
   s.status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&s.blocks_per_sm, kern, threads, smem);
   if (s.status != cudaSuccess) return s;
   int dev = 0;

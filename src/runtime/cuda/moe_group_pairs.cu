@@ -104,11 +104,7 @@ __global__ void __launch_bounds__(1024)
 cudaError_t raw_group_pairs(const int* eid, int P, int E, int nb, int r_gu, int r_dn, int* grp,
                             cudaStream_t s, bool pdl) {
   const size_t smem = group_pairs_smem_bytes(P, E);
-  if (smem > 48 * 1024) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(group_pairs_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    if (e != cudaSuccess) return e;
-  }
+  if (const cudaError_t e = opt_in_smem(group_pairs_kernel, smem); e != cudaSuccess) return e;
   return launch_pdl(pdl, group_pairs_kernel, dim3(1), dim3(1024), smem, s, eid, P, E, nb, r_gu, r_dn, grp);
 }
 

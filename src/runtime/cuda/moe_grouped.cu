@@ -103,10 +103,9 @@ __global__ void __launch_bounds__(kExpertThreads, 1) grouped_expert_kernel(const
   rings += (kLine - static_cast<int>(__cvta_generic_to_shared(rings) % kLine)) % kLine;
   // (A compile-time slot: a runtime one cost the table lookups their uniform base register, SASS.)
   constexpr int slot = kPad ? kPadSlot : Dec::kUnitBytes;
-  constexpr bool rotate = kPad;
   // The 16-byte phase of unit u in its 128-byte line, where the slots are padded (0 where not).
   auto phase = [&](const uint8_t* u) {
-    return rotate ? static_cast<int>(reinterpret_cast<uintptr_t>(u) >> 4) & 7 : 0;
+    return kPad ? static_cast<int>(reinterpret_cast<uintptr_t>(u) >> 4) & 7 : 0;
   };
 
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -233,9 +232,9 @@ __global__ void __launch_bounds__(kExpertThreads, 1) grouped_expert_kernel(const
     cp_async_wait<kStages - 1>();
     __syncwarp();
     const uint8_t* stage = ring + (u % kStages) * NP * slot;
-    const int ph = rotate ? (cp0 + kUnitPh * cs) & 7 : 0;
+    const int ph = kPad ? (cp0 + kUnitPh * cs) & 7 : 0;
     Dec::load(cur, stage + 16 * ph, lane);
-    if constexpr (NP == 2) Dec::load(cur2, stage + slot + 16 * (rotate ? (ph + up_ph) & 7 : 0), lane);
+    if constexpr (NP == 2) Dec::load(cur2, stage + slot + 16 * (kPad ? (ph + up_ph) & 7 : 0), lane);
     // The next slice: the same item's next K-slice, or the first slice of the warp's next item.
     Item ni = ci;
     int ns = cs + 1;

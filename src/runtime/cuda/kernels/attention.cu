@@ -218,17 +218,7 @@ __global__ void __launch_bounds__(kMergeThreads) attn_merge_kernel(const AttnArg
 cudaError_t launch_merge(const AttnArgs& a, bool log2, cudaStream_t s) {
   const size_t smem = 3ull * static_cast<size_t>(merge_pitch(a.max_splits)) * 4;
   auto kern = log2 ? attn_merge_kernel<true> : attn_merge_kernel<false>;
-  // The opt-in raises the dynamic bytes a launch may ask for; without it dynamic + static (wmax) must stay
-  // within 48 KB, so a test on the dynamic bytes alone let 4096 splits (1M positions: exactly 48 KB) be
-  // refused. Raised once per kernel to the largest size asked for so far.
-  static int opted[2] = {0, 0};
-  int& have = opted[log2 ? 1 : 0];
-  if (static_cast<int>(smem) > have) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (e != cudaSuccess) return e;
-    have = static_cast<int>(smem);
-  }
+  if (const cudaError_t e = opt_in_smem(kern, smem); e != cudaSuccess) return e;
   return launch(kern, dim3(static_cast<unsigned>(a.T * a.nh)), dim3(kMergeThreads), smem, s, a);
 }
 
