@@ -171,6 +171,10 @@ __global__ void __launch_bounds__(256) attn_tc_kernel(const AttnArgs a) {
     const int jmin = max(attn_first_key(a.window, a.rows.pos[tl.t0 + tl.p0 / g]), s_first * kAttnSplitKeys);
     const int jmax = min(a.rows.pos[tl.t0 + (tl.p0 + tl.np - 1) / g], (s_last + 1) * kAttnSplitKeys - 1);
     const int blk0 = jmin / kKeys * kKeys, n_blk = jmax / kKeys - jmin / kKeys + 1;
+    // A warp with no pair of the tile (a decode row's g pairs fill part of warp 0 only) helps with the copies
+    // and the barriers but computes nothing: its rows are never written, so skipping them keeps every bit and
+    // frees the issue slots that 3 of a decode CTA's 4 warps spent on them.
+    const bool warp_live = 16 * warp < tl.np;
     // This lane's two rows of the warp's 16: r = lane/4 and lane/4 + 8; their keys [first, pos].
     int row_t[2], row_h[2], row_first[2], row_pos[2], row_lo[2], row_hi[2];
     bool live[2];
@@ -225,6 +229,7 @@ __global__ void __launch_bounds__(256) attn_tc_kernel(const AttnArgs a) {
       if (b + 1 < n_blk)
         load_block<D>(a, slot, kvh, blk0 + kKeys * (b + 1), jmin, jmax, kbuf[cur ^ 1], vbuf[cur ^ 1]);
       cp_async_commit();
+      if (!warp_live) continue;
       const uint16_t* ks = kbuf[cur];
       const uint16_t* vs = vbuf[cur];
       // S = Q·Kᵀ: 8 tiles of 8 keys; ldmatrix.x4 gives two key tiles × 16 dims.
