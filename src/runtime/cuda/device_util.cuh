@@ -174,12 +174,14 @@ __device__ __forceinline__ uint64_t mix64(uint64_t x) {
 // shared memory must fit in 48 KB; every kernel launched through this keeps its static bytes (reduction
 // scratch) under 1 KB, so the opt-in is set from 47 KB up. (A test of the dynamic bytes alone against 48 KB
 // let the attention merge's launch of exactly 48 KB beside 32 static bytes be refused: 4,096 splits, the
-// 1M-position KV of an H200.)
+// 1M-position KV of an H200.) The attribute is set once per (device, kernel) and size (smem_opt_in.cu),
+// not at every launch: the merge and the pair sort launch once a layer in eager steps.
 inline constexpr size_t kSmemWithoutOptIn = 47 * 1024;
+cudaError_t opt_in_smem_bytes(const void* kern, size_t bytes);
 template <class Kernel>
 cudaError_t opt_in_smem(Kernel kern, size_t bytes) {
   if (bytes <= kSmemWithoutOptIn) return cudaSuccess;
-  return cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  return opt_in_smem_bytes(reinterpret_cast<const void*>(kern), bytes);
 }
 
 }  // namespace gridq::cuda::detail
