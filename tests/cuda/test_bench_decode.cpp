@@ -13,6 +13,7 @@
 #include "cuda_test_util.h"
 #include "model/loader.h"
 #include "runtime/cuda/bench_decode.h"
+#include "runtime/cuda/bench_decode_util.h"
 #include "runtime/cuda/relayout.h"
 #include "runtime/cuda/synthetic_model.h"
 
@@ -186,6 +187,24 @@ TEST(SyntheticModel, TinyDeviceModelHasUploadModelsLayout) {
   }
 }
 
+// Issue 10's batch-scaling ratio (no GPU): a cell's step against the batch-1 step at its context scaled by
+// the bytes it reads; cells without a batch-1 partner get none.
+TEST(BenchDecode, Batch1RatioScalesByBytes) {
+  nlohmann::json cells = nlohmann::json::array();
+  auto cell = [](int batch, int ctx, double ms, double bytes) {
+    return nlohmann::json{{"batch", batch}, {"context", ctx}, {"ms_per_step", ms}, {"bytes_per_step", bytes}};
+  };
+  cells.push_back(cell(1, 0, 2.0, 6e9));
+  cells.push_back(cell(8, 0, 3.0, 9e9));     // 1.5x the bytes in 1.5x the time: 1.0
+  cells.push_back(cell(8, 1024, 3.0, 9e9));  // no batch-1 cell at 1024
+  cells.push_back(cell(16, 0, 6.0, 12e9));   // 2x the bytes in 3x the time: 1.5
+  decode_bench::add_batch1_ratios(cells);
+  EXPECT_DOUBLE_EQ(cells[0]["vs_batch1_bytes_scaled"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(cells[1]["vs_batch1_bytes_scaled"].get<double>(), 1.0);
+  EXPECT_FALSE(cells[2].contains("vs_batch1_bytes_scaled"));
+  EXPECT_DOUBLE_EQ(cells[3]["vs_batch1_bytes_scaled"].get<double>(), 1.5);
+}
+
 TEST(BenchDecode, TinySyntheticCells) {
   REQUIRE_GPU();
   BenchDecodeOptions o;
@@ -224,6 +243,7 @@ TEST(BenchDecode, TinySyntheticCells) {
   EXPECT_EQ(cells[0]["context"], 0);
   EXPECT_EQ(cells[3]["batch"], 2);
   EXPECT_EQ(cells[3]["context"], 100);
+  EXPECT_GT(cells[3]["vs_batch1_bytes_scaled"].get<double>(), 0.0);
   // More context, more KV read.
   EXPECT_GT(cells[1]["kv_bytes_per_step"].get<double>(), cells[0]["kv_bytes_per_step"].get<double>());
 }

@@ -35,7 +35,9 @@ constexpr const char* kBytesModel =
     "x one expert's bytes; kv_bytes_per_step = per sequence, K+V BF16 of (p+1) keys on full layers and "
     "min(p+1, W) on sliding layers, averaged over the timed positions p = context .. context+steps-1; "
     "bytes_per_step = their sum; phases: the same bytes split by the phase that reads them, timed in a "
-    "separate pass that synchronizes after each phase (no overlap between phases, no graph)";
+    "separate pass that synchronizes after each phase (no overlap between phases, no graph); "
+    "vs_batch1_bytes_scaled = ms_per_step / (bytes_per_step / batch-1 bytes_per_step x batch-1 ms_per_step) "
+    "at the same context";
 constexpr const char* kSyntheticRecipe =
     "seed recipe: routed experts NVFP4_CB_K16 v2, attention q/k/v/o FP8 W8A8, everything else BF16; random "
     "legal bytes built on the device";
@@ -330,6 +332,7 @@ Expected<json> run_bench_decode(const BenchDecodeOptions& o) {
                        el.value()["gbs"].get<double>(), el.value()["pct_copy"].get<double>());
       }
     }
+  add_batch1_ratios(cells);
   json prefill = json::array();
   if (!o.prefill.empty()) {
     GRIDQ_ASSIGN_OR_RETURN(prefill, run_prefill_cells(be, o, next_id));
@@ -371,26 +374,6 @@ Expected<json> run_bench_decode(const BenchDecodeOptions& o) {
   r["skipped"] = skipped;
   if (!o.prefill.empty()) r["prefill"] = prefill;
   return r;
-}
-
-std::string format_bench_decode_table(const json& r) {
-  std::string s = fmt::format("gridq bench decode — {} — {} — {} — copy {:.0f} GB/s\n",
-                              r["date"].get<std::string>(), r["gpu"].get<std::string>(),
-                              r["model"]["name"].get<std::string>(), r["copy_gbs"].get<double>());
-  s += fmt::format("{:>5} {:>7} {:>9} {:>9} {:>9} {:>8} {:>7} {:>9}\n", "batch", "context", "ms/step",
-                   "tok/s", "GB/step", "GB/s", "%copy", "tok/s smp");
-  for (const auto& c : r["cells"])
-    s += fmt::format("{:>5} {:>7} {:>9.3f} {:>9.1f} {:>9.3f} {:>8.0f} {:>6.1f}% {:>9.1f}\n",
-                     c["batch"].get<int>(), c["context"].get<int>(), c["ms_per_step"].get<double>(),
-                     c["tok_s"].get<double>(), c["bytes_per_step"].get<double>() / 1e9,
-                     c["gbs"].get<double>(), c["pct_copy"].get<double>(), c.value("tok_s_sampled", 0.0));
-  if (r.contains("prefill")) {
-    s += fmt::format("{:>7} {:>10} {:>10} {:>10}\n", "prompt", "ms", "tok/s", "TTFT ms");
-    for (const auto& c : r["prefill"])
-      s += fmt::format("{:>7} {:>10.2f} {:>10.1f} {:>10.2f}\n", c["prompt_tokens"].get<int>(),
-                       c["ms"].get<double>(), c["tok_s"].get<double>(), c["ttft_ms"].get<double>());
-  }
-  return s;
 }
 
 }  // namespace gridq::cuda

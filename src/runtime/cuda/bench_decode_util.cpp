@@ -1,5 +1,7 @@
 #include "runtime/cuda/bench_decode_util.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <ctime>
 
@@ -65,6 +67,19 @@ double kv_bytes_at(const model::ModelSpec& spec, int64_t p) {
   return n;
 }
 
+void add_batch1_ratios(nlohmann::json& cells) {
+  for (auto& c : cells) {
+    const int ctx = c["context"].get<int>();
+    for (const auto& b1 : cells) {
+      if (b1["batch"].get<int>() != 1 || b1["context"].get<int>() != ctx) continue;
+      const double scale = c["bytes_per_step"].get<double>() / b1["bytes_per_step"].get<double>();
+      c["vs_batch1_bytes_scaled"] =
+          c["ms_per_step"].get<double>() / (scale * b1["ms_per_step"].get<double>());
+      break;
+    }
+  }
+}
+
 uint64_t fnv1a(const std::vector<float>& v) {
   uint64_t h = 0xcbf29ce484222325ull;
   const auto* p = reinterpret_cast<const unsigned char*>(v.data());
@@ -73,3 +88,30 @@ uint64_t fnv1a(const std::vector<float>& v) {
 }
 
 }  // namespace gridq::cuda::decode_bench
+
+namespace gridq::cuda {
+
+std::string format_bench_decode_table(const nlohmann::json& r) {
+  std::string s = fmt::format("gridq bench decode — {} — {} — {} — copy {:.0f} GB/s\n",
+                              r["date"].get<std::string>(), r["gpu"].get<std::string>(),
+                              r["model"]["name"].get<std::string>(), r["copy_gbs"].get<double>());
+  s += fmt::format("{:>5} {:>7} {:>9} {:>9} {:>9} {:>8} {:>7} {:>9} {:>7}\n", "batch", "context", "ms/step",
+                   "tok/s", "GB/step", "GB/s", "%copy", "tok/s smp", "vs b1");
+  for (const auto& c : r["cells"])
+    s += fmt::format("{:>5} {:>7} {:>9.3f} {:>9.1f} {:>9.3f} {:>8.0f} {:>6.1f}% {:>9.1f} {:>7}\n",
+                     c["batch"].get<int>(), c["context"].get<int>(), c["ms_per_step"].get<double>(),
+                     c["tok_s"].get<double>(), c["bytes_per_step"].get<double>() / 1e9,
+                     c["gbs"].get<double>(), c["pct_copy"].get<double>(), c.value("tok_s_sampled", 0.0),
+                     c.contains("vs_batch1_bytes_scaled")
+                         ? fmt::format("{:.3f}", c["vs_batch1_bytes_scaled"].get<double>())
+                         : std::string("-"));
+  if (r.contains("prefill")) {
+    s += fmt::format("{:>7} {:>10} {:>10} {:>10}\n", "prompt", "ms", "tok/s", "TTFT ms");
+    for (const auto& c : r["prefill"])
+      s += fmt::format("{:>7} {:>10.2f} {:>10.1f} {:>10.2f}\n", c["prompt_tokens"].get<int>(),
+                       c["ms"].get<double>(), c["tok_s"].get<double>(), c["ttft_ms"].get<double>());
+  }
+  return s;
+}
+
+}  // namespace gridq::cuda

@@ -41,6 +41,12 @@ std::map<std::string, double> phase_bytes(const StreamBytes& sb, int batch, doub
 // layers, min(p + 1, window) on sliding layers.
 double kv_bytes_at(const model::ModelSpec& spec, int64_t p);
 
+// Issue 10's batch-scaling ratio, added to every cell with a batch-1 cell at the same context:
+// "vs_batch1_bytes_scaled" = ms_per_step / ((bytes_per_step / batch-1 bytes_per_step) x batch-1 ms_per_step),
+// the step time against the batch-1 step scaled by the bytes the larger step reads (1.0: the same GB/s as
+// batch 1; the bar for batch 8 is <= 1.2). Cells without a batch-1 partner are left as they are.
+void add_batch1_ratios(nlohmann::json& cells);
+
 // FNV-1a of the logits' bytes (recorded with every timing, hopper.md §11).
 uint64_t fnv1a(const std::vector<float>& v);
 
