@@ -1,17 +1,15 @@
 // Attention splits on tensor cores, prefill and decode alike (head_dim 32, 64, 128). An item is (tile, KV
 // head, split): a tile is up to 16·W (query row, head) pairs of one run of consecutive positions of one
-// sequence, all of whose heads share the KV head; a split is kAttnSplitKeys key positions, cut at fixed
-// positions. The CTA streams the split's keys in blocks of 64 through shared memory (K and V BF16,
-// double-buffered cp.async) and each warp runs the FlashAttention-2 inner loop for its 16 pairs:
-// S = Q·Kᵀ on mma.sync BF16 (q rounded to BF16), an online softmax in the log2 domain (FP32), O += P·V with
-// P rounded to BF16. It writes each pair's (max, sum, unnormalised O) for the split and attention.cu folds
-// the splits in split order (attn_fold.cuh), or, fused (prefill), one item walks a tile's splits and folds.
-//
-// Batch invariance by construction: an mma row's result does not depend on the other rows of its tile, the
-// key blocks sit at fixed positions (a block outside a row's window is an exact no-op for it: p = 0,
-// rescale by exactly 1, or 0 before its first key), and every reduction across lanes is the same tree for
-// every row. So a pair's partial is the same whether it is alone (decode) or in a 64-pair tile (prefill),
-// and one compiled kernel serves every W (the warps per CTA are blockDim, not a template).
+// sequence sharing the KV head; a split is kAttnSplitKeys key positions, cut at fixed positions. The CTA
+// streams the split's keys in 64-key blocks through shared memory (K, V BF16, double-buffered cp.async);
+// each warp runs the FlashAttention-2 loop for its 16 pairs: S = Q·Kᵀ on BF16 mma.sync (q rounded to BF16),
+// online softmax in the log2 domain (FP32), O += P·V with P in BF16. It writes each pair's (max, sum,
+// unnormalised O) for the merge (attention.cu, split order), or, fused (prefill), walks a tile's splits and
+// folds them (attn_fold.cuh). Batch invariance by construction: an mma row does not depend on the other
+// rows of its tile, key blocks sit at fixed positions (a block outside a row's window is an exact no-op for
+// it: p = 0, rescale by exactly 1, or 0 before its first key), and every cross-lane reduction is one tree for
+// every row: a pair's partial is the same alone (decode) or in a 64-pair tile (prefill), and one compiled
+// kernel serves every W (the warps per CTA are blockDim, not a template).
 #include <cfloat>
 
 #include "runtime/cuda/device_util.cuh"
