@@ -12,6 +12,13 @@ export GRIDQ_SOURCE_DIR=$PWD
 echo "== $(date +%T) unit + CLI tests ($BUILD)"
 ctest --test-dir "$BUILD" --output-on-failure -j "$JOBS" --timeout 900
 
+if [ -x "$BUILD/tests/test_cuda" ]; then
+  # The CUDA tests' binary (a build with CUDA): without a GPU its GPU cases skip and its host-only cases run
+  # (synthetic specs, split plans, the bench's byte model); on the GPU machine bench/gpu_engine.sh runs it all.
+  echo "== $(date +%T) CUDA test binary, host-only cases ($BUILD/tests/test_cuda)"
+  "$BUILD/tests/test_cuda" --gtest_brief=1
+fi
+
 echo "== $(date +%T) sanitizer build (ASan+UBSan) of the unit tests"
 # Only the unit-test binaries (what ctest -L unit runs), with line tables (-g1) rather than full debug info:
 # ASan reports keep file:line, and the build is the longest step of a cold CI run.
