@@ -245,10 +245,7 @@ __global__ void __launch_bounds__(kThreads, MINB) gemm_kernel(const GemmParams g
   const bool active = tile < p.R;
   const unsigned U = static_cast<unsigned>(p.R) * S, T = gp.gemv_warps;
   unsigned u = static_cast<unsigned>(tile) * S + s0;
-  // SPLIT: the CTA's K-run is exactly one GEMV warp's range (tile-aligned: range_start(r·P + j) = r·S +
-  // ⌊j·S / P⌋, the part's s0), so no range starts inside it and nothing is folded: the fold and its 4·NT·NP
-  // sums are compiled out (at 128 registers they made the split kernels spill inside the loop).
-  unsigned nb = active && !SPLIT ? range_start(warp_of(u, U, T) + 1, U, T) : 0;
+  unsigned nb = active ? range_start(warp_of(u, U, T) + 1, U, T) : 0;
   bool folded = false;
   float acc[NP][NT][4], sum[NP][NT][4];
 #pragma unroll
@@ -269,6 +266,9 @@ __global__ void __launch_bounds__(kThreads, MINB) gemm_kernel(const GemmParams g
     }
     cp_async_commit();
     if (active) {
+      // SPLIT: the CTA's K-run is exactly one GEMV warp's range (tile-aligned: range_start(r·P + j) = r·S +
+      // ⌊j·S / P⌋, the part's s0), so no range starts inside it: the fold and its 4·NT·NP sums are compiled
+      // out (at 128 registers they made the split kernels spill inside the loop).
       if (!SPLIT && s > 0 && u == nb) {  // a GEMV warp's range starts here: fold the part
 #pragma unroll
         for (int pi = 0; pi < NP; ++pi)
