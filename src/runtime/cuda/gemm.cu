@@ -1,5 +1,7 @@
 // GEMM instantiations (gemm_impl.cuh): BF16 (store, SwiGLU), FP8 W8A8 (store) and NVFP4-CB K16 v2 (store,
 // SwiGLU). Other formats answer cudaErrorNotSupported and run as 16-row GEMV slices (the same bits).
+#include <algorithm>
+
 #include "runtime/cuda/gemm_impl.cuh"
 #include "runtime/cuda/kernels/pdl_launch.cuh"
 #include "runtime/cuda/kparams.h"
@@ -24,6 +26,7 @@ cudaError_t plan_gemm(int fmt, int k, int v, const KParams& p, long long mwb, Ge
   gp.tile_groups = (p.R + kWarpsPerBlock - 1) / kWarpsPerBlock;
   gp.token_blocks = (p.M + NB - 1) / NB;
   gp.parts = 1;
+  gp.per = 1;
   // Split-K where the unsplit grid would leave SMs idle, the ranges are tile-aligned with at least one unit a
   // part, and the workspace holds every token block's parts and counters.
   const long long T = gp.gemv_warps, tb = gp.token_blocks;
@@ -31,6 +34,11 @@ cudaError_t plan_gemm(int fmt, int k, int v, const KParams& p, long long mwb, Ge
   if (P >= 2 && P <= p.S && gp.tile_groups * tb < 2LL * device_sm_count(0) &&
       tb * gemm_split_floats<MODE>(T) <= kMaxPartialFloats && tb * p.R <= kMaxCounters)
     gp.parts = static_cast<int>(P);
+  // Parts a SwiGLU CTA takes: the fewest that fit every CTA in one wave (any count gives the same bits).
+  const long long slots = static_cast<long long>(Dec::kUnitK == 256 ? 1 : 2) * device_sm_count(0);
+  const long long ctas = static_cast<long long>(gp.tile_groups) * tb * gp.parts;
+  if (MODE == kSwiglu && gp.parts > 1 && slots > 0 && ctas > slots)
+    gp.per = static_cast<int>(std::min<long long>(gp.parts, (ctas + slots - 1) / slots));
   return cudaSuccess;
 }
 
@@ -40,7 +48,8 @@ cudaError_t launch_gemm_kernel(const GemmParams& gp, cudaStream_t s, bool pdl) {
   static const cudaError_t attr = cudaFuncSetAttribute(gemm_kernel<Dec, MODE, MINB, SPLIT>,
                                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (attr != cudaSuccess) return attr;
-  const long long grid = static_cast<long long>(gp.tile_groups) * gp.token_blocks * gp.parts;
+  const long long grid =
+      static_cast<long long>(gp.tile_groups) * gp.token_blocks * ((gp.parts + gp.per - 1) / gp.per);
   if (grid > 0x7FFFFFFFLL) return cudaErrorInvalidValue;
   return launch_pdl(pdl, gemm_kernel<Dec, MODE, MINB, SPLIT>, dim3(static_cast<unsigned>(grid)),
                     dim3(kThreads), static_cast<size_t>(kSmem), s, gp);

@@ -19,7 +19,10 @@
 // GEMV's ranges are tile-aligned (tile_aligned_blocks: T = R·P), each CTA takes one of the P parts of its
 // tiles' K-runs, exactly a GEMV warp's range: its accumulator is that warp's part, posted to the workspace,
 // and the last CTA of a tile to arrive sums the P parts from +0 in order, as the GEMV's finisher and the
-// unsplit GEMM's in-warp fold both do. The same bits, P times the CTAs.
+// unsplit GEMM's in-warp fold both do. The same bits, P times the CTAs. Where that would be more CTAs than
+// fit at once (the shared expert's SwiGLU at 64 rows: 24 parts of 2 K-steps, two token blocks), a CTA takes
+// `per` consecutive parts (kSwiglu) and posts each as it ends (accumulated from +0 like the others): the same
+// posts, the same fold, one wave of longer pipelines.
 #pragma once
 
 #include "runtime/cuda/gemv_impl.cuh"
@@ -65,7 +68,8 @@ struct GemmParams {
   unsigned gemv_warps;  // T of the GEMV over this matrix (gemv_grid · kWarpsPerBlock)
   int tile_groups;      // ceil(R / kWarpsPerBlock)
   int token_blocks;     // ceil(M / NB)
-  int parts;            // SPLIT: P = T / R K-parts a tile (CTAs); else 1
+  int parts;            // SPLIT: P = T / R K-parts a tile; else 1
+  int per;              // SPLIT kSwiglu: consecutive parts a CTA takes (ceil(P / per) CTAs a tile); else 1
 };
 
 // Floats of one token block's split-K partials: a part's accumulators (NO floats a lane) per GEMV warp.
@@ -174,13 +178,20 @@ __global__ void __launch_bounds__(kThreads, MINB) gemm_kernel(const GemmParams g
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int group = blockIdx.x % gp.tile_groups;
   const int block = SPLIT ? (blockIdx.x / gp.tile_groups) % gp.token_blocks : blockIdx.x / gp.tile_groups;
-  const int part = SPLIT ? static_cast<int>(blockIdx.x) / (gp.tile_groups * gp.token_blocks) : 0;
+  // SPLIT: this CTA's parts [part0, part1) of the tile's K-run; `part` is the one being accumulated. Only the
+  // SwiGLU GEMM takes several (plan_gemm): the posts inside the loop cost the FP8 split kernel a spill.
+  constexpr bool kMulti = SPLIT && MODE == kSwiglu;
+  const int part0 = SPLIT ? static_cast<int>(blockIdx.x) / (gp.tile_groups * gp.token_blocks) * gp.per : 0;
+  const int part1 = SPLIT ? min(part0 + gp.per, gp.parts) : 1;
+  int part = part0;
   const int tile0 = group * kWarpsPerBlock, n0 = block * NB;
   const int rows_here = min(NB, p.M - n0);
   const int S = p.S;
-  // This CTA's K-units [s0, s0 + S_run): the whole run, or (SPLIT) part `part` of P (a GEMV warp's range).
-  const int s0 = SPLIT ? part * S / gp.parts : 0;
-  const int S_run = SPLIT ? (part + 1) * S / gp.parts - s0 : S;
+  // This CTA's K-units [s0, s0 + S_run): the whole run, or (SPLIT) parts part0 .. part1 - 1 of P (GEMV warps'
+  // ranges); a part ends before local step part_end.
+  const int s0 = SPLIT ? part0 * S / gp.parts : 0;
+  const int S_run = SPLIT ? part1 * S / gp.parts - s0 : S;
+  int part_end = SPLIT ? (part0 + 1) * S / gp.parts - s0 : S_run;
   const long long RSu = static_cast<long long>(p.R) * S * Dec::kUnitBytes;  // gate -> up tile
   // Weights do not depend on the previous kernel: the first stages' weight copies start before waiting.
   // Each thread's chunks of a stage are fixed: their sources and shared-memory offsets are formed once, and a
@@ -255,6 +266,17 @@ __global__ void __launch_bounds__(kThreads, MINB) gemm_kernel(const GemmParams g
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[pi][nt][i] = sum[pi][nt][i] = 0.0f;
 
+  constexpr int NO = NP * NT * 4;
+  static_assert(gemm_split_floats<MODE>(1) == NO * 32);
+  auto flatten = [&](float(&o)[NO]) {  // the warp's value of its tile so far, in the epilogue's order
+#pragma unroll
+    for (int pi = 0; pi < NP; ++pi)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          o[pi * NT * 4 + nt * 4 + i] = folded ? __fadd_rn(sum[pi][nt][i], acc[pi][nt][i]) : acc[pi][nt][i];
+  };
   for (int s = 0; s < S_run; ++s) {
     // One barrier per K step: after it every thread's copies of stage s are visible and every warp is done
     // with stage s - 1, whose buffer then takes step s + kGemmStages - 1 while this one is computed.
@@ -289,20 +311,28 @@ __global__ void __launch_bounds__(kThreads, MINB) gemm_kernel(const GemmParams g
         Dec::load(f, st + (warp * NP + pi) * Dec::kUnitBytes, lane);
         gemm_unit<Dec, NT>(f, st + kWBytes, acc[pi], smem, lane);
       }
+      if (kMulti && s + 1 == part_end && s + 1 < S_run) {  // a part ends before this CTA's last: post it
+        float w[NO];
+        flatten(w);
+        // Not the tile's last post: this CTA's later parts are still to come.
+        (void)gemm_fold_parts<NO>(w, p.partials + block * gemm_split_floats<MODE>(T),
+                                  p.counters + static_cast<long long>(block) * p.R + tile,
+                                  static_cast<unsigned>(tile) * gp.parts, part, gp.parts, lane);
+#pragma unroll
+        for (int pi = 0; pi < NP; ++pi)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[pi][nt][i] = 0.0f;
+        ++part;
+        part_end = (part + 1) * S / gp.parts - s0;
+      }
     }
     ++u;
   }
   if (!active) return;
-  constexpr int NO = NP * NT * 4;
-  static_assert(gemm_split_floats<MODE>(1) == NO * 32);
   float v[NO];
-#pragma unroll
-  for (int pi = 0; pi < NP; ++pi)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        v[pi * NT * 4 + nt * 4 + i] = folded ? __fadd_rn(sum[pi][nt][i], acc[pi][nt][i]) : acc[pi][nt][i];
+  flatten(v);
   if constexpr (SPLIT) {
     if (!gemm_fold_parts<NO>(v, p.partials + block * gemm_split_floats<MODE>(T),
                              p.counters + static_cast<long long>(block) * p.R + tile,
