@@ -10,6 +10,13 @@ namespace gridq::cuda::detail {
 
 namespace {
 
+// CTAs an SM a split launch is built for (gemm_kernel's MINB): two for the dense formats, one for CB, whose
+// decoder tables and stages fill an SM's shared memory.
+template <class Dec>
+constexpr int split_minb() {
+  return Dec::kUnitK == 256 ? 1 : 2;
+}
+
 // The launch's shape: the GEMV's split of the matrix and, where it pays and fits, the split over K.
 template <class Dec, int MODE>
 cudaError_t plan_gemm(int fmt, int k, int v, const KParams& p, long long mwb, GemmParams& gp) {
@@ -35,7 +42,7 @@ cudaError_t plan_gemm(int fmt, int k, int v, const KParams& p, long long mwb, Ge
       tb * gemm_split_floats<MODE>(T) <= kMaxPartialFloats && tb * p.R <= kMaxCounters)
     gp.parts = static_cast<int>(P);
   // Parts a SwiGLU CTA takes: the fewest that fit every CTA in one wave (any count gives the same bits).
-  const long long slots = static_cast<long long>(Dec::kUnitK == 256 ? 1 : 2) * device_sm_count(0);
+  const long long slots = static_cast<long long>(split_minb<Dec>()) * device_sm_count(0);
   const long long ctas = static_cast<long long>(gp.tile_groups) * tb * gp.parts;
   if (MODE == kSwiglu && gp.parts > 1 && slots > 0 && ctas > slots)
     gp.per = static_cast<int>(std::min<long long>(gp.parts, (ctas + slots - 1) / slots));
@@ -63,13 +70,11 @@ cudaError_t launch_gemm(int fmt, int k, int v, const KParams& p, long long mwb, 
   GemmParams gp;
   const cudaError_t e = plan_gemm<Dec, MODE>(fmt, k, v, p, mwb, gp);
   if (e != cudaSuccess) return e;
+  // The split grid is the GEMV's (T / 8 CTAs, sized to its occupancy: two an SM for FP8 and BF16) per token
+  // block: split_minb CTAs an SM keep one token block in one wave.
+  if (gp.parts > 1) return launch_gemm_kernel<Dec, MODE, split_minb<Dec>(), true>(gp, s, pdl);
   if constexpr (Dec::kUnitK != 256) {
-    // The split grid is the GEMV's (T / 8 CTAs, sized to its occupancy: two an SM for FP8 and BF16) per token
-    // block: two CTAs an SM keep one token block in one wave. CB's shared memory fits one.
-    if (gp.parts > 1) return launch_gemm_kernel<Dec, MODE, 2, true>(gp, s, pdl);
     if (p.M > kDecodeRows) return launch_gemm_kernel<Dec, MODE, 2, false>(gp, s, pdl);
-  } else {
-    if (gp.parts > 1) return launch_gemm_kernel<Dec, MODE, 1, true>(gp, s, pdl);
   }
   return launch_gemm_kernel<Dec, MODE, 1, false>(gp, s, pdl);
 }

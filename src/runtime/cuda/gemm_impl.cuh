@@ -268,14 +268,23 @@ __global__ void __launch_bounds__(kThreads, MINB) gemm_kernel(const GemmParams g
 
   constexpr int NO = NP * NT * 4;
   static_assert(gemm_split_floats<MODE>(1) == NO * 32);
-  auto flatten = [&](float(&o)[NO]) {  // the warp's value of its tile so far, in the epilogue's order
+  // o = the warp's value of its tile so far, in the epilogue's order; acc restarts from +0 (the next part's).
+  auto take = [&](float(&o)[NO]) {
 #pragma unroll
     for (int pi = 0; pi < NP; ++pi)
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
+        for (int i = 0; i < 4; ++i) {
           o[pi * NT * 4 + nt * 4 + i] = folded ? __fadd_rn(sum[pi][nt][i], acc[pi][nt][i]) : acc[pi][nt][i];
+          acc[pi][nt][i] = 0.0f;
+        }
+  };
+  // SPLIT: post o as part `part` of the tile; true in the tile's last poster, o then the sum of all parts.
+  auto post = [&](float(&o)[NO]) {
+    return gemm_fold_parts<NO>(o, p.partials + block * gemm_split_floats<MODE>(T),
+                               p.counters + static_cast<long long>(block) * p.R + tile,
+                               static_cast<unsigned>(tile) * gp.parts, part, gp.parts, lane);
   };
   for (int s = 0; s < S_run; ++s) {
     // One barrier per K step: after it every thread's copies of stage s are visible and every warp is done
@@ -313,17 +322,8 @@ __global__ void __launch_bounds__(kThreads, MINB) gemm_kernel(const GemmParams g
       }
       if (kMulti && s + 1 == part_end && s + 1 < S_run) {  // a part ends before this CTA's last: post it
         float w[NO];
-        flatten(w);
-        // Not the tile's last post: this CTA's later parts are still to come.
-        (void)gemm_fold_parts<NO>(w, p.partials + block * gemm_split_floats<MODE>(T),
-                                  p.counters + static_cast<long long>(block) * p.R + tile,
-                                  static_cast<unsigned>(tile) * gp.parts, part, gp.parts, lane);
-#pragma unroll
-        for (int pi = 0; pi < NP; ++pi)
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) acc[pi][nt][i] = 0.0f;
+        take(w);
+        (void)post(w);  // never the tile's last post: this CTA's later parts are still to come
         ++part;
         part_end = (part + 1) * S / gp.parts - s0;
       }
@@ -332,12 +332,9 @@ __global__ void __launch_bounds__(kThreads, MINB) gemm_kernel(const GemmParams g
   }
   if (!active) return;
   float v[NO];
-  flatten(v);
+  take(v);
   if constexpr (SPLIT) {
-    if (!gemm_fold_parts<NO>(v, p.partials + block * gemm_split_floats<MODE>(T),
-                             p.counters + static_cast<long long>(block) * p.R + tile,
-                             static_cast<unsigned>(tile) * gp.parts, part, gp.parts, lane))
-      return;
+    if (!post(v)) return;
   }
   // The GEMV's epilogue on this token block: rows n0 .. n0 + rows_here - 1.
   KParams q = p;
