@@ -297,9 +297,9 @@ __global__ void __launch_bounds__(kThreads, MINB) gemm_kernel(const GemmParams g
     }
     cp_async_commit();
     if (active) {
-      // SPLIT: the CTA's K-run is exactly one GEMV warp's range (tile-aligned: range_start(r·P + j) = r·S +
-      // ⌊j·S / P⌋, the part's s0), so no range starts inside it: the fold and its 4·NT·NP sums are compiled
-      // out (at 128 registers they made the split kernels spill inside the loop).
+      // SPLIT: the CTA's K-run is whole GEMV warp ranges (tile-aligned: range_start(r·P + j) = r·S +
+      // ⌊j·S / P⌋, the part's s0), each posted as it ends, never summed in the warp: the fold and its 4·NT·NP
+      // sums are compiled out (at 128 registers they made the split kernels spill inside the loop).
       if (!SPLIT && s > 0 && u == nb) {  // a GEMV warp's range starts here: fold the part
 #pragma unroll
         for (int pi = 0; pi < NP; ++pi)
