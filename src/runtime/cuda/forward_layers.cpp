@@ -228,14 +228,17 @@ Status attention_gated(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, co
     for (int t = t0; t < t0 + n; ++t) mx = std::max(mx, detail::attn_row_splits(at.window, c.pos_host[t]));
     return mx;
   };
-  // A step of more rows than a decode graph's runs fused items on the tensor-core path (AttnArgs::fused: no
-  // split buffer, so no cut), in slices of up to kAttnFusedSliceRows rows on full layers and of one round of
-  // items on sliding ones (attn_fused_slice_rows).
-  at.fused = c.T > detail::kMaxSliceRows && detail::attention_tc_supported(d, nh, nkv);
   static const int sms = [] {
     const auto d = device_info();
     return d.ok() && d->sm_count > 0 ? d->sm_count : 132;
   }();
+  // A step of more rows than a decode graph's runs fused items on the tensor-core path (AttnArgs::fused: no
+  // split buffer, so no cut), in slices of up to kAttnFusedSliceRows rows on full layers and of one round of
+  // items on sliding ones (attn_fused_slice_rows). So does a decode step whose (row, KV head) items alone
+  // fill two CTAs an SM: each CTA then streams whole rows' keys, without an item start per split or the
+  // merge launch (the same bits: the fold is the merge's).
+  at.fused =
+      detail::attention_tc_supported(d, nh, nkv) && (c.T > detail::kMaxSliceRows || c.T * nkv >= 2 * sms);
   const int slice =
       at.fused ? attn_fused_slice_rows(at.window, nh / nkv, nkv, at.tile_warps, sms) : detail::kAttnSliceRows;
   for (int t0 = 0, n = 0; t0 < c.T; t0 += n) {

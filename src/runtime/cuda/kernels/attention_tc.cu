@@ -15,6 +15,7 @@
 #include "runtime/cuda/device_util.cuh"
 #include "runtime/cuda/kernels/attention_tc.h"
 #include "runtime/cuda/kernels/attn_fold.cuh"
+#include "runtime/cuda/kernels/attn_tiles.cuh"
 #include "runtime/cuda/kernels/kv_view.cuh"
 #include "runtime/cuda/kernels/pdl_launch.cuh"
 
@@ -22,75 +23,23 @@ namespace gridq::cuda::detail {
 namespace {
 
 constexpr int kKeys = 64;  // keys per shared-memory block
-// The tile table: runs + pair tiles of a slice of T rows (g ≤ 16), in dynamic shared memory after the key
-// blocks, sized for the slice class (decode: ≤ kMaxSliceRows rows) so that a decode step's CTAs stay as
-// small as the key blocks make them (a table for 256 rows cost a 1-warp CTA its third slot per SM).
-__host__ __device__ constexpr int max_tiles(int T) { return 2 * T + 64; }
 constexpr float kLog2e = 1.4426950408889634f;
 
 template <int D>
 constexpr int pitch() {
   return D + 8;  // BF16 elements per shared row: 16 bytes of padding keep ldmatrix conflict-free
 }
+// Key blocks in flight: a 3-slot ring keeps two blocks' copies in flight while one is computed (a decode CTA
+// with one slot ahead waited out a whole DRAM round trip on most blocks: 45-61 % of DRAM bandwidth at batch
+// 64 / 1k). Three slots of a D = 128 block and a decode step's tile table still fit two CTAs an SM.
+constexpr int kSlots = 3;
 template <int D>
 constexpr int kv_smem_bytes() {
-  return 2 * 2 * kKeys * pitch<D>() * 2;  // {K, V} × 2 buffers
+  return kSlots * 2 * kKeys * pitch<D>() * 2;  // {K, V} × kSlots
 }
 
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   return static_cast<uint32_t>(f32_to_bf16_bits(lo)) | (static_cast<uint32_t>(f32_to_bf16_bits(hi)) << 16);
-}
-
-// A tile: pairs [p0, p0 + np) of the run starting at step row t0 (pair p = (row t0 + p / g, head p % g of
-// the KV head's group)); splits [lo, lo + ns) hold keys of its rows; items of the tiles before it: first.
-struct Tile {
-  int t0, p0, np, lo, ns, first;
-};
-
-// The step's tiles (≤ max_tiles(T); the host checks g ≤ 16) and their item counts. Every thread marks the
-// rows that start a run (a new sequence, or a position that does not follow the row before) in a bit mask,
-// then thread 0 walks the runs: O(T / threads + runs + tiles) instead of a serial scan of the rows (a
-// 256-row prefill slice spent ~13 µs of every CTA there). Within a run positions are consecutive, so a
-// tile's first and last positions follow from the run's first. Block-collective; the result is in
-// *n_tiles / *total after the trailing barrier.
-__device__ void build_tiles(const AttnArgs& a, int g, int per_tile, bool fused, Tile* tiles, int* n_tiles,
-                            int* total, unsigned* starts) {
-  constexpr int kWords = kAttnFusedSliceRows / 32;
-  for (int w = threadIdx.x; w < kWords; w += blockDim.x) starts[w] = 0u;
-  __syncthreads();
-  for (int t = threadIdx.x; t < a.T; t += blockDim.x)
-    if (t == 0 || a.rows.seq_slot[t] != a.rows.seq_slot[t - 1] || a.rows.pos[t] != a.rows.pos[t - 1] + 1)
-      atomicOr(starts + t / 32, 1u << (t % 32));
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int n = 0, items = 0;
-    for (int t = 0; t < a.T;) {
-      int e = t + 1;  // the next run start after t (or T)
-      while (e < a.T) {
-        const unsigned rest = starts[e / 32] >> (e % 32);
-        if (rest) {
-          e += __ffs(rest) - 1;
-          break;
-        }
-        e = (e / 32 + 1) * 32;
-      }
-      e = min(e, a.T);
-      const int pos0 = a.rows.pos[t], pairs = (e - t) * g;
-      for (int p0 = 0; p0 < pairs; p0 += per_tile) {
-        Tile& x = tiles[n++];
-        x.t0 = t, x.p0 = p0, x.np = min(per_tile, pairs - p0);
-        const int first_pos = pos0 + p0 / g, last_pos = pos0 + (p0 + x.np - 1) / g;
-        x.lo = attn_first_split(a.window, first_pos);
-        x.ns = last_pos / kAttnSplitKeys - x.lo + 1;
-        x.first = items;
-        items += (fused ? 1 : x.ns) * a.nkv;
-      }
-      t = e;
-    }
-    *n_tiles = n;
-    *total = items;
-  }
-  __syncthreads();
 }
 
 // Loads keys [b0, b0 + 64) of KV head kvh into buffers (ks, vs); keys outside [jmin, jmax] are zeros, so
@@ -145,8 +94,8 @@ __global__ void __launch_bounds__(256) attn_tc_kernel(const AttnArgs a) {
   __shared__ unsigned starts[kAttnFusedSliceRows / 32];
   const int g = a.nh / a.nkv, warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   build_tiles(a, g, 16 * warps, kFused, tiles, &n_tiles, &total_items, starts);
-  uint16_t* kbuf[2] = {smem, smem + 2 * kKeys * pitch<D>()};
-  uint16_t* vbuf[2] = {smem + kKeys * pitch<D>(), smem + 3 * kKeys * pitch<D>()};
+  // Slot i: K at smem + 2i·64·pitch, V right after it.
+  auto kslot = [&](int i) { return smem + 2 * i * kKeys * pitch<D>(); };
   const float scale = __fmul_rn(__fdiv_rn(1.0f, __fsqrt_rn(static_cast<float>(D))), kLog2e);
   for (int it = blockIdx.x; it < total_items; it += gridDim.x) {
     // Fused items from the last: a slice's later tiles hold its longest rows, so the longest go first.
@@ -205,10 +154,13 @@ __global__ void __launch_bounds__(256) attn_tc_kernel(const AttnArgs a) {
 #pragma unroll
     for (int nt = 0; nt < (kFused ? D / 8 : 1); ++nt) fo[nt][0] = fo[nt][1] = fo[nt][2] = fo[nt][3] = 0.0f;
     __syncthreads();  // the previous item's readers are done with the buffers
-    load_block<D>(a, slot, kvh, blk0, jmin, jmax, kbuf[0], vbuf[0]);
-    cp_async_commit();
+    for (int b = 0; b < kSlots - 1; ++b) {  // one commit group a block, empty past the item's blocks
+      if (b < n_blk)
+        load_block<D>(a, slot, kvh, blk0 + kKeys * b, jmin, jmax, kslot(b), kslot(b) + kKeys * pitch<D>());
+      cp_async_commit();
+    }
     for (int b = 0; b < n_blk; ++b) {
-      const int cur = b & 1, kb0 = blk0 + kKeys * b;
+      const int kb0 = blk0 + kKeys * b;
       if (b == 0 || kb0 % kAttnSplitKeys == 0) {  // a split's first block: a fresh softmax, its keys per row
         const int split = kb0 / kAttnSplitKeys;
 #pragma unroll
@@ -220,16 +172,19 @@ __global__ void __launch_bounds__(256) attn_tc_kernel(const AttnArgs a) {
           row_hi[i] = live[i] ? min(row_pos[i], (split + 1) * kAttnSplitKeys - 1) : 0;
         }
       }
-      // One barrier per block: after it every thread's copies of block b are visible and every warp is
-      // done with block b - 1, whose buffer then takes block b + 1 while block b is computed.
-      cp_async_wait<0>();
+      // One barrier per block: after it every thread's copies of block b are visible (only the newest group,
+      // block b + 1, may be pending) and every warp is done with block b - 1, whose slot then takes block b
+      // + 2.
+      cp_async_wait<kSlots - 2>();
       __syncthreads();
-      if (b + 1 < n_blk)
-        load_block<D>(a, slot, kvh, blk0 + kKeys * (b + 1), jmin, jmax, kbuf[cur ^ 1], vbuf[cur ^ 1]);
+      if (b + kSlots - 1 < n_blk) {
+        uint16_t* ns = kslot((b + kSlots - 1) % kSlots);
+        load_block<D>(a, slot, kvh, blk0 + kKeys * (b + kSlots - 1), jmin, jmax, ns, ns + kKeys * pitch<D>());
+      }
       cp_async_commit();
       if (!warp_live) continue;
-      const uint16_t* ks = kbuf[cur];
-      const uint16_t* vs = vbuf[cur];
+      const uint16_t* ks = kslot(b % kSlots);
+      const uint16_t* vs = ks + kKeys * pitch<D>();
       // S = Q·Kᵀ: 8 tiles of 8 keys; ldmatrix.x4 gives two key tiles × 16 dims.
       float s[kKeys / 8][4];
 #pragma unroll
