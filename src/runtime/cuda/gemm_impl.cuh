@@ -259,26 +259,24 @@ __global__ void __launch_bounds__(kThreads, MINB) gemm_kernel(const GemmParams g
   unsigned nb = active ? range_start(warp_of(u, U, T) + 1, U, T) : 0;
   bool folded = false;
   float acc[NP][NT][4], sum[NP][NT][4];
-#pragma unroll
-  for (int pi = 0; pi < NP; ++pi)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[pi][nt][i] = sum[pi][nt][i] = 0.0f;
-
   constexpr int NO = NP * NT * 4;
   static_assert(gemm_split_floats<MODE>(1) == NO * 32);
-  // o = the warp's value of its tile so far, in the epilogue's order; acc restarts from +0 (the next part's).
-  auto take = [&](float(&o)[NO]) {
+  // f(j, acc element, sum element) for every accumulator, j its index in the epilogue's order.
+  auto each = [&](auto&& f) {
 #pragma unroll
     for (int pi = 0; pi < NP; ++pi)
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          o[pi * NT * 4 + nt * 4 + i] = folded ? __fadd_rn(sum[pi][nt][i], acc[pi][nt][i]) : acc[pi][nt][i];
-          acc[pi][nt][i] = 0.0f;
-        }
+        for (int i = 0; i < 4; ++i) f(pi * NT * 4 + nt * 4 + i, acc[pi][nt][i], sum[pi][nt][i]);
+  };
+  each([](int, float& a, float& sm) { a = sm = 0.0f; });
+  // o = the warp's value of its tile so far, in the epilogue's order; acc restarts from +0 (the next part's).
+  auto take = [&](float(&o)[NO]) {
+    each([&](int j, float& a, float& sm) {
+      o[j] = folded ? __fadd_rn(sm, a) : a;
+      a = 0.0f;
+    });
   };
   // SPLIT: post o as part `part` of the tile; true in the tile's last poster, o then the sum of all parts.
   auto post = [&](float(&o)[NO]) {
@@ -301,15 +299,10 @@ __global__ void __launch_bounds__(kThreads, MINB) gemm_kernel(const GemmParams g
       // ⌊j·S / P⌋, the part's s0), each posted as it ends, never summed in the warp: the fold and its 4·NT·NP
       // sums are compiled out (at 128 registers they made the split kernels spill inside the loop).
       if (!SPLIT && s > 0 && u == nb) {  // a GEMV warp's range starts here: fold the part
-#pragma unroll
-        for (int pi = 0; pi < NP; ++pi)
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              sum[pi][nt][i] = __fadd_rn(sum[pi][nt][i], acc[pi][nt][i]);
-              acc[pi][nt][i] = 0.0f;
-            }
+        each([](int, float& a, float& sm) {
+          sm = __fadd_rn(sm, a);
+          a = 0.0f;
+        });
         folded = true;
         nb = range_start(warp_of(u, U, T) + 1, U, T);
       }
