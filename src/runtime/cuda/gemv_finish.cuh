@@ -113,6 +113,7 @@ __device__ __forceinline__ void finish_tile(const KParams& p, float (&v)[NO], un
     const int rbase = static_cast<int>(tile) * 16;
     // kC token tiles a round trip (all of them at once held too many addresses: spills at 64 rows).
     constexpr int kC = NT < 2 ? NT : 2;
+    static_assert(NT % kC == 0, "chunks of kC token tiles cover the NT tiles exactly");
     // f(c, i, n, o) for the fragment's elements of token tiles nt0 … nt0 + kC − 1 that hold a row (n < M):
     // tile nt0 + c, element i, token n, y offset o.
     auto chunk = [&](int nt0, auto&& f) {
