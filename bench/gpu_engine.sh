@@ -307,14 +307,15 @@ build_kt() {
 
 if has timeline; then  # every kernel of a decode step from CUPTI (bench/tools/kernel_timeline.cpp)
   if build_kt; then
-    CUDA_INJECTION64_PATH=/tmp/libkt.so GRIDQ_TIMELINE="$OUT/timeline.csv" timeout 300 $G bench decode \
-      ${GRIDQ_TIMELINE_ARGS:---synthetic laguna-s-2.1 --batches 1 --contexts 0 --steps 4 --warmup 2} \
+    CUDA_INJECTION64_PATH=/tmp/libkt.so GRIDQ_TIMELINE="$OUT/timeline.csv" GRIDQ_TIMELINE_API="$OUT/timeline_api.csv" \
+      timeout 300 $G bench decode ${GRIDQ_TIMELINE_ARGS:---synthetic laguna-s-2.1 --batches 1 --contexts 0 --steps 4 --warmup 2} \
       > "$OUT/timeline_bench.txt" 2>&1
     echo "timeline bench exit $?"
-    python3 bench/tools/timeline_report.py "$OUT/timeline.csv" --detail 1 --json "$OUT/timeline.json" \
-      > "$OUT/timeline_report.txt" 2>&1
-    head -80 "$OUT/timeline_report.txt"
-    xz -9 "$OUT/timeline.csv"
+    python3 bench/tools/timeline_report.py "$OUT/timeline.csv" --detail 1 --api "$OUT/timeline_api.csv" \
+      --json "$OUT/timeline.json" > "$OUT/timeline_report.txt" 2>&1
+    head -60 "$OUT/timeline_report.txt"
+    grep -A20 "== between replays" "$OUT/timeline_report.txt"
+    xz -9 "$OUT/timeline.csv" "$OUT/timeline_api.csv"
   fi
 fi
 

@@ -12,6 +12,11 @@ step), and the first --runs of them (e.g. the 4 steps of 2048 rows of an 8k prom
 
   python3 bench/tools/timeline_report.py k.csv [--detail 1] [--json out.json]
   python3 bench/tools/timeline_report.py prefill.csv --outside embed_kernel --runs 4
+  python3 bench/tools/timeline_report.py k.csv --api k.api.csv   # kernel_timeline.cpp's GRIDQ_TIMELINE_API file
+
+With --api, the time between consecutive replays of the largest graph (the host's share of a decode step) is
+broken down: the copies in it and the host's CUDA runtime calls, clipped to the gap and
+summed by name; and for each replay, how long after its cudaGraphLaunch call its first kernel started.
 """
 import argparse
 import csv
@@ -127,6 +132,42 @@ def report_outside(rows, marker, runs, top):
             "by_kernel": by_kernel_json(by)}
 
 
+def report_gaps(reps, api_csv, top):
+    """The gaps between consecutive replays (whole ones, in time order) of one graph, and what the host and
+    the GPU did in them (see the module doc)."""
+    recs = []
+    with open(api_csv, newline="") as f:
+        for r in csv.DictReader(f):
+            recs.append((r["kind"], int(r["start_ns"]), int(r["end_ns"]), r["name"], int(r["bytes"])))
+    spans = sorted((min(k["start"] for k in r), max(k["end"] for k in r)) for r in reps)
+    launches = sorted(s for kind, s, _, name, _ in recs if kind == "api" and name.startswith("cudaGraphLaunch"))
+    gaps, by = [], {}
+    for (s0, e0), (s1, _) in zip(spans, spans[1:]):
+        gaps.append(s1 - e0)
+        for kind, s, e, name, nbytes in recs:
+            lo, hi = max(s, e0), min(e, s1)
+            if hi <= lo:
+                continue
+            key = f"{kind} {name}" + (f" ({nbytes} B)" if kind == "memcpy" else "")
+            d = by.setdefault(key, [0, 0.0])
+            d[0] += 1
+            d[1] += (hi - lo) / 1e3
+    lat = []
+    for s0, _ in spans:
+        before = [t for t in launches if t <= s0]
+        if before:
+            lat.append((s0 - before[-1]) / 1e3)
+    n = max(1, len(gaps))
+    print(f"\n== between replays: {len(gaps)} gaps, median {statistics.median(gaps) / 1e3 if gaps else 0:.1f} us "
+          f"(min {min(gaps, default=0) / 1e3:.1f}, max {max(gaps, default=0) / 1e3:.1f}); cudaGraphLaunch call to "
+          f"first kernel: median {statistics.median(lat) if lat else 0:.1f} us")
+    print(f"  {'count/gap':>9} {'us/gap':>8}  host call or GPU work inside the gaps (clipped)")
+    for key, (c, t) in sorted(by.items(), key=lambda x: -x[1][1])[:top]:
+        print(f"  {c / n:9.2f} {t / n:8.1f}  {key}")
+    return {"gaps_us": [g / 1e3 for g in gaps], "launch_to_first_kernel_us": lat,
+            "in_gaps": {k: {"count": c, "us": t} for k, (c, t) in by.items()}}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("csv")
@@ -134,6 +175,8 @@ def main():
     ap.add_argument("--top", type=int, default=25, help="kernel names shown per graph")
     ap.add_argument("--json", help="write the summary here")
     ap.add_argument("--outside", help="report the kernels outside graphs, cut into runs at this kernel name")
+    ap.add_argument("--api", help="kernel_timeline.cpp's GRIDQ_TIMELINE_API file: what fills the gaps between "
+                    "the largest graph's replays")
     ap.add_argument("--runs", type=int, default=0, help="with --outside: the first N runs (0: all)")
     a = ap.parse_args()
     rows = []
@@ -179,6 +222,8 @@ def main():
                 print(f"  {i:4d} {(k['start'] - t0) / 1e3:8.2f} {(k['end'] - k['start']) / 1e3:7.2f} "
                       f"{x / 1e3:6.2f} {gap:6.2f} {k['stream']:4d} {k['grid']:5d} {k['block']:4d} "
                       f"{k['smem']:6d} {k['regs']:4d}  {k['name']}")
+    if a.api and order:
+        summary.append(report_gaps(replays_of(graphs[order[0]]), a.api, a.top))
     if a.outside:
         summary.append(report_outside(rows, a.outside, a.runs, a.top))
     if a.json:
