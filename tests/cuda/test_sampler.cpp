@@ -21,6 +21,7 @@ namespace {
 
 using runtime::SamplePlan;
 using testing::repo_path;
+constexpr unsigned kAllKinds = detail::kSamplePlainGreedy | detail::kSampleOther;
 
 struct Case {
   const char* name;
@@ -88,16 +89,19 @@ TEST(CudaSampler, KernelMatchesHostSampler) {
             DeviceBuffer::alloc(std::max<size_t>(1, edits.size()) * sizeof(detail::SampleEdit), "t");
         auto d_scratch = DeviceBuffer::alloc(static_cast<size_t>(R) * V * 8, "t");
         auto d_out = DeviceBuffer::alloc(R * sizeof(detail::SampleResult), "t");
-        ASSERT_TRUE(d_logits.ok() && d_args.ok() && d_edits.ok() && d_scratch.ok() && d_out.ok());
+        auto d_greedy = DeviceBuffer::alloc(static_cast<size_t>(detail::greedy_scratch_bytes(R)), "t");
+        ASSERT_TRUE(d_logits.ok() && d_args.ok() && d_edits.ok() && d_scratch.ok() && d_out.ok() &&
+                    d_greedy.ok());
+        ASSERT_OK(d_greedy->zero());
         ASSERT_OK(d_logits->upload(logits.data(), logits.size() * 4));
         ASSERT_OK(d_args->upload(args.data(), args.size() * sizeof(args[0])));
         if (!edits.empty()) ASSERT_OK(d_edits->upload(edits.data(), edits.size() * sizeof(edits[0])));
         auto launch = [&](int rows, int first, std::vector<detail::SampleResult>& res) {
           res.assign(static_cast<size_t>(rows), {});
-          ASSERT_EQ(detail::raw_sample_rows(d_logits->as<float>(), V, V,
-                                            d_args->as<detail::SampleRowArgs>() + first, rows,
-                                            d_edits->as<detail::SampleEdit>(), d_scratch->as<double>(),
-                                            d_out->as<detail::SampleResult>(), nullptr),
+          ASSERT_EQ(detail::raw_sample_rows(
+                        d_logits->as<float>(), V, V, d_args->as<detail::SampleRowArgs>() + first, rows,
+                        d_edits->as<detail::SampleEdit>(), d_scratch->as<double>(), d_greedy->as(),
+                        d_out->as<detail::SampleResult>(), kAllKinds, nullptr),
                     cudaSuccess);
           ASSERT_EQ(cudaMemcpy(res.data(), d_out->as(), rows * sizeof(res[0]), cudaMemcpyDeviceToHost),
                     cudaSuccess);
@@ -157,19 +161,21 @@ TEST(CudaSampler, NonFiniteLogitsFailTheRow) {
   auto d_args = DeviceBuffer::alloc(sizeof(a), "t");
   auto d_scratch = DeviceBuffer::alloc(static_cast<size_t>(V) * 8, "t");
   auto d_out = DeviceBuffer::alloc(sizeof(detail::SampleResult), "t");
-  ASSERT_TRUE(d_logits.ok() && d_args.ok() && d_scratch.ok() && d_out.ok());
+  auto d_greedy = DeviceBuffer::alloc(static_cast<size_t>(detail::greedy_scratch_bytes(1)), "t");
+  ASSERT_TRUE(d_logits.ok() && d_args.ok() && d_scratch.ok() && d_out.ok() && d_greedy.ok());
+  ASSERT_OK(d_greedy->zero());
   ASSERT_OK(d_logits->upload(logits.data(), logits.size() * 4));
   ASSERT_OK(d_args->upload(&a, sizeof(a)));
-  ASSERT_EQ(
-      detail::raw_sample_rows(d_logits->as<float>(), V, V, d_args->as<detail::SampleRowArgs>(), 1, nullptr,
-                              d_scratch->as<double>(), d_out->as<detail::SampleResult>(), nullptr),
-      cudaSuccess);
+  ASSERT_EQ(detail::raw_sample_rows(d_logits->as<float>(), V, V, d_args->as<detail::SampleRowArgs>(), 1,
+                                    nullptr, d_scratch->as<double>(), d_greedy->as(),
+                                    d_out->as<detail::SampleResult>(), kAllKinds, nullptr),
+            cudaSuccess);
   auto run = [&]() {
     detail::SampleResult r;
-    EXPECT_EQ(
-        detail::raw_sample_rows(d_logits->as<float>(), V, V, d_args->as<detail::SampleRowArgs>(), 1, nullptr,
-                                d_scratch->as<double>(), d_out->as<detail::SampleResult>(), nullptr),
-        cudaSuccess);
+    EXPECT_EQ(detail::raw_sample_rows(d_logits->as<float>(), V, V, d_args->as<detail::SampleRowArgs>(), 1,
+                                      nullptr, d_scratch->as<double>(), d_greedy->as(),
+                                      d_out->as<detail::SampleResult>(), kAllKinds, nullptr),
+              cudaSuccess);
     EXPECT_EQ(cudaMemcpy(&r, d_out->as(), sizeof(r), cudaMemcpyDeviceToHost), cudaSuccess);
     return r;
   };
@@ -186,6 +192,69 @@ TEST(CudaSampler, NonFiniteLogitsFailTheRow) {
   logits[9] = -INFINITY;
   ASSERT_OK(d_logits->upload(logits.data(), logits.size() * 4));
   EXPECT_EQ(run().status, 2) << "no finite logit";
+}
+
+// Plain greedy rows (sample_greedy.cu: a row cut into chunks, folded by its last block) on ties across
+// chunks, rows that are -inf but for a few ids, a flat row and the last id: the host sampler's token (the
+// lowest index of the largest logit) and logprob, run to run (the per-row counters are left reset) and with
+// a row alone as among others, a launch of one row before and after launches of eight (each launch row's
+// scratch region stays its own whatever the launch size).
+TEST(CudaSampler, GreedyRowsAcrossChunks) {
+  REQUIRE_GPU();
+  const int V = 100352, R = 8;  // rows 4-7 repeat rows 0-3
+  ASSERT_GT(detail::greedy_chunk_len(V) * (detail::kGreedyChunks - 1), 70001) << "ties in different chunks";
+  std::vector<float> logits(static_cast<size_t>(R) * V);
+  std::mt19937_64 rng(test_seed());
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  float* row[R];
+  for (int r = 0; r < R; ++r) row[r] = logits.data() + static_cast<size_t>(r) * V;
+  for (int i = 0; i < V; ++i)
+    row[0][i] = nd(rng), row[1][i] = -INFINITY, row[2][i] = 0.25f, row[3][i] = -INFINITY;
+  row[0][70001] = row[0][3100] = 9.0f;  // the same max in two chunks: the lower id
+  row[1][V - 1] = row[1][5] = 2.0f;     // -inf elsewhere (chunks with nothing finite)
+  row[3][V - 1] = -3.0f;                // the last id of the last chunk
+  for (int r = 4; r < R; ++r) std::copy(row[r - 4], row[r - 4] + V, row[r]);
+  const runtime::SamplePlan greedy;
+  std::vector<detail::SampleRowArgs> args;
+  std::vector<detail::SampleEdit> edits;
+  for (int r = 0; r < R; ++r) ASSERT_OK(detail::append_sample_row(greedy, r, V, args, edits));
+  ASSERT_TRUE(edits.empty() && detail::plain_greedy(args[0]));
+  auto d_logits = DeviceBuffer::alloc(logits.size() * 4, "t");
+  auto d_args = DeviceBuffer::alloc(args.size() * sizeof(args[0]), "t");
+  auto d_scratch = DeviceBuffer::alloc(static_cast<size_t>(R) * V * 8, "t");
+  auto d_out = DeviceBuffer::alloc(R * sizeof(detail::SampleResult), "t");
+  auto d_greedy = DeviceBuffer::alloc(static_cast<size_t>(detail::greedy_scratch_bytes(R)), "t");
+  ASSERT_TRUE(d_logits.ok() && d_args.ok() && d_scratch.ok() && d_out.ok() && d_greedy.ok());
+  ASSERT_OK(d_greedy->zero());
+  ASSERT_OK(d_logits->upload(logits.data(), logits.size() * 4));
+  ASSERT_OK(d_args->upload(args.data(), args.size() * sizeof(args[0])));
+  auto launch = [&](int rows, int first) {
+    std::vector<detail::SampleResult> res(static_cast<size_t>(rows));
+    EXPECT_EQ(
+        detail::raw_sample_rows(d_logits->as<float>(), V, V, d_args->as<detail::SampleRowArgs>() + first,
+                                rows, nullptr, d_scratch->as<double>(), d_greedy->as(),
+                                d_out->as<detail::SampleResult>(), kAllKinds, nullptr),
+        cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(res.data(), d_out->as(), rows * sizeof(res[0]), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    return res;
+  };
+  const auto first = launch(1, 2), all = launch(R, 0), again = launch(R, 0), alone = launch(1, 2);
+  const int want[R] = {3100, 5, 0, V - 1, 3100, 5, 0, V - 1};
+  for (int r = 0; r < R; ++r) {
+    const runtime::SampledToken h =
+        runtime::Sampler::run(greedy, std::span<const float>(row[r], static_cast<size_t>(V)));
+    ASSERT_EQ(h.token, want[r]) << "row " << r;
+    EXPECT_EQ(all[r].status, 0) << "row " << r;
+    EXPECT_EQ(all[r].token, h.token) << "row " << r;
+    EXPECT_NEAR(all[r].logprob, h.logprob, 1e-5) << "row " << r;
+    EXPECT_EQ(again[r].token, all[r].token) << "row " << r << ": run to run";
+    EXPECT_EQ(again[r].logprob, all[r].logprob) << "row " << r << ": run to run";
+  }
+  for (const auto* one : {&first, &alone}) {
+    EXPECT_EQ((*one)[0].token, all[2].token);
+    EXPECT_EQ((*one)[0].logprob, all[2].logprob) << "row 2 alone vs among 8";
+  }
 }
 
 // forward_sampled on the bundled model: at every decode step the device's token is the host sampler's on the

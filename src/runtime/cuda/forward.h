@@ -46,6 +46,7 @@ struct CudaBackend::Work {
   DeviceBuffer sample_scratch;  // f64 [L, V] scores, then w (kernels/sample.cu)
   DeviceBuffer sample_rows;     // SampleRowArgs [L]
   DeviceBuffer sample_out;      // SampleResult [L]
+  DeviceBuffer sample_greedy;   // greedy rows' counters and chunk parts (kernels/sample_greedy.cu)
   DeviceBuffer sample_edits;    // SampleEdit [n], grown on demand
   int max_splits = 0;           // a full layer's splits a row at most (attn_splits.h)
   int64_t partial_slots = 0;    // (row, head, split) slots of `partial`

@@ -20,11 +20,13 @@ Status CudaBackend::sample_step(const Step& st, std::vector<runtime::SampledToke
   std::vector<detail::SampleRowArgs> rows;
   std::vector<detail::SampleEdit> edits;
   std::vector<int> launch_of(st.plans.size(), -1);
+  unsigned kinds = 0;
   for (size_t i = 0; i < st.plans.size(); ++i) {
     const runtime::SamplePlan* p = st.plans[i];
     if (!p || !p->allowed.empty()) continue;
     launch_of[i] = static_cast<int>(rows.size());
     GRIDQ_RETURN_IF_ERROR(detail::append_sample_row(*p, static_cast<int>(i), V, rows, edits));
+    kinds |= detail::plain_greedy(rows.back()) ? detail::kSamplePlainGreedy : detail::kSampleOther;
   }
   std::vector<detail::SampleResult> res(rows.size());
   if (!rows.empty()) {
@@ -41,8 +43,8 @@ Status CudaBackend::sample_step(const Step& st, std::vector<runtime::SampledToke
                                  cudaMemcpyHostToDevice, stream_));
     GRIDQ_CUDA(detail::raw_sample_rows(w.logits.as<float>(), ld, V, w.sample_rows.as<detail::SampleRowArgs>(),
                                        static_cast<int>(rows.size()), w.sample_edits.as<detail::SampleEdit>(),
-                                       w.sample_scratch.as<double>(), w.sample_out.as<detail::SampleResult>(),
-                                       stream_));
+                                       w.sample_scratch.as<double>(), w.sample_greedy.as(),
+                                       w.sample_out.as<detail::SampleResult>(), kinds, stream_));
     GRIDQ_CUDA(cudaMemcpyAsync(res.data(), w.sample_out.as(), res.size() * sizeof(res[0]),
                                cudaMemcpyDeviceToHost, stream_));
   }

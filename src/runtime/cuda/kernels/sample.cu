@@ -240,6 +240,7 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Shared& sh = *reinterpret_cast<Shared*>(smem_raw);
   const SampleRowArgs a = rows[blockIdx.x];
+  if (plain_greedy(a)) return;  // sample_greedy.cu's kernel takes it
   const float* x = logits + static_cast<long long>(a.row) * ld;
   double* s = scratch + static_cast<long long>(blockIdx.x) * V;
   // Step 8's log-sum-exp of the raw logits; a non-finite logit fails the row (never sampled from).
@@ -299,8 +300,15 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 cudaError_t raw_sample_rows(const float* logits, long long ld, int V, const SampleRowArgs* rows, int R,
-                            const SampleEdit* edits, double* scratch, SampleResult* out, cudaStream_t s) {
+                            const SampleEdit* edits, double* scratch, void* greedy_scratch, SampleResult* out,
+                            unsigned kinds, cudaStream_t s) {
   if (R <= 0) return cudaSuccess;
+  // Both kernels see every row and take their own kind (the rows are on the device).
+  if (kinds & kSamplePlainGreedy)
+    if (const cudaError_t e = launch_greedy_rows(logits, ld, V, rows, R, greedy_scratch, out, s);
+        e != cudaSuccess)
+      return e;
+  if (!(kinds & kSampleOther)) return cudaSuccess;
   static const cudaError_t attr = cudaFuncSetAttribute(
       sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sizeof(Shared)));
   if (attr != cudaSuccess) return attr;
