@@ -29,6 +29,8 @@ struct BenchFlags {
   int blocks_per_sm = -1;
   int l2_ahead = 0;
   int beside = 3;
+  float temperature = 0.0f, top_p = 1.0f;
+  int top_k = 0;
   bool l2_prefetch = false;
   bool diag = false;
   bool no_chain = false;
@@ -69,6 +71,7 @@ int run_decode(const BenchFlags& f) {
   o.blocks_per_sm = f.blocks_per_sm;
   o.l2_ahead = f.l2_ahead;
   o.beside = f.beside;
+  o.temperature = f.temperature, o.top_p = f.top_p, o.top_k = f.top_k;
   auto r = cuda::run_bench_decode(o);
   if (!r.ok()) return fail(name + ": " + r.message());
   if (!f.out.empty()) {
@@ -152,12 +155,14 @@ const Registrar reg{Command{
           ->check(device_check());
       CLI::App* d = sub.add_subcommand(
           "decode",
-          "Whole-model decode tok/s, GB/s and % of copy per (batch, context) on the CUDA engine, with the kernels\n"
+          "Whole-model decode tok/s, GB/s and % of copy per (batch, context) on the CUDA engine, with the "
+          "kernels\n"
           "a step launches and µs, bytes, GB/s and % of copy per phase of the step\n"
           "Examples:\n"
           "  gridq bench decode --synthetic laguna-s-2.1            # full-size, built on the GPU\n"
           "  gridq bench decode --synthetic laguna-s-2.1 --batches 1 --contexts 0,32768 --out r.json\n"
-          "  gridq bench decode build/demo/laguna-tiny-code-gridbook  # an artifact (or HF) directory");
+          "  gridq bench decode build/demo/laguna-tiny-code-gridbook  # an artifact (or HF) directory\n"
+          "  gridq bench decode --synthetic laguna-s-2.1 --temperature 0.7 --top-p 0.95  # sampled pass");
       // The options `bench decode` and `bench prefill` share: the model, seed, output and launch switches.
       auto model_options = [flags](CLI::App* c) {
         c->add_option("MODEL", flags->model_dir, "artifact or HF checkpoint directory (or use --synthetic)");
@@ -202,6 +207,14 @@ const Registrar reg{Command{
       d->add_option("--steps", flags->steps, "timed decode steps per cell (default 32)")
           ->check(CLI::Range(1, 10000));
       d->add_option("--warmup", flags->warmup, "untimed steps first (default 4)")->check(CLI::Range(0, 1000));
+      d->add_option("--temperature", flags->temperature,
+                    "the sampled pass's temperature (default 0: greedy, its tokens checked against the "
+                    "logits' argmaxes)")
+          ->check(CLI::Range(0.0f, 100.0f));
+      d->add_option("--top-p", flags->top_p, "the sampled pass's top-p (default 1: off)")
+          ->check(CLI::Range(0.0f, 1.0f));
+      d->add_option("--top-k", flags->top_k, "the sampled pass's top-k (default 0: off)")
+          ->check(CLI::Range(0, 1 << 20));
       CLI::App* p = sub.add_subcommand(
           "prefill",
           "Prompt prefill tok/s and time to first token on the CUDA engine (one sequence from empty)\n"

@@ -248,6 +248,26 @@ TEST(BenchDecode, TinySyntheticCells) {
   EXPECT_GT(cells[1]["kv_bytes_per_step"].get<double>(), cells[0]["kv_bytes_per_step"].get<double>());
 }
 
+// --temperature / --top-p / --top-k: the sampled pass draws every row's plan each step (runtime::Sampler);
+// its tokens are not argmaxes, so the argmax check is null, and the parameters are recorded.
+TEST(BenchDecode, SampledPassWithTemperature) {
+  REQUIRE_GPU();
+  BenchDecodeOptions o;
+  o.synthetic = "laguna-tiny-code";
+  o.batches = {3};
+  o.contexts = {0};
+  o.steps = 3;
+  o.progress = false;
+  o.temperature = 0.8f, o.top_p = 0.9f, o.top_k = 50;
+  auto r = run_bench_decode(o);
+  ASSERT_TRUE(r.ok()) << r.message();
+  const auto& c = (*r)["cells"][0];
+  EXPECT_GT(c["tok_s_sampled"].get<double>(), 0.0) << c.dump();
+  EXPECT_TRUE(c["sampled_is_logits_argmax"].is_null()) << c.dump();
+  EXPECT_FLOAT_EQ((*r)["options"]["sampling"]["temperature"].get<float>(), 0.8f);
+  EXPECT_EQ((*r)["options"]["sampling"]["top_k"].get<int>(), 50);
+}
+
 TEST(BenchDecode, BundledCheckpointDirectory) {
   REQUIRE_GPU();
   BenchDecodeOptions o;

@@ -116,14 +116,19 @@ Status run_cell(CudaBackend& be, const BenchDecodeOptions& o, int batch, int ctx
   std::vector<int32_t> toks(static_cast<size_t>(batch));
   std::vector<runtime::BatchItem> items(static_cast<size_t>(batch));
   std::vector<float> logits;
-  // Greedy plans for the sampled pass (every row the default plan: argmax on the device).
-  const runtime::SamplePlan greedy;
-  const std::vector<const runtime::SamplePlan*> plans(static_cast<size_t>(batch), &greedy);
+  // The sampled pass's plans, every row's drawn each step as serve draws them (greedy: argmax on the device).
+  runtime::SamplingParams sp;
+  sp.temperature = o.temperature, sp.top_p = o.top_p, sp.top_k = o.top_k, sp.seed = o.seed;
+  runtime::Sampler sampler(sp);
+  std::vector<runtime::SamplePlan> plan_rows(static_cast<size_t>(batch));
+  std::vector<const runtime::SamplePlan*> plans(static_cast<size_t>(batch));
   std::vector<runtime::SampledToken> sampled;
   std::uniform_int_distribution<int32_t> tok(0, V - 1);
   auto run = [&](int n, std::vector<double>* ms, bool sample = false) -> Status {
     for (int i = 0; i < n; ++i) {
       for (int b = 0; b < batch; ++b) {
+        if (sample) plan_rows[static_cast<size_t>(b)] = sampler.plan(static_cast<size_t>(V), {}, {});
+        plans[static_cast<size_t>(b)] = &plan_rows[static_cast<size_t>(b)];
         toks[static_cast<size_t>(b)] = tok(rng);
         items[static_cast<size_t>(b)] = {
             ids[static_cast<size_t>(b)], {&toks[static_cast<size_t>(b)], 1}, runtime::LogitsMode::kLast};
@@ -153,7 +158,7 @@ Status run_cell(CudaBackend& be, const BenchDecodeOptions& o, int batch, int ctx
   rng = rng0;
   GRIDQ_RETURN_IF_ERROR(run(o.steps, &cell.ms_sampled, true));
   // Same tokens, same positions: the last step's greedy tokens are its logits rows' argmaxes (first of ties).
-  cell.sampled_is_argmax = sampled.size() == static_cast<size_t>(batch);
+  cell.sampled_is_argmax = o.temperature <= 0.0f && sampled.size() == static_cast<size_t>(batch);
   for (size_t r = 0; cell.sampled_is_argmax && r < sampled.size(); ++r) {
     const auto row = logits.begin() + static_cast<std::ptrdiff_t>(r * static_cast<size_t>(V));
     cell.sampled_is_argmax = std::max_element(row, row + V) - row == sampled[r].token;
@@ -306,7 +311,7 @@ Expected<json> run_bench_decode(const BenchDecodeOptions& o) {
            {"tok_s", batch / (ms * 1e-3)},
            {"ms_per_step_sampled", ms_smp},
            {"tok_s_sampled", batch / (ms_smp * 1e-3)},
-           {"sampled_is_logits_argmax", c.sampled_is_argmax},
+           {"sampled_is_logits_argmax", o.temperature <= 0.0f ? json(c.sampled_is_argmax) : json(nullptr)},
            {"expected_distinct_experts_per_moe_layer", distinct},
            {"weight_bytes_per_step", wbytes},
            {"weight_bytes_per_step_if_no_expert_reuse", sb.fixed + batch * (sb.embed_row + k * sb.experts)},
@@ -362,13 +367,15 @@ Expected<json> run_bench_decode(const BenchDecodeOptions& o) {
                   {"gemv_blocks_per_sm", gemv_blocks_per_sm()},
                   {"l2_ahead", detail::forward_l2_ahead()},
                   {"beside", detail::forward_beside()},
+                  {"sampling", {{"temperature", o.temperature}, {"top_p", o.top_p}, {"top_k", o.top_k}}},
                   {"prefill", o.prefill},
                   {"prefill_repeats", o.prefill_repeats},
                   {"step_rows", detail::step_rows_for(o.max_num_batched_tokens)}};
   r["timing"] =
       "std::chrono around CudaBackend::forward (synchronous: the last row's logits are copied back); "
-      "median over the timed steps. *_sampled: the same steps through CudaBackend::forward_sampled (greedy "
-      "on the device, only the tokens copied back, as serve runs a step)";
+      "median over the timed steps. *_sampled: the same steps through CudaBackend::forward_sampled ("
+      "options.sampling, greedy by default, on the device; only the tokens copied back, as serve runs a "
+      "step)";
   r["bytes_model"] = kBytesModel;
   r["cells"] = cells;
   r["skipped"] = skipped;

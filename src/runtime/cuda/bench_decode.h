@@ -3,7 +3,8 @@
 // directory. For every (batch, context) cell it opens `batch` sequences at length `context`, runs `warmup`
 // decode steps, resets the lengths and times `steps` decode steps (one token per sequence per forward, the
 // last row's logits copied back), then the same steps sampled greedily on the device (forward_sampled: only
-// the tokens come back, as `serve` runs a step; tok_s_sampled), then the steps with per-phase timing on.
+// the tokens come back, as `serve` runs a step; tok_s_sampled; --temperature / --top-p / --top-k sample
+// instead), then the steps with per-phase timing on.
 // Reported per cell: ms per step, tok/s, bytes streamed per step (estimate, see below), GB/s and % of a 1 GiB
 // device-to-device copy measured in the same run, µs per phase; plus machine, commit, driver and CUDA
 // runtime.
@@ -43,6 +44,10 @@ struct BenchDecodeOptions {
   int blocks_per_sm = -1;        // GEMV blocks per SM (kernels.h set_gemv_blocks_per_sm); -1 = default
   int l2_ahead = 0;              // forward_kernels.h kL2Ahead* mask (0: none)
   int beside = 3;                // forward_kernels.h kBeside* mask (3: both, the default)
+  // The sampled pass's sampling (serve's parameters; temperature 0: greedy, the default, whose tokens are
+  // checked against the logits rows' argmaxes). Each step plans every row with runtime::Sampler (seed).
+  float temperature = 0.0f, top_p = 1.0f;
+  int top_k = 0;
 };
 
 // Cells whose context + steps (or prefill length) pass the model's max_position_embeddings are listed under
