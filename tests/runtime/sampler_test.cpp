@@ -8,7 +8,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
+#include <span>
+#include <tuple>
 
 namespace gridq::runtime {
 namespace {
@@ -119,6 +122,67 @@ TEST(Sampler, TopKOffValuesAndFilterOrder) {
   k2.top_k = 2;
   auto tie = filtered_probs(std::vector<double>{0.0, 1.0, 0.0, 1.0, 1.0}, k2);
   EXPECT_EQ(tie, (std::vector<double>{0.0, 0.5, 0.0, 0.5, 0.0}));
+}
+
+// filtered_probs orders a row's weights by a radix sort: the same probabilities, bit for bit, as the order
+// of a comparison sort on (w descending, id ascending) gives (that sort, written out here), on rows with
+// runs of equal weights, banned ids (w = 0) and every filter, up to a 100k vocabulary.
+std::vector<double> filtered_by_comparison_sort(std::span<const double> s, const SamplingParams& p) {
+  const size_t V = s.size();
+  double m = -INFINITY;
+  for (double x : s) m = std::max(m, x);
+  std::vector<double> w(V);
+  for (size_t i = 0; i < V; ++i) w[i] = std::exp((s[i] - m) / static_cast<double>(p.temperature));
+  std::vector<int32_t> order(V);
+  for (size_t i = 0; i < V; ++i) order[i] = static_cast<int32_t>(i);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return w[size_t(a)] > w[size_t(b)] || (w[size_t(a)] == w[size_t(b)] && a < b);
+  });
+  size_t n = p.top_k > 0 && size_t(p.top_k) < V ? size_t(p.top_k) : V;
+  if (p.top_p < 1.0f) {
+    double kept = 0.0, acc = 0.0;
+    for (size_t j = 0; j < n; ++j) kept += w[size_t(order[j])];
+    size_t k = 0;
+    while (k < n) {
+      acc += w[size_t(order[k++])];
+      if (acc >= static_cast<double>(p.top_p) * kept) break;
+    }
+    n = std::max<size_t>(k, 1);
+  }
+  if (p.min_p > 0.0f) {
+    size_t k = 0;
+    while (k < n && w[size_t(order[k])] >= static_cast<double>(p.min_p) * w[size_t(order[0])]) ++k;
+    n = std::max<size_t>(k, 1);
+  }
+  for (size_t j = n; j < V; ++j) w[size_t(order[j])] = 0.0;
+  double total = 0.0;
+  for (double x : w) total += x;
+  for (double& x : w) x /= total;
+  return w;
+}
+
+TEST(Sampler, FilteredProbsEqualTheComparisonSortsOrder) {
+  std::mt19937 g(7);
+  int cases = 0;
+  for (size_t V : {size_t{1}, size_t{2}, size_t{7}, size_t{1000}, size_t{100352}}) {
+    for (float spread : {0.0f, 0.3f, 4.0f}) {  // 0: every weight equal
+      std::normal_distribution<float> d(0.0f, spread > 0.0f ? spread : 1.0f);
+      std::vector<double> s(V);
+      for (size_t i = 0; i < V; ++i) s[i] = spread > 0.0f ? d(g) : 0.5;
+      for (size_t i = 0; i + 3 < V; i += 5) s[i + 3] = s[i];  // runs of equal weights
+      for (size_t i = 1; i < V; i += 97) s[i] = -std::numeric_limits<double>::infinity();  // banned
+      for (const auto& [k, tp, mp] :
+           {std::tuple{0, 0.9f, 0.0f}, std::tuple{50, 1.0f, 0.0f}, std::tuple{0, 0.5f, 0.05f},
+            std::tuple{5, 0.95f, 0.0f}, std::tuple{0, 1.0f, 0.2f}}) {
+        SamplingParams p;
+        p.temperature = 0.7f, p.top_k = k, p.top_p = tp, p.min_p = mp;
+        ASSERT_EQ(filtered_probs(s, p), filtered_by_comparison_sort(s, p))
+            << "V " << V << " spread " << spread << " top_k " << k << " top_p " << tp << " min_p " << mp;
+        ++cases;
+      }
+    }
+  }
+  EXPECT_EQ(cases, 75);
 }
 
 TEST(Sampler, PickTokenIsInverseCdfOverIdsAscending) {
