@@ -19,6 +19,7 @@ broken down: the copies in it and the host's CUDA runtime calls, clipped to the 
 summed by name; and for each replay, how long after its cudaGraphLaunch call its first kernel started.
 """
 import argparse
+import bisect
 import csv
 import json
 import re
@@ -152,11 +153,11 @@ def report_gaps(reps, api_csv, top):
             d = by.setdefault(key, [0, 0.0])
             d[0] += 1
             d[1] += (hi - lo) / 1e3
-    lat = []
+    lat = []  # each replay's first kernel after the last cudaGraphLaunch call before it
     for s0, _ in spans:
-        before = [t for t in launches if t <= s0]
-        if before:
-            lat.append((s0 - before[-1]) / 1e3)
+        i = bisect.bisect_right(launches, s0)
+        if i:
+            lat.append((s0 - launches[i - 1]) / 1e3)
     n = max(1, len(gaps))
     print(f"\n== between replays: {len(gaps)} gaps, median {statistics.median(gaps) / 1e3 if gaps else 0:.1f} us "
           f"(min {min(gaps, default=0) / 1e3:.1f}, max {max(gaps, default=0) / 1e3:.1f}); cudaGraphLaunch call to "

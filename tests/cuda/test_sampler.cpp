@@ -89,7 +89,7 @@ TEST(CudaSampler, KernelMatchesHostSampler) {
             DeviceBuffer::alloc(std::max<size_t>(1, edits.size()) * sizeof(detail::SampleEdit), "t");
         auto d_scratch = DeviceBuffer::alloc(static_cast<size_t>(R) * V * 8, "t");
         auto d_out = DeviceBuffer::alloc(R * sizeof(detail::SampleResult), "t");
-        auto d_greedy = DeviceBuffer::alloc(static_cast<size_t>(detail::greedy_scratch_bytes(R)), "t");
+        auto d_greedy = DeviceBuffer::alloc(detail::greedy_scratch_bytes(R), "t");
         ASSERT_TRUE(d_logits.ok() && d_args.ok() && d_edits.ok() && d_scratch.ok() && d_out.ok() &&
                     d_greedy.ok());
         ASSERT_OK(d_greedy->zero());
@@ -161,7 +161,7 @@ TEST(CudaSampler, NonFiniteLogitsFailTheRow) {
   auto d_args = DeviceBuffer::alloc(sizeof(a), "t");
   auto d_scratch = DeviceBuffer::alloc(static_cast<size_t>(V) * 8, "t");
   auto d_out = DeviceBuffer::alloc(sizeof(detail::SampleResult), "t");
-  auto d_greedy = DeviceBuffer::alloc(static_cast<size_t>(detail::greedy_scratch_bytes(1)), "t");
+  auto d_greedy = DeviceBuffer::alloc(detail::greedy_scratch_bytes(1), "t");
   ASSERT_TRUE(d_logits.ok() && d_args.ok() && d_scratch.ok() && d_out.ok() && d_greedy.ok());
   ASSERT_OK(d_greedy->zero());
   ASSERT_OK(d_logits->upload(logits.data(), logits.size() * 4));
@@ -223,7 +223,7 @@ TEST(CudaSampler, GreedyRowsAcrossChunks) {
   auto d_args = DeviceBuffer::alloc(args.size() * sizeof(args[0]), "t");
   auto d_scratch = DeviceBuffer::alloc(static_cast<size_t>(R) * V * 8, "t");
   auto d_out = DeviceBuffer::alloc(R * sizeof(detail::SampleResult), "t");
-  auto d_greedy = DeviceBuffer::alloc(static_cast<size_t>(detail::greedy_scratch_bytes(R)), "t");
+  auto d_greedy = DeviceBuffer::alloc(detail::greedy_scratch_bytes(R), "t");
   ASSERT_TRUE(d_logits.ok() && d_args.ok() && d_scratch.ok() && d_out.ok() && d_greedy.ok());
   ASSERT_OK(d_greedy->zero());
   ASSERT_OK(d_logits->upload(logits.data(), logits.size() * 4));

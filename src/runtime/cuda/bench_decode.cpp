@@ -121,14 +121,14 @@ Status run_cell(CudaBackend& be, const BenchDecodeOptions& o, int batch, int ctx
   sp.temperature = o.temperature, sp.top_p = o.top_p, sp.top_k = o.top_k, sp.seed = o.seed;
   runtime::Sampler sampler(sp);
   std::vector<runtime::SamplePlan> plan_rows(static_cast<size_t>(batch));
-  std::vector<const runtime::SamplePlan*> plans(static_cast<size_t>(batch));
+  std::vector<const runtime::SamplePlan*> plans;
+  for (const runtime::SamplePlan& p : plan_rows) plans.push_back(&p);
   std::vector<runtime::SampledToken> sampled;
   std::uniform_int_distribution<int32_t> tok(0, V - 1);
   auto run = [&](int n, std::vector<double>* ms, bool sample = false) -> Status {
     for (int i = 0; i < n; ++i) {
       for (int b = 0; b < batch; ++b) {
         if (sample) plan_rows[static_cast<size_t>(b)] = sampler.plan(static_cast<size_t>(V), {}, {});
-        plans[static_cast<size_t>(b)] = &plan_rows[static_cast<size_t>(b)];
         toks[static_cast<size_t>(b)] = tok(rng);
         items[static_cast<size_t>(b)] = {
             ids[static_cast<size_t>(b)], {&toks[static_cast<size_t>(b)], 1}, runtime::LogitsMode::kLast};

@@ -28,12 +28,10 @@ struct Part {  // one chunk of one row
 };
 static_assert(sizeof(Part) == 24 && kGreedyRowBytes == 8 + sizeof(Part) * kGreedyChunks, "a row's region");
 
-// Launch row r's region of the scratch: its counter (zeroed once, reset by the row's last block), its parts.
-__device__ unsigned* counter(void* scratch, int r) {
-  return reinterpret_cast<unsigned*>(static_cast<unsigned char*>(scratch) + kGreedyRowBytes * r);
-}
-__device__ Part* parts(void* scratch, int r) {
-  return reinterpret_cast<Part*>(static_cast<unsigned char*>(scratch) + kGreedyRowBytes * r + 8);
+// Launch row r's region of the scratch: its counter (zeroed once, reset by the row's last block), then its
+// chunks' parts.
+__device__ unsigned char* region(void* scratch, unsigned r) {
+  return static_cast<unsigned char*>(scratch) + kGreedyRowBytes * r;
 }
 
 // grid (kGreedyChunks, R): block (c, r) reduces chunk c of rows[r] when that row is a plain greedy row.
@@ -75,17 +73,19 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = beg + static_cast<int>(threadIdx.x); i < end; i += kThreads)
       se += exp(static_cast<double>(x[i]) - static_cast<double>(m));
   se = block_sum_f64<kThreads>(se, red);
-  Part* P = parts(scratch, static_cast<int>(blockIdx.y));
+  unsigned char* const reg = region(scratch, blockIdx.y);
+  unsigned* const count = reinterpret_cast<unsigned*>(reg);
+  Part* const P = reinterpret_cast<Part*>(reg + 8);
   if (threadIdx.x == 0) {
     P[blockIdx.x] = Part{m > -INFINITY ? se : 0.0, m, arg, flags, 0};
     __threadfence();  // the part is visible before the count says so
-    last = atomicAdd(counter(scratch, static_cast<int>(blockIdx.y)), 1u) == kGreedyChunks - 1;
+    last = atomicAdd(count, 1u) == kGreedyChunks - 1;
   }
   __syncthreads();
   if (!last || threadIdx.x != 0) return;
   __threadfence();
   // For the next launch: the row's other blocks have all counted.
-  *counter(scratch, static_cast<int>(blockIdx.y)) = 0;
+  *count = 0;
   // The fold in chunk order: the first chunk holding the row's max gives the token (its lowest index).
   float M = -INFINITY;
   int tok = INT_MAX, fl = 0;

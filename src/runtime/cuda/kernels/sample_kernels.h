@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace gridq::cuda::detail {
@@ -42,14 +43,14 @@ struct SampleResult {
 // kGreedyRowBytes per row of a launch: the row's counter, then its chunks' parts. The region of launch row r
 // is the same whatever R is, so launches of different sizes never see each other's parts as counters.
 inline constexpr int kGreedyChunks = 32;
-inline constexpr long long kGreedyRowBytes = 8 + 24LL * kGreedyChunks;
+inline constexpr size_t kGreedyRowBytes = 8 + 24 * kGreedyChunks;
 __host__ __device__ inline bool plain_greedy(const SampleRowArgs& a) {
   return a.greedy != 0 && a.edit_begin == a.edit_end;
 }
 __host__ __device__ inline int greedy_chunk_len(int V) {
   return (V + kGreedyChunks * 32 - 1) / (kGreedyChunks * 32) * 32;
 }
-inline long long greedy_scratch_bytes(int R) { return kGreedyRowBytes * R; }
+inline size_t greedy_scratch_bytes(size_t R) { return kGreedyRowBytes * R; }
 
 // rows [R] of logits FP32 [*, ld] (V valid columns); scratch FP64 [R, V]; greedy_scratch as above; out [R].
 // Plain greedy rows go to launch_greedy_rows (sample_greedy.cu), the others to sample.cu's kernel; `kinds`
