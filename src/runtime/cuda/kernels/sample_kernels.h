@@ -11,9 +11,11 @@
 namespace gridq::cuda::detail {
 
 // Candidates of the filters (top-k / top-p / min-p) are the ids with w = exp((s - max) / T) >= 2^-40; at most
-// kSampleCandidates of them are sorted on the device. A row whose kept set could reach past them (more
-// candidates, top_k above their count, a top-p or min-p cut beyond them) is left to the host (status 1),
-// which runs the same algorithm on the downloaded row.
+// kSampleCandidates of them are sorted on the device. A row with more takes the whole buckets of w's bits
+// from the top that fit the sort (sample_filter.cuh), and top-p alone whose cut lies past them is found by
+// bisection over those buckets. A row whose kept set could still reach past what the device sorted (top_k
+// above the sorted count, a min-p cut beyond them, a crossing bucket of more than kSampleCandidates ids) is
+// left to the host (status 1), which runs the same algorithm on the downloaded row.
 inline constexpr int kSampleCandidates = 4096;
 inline constexpr double kSampleCandidateMin = 0x1.0p-40;
 
