@@ -280,7 +280,7 @@ if has benchab; then  # bench decode alternating the baseline (step basebuild), 
       [[ $side == var_* ]] && bin=/tmp/$side/gridq
       timeout 200 $bin bench ${GRIDQ_AB_CMD:-decode} ${GRIDQ_BENCH:---synthetic laguna-s-2.1} --out "$OUT/ab_${side}_$i.json" \
         > "$OUT/ab_${side}_$i.txt" 2>&1
-      echo "-- $side round $i: exit $?"; grep -E "tok/s|copy" "$OUT/ab_${side}_$i.txt" | head -8
+      echo "-- $side round $i: exit $?"; grep -E "copy [0-9]+ GB/s$|^ +[0-9]+ +[0-9]+ " "$OUT/ab_${side}_$i.txt" | grep -v "kernels a replayed" | tail -8
     done
   done
 fi
