@@ -54,20 +54,25 @@ Status CudaBackend::sample_step(const Step& st, std::vector<runtime::SampledToke
   // Rows the host finishes (an allowed mask, a row left by the device, top_logprobs alternatives): their
   // logits rows downloaded first, then sampled in parallel (each row's result depends on its row and plan
   // alone; a flat 100k-vocabulary top-p row is ~3 ms of host time, and a batch-64 step can leave every row).
-  enum Host : uint8_t { kDevice, kSample, kLogprobs };
-  std::vector<uint8_t> host(st.plans.size(), kDevice);
+  // The device's token and logprob are written here; host_sample[i]: the host samples row i instead.
+  const size_t first = out.size();
+  out.resize(first + st.plans.size());
+  std::vector<uint8_t> host_sample(st.plans.size(), 0);
   std::vector<size_t> host_rows;
   for (size_t i = 0; i < st.plans.size(); ++i) {
     const runtime::SamplePlan* p = st.plans[i];
+    runtime::SampledToken& t = out[first + i];
+    t.token = -1;
     if (!p) continue;
     if (launch_of[i] < 0) {
-      host[i] = kSample;
+      host_sample[i] = 1;
     } else {
       const detail::SampleResult& r = res[static_cast<size_t>(launch_of[i])];
-      host[i] = r.status == 1 || r.status == 2 ? kSample : p->top_logprobs > 0 ? kLogprobs : kDevice;
+      host_sample[i] = r.status == 1 || r.status == 2;
       host_sampled_rows_ += r.status == 1 ? 1 : 0;
+      if (!host_sample[i]) t.token = r.token, t.logprob = r.logprob;
     }
-    if (host[i] != kDevice) host_rows.push_back(i);
+    if (host_sample[i] || p->top_logprobs > 0) host_rows.push_back(i);
   }
   std::vector<float> dl(host_rows.size() * static_cast<size_t>(V));
   for (size_t h = 0; h < host_rows.size(); ++h)
@@ -75,22 +80,12 @@ Status CudaBackend::sample_step(const Step& st, std::vector<runtime::SampledToke
                                w.logits.as<float>() + static_cast<long long>(host_rows[h]) * ld,
                                static_cast<size_t>(V) * 4, cudaMemcpyDeviceToHost, stream_));
   GRIDQ_CUDA(cudaStreamSynchronize(stream_));
-  const size_t first = out.size();
-  out.resize(first + st.plans.size());
-  for (size_t i = 0; i < st.plans.size(); ++i) {
-    runtime::SampledToken& t = out[first + i];
-    t.token = -1;
-    if (host[i] != kSample && st.plans[i]) {
-      const detail::SampleResult& r = res[static_cast<size_t>(launch_of[i])];
-      t.token = r.token, t.logprob = r.logprob;
-    }
-  }
 #pragma omp parallel for schedule(dynamic, 1) if (host_rows.size() > 1)
   for (size_t h = 0; h < host_rows.size(); ++h) {
     const size_t i = host_rows[h];
     const std::span<const float> row(dl.data() + h * static_cast<size_t>(V), static_cast<size_t>(V));
     runtime::SampledToken& t = out[first + i];
-    if (host[i] == kSample)
+    if (host_sample[i])
       t = runtime::Sampler::run(*st.plans[i], row);
     else
       runtime::add_logprobs(row, st.plans[i]->top_logprobs, t);

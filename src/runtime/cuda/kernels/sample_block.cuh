@@ -23,6 +23,7 @@ struct Shared {
   int iv[kWarps];
   int n_cand, status, token, id_cut, pick_warp;
   double w_cut;
+  double p_target;  // top-p's target mass, for top_p_wide (status 3)
 };
 
 __device__ double block_max(double v, Shared& sh) {

@@ -168,10 +168,21 @@ __device__ void top_p_wide(const double* w, int V, double target, Shared& sh) {
 __device__ void filter_cut(const double* w, int V, const SampleRowArgs& a, Shared& sh) {
   const bool top_k = a.top_k > 0 && a.top_k < V, top_p = a.top_p<1.0, min_p = a.min_p> 0.0;
   if (!top_k && !top_p && !min_p) return;  // everything kept (w_cut = -1)
-  double cmin = kSampleCandidateMin;
+  // The candidates' count and the tail's sum below their threshold, in one pass.
+  double cmin = kSampleCandidateMin, tail = 0.0;
   int c = 0;
-  for (int i = threadIdx.x; i < V; i += kThreads) c += w[i] >= cmin;
-  c = block_sum_int(c, sh);
+  auto split_at = [&](double t) {
+    c = 0, tail = 0.0;
+    for (int i = threadIdx.x; i < V; i += kThreads) {
+      if (w[i] >= t)
+        ++c;
+      else
+        tail += w[i];
+    }
+    c = block_sum_int(c, sh);
+    tail = block_sum_f64<kThreads>(tail, sh.red);
+  };
+  split_at(cmin);
   if (c > kSampleCandidates) {
     const unsigned long long t = wide_threshold(w, V, sh);
     if (t == 0) {
@@ -180,14 +191,8 @@ __device__ void filter_cut(const double* w, int V, const SampleRowArgs& a, Share
       return;
     }
     cmin = __longlong_as_double(static_cast<long long>(t));
-    c = 0;
-    for (int i = threadIdx.x; i < V; i += kThreads) c += w[i] >= cmin;
-    c = block_sum_int(c, sh);
+    split_at(cmin);
   }
-  double tail = 0.0;
-  for (int i = threadIdx.x; i < V; i += kThreads)
-    if (w[i] < cmin) tail += w[i];
-  tail = block_sum_f64<kThreads>(tail, sh.red);
   gather_sorted(
       w, V, c, [&](int i) { return w[i] >= cmin; }, sh);
   if (threadIdx.x == 0) {  // the host's sequential walk over the sorted prefix
@@ -207,7 +212,7 @@ __device__ void filter_cut(const double* w, int V, const SampleRowArgs& a, Share
       }
       if (acc < target && n > c) {
         st = top_k || min_p ? 1 : 3;  // 3: top-p alone, cut past the candidates (top_p_wide)
-        sh.w_cut = target;
+        sh.p_target = target;
       }
       n = k > 1 ? k : 1;
     }
@@ -224,7 +229,7 @@ __device__ void filter_cut(const double* w, int V, const SampleRowArgs& a, Share
     if (!st) sh.w_cut = sh.cw[n - 1], sh.id_cut = sh.ci[n - 1];
   }
   __syncthreads();
-  if (sh.status == 3) top_p_wide(w, V, sh.w_cut, sh);
+  if (sh.status == 3) top_p_wide(w, V, sh.p_target, sh);
 }
 
 }  // namespace
