@@ -7,7 +7,7 @@
 #   rm -rf .gpupack/var-*; bash bench/make_variants.sh $(bash bench/pending/next_call.sh --variants)
 #   git rev-parse --short=12 HEAD > .commit; bash bench/device_tree.sh shrink
 #   run: bash bench/pending/next_call.sh 1   (carry .gpupack/gpupack.tar.xz, .commit and every .gpupack/var-*)
-#   run: bash bench/pending/next_call.sh 2   (the same carry; then part 3 the same way)
+#   run: bash bench/pending/next_call.sh 2   (the same carry, right after part 1 returns; then part 3)
 #   python3 bench/tools/ab_summary.py /work/.device/N/*.tar.xz --by-side; bash bench/device_tree.sh restore
 #
 # Part 1: build, main's own sampler check (the review commit c15c73b has not run on a GPU), every variant
@@ -26,6 +26,10 @@ if [ "${1:-}" = "--variants" ]; then
 fi
 S=bench/gpu_engine_step.sh
 B="--synthetic laguna-s-2.1"
+if [ "${1:-}" = 2 ] || [ "${1:-}" = 3 ]; then
+  # A machine handed back after its idle time (status: idle_release_s) starts bare: run part 1 again.
+  [ -x /tmp/var_1/gridq ] || { echo "next_call: no /tmp/var_1/gridq here (a fresh machine): run part 1 first" >&2; exit 3; }
+fi
 case "${1:-}" in
   1)
     vars=$(ls -d .gpupack/var-* | tr '\n' ' ')
