@@ -14,7 +14,7 @@
 # built and run through its .tests. Part 2: greedy batch 1 and 64 at 1k twice, batch 1 at 32k, and the
 # --l2-ahead masks again on main at batch 1 (last measured in session 24, before most of today's kernels).
 # Part 3: the sampled rows (main must keep de83baec… / 65b015789…), temperature alone, and every binary
-# under --l2-ahead 6 (for l2-hints).
+# under --l2-ahead 6 (for l2-hints). Part 4: the 64-stream serving row through `gridq serve` (for an H200).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 P=bench/pending
@@ -26,7 +26,7 @@ if [ "${1:-}" = "--variants" ]; then
 fi
 S=bench/gpu_engine_step.sh
 B="--synthetic laguna-s-2.1"
-if [ "${1:-}" = 2 ] || [ "${1:-}" = 3 ]; then
+if [ "${1:-}" = 2 ] || [ "${1:-}" = 3 ]; then  # (part 4 builds for itself)
   # A machine handed back after its idle time (status: idle_release_s) starts bare: run part 1 again.
   [ -x /tmp/var_1/gridq ] || { echo "next_call: no /tmp/var_1/gridq here (a fresh machine): run part 1 first" >&2; exit 3; }
 fi
@@ -50,8 +50,15 @@ case "${1:-}" in
     # l2-hints (evict-last prefetches, evict-first weight streams) is meant for the masks: time it under one.
     bash $S g 150 GRIDQ_STEPS=benchab GRIDQ_AB_REPS=1 GRIDQ_BENCH="$B --batches 1,64 --contexts 1024 --l2-ahead 6"
     ;;
+  4)
+    # Issue 11's serving row (its bar is stated for an H200: run this part when the machine is one; carry
+    # .gpupack/pysite.tar.xz and .gpupack/qwen.tiktoken.xz too). Works on a bare machine (it builds).
+    nvidia-smi --query-gpu=name --format=csv,noheader
+    bash $S s 560 GRIDQ_STEPS="build synth" GRIDQ_LOADGEN="--workload random --concurrency 64 --num-prompts 128 \
+--prompt-tokens 1024 --output-tokens 256 --seed 11"
+    ;;
   *)
-    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac
