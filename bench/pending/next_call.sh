@@ -58,7 +58,7 @@ case "${1:-}" in
 --prompt-tokens 1024 --output-tokens 256 --seed 11"
     ;;
   *)
-    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac
