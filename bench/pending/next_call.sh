@@ -15,6 +15,7 @@
 # the sampled rows (main must keep de83baec… / 65b015789…), temperature alone, and the --l2-ahead masks on
 # main at batch 1. Part 3 (budget left): l2-hints, built alone and timed under --l2-ahead 0 and 6. Part 4
 # (an H200): issue 11's 64-stream serving row (carry .gpupack/pysite.tar.xz and .gpupack/qwen.tiktoken.xz).
+# Part q: the short form of 1 + 2 in one call (three variants, one greedy round, main's sampled check).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 P=bench/pending
@@ -41,6 +42,20 @@ case "${1:-}" in
     bash $S a 570 GRIDQ_STEPS="build tests variants" GRIDQ_FILTER='CudaSampler.*:BenchDecode.*' \
       GRIDQ_KERNEL_FILTER=none GRIDQ_VARIANTS="$vars"
     ;;
+  q)
+    # The short form when little device time is left: the first three variants, one greedy round and the
+    # sampled check of main.
+    vars=""
+    for p in $patches; do
+      vars+=" .gpupack/var-$(echo "$p" | tr '+' '\n' | xargs -n1 basename | sed 's/\.patch$//' | paste -sd+)"
+    done
+    vars=$(echo $vars | cut -d' ' -f1-3)
+    bash $S a 420 GRIDQ_STEPS="build tests variants" GRIDQ_FILTER='CudaSampler.*:BenchDecode.*' \
+      GRIDQ_KERNEL_FILTER=none GRIDQ_VARIANTS="$vars"
+    bash $S b 90 GRIDQ_STEPS=benchab GRIDQ_AB_REPS=1 GRIDQ_BENCH="$B --batches 1,64 --contexts 1024"
+    bash $S c 60 GRIDQ_STEPS=benchab GRIDQ_AB_REPS=1 \
+      GRIDQ_BENCH="$B --batches 1,64 --contexts 1024 --steps 8 --warmup 2 --temperature 0.7 --top-p 0.95"
+    ;;
   2)
     bash $S b 150 GRIDQ_STEPS=benchab GRIDQ_AB_REPS=2 GRIDQ_BENCH="$B --batches 1,64 --contexts 1024"
     bash $S e 100 GRIDQ_STEPS=benchab GRIDQ_AB_REPS=1 GRIDQ_BENCH="$B --batches 1 --contexts 32768 --steps 16"
@@ -63,7 +78,7 @@ case "${1:-}" in
 --prompt-tokens 1024 --output-tokens 256 --seed 11"
     ;;
   *)
-    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac
