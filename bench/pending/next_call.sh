@@ -49,11 +49,12 @@ case "${1:-}" in
     for p in $patches; do
       vars+=" .gpupack/var-$(echo "$p" | tr '+' '\n' | xargs -n1 basename | sed 's/\.patch$//' | paste -sd+)"
     done
-    vars=$(echo $vars | cut -d' ' -f1-3)
+    # NEXT_NV: how many of the list (default 3); NEXT_SAMPLED=0 skips the sampled round.
+    vars=$(echo $vars | cut -d' ' -f1-"${NEXT_NV:-3}")
     bash $S a 420 GRIDQ_STEPS="build tests variants" GRIDQ_FILTER='CudaSampler.*:BenchDecode.*' \
       GRIDQ_KERNEL_FILTER=none GRIDQ_VARIANTS="$vars"
     bash $S b 90 GRIDQ_STEPS=benchab GRIDQ_AB_REPS=1 GRIDQ_BENCH="$B --batches 1,64 --contexts 1024"
-    bash $S c 60 GRIDQ_STEPS=benchab GRIDQ_AB_REPS=1 \
+    [ "${NEXT_SAMPLED:-1}" = 0 ] || bash $S c 60 GRIDQ_STEPS=benchab GRIDQ_AB_REPS=1 \
       GRIDQ_BENCH="$B --batches 1,64 --contexts 1024 --steps 8 --warmup 2 --temperature 0.7 --top-p 0.95"
     ;;
   2)
