@@ -51,6 +51,7 @@ case "${1:-}" in
     done
     # NEXT_NV: how many of the list (default 3); NEXT_SAMPLED=0 skips the sampled round.
     vars=$(echo $vars | cut -d' ' -f1-"${NEXT_NV:-3}")
+    vars=${NEXT_VARS:-$vars}  # or an explicit list of .gpupack/var-* folders
     bash $S a 420 GRIDQ_STEPS="build tests variants" GRIDQ_FILTER='CudaSampler.*:BenchDecode.*' \
       GRIDQ_KERNEL_FILTER=none GRIDQ_VARIANTS="$vars"
     bash $S b 90 GRIDQ_STEPS=benchab GRIDQ_AB_REPS=1 GRIDQ_BENCH="$B --batches 1,64 --contexts 1024"
