@@ -27,7 +27,7 @@ struct BenchFlags {
   bool no_pdl = false;
   long long min_warp_bytes = 0;
   int blocks_per_sm = -1;
-  int l2_ahead = 0;
+  int l2_ahead = -1;
   int beside = 3;
   float temperature = 0.0f, top_p = 1.0f;
   int top_k = 0;
@@ -187,8 +187,8 @@ const Registrar reg{Command{
         c->add_option("--l2-ahead", flags->l2_ahead,
                       "weights a step requests into L2 before their kernels, a sum of 1 (the chosen experts, "
                       "after the router), 2 (the next layer's q/k/v, during the MoE), 4 (o_proj, during "
-                      "attention); default 0")
-            ->check(CLI::Range(0, 7));
+                      "attention); default -1: 4 for steps of at most 16 rows, else none")
+            ->check(CLI::Range(-1, 7));
         c->add_option(
              "--beside", flags->beside,
              "small matrices run on a side stream beside the main one, a sum of 1 (the shared expert, "

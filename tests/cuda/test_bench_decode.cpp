@@ -315,6 +315,13 @@ TEST(BenchDecode, RefusesBadOptions) {
   o.model_dir.clear();
   o.batches = {0};
   EXPECT_FALSE(run_bench_decode(o).ok());
+  o.batches = {1};
+  for (int mask : {-2, 8}) {  // -1 is auto, 0-7 the masks
+    o.l2_ahead = mask;
+    auto r = run_bench_decode(o);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.message().find("--l2-ahead"), std::string::npos) << r.message();
+  }
 }
 
 }  // namespace

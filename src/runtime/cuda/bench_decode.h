@@ -42,7 +42,7 @@ struct BenchDecodeOptions {
   long long max_num_batched_tokens = 0;  // rows of one forward step (DeviceOptions)
   long long min_warp_bytes = 0;  // GEMV work-split knob (kernels.h set_gemv_min_warp_bytes); 0 = default
   int blocks_per_sm = -1;        // GEMV blocks per SM (kernels.h set_gemv_blocks_per_sm); -1 = default
-  int l2_ahead = 0;              // forward_kernels.h kL2Ahead* mask (0: none)
+  int l2_ahead = -1;             // forward_kernels.h kL2Ahead* mask (0: none; -1: kL2AheadAuto)
   int beside = 3;                // forward_kernels.h kBeside* mask (3: both, the default)
   // The sampled pass's sampling (serve's parameters; temperature 0: greedy, the default, whose tokens are
   // checked against the logits rows' argmaxes). Each step plans every row with runtime::Sampler (seed).

@@ -52,7 +52,9 @@ bool uses_scratch(const DevLinear& L) {
   return L.path == DevLinear::Path::kTiled && (L.tiled.m.format == WeightFormat::FP8 || L.act_bits == 4);
 }
 
-bool l2_on(const Ctx& c, int what) { return (detail::forward_l2_ahead() & what) && c.pf && !c.timer->on; }
+bool l2_on(const Ctx& c, int what) {
+  return (detail::forward_l2_ahead_mask(c.T) & what) && c.pf && !c.timer->on;
+}
 
 Status l2_fork(Ctx& c) {
   GRIDQ_CUDA(cudaEventRecord(c.pf_fork, c.s));

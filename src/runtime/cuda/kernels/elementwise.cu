@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 bool g_forward_pdl = true;
-int g_forward_l2_ahead = 0;
+int g_forward_l2_ahead = kL2AheadAuto;
 int g_forward_beside = kBesideAll;
 
 // (column chunks of kThreads, rows).

@@ -68,10 +68,20 @@ void set_forward_pdl(bool on);
 
 // Which weights a decode step asks into L2 ahead of their kernels (l2_ahead.cu), a mask of kL2Ahead*: the
 // chosen experts' stacks once the router has run, the next layer's q/k/v while the MoE runs, this layer's
-// o_proj while attention runs. A prefetch changes no value. Default 0; `bench decode --l2-ahead` sets it.
+// o_proj while attention runs. A prefetch changes no value, so the choice may depend on the step's rows.
+// Default kL2AheadAuto: o_proj for steps of at most kL2AheadAutoRows rows, whose attention leaves the
+// memory system idle (H100, session 46: batch 1 +6.4 % at 1k and +5 % at 32k, 4 +2.5 %, 16 +1.5 %, 32
+// -0.8 %, 64 -1.4 %; the experts' and the next q/k/v's prefetch lost at every batch measured);
+// `bench decode --l2-ahead` sets a fixed mask.
 inline constexpr int kL2AheadExperts = 1, kL2AheadNextQkv = 2, kL2AheadO = 4;
+inline constexpr int kL2AheadAuto = -1, kL2AheadAutoRows = 16;
 int forward_l2_ahead();
 void set_forward_l2_ahead(int mask);
+// The mask a step of T rows uses.
+inline int forward_l2_ahead_mask(int T) {
+  const int m = forward_l2_ahead();
+  return m != kL2AheadAuto ? m : T <= kL2AheadAutoRows ? kL2AheadO : 0;
+}
 // Which small matrices a step runs on the side stream beside the main one (forward_layers.cpp), a mask of
 // kBeside*: the shared expert beside the router and the routed experts, g_proj beside RoPE and attention.
 // A matrix not beside runs on the main stream in its place. No value changes. Default both;
