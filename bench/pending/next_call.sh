@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The next device session's calls, written by a session that was lent no GPU (session 46), so that a new
-# session spends its first minutes on the GPU instead of on a script. Run from the repo root on the device
-# machine, one part a device call (each fits the 600 s limit; part 2 needs part 1's warm machine, which is
-# handed back after its idle time: call it as soon as part 1 returns). Here, before the calls:
+# The next device session's calls, kept as a script so that a session spends its first minutes on the GPU
+# instead of on writing one (session 46). Run from the repo root on the device machine, one part a device
+# call (each fits the 600 s limit; part 2 needs part 1's warm machine, which is handed back after its idle
+# time: call it as soon as part 1 returns). Here, before the calls:
 #
 #   rm -rf .gpupack/var-*; bash bench/make_variants.sh $(bash bench/pending/next_call.sh --variants)
 #   git rev-parse --short=12 HEAD > .commit; bash bench/device_tree.sh shrink
@@ -10,19 +10,17 @@
 #   run: bash bench/pending/next_call.sh 2   (the same carry)
 #   python3 bench/tools/ab_summary.py /work/.device/N/*.tar.xz --by-side; bash bench/device_tree.sh restore
 #
-# Part 1: build, main's own sampler check (the review commit c15c73b has not run on a GPU), the five
-# variants built and run through their .tests. Part 2: greedy batch 1 and 64 at 1k twice, batch 1 at 32k,
-# the sampled rows (main must keep de83baec… / 65b015789…), temperature alone, and the --l2-ahead masks on
-# main at batch 1. Part 3 (budget left): l2-hints, built alone and timed under --l2-ahead 0 and 6. Part 4
-# (an H200): issue 11's 64-stream serving row (carry .gpupack/pysite.tar.xz and .gpupack/qwen.tiktoken.xz).
-# Part q: the short form of 1 + 2 in one call (three variants, one greedy round, main's sampled check).
+# Part 1: build, main's sampler check, the variants built and run through their .tests. Part 2: greedy
+# batch 1 and 64 at 1k twice, batch 1 at 32k, the sampled rows (main must keep de83baec… / 65b015789…),
+# temperature alone, and the --l2-ahead default (-1) against masks 0 and 4 at batch 1 and 4. Part 3 (budget
+# left): l2-hints, built alone and timed under masks 6, -1 and 4. Part 4 (an H200): issue 11's 64-stream
+# serving row and the default's threshold (carry .gpupack/pysite.tar.xz and .gpupack/qwen.tiktoken.xz too).
+# Part q: the short form of 1 + 2 in one call (NEXT_NV variants, one greedy round, main's sampled check).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 P=bench/pending
-# In order of what they may gain at batch 1 (bench/pending/README.md). route-lean and pairs-few go stacked;
-# attn-split-by-kind (128-key sliding splits) waits behind attn-split-sliding-64.
-patches="$P/attn-early-copies.patch $P/attn-split-sliding-64.patch+$P/attn-early-copies-on-64.patch"
-patches+=" $P/route-lean.patch+$P/pairs-few.patch $P/attn-split-sliding-64.patch $P/sample-temperature-chunked.patch"
+# In order of what they may gain at batch 1 (bench/pending/README.md).
+patches="$P/attn-split-sliding-64.patch $P/sample-temperature-chunked.patch $P/attn-split-by-kind.patch"
 if [ "${1:-}" = "--variants" ]; then
   echo "$patches"
   exit 0
@@ -65,19 +63,22 @@ case "${1:-}" in
       GRIDQ_BENCH="$B --batches 1,64 --contexts 1024 --steps 8 --warmup 2 --temperature 0.7 --top-p 0.95"
     bash $S d 80 GRIDQ_STEPS=benchab GRIDQ_AB_REPS=1 \
       GRIDQ_BENCH="$B --batches 1,64 --contexts 1024 --steps 8 --warmup 2 --temperature 0.7"
-    bash $S f 80 GRIDQ_STEPS=benchx GRIDQ_BENCH="$B --batches 1 --contexts 1024" \
-      GRIDQ_BENCHX="--l2-ahead 0|--l2-ahead 2|--l2-ahead 4|--l2-ahead 6|--l2-ahead 7"
+    bash $S f 80 GRIDQ_STEPS=benchx GRIDQ_BENCH="$B --batches 1,4 --contexts 1024" \
+      GRIDQ_BENCHX="--l2-ahead -1|--l2-ahead 0|--l2-ahead 4|--l2-ahead -1"
     ;;
   3)
     # (make_variants.sh bench/pending/l2-hints.patch first: its folder is the only one carried.)
     bash $S h 330 GRIDQ_STEPS="build variants" GRIDQ_VARIANTS=".gpupack/var-l2-hints"
     bash $S g 100 GRIDQ_STEPS=benchab GRIDQ_AB_REPS=1 GRIDQ_BENCH="$B --batches 1,64 --contexts 1024 --l2-ahead 6"
     bash $S i 100 GRIDQ_STEPS=benchab GRIDQ_AB_REPS=1 GRIDQ_BENCH="$B --batches 1,64 --contexts 1024"
+    bash $S j 100 GRIDQ_STEPS=benchab GRIDQ_AB_REPS=1 GRIDQ_BENCH="$B --batches 1,64 --contexts 1024 --l2-ahead 4"
     ;;
   4)
     nvidia-smi --query-gpu=name --format=csv,noheader
-    bash $S s 560 GRIDQ_STEPS="build synth" GRIDQ_LOADGEN="--workload random --concurrency 64 --num-prompts 128 \
+    bash $S s 460 GRIDQ_STEPS="build synth" GRIDQ_LOADGEN="--workload random --concurrency 64 --num-prompts 128 \
 --prompt-tokens 1024 --output-tokens 256 --seed 11"
+    bash $S t 100 GRIDQ_STEPS=benchx GRIDQ_BENCH="--synthetic laguna-s-2.1 --batches 1,4,16,32,64 --contexts 1024" \
+      GRIDQ_BENCHX="--l2-ahead 0|--l2-ahead -1"
     ;;
   *)
     sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
