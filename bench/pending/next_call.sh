@@ -27,26 +27,24 @@ if [ "${1:-}" = "--variants" ]; then
 fi
 S=bench/gpu_engine_step.sh
 B="--synthetic laguna-s-2.1"
+# The variant folders make_variants.sh made of the list, in its order (a call cut off at its limit keeps
+# the first ones): var-A+B for A.patch+B.patch.
+vars=""
+for p in $patches; do
+  vars+=" .gpupack/var-$(echo "$p" | tr '+' '\n' | xargs -n1 basename | sed 's/\.patch$//' | paste -sd+)"
+done
 if [ "${1:-}" = 2 ]; then
   # A machine handed back after its idle time (status: idle_release_s) starts bare: run part 1 again.
   [ -x /tmp/var_1/gridq ] || { echo "next_call: no /tmp/var_1/gridq here (a fresh machine): run part 1 first" >&2; exit 3; }
 fi
 case "${1:-}" in
   1)
-    vars=""  # in the list's order (a call cut off at its limit keeps the first ones)
-    for p in $patches; do
-      vars+=" .gpupack/var-$(echo "$p" | tr '+' '\n' | xargs -n1 basename | sed 's/\.patch$//' | paste -sd+)"
-    done
     bash $S a 570 GRIDQ_STEPS="build tests variants" GRIDQ_FILTER='CudaSampler.*:BenchDecode.*' \
       GRIDQ_KERNEL_FILTER=none GRIDQ_VARIANTS="$vars"
     ;;
   q)
     # The short form when little device time is left: the first three variants, one greedy round and the
     # sampled check of main.
-    vars=""
-    for p in $patches; do
-      vars+=" .gpupack/var-$(echo "$p" | tr '+' '\n' | xargs -n1 basename | sed 's/\.patch$//' | paste -sd+)"
-    done
     # NEXT_NV: how many of the list (default 3); NEXT_SAMPLED=0 skips the sampled round.
     vars=$(echo $vars | cut -d' ' -f1-"${NEXT_NV:-3}")
     vars=${NEXT_VARS:-$vars}  # or an explicit list of .gpupack/var-* folders

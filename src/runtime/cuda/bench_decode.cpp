@@ -189,7 +189,7 @@ Status check_options(const BenchDecodeOptions& o) {
     if (c < 0) return err("bench decode: context {} < 0", c);
   if (o.steps < 1 || o.warmup < 0)
     return err("bench decode: steps {} < 1 or warmup {} < 0", o.steps, o.warmup);
-  if (o.l2_ahead < detail::kL2AheadAuto || o.l2_ahead > 7)
+  if (o.l2_ahead < detail::kL2AheadAuto || o.l2_ahead > detail::kL2AheadAll)
     return err("bench decode: --l2-ahead {} is neither -1 (auto) nor a mask of 1, 2 and 4", o.l2_ahead);
   if (o.beside < 0 || o.beside > detail::kBesideAll)
     return err("bench decode: --beside {} is not a mask of 1 (shared expert) and 2 (g_proj)", o.beside);

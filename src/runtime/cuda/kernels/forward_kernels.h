@@ -73,7 +73,7 @@ void set_forward_pdl(bool on);
 // memory system idle (H100, session 46: batch 1 +6.4 % at 1k and +5 % at 32k, 4 +2.5 %, 16 +1.5 %, 32
 // -0.8 %, 64 -1.4 %; the experts' and the next q/k/v's prefetch lost at every batch measured);
 // `bench decode --l2-ahead` sets a fixed mask.
-inline constexpr int kL2AheadExperts = 1, kL2AheadNextQkv = 2, kL2AheadO = 4;
+inline constexpr int kL2AheadExperts = 1, kL2AheadNextQkv = 2, kL2AheadO = 4, kL2AheadAll = 7;
 inline constexpr int kL2AheadAuto = -1, kL2AheadAutoRows = 16;
 int forward_l2_ahead();
 void set_forward_l2_ahead(int mask);
