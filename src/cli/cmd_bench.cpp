@@ -187,8 +187,9 @@ const Registrar reg{Command{
         c->add_option("--l2-ahead", flags->l2_ahead,
                       "weights a step requests into L2 before their kernels, a sum of 1 (the chosen experts, "
                       "after the router), 2 (the next layer's q/k/v, during the MoE), 4 (o_proj, during "
-                      "attention); default -1: 4 for steps of at most 16 rows, else none")
-            ->check(CLI::Range(-1, 7));
+                      "attention), 8 (the chosen experts' down stack, during their gate_up), 16 (the "
+                      "router, during attention); default -1: 4 for steps of at most 16 rows, else none")
+            ->check(CLI::Range(-1, 31));
         c->add_option(
              "--beside", flags->beside,
              "small matrices run on a side stream beside the main one, a sum of 1 (the shared expert, "

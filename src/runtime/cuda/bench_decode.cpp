@@ -190,7 +190,8 @@ Status check_options(const BenchDecodeOptions& o) {
   if (o.steps < 1 || o.warmup < 0)
     return err("bench decode: steps {} < 1 or warmup {} < 0", o.steps, o.warmup);
   if (o.l2_ahead < detail::kL2AheadAuto || o.l2_ahead > detail::kL2AheadAll)
-    return err("bench decode: --l2-ahead {} is neither -1 (auto) nor a mask of 1, 2 and 4", o.l2_ahead);
+    return err("bench decode: --l2-ahead {} is neither -1 (auto) nor a mask of 1, 2, 4, 8 and 16",
+               o.l2_ahead);
   if (o.beside < 0 || o.beside > detail::kBesideAll)
     return err("bench decode: --beside {} is not a mask of 1 (shared expert) and 2 (g_proj)", o.beside);
   return {};

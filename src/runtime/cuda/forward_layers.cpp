@@ -64,9 +64,12 @@ Status l2_fork(Ctx& c) {
 }
 
 Status l2_ahead(Ctx& c, const DevLinear& L) {
-  if (L.path != P::kTiled) return {};
-  GQ_LAUNCH(detail::raw_l2_ahead(L.tiled.m.tiles, static_cast<long long>(L.tiled.tiles.bytes()), c.pf),
-            "L2 prefetch");
+  if (L.path == P::kTiled)
+    GQ_LAUNCH(detail::raw_l2_ahead(L.tiled.m.tiles, static_cast<long long>(L.tiled.tiles.bytes()), c.pf),
+              "L2 prefetch");
+  else if (L.path == P::kRef)
+    GQ_LAUNCH(detail::raw_l2_ahead(L.ref.data, L.ref.row_bytes * L.ref.rows * L.experts, c.pf),
+              "L2 prefetch (reference layout)");
   return {};
 }
 
@@ -190,10 +193,11 @@ Status attention_gated(Ctx& c, const DevLayer& dl, const model::LayerSpec& L, co
     r.q_src = qb, r.k_src = kb, r.v_src = vb;
     r.ld_q = dl.q.out_rows(), r.ld_k = dl.k.out_rows(), r.ld_v = dl.v.out_rows();
   }
-  if (l2_on(c, detail::kL2AheadO)) {
-    GRIDQ_RETURN_IF_ERROR(l2_fork(c));
-    GRIDQ_RETURN_IF_ERROR(l2_ahead(c, dl.o));
-  }
+  const bool ahead_o = l2_on(c, detail::kL2AheadO);
+  const bool ahead_router = dl.router.path != P::kNone && l2_on(c, detail::kL2AheadRouter);
+  if (ahead_o || ahead_router) GRIDQ_RETURN_IF_ERROR(l2_fork(c));
+  if (ahead_o) GRIDQ_RETURN_IF_ERROR(l2_ahead(c, dl.o));
+  if (ahead_router) GRIDQ_RETURN_IF_ERROR(l2_ahead(c, dl.router));
   // g_proj (a small BF16 matrix: its GEMV is mostly fixed cost) runs on the side stream beside RoPE and
   // attention, which leave most SMs idle at decode batch sizes; forked after q/k/v so that it does not
   // compete with their GEMV. Not when it would write the contract scratch or phases are timed.

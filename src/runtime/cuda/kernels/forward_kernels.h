@@ -67,13 +67,15 @@ bool forward_pdl();
 void set_forward_pdl(bool on);
 
 // Which weights a decode step asks into L2 ahead of their kernels (l2_ahead.cu), a mask of kL2Ahead*: the
-// chosen experts' stacks once the router has run, the next layer's q/k/v while the MoE runs, this layer's
-// o_proj while attention runs. A prefetch changes no value, so the choice may depend on the step's rows.
+// chosen experts' stacks once the router has run (or their down stack alone, read after the gate_up that
+// streams meanwhile), the next layer's q/k/v while the MoE runs, this layer's o_proj and router while
+// attention runs. A prefetch changes no value, so the choice may depend on the step's rows.
 // Default kL2AheadAuto: o_proj for steps of at most kL2AheadAutoRows rows, whose attention leaves the
 // memory system idle (H100, session 46: batch 1 +6.4 % at 1k and +5 % at 32k, 4 +2.5 %, 16 +1.5 %, 32
 // -0.8 %, 64 -1.4 %; the experts' and the next q/k/v's prefetch lost at every batch measured);
 // `bench decode --l2-ahead` sets a fixed mask.
-inline constexpr int kL2AheadExperts = 1, kL2AheadNextQkv = 2, kL2AheadO = 4, kL2AheadAll = 7;
+inline constexpr int kL2AheadExperts = 1, kL2AheadNextQkv = 2, kL2AheadO = 4, kL2AheadDown = 8,
+                     kL2AheadRouter = 16, kL2AheadAll = 31;
 inline constexpr int kL2AheadAuto = -1, kL2AheadAutoRows = 16;
 int forward_l2_ahead();
 void set_forward_l2_ahead(int mask);
