@@ -39,7 +39,8 @@ if [ "${1:-}" = 2 ]; then
 fi
 case "${1:-}" in
   1)
-    bash $S a 570 GRIDQ_STEPS="build tests variants" GRIDQ_FILTER='CudaSampler.*:BenchDecode.*' \
+    bash $S a 570 GRIDQ_STEPS="build tests variants" \
+      GRIDQ_FILTER='CudaSampler.*:BenchDecode.*:CudaInvariance.L2PrefetchMasksKeepTheBits' \
       GRIDQ_KERNEL_FILTER=none GRIDQ_VARIANTS="$vars"
     ;;
   q)
@@ -61,8 +62,8 @@ case "${1:-}" in
       GRIDQ_BENCH="$B --batches 1,64 --contexts 1024 --steps 8 --warmup 2 --temperature 0.7 --top-p 0.95"
     bash $S d 80 GRIDQ_STEPS=benchab GRIDQ_AB_REPS=1 \
       GRIDQ_BENCH="$B --batches 1,64 --contexts 1024 --steps 8 --warmup 2 --temperature 0.7"
-    bash $S f 80 GRIDQ_STEPS=benchx GRIDQ_BENCH="$B --batches 1,4 --contexts 1024" \
-      GRIDQ_BENCHX="--l2-ahead -1|--l2-ahead 0|--l2-ahead 4|--l2-ahead -1"
+    bash $S f 120 GRIDQ_STEPS=benchx GRIDQ_BENCH="$B --batches 1,4 --contexts 1024" \
+      GRIDQ_BENCHX="--l2-ahead -1|--l2-ahead 0|--l2-ahead 4|--l2-ahead 12|--l2-ahead 20|--l2-ahead 28|--l2-ahead -1"
     ;;
   3)
     # (make_variants.sh bench/pending/l2-hints.patch first: its folder is the only one carried.)

@@ -10,6 +10,7 @@
 #include "../runtime/parity_util.h"
 #include "cuda_test_util.h"
 #include "engine_test_util.h"
+#include "runtime/cuda/kernels/forward_kernels.h"
 #include "runtime/sampler.h"
 
 namespace gridq::cuda::test {
@@ -94,6 +95,25 @@ TEST(CudaInvariance, GraphReplayEqualsEager) {
   std::printf("[gpu invariance] graph replay == eager: %zu/%zu decode steps bit-identical\n", same,
               lg.size());
   EXPECT_EQ(same, lg.size());
+}
+
+// The L2 prefetches (forward_kernels.h kL2Ahead*) are hints on a stream of their own: every mask gives the
+// bits of none, eager and replayed.
+TEST(CudaInvariance, L2PrefetchMasksKeepTheBits) {
+  REQUIRE_GPU();
+  std::vector<std::vector<int32_t>> ps;
+  for (int i = 0; i < 3; ++i) ps.push_back(prompt(500 + i, 25 + 9 * i, 4096));
+  std::vector<std::vector<float>> want;
+  for (int mask : {0, detail::kL2AheadAll, detail::kL2AheadAuto}) {
+    detail::set_forward_l2_ahead(mask);
+    auto b = open_both(repo_path("models/laguna-tiny-code"), false, 16, true);
+    ASSERT_TRUE(b.ok()) << b.message();
+    std::vector<std::vector<float>> got;
+    greedy(*b->gpu, ps, 24, &got);
+    if (want.empty()) want = got;
+    EXPECT_EQ(got, want) << "decode logits under --l2-ahead " << mask;
+  }
+  detail::set_forward_l2_ahead(detail::kL2AheadAuto);
 }
 
 TEST(CudaInvariance, PrefillChunkingDoesNotChangeLogits) {
