@@ -21,7 +21,7 @@ namespace {
 
 using runtime::SamplePlan;
 using testing::repo_path;
-constexpr unsigned kAllKinds = detail::kSamplePlainGreedy | detail::kSampleOther;
+constexpr unsigned kAllKinds = detail::kSampleChunked | detail::kSampleOther;
 
 struct Case {
   const char* name;
@@ -35,6 +35,7 @@ const Case kCases[] = {
     {"greedy", 0.0f, 0, 1.0f, 0.0f, 1.0f, 0.0f, false, false},
     {"greedy+penalties+ban+bias", 0.0f, 0, 1.0f, 0.0f, 1.3f, 0.5f, true, true},
     {"temperature 1", 1.0f, 0, 1.0f, 0.0f, 1.0f, 0.0f, false, false},
+    {"temperature 0.5", 0.5f, 0, 1.0f, 0.0f, 1.0f, 0.0f, false, false},
     {"temperature 0.7 + penalties", 0.7f, 0, 1.0f, 0.0f, 1.2f, 0.3f, true, true},
     {"top_k 1", 1.0f, 1, 1.0f, 0.0f, 1.0f, 0.0f, false, false},
     {"top_k 40", 0.8f, 40, 1.0f, 0.0f, 1.0f, 0.0f, false, false},
@@ -255,6 +256,64 @@ TEST(CudaSampler, GreedyRowsAcrossChunks) {
     EXPECT_EQ((*one)[0].token, all[2].token);
     EXPECT_EQ((*one)[0].logprob, all[2].logprob) << "row 2 alone vs among 8";
   }
+}
+
+// Rows at a temperature with no filter take the chunked kernel too: the crossing chunk's walk against the
+// host's inverse CDF on rows whose sums are exact (a flat row: the token is ⌊u·V⌋; a row with one finite
+// id; -inf chunks around two finite ids) and on a random one, for several uniforms, alone and among 8.
+TEST(CudaSampler, TemperatureRowsAcrossChunks) {
+  REQUIRE_GPU();
+  const int V = 100352, R = 8;
+  std::vector<float> logits(static_cast<size_t>(R) * V, -INFINITY);
+  std::mt19937_64 rng(test_seed());
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  for (int i = 0; i < V; ++i) logits[static_cast<size_t>(i)] = nd(rng), logits[size_t(V) + i] = 0.25f;
+  logits[2 * size_t(V) + V - 1] = -3.0f;
+  logits[3 * size_t(V) + 5] = logits[3 * size_t(V) + 70001] = 2.0f;
+  for (int r = 4; r < R; ++r)
+    std::copy(logits.begin() + (r - 4) * size_t(V), logits.begin() + (r - 3) * size_t(V),
+              logits.begin() + r * size_t(V));
+  std::vector<runtime::SamplePlan> plans;
+  std::vector<detail::SampleRowArgs> args;
+  std::vector<detail::SampleEdit> edits;
+  for (int r = 0; r < R; ++r) {
+    runtime::SamplingParams sp;
+    sp.temperature = r < 4 ? 0.8f : 1.7f, sp.seed = rng();
+    runtime::Sampler smp(sp);
+    plans.push_back(smp.plan(static_cast<size_t>(V), {}, {}, {}));
+    ASSERT_OK(detail::append_sample_row(plans.back(), r, V, args, edits));
+    ASSERT_TRUE(detail::plain_chunked(args.back()) && !detail::plain_greedy(args.back()));
+  }
+  auto d_logits = DeviceBuffer::alloc(logits.size() * 4, "t");
+  auto d_args = DeviceBuffer::alloc(args.size() * sizeof(args[0]), "t");
+  auto d_out = DeviceBuffer::alloc(R * sizeof(detail::SampleResult), "t");
+  auto d_greedy = DeviceBuffer::alloc(detail::greedy_scratch_bytes(R), "t");
+  ASSERT_TRUE(d_logits.ok() && d_args.ok() && d_out.ok() && d_greedy.ok());
+  ASSERT_OK(d_greedy->zero());
+  ASSERT_OK(d_logits->upload(logits.data(), logits.size() * 4));
+  ASSERT_OK(d_args->upload(args.data(), args.size() * sizeof(args[0])));
+  auto launch = [&](int rows, int first) {
+    std::vector<detail::SampleResult> res(static_cast<size_t>(rows));
+    EXPECT_EQ(
+        detail::raw_sample_rows(d_logits->as<float>(), V, V, d_args->as<detail::SampleRowArgs>() + first,
+                                rows, nullptr, nullptr, d_greedy->as(), d_out->as<detail::SampleResult>(),
+                                detail::kSampleChunked, nullptr),
+        cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(res.data(), d_out->as(), rows * sizeof(res[0]), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    return res;
+  };
+  const auto all = launch(R, 0), alone = launch(1, 1);
+  for (int r = 0; r < R; ++r) {
+    const auto row = std::span<const float>(logits.data() + r * size_t(V), static_cast<size_t>(V));
+    const runtime::SampledToken h = runtime::Sampler::run(plans[r], row);
+    ASSERT_EQ(all[r].status, 0) << "row " << r;
+    EXPECT_EQ(all[r].token, h.token) << "row " << r << " u " << plans[r].u;
+    EXPECT_NEAR(all[r].logprob, h.logprob, 1e-5) << "row " << r;
+  }
+  EXPECT_EQ(all[1].token, static_cast<int>(plans[1].u * V)) << "a flat row: the token is floor(u·V)";
+  EXPECT_EQ(all[2].token, V - 1);
+  EXPECT_EQ(alone[0].token, all[1].token);
 }
 
 // forward_sampled on the bundled model: at every decode step the device's token is the host sampler's on the

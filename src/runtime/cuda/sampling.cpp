@@ -28,7 +28,7 @@ Status CudaBackend::sample_step(const Step& st, std::vector<runtime::SampledToke
     if (!p || !p->allowed.empty()) continue;
     launch_of[i] = static_cast<int>(rows.size());
     GRIDQ_RETURN_IF_ERROR(detail::append_sample_row(*p, static_cast<int>(i), V, rows, edits));
-    kinds |= detail::plain_greedy(rows.back()) ? detail::kSamplePlainGreedy : detail::kSampleOther;
+    kinds |= detail::plain_chunked(rows.back()) ? detail::kSampleChunked : detail::kSampleOther;
   }
   std::vector<detail::SampleResult> res(rows.size());
   if (!rows.empty()) {

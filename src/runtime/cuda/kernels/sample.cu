@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Shared& sh = *reinterpret_cast<Shared*>(smem_raw);
   const SampleRowArgs a = rows[blockIdx.x];
-  if (plain_greedy(a)) return;  // sample_greedy.cu's kernel takes it
+  if (plain_chunked(a)) return;  // sample_greedy.cu's kernel takes it
   const float* x = logits + static_cast<long long>(a.row) * ld;
   double* s = scratch + static_cast<long long>(blockIdx.x) * V;
   // Step 8's log-sum-exp of the raw logits; a non-finite logit fails the row (never sampled from).
@@ -150,7 +150,7 @@ cudaError_t raw_sample_rows(const float* logits, long long ld, int V, const Samp
                             unsigned kinds, cudaStream_t s) {
   if (R <= 0) return cudaSuccess;
   // Both kernels see every row and take their own kind (the rows are on the device).
-  if (kinds & kSamplePlainGreedy)
+  if (kinds & kSampleChunked)
     if (const cudaError_t e = launch_greedy_rows(logits, ld, V, rows, R, greedy_scratch, out, s);
         e != cudaSuccess)
       return e;

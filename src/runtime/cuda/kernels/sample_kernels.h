@@ -39,15 +39,20 @@ struct SampleResult {
   int pad = 0;
 };
 
-// A greedy row without score edits is sampled by sample_greedy.cu's kernel: the row cut into kGreedyChunks
-// chunks (of greedy_chunk_len(V) ids, a multiple of 32), a block each, folded in chunk order. Its scratch
+// A row without score edits that is greedy, or sampled at a temperature with no filter (top_k, top_p, min_p
+// off: OpenAI's defaults), is sampled by sample_greedy.cu's kernel: the row cut into kGreedyChunks chunks (of
+// greedy_chunk_len(V) ids, a multiple of 32), a block each, folded in chunk order. Its scratch
 // (greedy_scratch_bytes(R), zeroed once at allocation and left zeroed by every launch) holds one region of
 // kGreedyRowBytes per row of a launch: the row's counter, then its chunks' parts. The region of launch row r
 // is the same whatever R is, so launches of different sizes never see each other's parts as counters.
 inline constexpr int kGreedyChunks = 32;
-inline constexpr size_t kGreedyRowBytes = 8 + 24 * kGreedyChunks;
+inline constexpr size_t kGreedyRowBytes = 8 + 32 * kGreedyChunks;
 __host__ __device__ inline bool plain_greedy(const SampleRowArgs& a) {
   return a.greedy != 0 && a.edit_begin == a.edit_end;
+}
+__host__ __device__ inline bool plain_chunked(const SampleRowArgs& a) {
+  return plain_greedy(a) || (a.edit_begin == a.edit_end && a.top_k <= 0 && a.top_p >= 1.0 && a.min_p <= 0.0 &&
+                             a.temperature > 0.0);
 }
 __host__ __device__ inline int greedy_chunk_len(int V) {
   return (V + kGreedyChunks * 32 - 1) / (kGreedyChunks * 32) * 32;
@@ -55,10 +60,10 @@ __host__ __device__ inline int greedy_chunk_len(int V) {
 inline size_t greedy_scratch_bytes(size_t R) { return kGreedyRowBytes * R; }
 
 // rows [R] of logits FP32 [*, ld] (V valid columns); scratch FP64 [R, V]; greedy_scratch as above; out [R].
-// Plain greedy rows go to launch_greedy_rows (sample_greedy.cu), the others to sample.cu's kernel; `kinds`
-// says which kernels the rows need (kSamplePlainGreedy | kSampleOther; the host knows its rows), so a batch
-// of one kind launches one kernel. A kind left out of `kinds` leaves its rows' results unwritten.
-inline constexpr unsigned kSamplePlainGreedy = 1, kSampleOther = 2;
+// Rows plain_chunked takes go to launch_greedy_rows (sample_greedy.cu), the others to sample.cu's kernel;
+// `kinds` says which kernels the rows need (kSampleChunked | kSampleOther; the host knows its rows), so a
+// batch of one kind launches one kernel. A kind left out of `kinds` leaves its rows' results unwritten.
+inline constexpr unsigned kSampleChunked = 1, kSampleOther = 2;
 cudaError_t raw_sample_rows(const float* logits, long long ld, int V, const SampleRowArgs* rows, int R,
                             const SampleEdit* edits, double* scratch, void* greedy_scratch, SampleResult* out,
                             unsigned kinds, cudaStream_t s);
