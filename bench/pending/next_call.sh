@@ -11,16 +11,17 @@
 #   python3 bench/tools/ab_summary.py /work/.device/N/*.tar.xz --by-side; bash bench/device_tree.sh restore
 #
 # Part 1: build, main's sampler check, the variants built and run through their .tests. Part 2: greedy
-# batch 1 and 64 at 1k twice, batch 1 at 32k, the sampled rows (main must keep de83baec… / 65b015789…),
-# temperature alone, and the --l2-ahead default (-1) against masks 0 and 4 at batch 1 and 4. Part 3 (budget
-# left): l2-hints, built alone and timed under masks 6, -1 and 4. Part 4 (an H200): issue 11's 64-stream
+# batch 1 and 64 at 1k twice, batch 1 at 32k, the sampled rows (main must keep de83baec… / 65b015789…):
+# temperature + top-p, temperature alone, temperature + top-p + top-k. Part 3: l2-hints, built alone and
+# timed under masks 6, -1 and 4 (session 47: its tests failed with an illegal instruction; find which
+# hinted instruction the device refuses before spending a call on it). Part 4 (an H200): issue 11's 64-stream
 # serving row and the default's threshold (carry .gpupack/pysite.tar.xz and .gpupack/qwen.tiktoken.xz too).
 # Part q: the short form of 1 + 2 in one call (NEXT_NV variants, one greedy round, main's sampled check).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 P=bench/pending
 # In order of what they may gain at batch 1 (bench/pending/README.md).
-patches="$P/attn-split-sliding-64.patch $P/sample-temperature-chunked.patch $P/attn-split-by-kind.patch"
+patches="$P/sample-wide-probes.patch"
 if [ "${1:-}" = "--variants" ]; then
   echo "$patches"
   exit 0
@@ -62,8 +63,8 @@ case "${1:-}" in
       GRIDQ_BENCH="$B --batches 1,64 --contexts 1024 --steps 8 --warmup 2 --temperature 0.7 --top-p 0.95"
     bash $S d 80 GRIDQ_STEPS=benchab GRIDQ_AB_REPS=1 \
       GRIDQ_BENCH="$B --batches 1,64 --contexts 1024 --steps 8 --warmup 2 --temperature 0.7"
-    bash $S f 120 GRIDQ_STEPS=benchx GRIDQ_BENCH="$B --batches 1,4 --contexts 1024" \
-      GRIDQ_BENCHX="--l2-ahead -1|--l2-ahead 0|--l2-ahead 4|--l2-ahead 12|--l2-ahead 20|--l2-ahead 28|--l2-ahead -1"
+    bash $S k 80 GRIDQ_STEPS=benchab GRIDQ_AB_REPS=1 \
+      GRIDQ_BENCH="$B --batches 1,64 --contexts 1024 --steps 8 --warmup 2 --temperature 0.7 --top-p 0.95 --top-k 50"
     ;;
   3)
     # (make_variants.sh bench/pending/l2-hints.patch first: its folder is the only one carried.)
