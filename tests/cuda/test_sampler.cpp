@@ -195,6 +195,41 @@ TEST(CudaSampler, NonFiniteLogitsFailTheRow) {
   EXPECT_EQ(run().status, 2) << "no finite logit";
 }
 
+// Rows without score edits on the device, and raw_sample_rows launches of a range of them: the chunked
+// kernel's scratch zeroed once, as the backend does, and kept across launches (each launch must leave it
+// reset); `scores` allocates sample.cu's scratch (the launches with kAllKinds pass it).
+struct PlainRows {
+  int V = 0;
+  DeviceBuffer logits, args, scores, out, greedy;
+  std::vector<detail::SampleResult> launch(int rows, int first, unsigned kinds) {
+    std::vector<detail::SampleResult> res(static_cast<size_t>(rows));
+    EXPECT_EQ(detail::raw_sample_rows(logits.as<float>(), V, V, args.as<detail::SampleRowArgs>() + first,
+                                      rows, nullptr, scores.as<double>(), greedy.as(),
+                                      out.as<detail::SampleResult>(), kinds, nullptr),
+              cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(res.data(), out.as(), rows * sizeof(res[0]), cudaMemcpyDeviceToHost), cudaSuccess);
+    return res;
+  }
+};
+
+Expected<PlainRows> plain_rows(const std::vector<float>& logits, int V,
+                               const std::vector<detail::SampleRowArgs>& args, bool scores) {
+  PlainRows d;
+  d.V = V;
+  const size_t R = args.size();
+  GRIDQ_ASSIGN_OR_RETURN(d.logits, DeviceBuffer::alloc(logits.size() * 4, "t"));
+  GRIDQ_ASSIGN_OR_RETURN(d.args, DeviceBuffer::alloc(R * sizeof(args[0]), "t"));
+  if (scores) {
+    GRIDQ_ASSIGN_OR_RETURN(d.scores, DeviceBuffer::alloc(R * V * 8, "t"));
+  }
+  GRIDQ_ASSIGN_OR_RETURN(d.out, DeviceBuffer::alloc(R * sizeof(detail::SampleResult), "t"));
+  GRIDQ_ASSIGN_OR_RETURN(d.greedy, DeviceBuffer::alloc(detail::greedy_scratch_bytes(R), "t"));
+  GRIDQ_RETURN_IF_ERROR(d.greedy.zero());
+  GRIDQ_RETURN_IF_ERROR(d.logits.upload(logits.data(), logits.size() * 4));
+  GRIDQ_RETURN_IF_ERROR(d.args.upload(args.data(), R * sizeof(args[0])));
+  return d;
+}
+
 // Plain greedy rows (sample_greedy.cu: a row cut into chunks, folded by its last block) on ties across
 // chunks, rows that are -inf but for a few ids, a flat row and the last id: the host sampler's token (the
 // lowest index of the largest logit) and logprob, run to run (the per-row counters are left reset) and with
@@ -220,26 +255,9 @@ TEST(CudaSampler, GreedyRowsAcrossChunks) {
   std::vector<detail::SampleEdit> edits;
   for (int r = 0; r < R; ++r) ASSERT_OK(detail::append_sample_row(greedy, r, V, args, edits));
   ASSERT_TRUE(edits.empty() && detail::plain_greedy(args[0]));
-  auto d_logits = DeviceBuffer::alloc(logits.size() * 4, "t");
-  auto d_args = DeviceBuffer::alloc(args.size() * sizeof(args[0]), "t");
-  auto d_scratch = DeviceBuffer::alloc(static_cast<size_t>(R) * V * 8, "t");
-  auto d_out = DeviceBuffer::alloc(R * sizeof(detail::SampleResult), "t");
-  auto d_greedy = DeviceBuffer::alloc(detail::greedy_scratch_bytes(R), "t");
-  ASSERT_TRUE(d_logits.ok() && d_args.ok() && d_scratch.ok() && d_out.ok() && d_greedy.ok());
-  ASSERT_OK(d_greedy->zero());
-  ASSERT_OK(d_logits->upload(logits.data(), logits.size() * 4));
-  ASSERT_OK(d_args->upload(args.data(), args.size() * sizeof(args[0])));
-  auto launch = [&](int rows, int first) {
-    std::vector<detail::SampleResult> res(static_cast<size_t>(rows));
-    EXPECT_EQ(
-        detail::raw_sample_rows(d_logits->as<float>(), V, V, d_args->as<detail::SampleRowArgs>() + first,
-                                rows, nullptr, d_scratch->as<double>(), d_greedy->as(),
-                                d_out->as<detail::SampleResult>(), kAllKinds, nullptr),
-        cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(res.data(), d_out->as(), rows * sizeof(res[0]), cudaMemcpyDeviceToHost),
-              cudaSuccess);
-    return res;
-  };
+  auto d = plain_rows(logits, V, args, true);
+  ASSERT_TRUE(d.ok()) << d.message();
+  auto launch = [&](int rows, int first) { return d->launch(rows, first, kAllKinds); };
   const auto first = launch(1, 2), all = launch(R, 0), again = launch(R, 0), alone = launch(1, 2);
   const int want[R] = {3100, 5, 0, V - 1, 3100, 5, 0, V - 1};
   for (int r = 0; r < R; ++r) {
@@ -284,25 +302,9 @@ TEST(CudaSampler, TemperatureRowsAcrossChunks) {
     ASSERT_OK(detail::append_sample_row(plans.back(), r, V, args, edits));
     ASSERT_TRUE(detail::plain_chunked(args.back()) && !detail::plain_greedy(args.back()));
   }
-  auto d_logits = DeviceBuffer::alloc(logits.size() * 4, "t");
-  auto d_args = DeviceBuffer::alloc(args.size() * sizeof(args[0]), "t");
-  auto d_out = DeviceBuffer::alloc(R * sizeof(detail::SampleResult), "t");
-  auto d_greedy = DeviceBuffer::alloc(detail::greedy_scratch_bytes(R), "t");
-  ASSERT_TRUE(d_logits.ok() && d_args.ok() && d_out.ok() && d_greedy.ok());
-  ASSERT_OK(d_greedy->zero());
-  ASSERT_OK(d_logits->upload(logits.data(), logits.size() * 4));
-  ASSERT_OK(d_args->upload(args.data(), args.size() * sizeof(args[0])));
-  auto launch = [&](int rows, int first) {
-    std::vector<detail::SampleResult> res(static_cast<size_t>(rows));
-    EXPECT_EQ(
-        detail::raw_sample_rows(d_logits->as<float>(), V, V, d_args->as<detail::SampleRowArgs>() + first,
-                                rows, nullptr, nullptr, d_greedy->as(), d_out->as<detail::SampleResult>(),
-                                detail::kSampleChunked, nullptr),
-        cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(res.data(), d_out->as(), rows * sizeof(res[0]), cudaMemcpyDeviceToHost),
-              cudaSuccess);
-    return res;
-  };
+  auto d = plain_rows(logits, V, args, false);
+  ASSERT_TRUE(d.ok()) << d.message();
+  auto launch = [&](int rows, int first) { return d->launch(rows, first, detail::kSampleChunked); };
   const auto all = launch(R, 0), alone = launch(1, 1);
   for (int r = 0; r < R; ++r) {
     const auto row = std::span<const float>(logits.data() + r * size_t(V), static_cast<size_t>(V));
