@@ -21,7 +21,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 P=bench/pending
 # In order of what they may gain at batch 1 (bench/pending/README.md).
-patches="$P/sample-wide-probes.patch"
+patches="$P/sample-lean-passes.patch"
 if [ "${1:-}" = "--variants" ]; then
   echo "$patches"
   exit 0
