@@ -67,7 +67,12 @@ case "${1:-}" in
       GRIDQ_BENCH="$B --batches 1,64 --contexts 1024 --steps 8 --warmup 2 --temperature 0.7 --top-p 0.95 --top-k 50"
     ;;
   3)
+    # Which hinted instruction the device refuses (session 47: the variant's tests failed with an illegal
+    # instruction): each case in a process of its own, ≈ 10 s. Then the variant, if the probe says it can run.
     # (make_variants.sh bench/pending/l2-hints.patch first: its folder is the only one carried.)
+    mkdir -p "${OUT:-/tmp/out}"
+    nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o /tmp/l2_hint_probe bench/tools/l2_hint_probe.cu &&
+      /tmp/l2_hint_probe 2>&1 | tee "${OUT:-/tmp/out}/l2_hint_probe.txt"
     bash $S h 330 GRIDQ_STEPS="build variants" GRIDQ_VARIANTS=".gpupack/var-l2-hints"
     bash $S g 100 GRIDQ_STEPS=benchab GRIDQ_AB_REPS=1 GRIDQ_BENCH="$B --batches 1,64 --contexts 1024 --l2-ahead 6"
     bash $S i 100 GRIDQ_STEPS=benchab GRIDQ_AB_REPS=1 GRIDQ_BENCH="$B --batches 1,64 --contexts 1024"
