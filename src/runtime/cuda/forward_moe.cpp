@@ -46,7 +46,7 @@ Status moe(Ctx& c, const DevLayer& dl) {
     GRIDQ_CUDA(cudaEventRecord(c.join, c.side));
   }
   GRIDQ_RETURN_IF_ERROR(route(c, dl));
-  // One fork after the router for both: the experts' prefetch reads its choices.
+  // One fork after the router for every prefetch: the experts' read its choices.
   const bool ahead_experts = dl.experts.fused && l2_on(c, detail::kL2AheadExperts);
   const bool ahead_down = dl.experts.fused && !ahead_experts && l2_on(c, detail::kL2AheadDown);
   const bool ahead_qkv = c.next && l2_on(c, detail::kL2AheadNextQkv);

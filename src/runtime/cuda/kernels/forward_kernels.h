@@ -72,7 +72,8 @@ void set_forward_pdl(bool on);
 // attention runs. A prefetch changes no value, so the choice may depend on the step's rows.
 // Default kL2AheadAuto: o_proj for steps of at most kL2AheadAutoRows rows, whose attention leaves the
 // memory system idle (H100, session 46: batch 1 +6.4 % at 1k and +5 % at 32k, 4 +2.5 %, 16 +1.5 %, 32
-// -0.8 %, 64 -1.4 %; the experts' and the next q/k/v's prefetch lost at every batch measured);
+// -0.8 %, 64 -1.4 %; the experts' and the next q/k/v's prefetch lost at every batch measured; session 47:
+// the down stack and the router beside o_proj −0.8 % and flat at batch 1);
 // `bench decode --l2-ahead` sets a fixed mask.
 inline constexpr int kL2AheadExperts = 1, kL2AheadNextQkv = 2, kL2AheadO = 4, kL2AheadDown = 8,
                      kL2AheadRouter = 16, kL2AheadAll = 31;
