@@ -51,18 +51,13 @@ Status moe(Ctx& c, const DevLayer& dl) {
   const bool ahead_down = dl.experts.fused && !ahead_experts && l2_on(c, detail::kL2AheadDown);
   const bool ahead_qkv = c.next && l2_on(c, detail::kL2AheadNextQkv);
   if (ahead_experts || ahead_down || ahead_qkv) GRIDQ_RETURN_IF_ERROR(l2_fork(c));
-  if (ahead_experts) {
+  if (ahead_experts || ahead_down) {  // both stacks, or the down stack alone (the gate_up reads its own)
     const DevExperts& ex = dl.experts;
-    GQ_LAUNCH(detail::raw_l2_ahead_experts(c.w.eid.as<int>(), c.T * k, E, ex.gate_up.m.tiles,
-                                           ex.gate_up.m.expert_stride, ex.down.m.tiles,
-                                           ex.down.m.expert_stride, c.pf),
+    const auto& first = ahead_experts ? ex.gate_up.m : ex.down.m;
+    GQ_LAUNCH(detail::raw_l2_ahead_experts(c.w.eid.as<int>(), c.T * k, E, first.tiles, first.expert_stride,
+                                           ahead_experts ? ex.down.m.tiles : nullptr,
+                                           ahead_experts ? ex.down.m.expert_stride : 0, c.pf),
               "L2 prefetch (experts)");
-  }
-  if (ahead_down) {  // the gate_up reads its own stack meanwhile: only the down stack is asked ahead
-    const DevExperts& ex = dl.experts;
-    GQ_LAUNCH(detail::raw_l2_ahead_experts(c.w.eid.as<int>(), c.T * k, E, ex.down.m.tiles,
-                                           ex.down.m.expert_stride, nullptr, 0, c.pf),
-              "L2 prefetch (experts' down)");
   }
   if (ahead_qkv) {
     for (const DevLinear* L : {&c.next->qkv, &c.next->q, &c.next->k, &c.next->v})
